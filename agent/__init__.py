@@ -1,0 +1,1 @@
+"""The workspace agent: runs Pulumi operations for the operator behind TokenReview/SAR."""

@@ -1,0 +1,1 @@
+"""pko: the Pulumi Kubernetes Operator v2, in Python."""

@@ -1,0 +1,311 @@
+"""Raw JSON access to one Kubernetes resource type: list pages, watch streams, get/create/replace.
+
+Why not the generated ``*Api`` classes: they deserialize into model objects (a second copy of
+every object, and slow) and their watch helper re-encodes each event. Informers and leader
+election need plain dicts, page-wise lists and full control over a watch connection's lifetime;
+one small client works for core, apps and custom resources alike. Requests still go through
+``ApiClient.call_api`` so authentication, TLS and token refresh are kubernetes-asyncio's.
+
+Errors are raised as ``kubernetes_asyncio.client.ApiException`` (``status``, ``reason``, ``body``),
+the same type the generated APIs raise, so callers handle both alike.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+from kubernetes_asyncio.client import ApiClient, ApiException
+
+Obj = dict[str, Any]
+
+_AUTH = ["BearerToken"]
+_JSON_HEADERS = {"Accept": "application/json", "Content-Type": "application/json"}
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A resource type: ``group`` is ``""`` for the core API."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def name(self) -> str:
+        """``plural.group`` (or ``plural`` for core), as kubectl names it; used in logs and metrics."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    def collection_path(self, namespace: str | None) -> str:
+        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if namespace and self.namespaced:
+            return f"{prefix}/namespaces/{quote(namespace, safe='')}/{self.plural}"
+        return f"{prefix}/{self.plural}"
+
+    def object_path(self, namespace: str | None, name: str) -> str:
+        if self.namespaced and not namespace:
+            raise ValueError(f"{self.name} is namespaced: a namespace is required")
+        return f"{self.collection_path(namespace)}/{quote(name, safe='')}"
+
+
+# A few built-in types, for convenience and tests.
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+SECRETS = Resource("", "v1", "secrets", "Secret")
+SERVICES = Resource("", "v1", "services", "Service")
+PODS = Resource("", "v1", "pods", "Pod")
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet")
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+
+
+@dataclass(slots=True)
+class ObjectList:
+    """One page of a list: ``items`` are plain dicts with ``apiVersion``/``kind`` filled in."""
+
+    items: list[Obj]
+    resource_version: str
+    continue_token: str | None
+
+
+def api_error_status(exc: BaseException) -> int | None:
+    """The HTTP status of an ``ApiException`` (``None`` for anything else, e.g. a broken socket)."""
+    if isinstance(exc, ApiException):
+        status = exc.status
+        return int(status) if status else None
+    return None
+
+
+def _selectors(label_selector: str | None, field_selector: str | None) -> list[tuple[str, str]]:
+    query: list[tuple[str, str]] = []
+    if label_selector:
+        query.append(("labelSelector", label_selector))
+    if field_selector:
+        query.append(("fieldSelector", field_selector))
+    return query
+
+
+async def _raise_for_status(resp: aiohttp.ClientResponse) -> None:
+    if 200 <= resp.status < 300:
+        return
+    try:
+        body = await resp.text()
+    finally:
+        resp.release()
+    reason = resp.reason or ""
+    try:
+        status_obj = json.loads(body)
+        if isinstance(status_obj, dict) and status_obj.get("message"):
+            reason = f"{status_obj.get('reason', reason)}: {status_obj['message']}"
+    except ValueError:
+        pass
+    exc = ApiException(status=resp.status, reason=reason)
+    exc.body = body
+    exc.headers = resp.headers
+    raise exc
+
+
+class ResourceClient:
+    """Requests for one resource type, optionally limited to one namespace.
+
+    ``namespace=None`` means all namespaces for list/watch; single-object calls then need an
+    explicit namespace (or take it from the body).
+    """
+
+    def __init__(self, api: ApiClient, resource: Resource, namespace: str | None = None) -> None:
+        if namespace and not resource.namespaced:
+            raise ValueError(f"{resource.name} is cluster-scoped; it has no namespace")
+        self.api = api
+        self.resource = resource
+        self.namespace = namespace
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Obj | None = None,
+        timeout: aiohttp.ClientTimeout | float | None = None,
+    ) -> aiohttp.ClientResponse:
+        resp: aiohttp.ClientResponse = await self.api.call_api(
+            path,
+            method,
+            query_params=query or [],
+            header_params=dict(_JSON_HEADERS),
+            body=body,
+            auth_settings=_AUTH,
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
+        await _raise_for_status(resp)
+        return resp
+
+    async def _json(self, method: str, path: str, **kw: Any) -> Obj:
+        resp = await self._request(method, path, **kw)
+        try:
+            data: Obj = json.loads(await resp.read())
+        finally:
+            resp.release()
+        return data
+
+    # --- collections
+
+    async def list(
+        self,
+        *,
+        limit: int | None = None,
+        continue_token: str | None = None,
+        resource_version: str | None = None,
+        resource_version_match: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout: float = 60.0,
+    ) -> ObjectList:
+        """One list request (one page when ``limit`` is set)."""
+        query = _selectors(label_selector, field_selector)
+        if limit:
+            query.append(("limit", str(limit)))
+        if continue_token:
+            query.append(("continue", continue_token))
+        if resource_version is not None:
+            query.append(("resourceVersion", resource_version))
+        if resource_version_match:
+            query.append(("resourceVersionMatch", resource_version_match))
+        data = await self._json("GET", self.resource.collection_path(self.namespace), query=query, timeout=timeout)
+        items: list[Obj] = data.get("items") or []
+        # Lists of built-in types omit each item's apiVersion/kind; custom resources carry them.
+        api_version, kind = self.resource.api_version, self.resource.kind
+        for item in items:
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+        meta = data.get("metadata") or {}
+        return ObjectList(items, str(meta.get("resourceVersion", "")), meta.get("continue") or None)
+
+    def watch(
+        self,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        allow_bookmarks: bool = True,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        read_timeout: float | None = None,
+    ) -> WatchStream:
+        """A watch from ``resource_version``; use as ``async with client.watch(...) as events``.
+
+        The server ends the stream after ``timeout_seconds``; ``read_timeout`` (default that plus
+        30 s) bounds silence on the socket so a vanished server is noticed.
+        """
+        query = [
+            *_selectors(label_selector, field_selector),
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        if allow_bookmarks:
+            query.append(("allowWatchBookmarks", "true"))
+        client_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=30, sock_read=read_timeout or timeout_seconds + 30
+        )
+        return WatchStream(self, self.resource.collection_path(self.namespace), query, client_timeout)
+
+    # --- single objects
+
+    def _ns(self, namespace: str | None, body: Obj | None = None) -> str | None:
+        if not self.resource.namespaced:
+            return None
+        if namespace:
+            return namespace
+        if body is not None and (body.get("metadata") or {}).get("namespace"):
+            return str(body["metadata"]["namespace"])
+        return self.namespace
+
+    async def get(self, name: str, namespace: str | None = None, *, timeout: float = 30.0) -> Obj:
+        return await self._json("GET", self.resource.object_path(self._ns(namespace), name), timeout=timeout)
+
+    async def create(self, body: Obj, namespace: str | None = None, *, timeout: float = 30.0) -> Obj:
+        path = self.resource.collection_path(self._ns(namespace, body))
+        return await self._json("POST", path, body=body, timeout=timeout)
+
+    async def replace(self, body: Obj, *, timeout: float = 30.0) -> Obj:
+        """PUT ``body``; with ``metadata.resourceVersion`` set this is an optimistic-concurrency write
+        (409 Conflict when the object changed since it was read)."""
+        meta = body.get("metadata") or {}
+        path = self.resource.object_path(self._ns(None, body), str(meta["name"]))
+        return await self._json("PUT", path, body=body, timeout=timeout)
+
+    async def delete(self, name: str, namespace: str | None = None, *, timeout: float = 30.0) -> Obj:
+        return await self._json("DELETE", self.resource.object_path(self._ns(namespace), name), timeout=timeout)
+
+
+@dataclass(slots=True)
+class WatchEvent:
+    """``type`` is ADDED, MODIFIED, DELETED or BOOKMARK; ``object`` the decoded object."""
+
+    type: str
+    object: Obj
+
+
+class WatchStream:
+    """One watch connection. Iterating yields events until the server ends the stream.
+
+    An ERROR event (e.g. 410 Gone: the resourceVersion was compacted) is raised as an
+    ``ApiException`` carrying the Status code. Leaving the ``async with`` block always closes the
+    connection, also when the iteration was cancelled.
+    """
+
+    def __init__(
+        self, client: ResourceClient, path: str, query: list[tuple[str, str]], timeout: aiohttp.ClientTimeout
+    ) -> None:
+        self._client = client
+        self._path = path
+        self._query = query
+        self._timeout = timeout
+        self._resp: aiohttp.ClientResponse | None = None
+
+    async def __aenter__(self) -> WatchStream:
+        self._resp = await self._client._request("GET", self._path, query=self._query, timeout=self._timeout)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._resp is not None:
+            # close(), not release(): an unfinished stream must not go back to the pool.
+            self._resp.close()
+            self._resp = None
+
+    def __aiter__(self) -> WatchStream:
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        if self._resp is None:
+            raise RuntimeError("use the watch inside `async with`")
+        while True:
+            line = await self._resp.content.readline()
+            if not line:
+                raise StopAsyncIteration
+            if not line.isspace():
+                break
+        event = json.loads(line)
+        etype = event.get("type")
+        obj = event.get("object") or {}
+        if etype == "ERROR":
+            exc = ApiException(status=obj.get("code") or 500, reason=f"{obj.get('reason')}: {obj.get('message')}")
+            exc.body = line.decode(errors="replace")
+            raise exc
+        if etype != "BOOKMARK":
+            resource = self._client.resource
+            obj.setdefault("apiVersion", resource.api_version)
+            obj.setdefault("kind", resource.kind)
+        return WatchEvent(str(etype), obj)

@@ -1,0 +1,106 @@
+"""Session fixtures shared by every test: a real control plane, the CRDs, an API client.
+
+The control plane is etcd + kube-apiserver (+ kube-controller-manager) started by
+hack/localcluster.py on free loopback ports, unless $KUBECONFIG points at a cluster to use instead
+(then tests that need to stop or restart the apiserver skip).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "hack"))
+
+from localcluster import LocalCluster  # noqa: E402
+
+
+class ExternalCluster:
+    """A cluster we did not start ($KUBECONFIG): same handle, no lifecycle control."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.dir = kubeconfig.parent
+        cfg: dict[str, Any] = yaml.safe_load(kubeconfig.read_text())
+        ctx_name = cfg.get("current-context")
+        ctx = next(c["context"] for c in cfg["contexts"] if c["name"] == ctx_name)
+        cluster = next(c["cluster"] for c in cfg["clusters"] if c["name"] == ctx["cluster"])
+        user = next(u["user"] for u in cfg["users"] if u["name"] == ctx["user"])
+        self.server: str = cluster["server"]
+        self.admin_token: str = user.get("token", "")
+        self.etcd_url = ""
+        self.ca_file = self.dir / "ca.crt"
+
+    def stop_apiserver(self) -> None:
+        pytest.skip("needs a control plane started by the tests (unset KUBECONFIG)")
+
+    def start_apiserver(self) -> None:
+        pytest.skip("needs a control plane started by the tests (unset KUBECONFIG)")
+
+    def restart_apiserver(self) -> None:
+        pytest.skip("needs a control plane started by the tests (unset KUBECONFIG)")
+
+
+def kubectl(cluster: Any, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run kubectl against the test cluster."""
+    return subprocess.run(
+        ["kubectl", f"--kubeconfig={cluster.kubeconfig}", *args],
+        input=input,
+        text=True,
+        capture_output=True,
+        check=check,
+    )
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Any]:
+    external = os.environ.get("KUBECONFIG")
+    if external:
+        yield ExternalCluster(Path(external))
+        return
+    with tempfile.TemporaryDirectory(prefix="pko-cluster-") as d:
+        c = LocalCluster(d).start()
+        try:
+            yield c
+        finally:
+            c.stop()
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: Any) -> list[str]:
+    """Install config/crd/bases (server-side apply) and wait until every CRD is Established."""
+    bases = REPO / "config" / "crd" / "bases"
+    files = sorted(bases.glob("*.yaml"))
+    assert files, f"no CRDs in {bases}: run hack/gen_crds.py"
+    kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", str(bases))
+    names = [yaml.safe_load(f.read_text())["metadata"]["name"] for f in files]
+    kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names])
+    return names
+
+
+@pytest.fixture(scope="session")
+async def api_client(cluster: Any) -> AsyncIterator[Any]:
+    from kubernetes_asyncio import client, config
+
+    cfg = client.Configuration()
+    await config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=cfg)
+    async with client.ApiClient(configuration=cfg) as api:
+        yield api
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    mode = f"external ($KUBECONFIG={os.environ['KUBECONFIG']})" if os.environ.get("KUBECONFIG") else "local"
+    return f"pko control plane: {mode}"
+
+
+__all__ = ["ExternalCluster", "kubectl", "json"]
