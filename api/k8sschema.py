@@ -8,11 +8,18 @@ file); this module turns one definition into a schema a CRD can embed.
 
 `k8s_schema(name)` returns a fully inlined (no `$ref`) structural schema. The conversion:
 
-* descriptions are dropped unless asked for: a CRD embedding a pod template with descriptions is
-  over 1 MB, far above the 256 KiB client-side `kubectl apply` limit;
-* IntOrString and Quantity become `x-kubernetes-int-or-string: true` with
-  `anyOf: [integer, string]` and no `type` (Quantity also gets its grammar as a `pattern`); the
-  swagger 2 spelling `format: int-or-string` is converted the same way;
+* descriptions are dropped unless asked for: with them a pod template alone is ~340 KB (the Go
+  operator's Stack CRD is 1.5 MB), above the 256 KiB client-side `kubectl apply` limit; without
+  them it is ~67 KB;
+* IntOrString and Quantity become `x-kubernetes-int-or-string: true` with no `type` (Quantity
+  also gets its grammar as a `pattern`); the swagger 2 spelling `format: int-or-string` is
+  converted the same way. No `anyOf: [integer, string]` (controller-gen's spelling): the
+  apiserver implies it for validation. Known 1.20 limit, measured: its apply machinery re-adds
+  that anyOf to every int-or-string node, fails to parse it, and then treats every list of the
+  *whole* CR as atomic for server-side apply (two managers conflict on `containers` instead of
+  merging by name). Validation, storage and single-manager apply are unaffected, current
+  releases are fine, and the alternative (untyped preserve-unknown-fields) would accept
+  `cpu: {}`; so int-or-string stays;
 * vendor extensions a CRD does not accept (`x-kubernetes-patch-strategy`,
   `x-kubernetes-patch-merge-key`, `x-kubernetes-group-version-kind`, `x-kubernetes-unions`) and
   CEL `x-kubernetes-validations` (unknown to 1.20) are dropped; `x-kubernetes-list-type`,
@@ -20,20 +27,22 @@ file); this module turns one definition into a schema a CRD can embed.
   containers, env, ports, volumes... by key as it does for real pods;
 * list-map keys: 1.20 refuses a CRD whose `x-kubernetes-list-map-keys` names a property that is
   neither required nor defaulted. Upstream marks such keys with a `+default` the swagger does not
-  carry; we restore exactly those real defaults (`LIST_MAP_KEY_DEFAULTS`: a port's `protocol` is
-  "TCP", an imagePullSecret's `name` is ""), which is what Kubernetes itself applies to pods, so
-  keyed merging keeps working. A key without a known default downgrades its list to atomic
-  (replace-whole-list on apply) rather than inventing a default;
+  carry; we restore the real default where 1.20 can take it (`LIST_MAP_KEY_DEFAULTS`: a port's
+  `protocol` is "TCP", as Kubernetes applies to pods), so keyed merging keeps working. Any other
+  such key downgrades its list to atomic (replace-whole-list on apply) rather than inventing a
+  default. That includes `imagePullSecrets` (key `name`, upstream default ""): 1.20 reads an
+  empty-string default as null and refuses the CRD;
 * embedded ObjectMeta (PodTemplateSpec.metadata, an ephemeral volume's claim template) becomes
   an object with only `EMBEDDED_METADATA_FIELDS` (controller-gen's embedded-metadata style):
-  server-managed fields make no sense in a template, and an empty object would prune everything;
+  server-managed fields make no sense in a template, and an empty object would prune everything.
+  (The Go operator's EmbeddedObjectMeta lists only labels and annotations; ours is a superset.);
 * an `object` with neither properties nor additionalProperties gets
   `x-kubernetes-preserve-unknown-fields` (otherwise it would prune all its content).
 
 Invariants (checked by `crd_schema_problems`, enforced by tests against a real 1.20 apiserver):
 every node has a `type` or is int-or-string/preserve-unknown-fields; `properties` and
-`additionalProperties` never together; no `$ref`, no `default` except the list-map ones, only
-CRD-accepted extensions. The definitions have no recursion; inlining raises if one appears.
+`additionalProperties` never together; no `$ref`, no `default` except the list-map ones (never
+""), only CRD-accepted extensions. The definitions have no recursion; inlining raises if one appears.
 """
 
 from __future__ import annotations
@@ -99,7 +108,6 @@ EMBEDDED_METADATA_FIELDS: Final = ("annotations", "finalizers", "generateName", 
 LIST_MAP_KEY_DEFAULTS: Final[Mapping[tuple[str, str], Any]] = {
     (_CORE + "ContainerPort", "protocol"): "TCP",
     (_CORE + "ServicePort", "protocol"): "TCP",
-    (_CORE + "LocalObjectReference", "name"): "",
 }
 
 # resource.Quantity's serialization grammar (<signedNumber><suffix>, with the decimal SI suffixes
@@ -175,7 +183,7 @@ K8S_RELEASE: Final[str] = K8S_SOURCE["kubernetesRelease"]
 
 
 def _int_or_string() -> dict[str, Any]:
-    return {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]}
+    return {"x-kubernetes-int-or-string": True}
 
 
 class _Converter:
@@ -228,9 +236,7 @@ class _Converter:
                 if self._descriptions:
                     schema[key] = value
             elif key == "properties":
-                schema[key] = {
-                    prop: self.node(sub, stack, f"{where}.{prop}") for prop, sub in value.items()
-                }
+                schema[key] = {prop: self.node(sub, stack, f"{where}.{prop}") for prop, sub in value.items()}
             elif key in ("items", "additionalProperties"):
                 if not isinstance(value, Mapping):
                     raise K8sSchemaError(f"{where}: unsupported {key}={value!r}")
@@ -359,7 +365,10 @@ def crd_schema_problems(schema: Mapping[str, Any], path: str = "") -> list[str]:
 
     Covers the rules the conversion must keep: structural typing, properties xor
     additionalProperties, no $ref, only CRD extensions, list/map-type placement, list-map keys
-    scalar and required-or-defaulted, set items scalar or atomic. Usable on whole CRD schemas.
+    scalar and required-or-defaulted, set items scalar or atomic; and two 1.20 traps seen on a
+    real apiserver: a "" default (refused as null) and anyOf/allOf/oneOf/not (the CRD installs,
+    but the CR's OpenAPI model fails to build, so server-side apply treats every list as
+    atomic). Usable on whole CRD schemas.
     """
     problems: list[str] = []
     for where, node, structural in _walk(schema, path):
@@ -370,12 +379,20 @@ def crd_schema_problems(schema: Mapping[str, Any], path: str = "") -> list[str]:
             if key.startswith("x-") and key not in _CRD_EXTENSIONS:
                 problems.append(f"{at}: extension {key} not accepted")
         int_or_string = node.get("x-kubernetes-int-or-string") is True
-        if structural and "type" not in node and not int_or_string and not node.get(
-            "x-kubernetes-preserve-unknown-fields"
+        if (
+            structural
+            and "type" not in node
+            and not int_or_string
+            and not node.get("x-kubernetes-preserve-unknown-fields")
         ):
             problems.append(f"{at}: no type")
         if int_or_string and "type" in node:
             problems.append(f"{at}: int-or-string with a type")
+        for keyword in ("anyOf", "allOf", "oneOf", "not"):
+            if keyword in node:
+                problems.append(f"{at}: {keyword} (1.20 cannot build the OpenAPI model, breaking apply)")
+        if node.get("default") == "":
+            problems.append(f"{at}: empty-string default (1.20 reads it as null and refuses it)")
         if "properties" in node and "additionalProperties" in node:
             problems.append(f"{at}: both properties and additionalProperties")
         if "x-kubernetes-map-type" in node and node.get("type") != "object":

@@ -12,10 +12,9 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
+from pko.api.markers import Format, ListMap, PreserveUnknown
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 from pydantic.alias_generators import to_camel
-
-from pko.api.markers import Format, ListMap, PreserveUnknown
 
 
 class KubeModel(BaseModel):
@@ -51,7 +50,9 @@ def format_time(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-Time = Annotated[datetime, Format("date-time"), PlainSerializer(format_time, return_type=str, when_used="json")]
+Time = Annotated[
+    datetime, Format("date-time"), PlainSerializer(format_time, return_type=str, when_used="json")
+]
 """A ``metav1.Time``: timezone-aware datetime in Python, ``2024-10-17T20:41:49Z`` on the wire."""
 
 
@@ -208,7 +209,11 @@ def set_condition(
         existing.status = status
         existing.last_transition_time = at or now()
         changed = True
-    for attr, value in (("reason", reason), ("message", message), ("observed_generation", observed_generation)):
+    for attr, value in (
+        ("reason", reason),
+        ("message", message),
+        ("observed_generation", observed_generation),
+    ):
         if getattr(existing, attr) != value:
             setattr(existing, attr, value)
             changed = True

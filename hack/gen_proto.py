@@ -59,7 +59,10 @@ def generate(dest: Path) -> None:
     # The plugin pipes its output through `ruff check --fix` and `ruff format`, found on PATH and
     # configured from the working directory: run it beside the output (no pyproject.toml there) with
     # this venv's ruff first on PATH so the result depends only on the tool versions.
-    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=dest, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"protoc failed ({proc.returncode}):\n{proc.stderr}")
@@ -67,9 +70,7 @@ def generate(dest: Path) -> None:
 
 def _tree(root: Path) -> set[Path]:
     return {
-        p.relative_to(root)
-        for p in root.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts
+        p.relative_to(root) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
     } - OWN_FILES
 
 
@@ -115,8 +116,10 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             return 0
         install(out, OUT_DIR)
-        print(f"generated {len(_tree(out))} files into {OUT_DIR.relative_to(ROOT)}"
-              + (f" ({len(problems)} changed)" if problems else " (no changes)"))
+        print(
+            f"generated {len(_tree(out))} files into {OUT_DIR.relative_to(ROOT)}"
+            + (f" ({len(problems)} changed)" if problems else " (no changes)")
+        )
     return 0
 
 

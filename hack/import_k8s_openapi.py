@@ -102,10 +102,10 @@ def iter_refs(node: Any) -> Iterator[str]:
             yield from iter_refs(item)
 
 
-def closure(definitions: Mapping[str, Any], roots: tuple[str, ...] = ROOTS) -> dict[str, Any]:
-    """The definitions reachable from `roots` through `$ref`, unchanged, sorted by name."""
+def closure(definitions: Mapping[str, Any], roots: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The definitions reachable from `roots` (default ROOTS) through `$ref`, unchanged, sorted by name."""
     seen: set[str] = set()
-    pending = list(roots)
+    pending = list(ROOTS if roots is None else roots)
     while pending:
         name = pending.pop()
         if name in seen:
@@ -158,9 +158,7 @@ def release_from_swagger(swagger: Mapping[str, Any]) -> str | None:
 
 
 def _git(mirror: Path, *args: str) -> str:
-    result = subprocess.run(
-        ["git", "-C", str(mirror), *args], check=True, capture_output=True, text=True
-    )
+    result = subprocess.run(["git", "-C", str(mirror), *args], check=True, capture_output=True, text=True)
     return result.stdout
 
 
@@ -274,11 +272,11 @@ def main(argv: list[str] | None = None) -> int:
             )
         elif args.swagger is not None:
             swagger = json.loads(args.swagger.read_text(encoding="utf-8"))
-            release = args.release or release_from_swagger(swagger)
-            if release is None:
+            stated = args.release or release_from_swagger(swagger)
+            if not stated:
                 raise ImportError_("the swagger states no release: pass --release")
             fresh = build_document(
-                swagger, release=release, repository=args.repository, commit=args.commit, path=SOURCE_PATH
+                swagger, release=stated, repository=args.repository, commit=args.commit, path=SOURCE_PATH
             )
 
         if args.check:

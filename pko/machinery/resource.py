@@ -109,7 +109,7 @@ async def _raise_for_status(resp: aiohttp.ClientResponse) -> None:
     except ValueError:
         pass
     exc = ApiException(status=resp.status, reason=reason)
-    exc.body = body
+    exc.body = body  # type: ignore[assignment]  # str, as the generated APIs leave it
     exc.headers = resp.headers
     raise exc
 
@@ -121,12 +121,20 @@ class ResourceClient:
     explicit namespace (or take it from the body).
     """
 
-    def __init__(self, api: ApiClient, resource: Resource, namespace: str | None = None) -> None:
+    def __init__(
+        self,
+        api: ApiClient,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        request_timeout: float = 60.0,
+    ) -> None:
         if namespace and not resource.namespaced:
             raise ValueError(f"{resource.name} is cluster-scoped; it has no namespace")
         self.api = api
         self.resource = resource
         self.namespace = namespace
+        self.request_timeout = request_timeout
 
     async def _request(
         self,
@@ -135,7 +143,7 @@ class ResourceClient:
         *,
         query: list[tuple[str, str]] | None = None,
         body: Obj | None = None,
-        timeout: aiohttp.ClientTimeout | float | None = None,
+        client_timeout: aiohttp.ClientTimeout | None = None,
     ) -> aiohttp.ClientResponse:
         resp: aiohttp.ClientResponse = await self.api.call_api(
             path,
@@ -145,7 +153,7 @@ class ResourceClient:
             body=body,
             auth_settings=_AUTH,
             _preload_content=False,
-            _request_timeout=timeout,
+            _request_timeout=client_timeout or aiohttp.ClientTimeout(total=self.request_timeout),
         )
         await _raise_for_status(resp)
         return resp
@@ -169,7 +177,6 @@ class ResourceClient:
         resource_version_match: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
-        timeout: float = 60.0,
     ) -> ObjectList:
         """One list request (one page when ``limit`` is set)."""
         query = _selectors(label_selector, field_selector)
@@ -181,7 +188,7 @@ class ResourceClient:
             query.append(("resourceVersion", resource_version))
         if resource_version_match:
             query.append(("resourceVersionMatch", resource_version_match))
-        data = await self._json("GET", self.resource.collection_path(self.namespace), query=query, timeout=timeout)
+        data = await self._json("GET", self.resource.collection_path(self.namespace), query=query)
         items: list[Obj] = data.get("items") or []
         # Lists of built-in types omit each item's apiVersion/kind; custom resources carry them.
         api_version, kind = self.resource.api_version, self.resource.kind
@@ -230,22 +237,22 @@ class ResourceClient:
             return str(body["metadata"]["namespace"])
         return self.namespace
 
-    async def get(self, name: str, namespace: str | None = None, *, timeout: float = 30.0) -> Obj:
-        return await self._json("GET", self.resource.object_path(self._ns(namespace), name), timeout=timeout)
+    async def get(self, name: str, namespace: str | None = None) -> Obj:
+        return await self._json("GET", self.resource.object_path(self._ns(namespace), name))
 
-    async def create(self, body: Obj, namespace: str | None = None, *, timeout: float = 30.0) -> Obj:
+    async def create(self, body: Obj, namespace: str | None = None) -> Obj:
         path = self.resource.collection_path(self._ns(namespace, body))
-        return await self._json("POST", path, body=body, timeout=timeout)
+        return await self._json("POST", path, body=body)
 
-    async def replace(self, body: Obj, *, timeout: float = 30.0) -> Obj:
+    async def replace(self, body: Obj) -> Obj:
         """PUT ``body``; with ``metadata.resourceVersion`` set this is an optimistic-concurrency write
         (409 Conflict when the object changed since it was read)."""
         meta = body.get("metadata") or {}
         path = self.resource.object_path(self._ns(None, body), str(meta["name"]))
-        return await self._json("PUT", path, body=body, timeout=timeout)
+        return await self._json("PUT", path, body=body)
 
-    async def delete(self, name: str, namespace: str | None = None, *, timeout: float = 30.0) -> Obj:
-        return await self._json("DELETE", self.resource.object_path(self._ns(namespace), name), timeout=timeout)
+    async def delete(self, name: str, namespace: str | None = None) -> Obj:
+        return await self._json("DELETE", self.resource.object_path(self._ns(namespace), name))
 
 
 @dataclass(slots=True)
@@ -274,7 +281,9 @@ class WatchStream:
         self._resp: aiohttp.ClientResponse | None = None
 
     async def __aenter__(self) -> WatchStream:
-        self._resp = await self._client._request("GET", self._path, query=self._query, timeout=self._timeout)
+        self._resp = await self._client._request(
+            "GET", self._path, query=self._query, client_timeout=self._timeout
+        )
         return self
 
     async def __aexit__(
@@ -301,8 +310,9 @@ class WatchStream:
         etype = event.get("type")
         obj = event.get("object") or {}
         if etype == "ERROR":
-            exc = ApiException(status=obj.get("code") or 500, reason=f"{obj.get('reason')}: {obj.get('message')}")
-            exc.body = line.decode(errors="replace")
+            reason = f"{obj.get('reason')}: {obj.get('message')}"
+            exc = ApiException(status=obj.get("code") or 500, reason=reason)
+            exc.body = line.decode(errors="replace")  # type: ignore[assignment]
             raise exc
         if etype != "BOOKMARK":
             resource = self._client.resource

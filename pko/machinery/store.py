@@ -14,6 +14,8 @@ Invariants:
 
 from __future__ import annotations
 
+import builtins
+import functools
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -95,6 +97,7 @@ def index_by_controller_uid(obj: Obj) -> list[str]:
     return [ref["uid"] for ref in refs if ref.get("controller") and ref.get("uid")]
 
 
+@functools.cache  # the same arguments give the same function, so shared informers can compare them
 def index_by_owner(kind: str, *, api_group: str | None = None, controller_only: bool = False) -> IndexFunc:
     """Index by the store key (``namespace/name``) of owners of ``kind`` (optionally in ``api_group``).
 
@@ -118,6 +121,7 @@ def index_by_owner(kind: str, *, api_group: str | None = None, controller_only: 
     return index
 
 
+@functools.cache
 def index_by_field(path: str, *, namespaced: bool = False) -> IndexFunc:
     """Index by the value at a dotted field path such as ``spec.programRef.name``.
 
@@ -260,11 +264,11 @@ class Indexer:
         with self._lock:
             return self._items.get(key)
 
-    def list(self) -> list[Obj]:
+    def list(self) -> builtins.list[Obj]:
         with self._lock:
             return list(self._items.values())
 
-    def list_keys(self) -> list[str]:
+    def list_keys(self) -> builtins.list[str]:
         with self._lock:
             return list(self._items)
 
@@ -276,11 +280,15 @@ class Indexer:
         with self._lock:
             return key in self._items
 
-    def indexer_names(self) -> list[str]:
+    def indexer_names(self) -> builtins.list[str]:
         with self._lock:
             return list(self._indexers)
 
-    def index(self, index_name: str, obj: Obj) -> list[Obj]:
+    def indexer_func(self, index_name: str) -> IndexFunc:
+        with self._lock:
+            return self._indexer(index_name)
+
+    def index(self, index_name: str, obj: Obj) -> builtins.list[Obj]:
         """Objects sharing at least one value of index ``index_name`` with ``obj``."""
         with self._lock:
             func = self._indexer(index_name)
@@ -289,18 +297,18 @@ class Indexer:
                 keys |= self._indices[index_name].get(value, set())
             return [self._items[k] for k in sorted(keys)]
 
-    def by_index(self, index_name: str, value: str) -> list[Obj]:
+    def by_index(self, index_name: str, value: str) -> builtins.list[Obj]:
         """Objects whose index function ``index_name`` yields ``value``, ordered by key."""
         with self._lock:
             self._indexer(index_name)
             return [self._items[k] for k in sorted(self._indices[index_name].get(value, ()))]
 
-    def index_keys(self, index_name: str, value: str) -> list[str]:
+    def index_keys(self, index_name: str, value: str) -> builtins.list[str]:
         with self._lock:
             self._indexer(index_name)
             return sorted(self._indices[index_name].get(value, ()))
 
-    def list_index_func_values(self, index_name: str) -> list[str]:
+    def list_index_func_values(self, index_name: str) -> builtins.list[str]:
         """Every value index ``index_name`` currently holds."""
         with self._lock:
             self._indexer(index_name)
@@ -314,16 +322,16 @@ class Indexer:
             raise KeyError(f"no indexer named {index_name!r}")
         return func
 
-    def _index_values(self, obj: Obj) -> list[tuple[str, Sequence[str]]]:
+    def _index_values(self, obj: Obj) -> builtins.list[tuple[str, Sequence[str]]]:
         return [(name, func(obj)) for name, func in self._indexers.items()]
 
-    def _index(self, key: str, values: list[tuple[str, Sequence[str]]]) -> None:
+    def _index(self, key: str, values: builtins.list[tuple[str, Sequence[str]]]) -> None:
         for name, vals in values:
             index = self._indices[name]
             for value in vals:
                 index.setdefault(value, set()).add(key)
 
-    def _unindex(self, key: str, values: list[tuple[str, Sequence[str]]]) -> None:
+    def _unindex(self, key: str, values: builtins.list[tuple[str, Sequence[str]]]) -> None:
         for name, vals in values:
             index = self._indices[name]
             for value in vals:

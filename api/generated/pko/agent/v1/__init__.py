@@ -29,7 +29,6 @@ __all__ = (
     "PolicyPack",
     "PreviewRequest",
     "ProjectInfo",
-    "PulumiErrorInfo",
     "PulumiVersionRequest",
     "PulumiVersionResult",
     "RefreshRequest",
@@ -596,24 +595,6 @@ class ProjectInfo(betterproto2.Message):
 
 
 default_message_pool.register_message("pko.agent.v1", "ProjectInfo", ProjectInfo)
-
-
-@dataclass(eq=False, repr=False)
-class PulumiErrorInfo(betterproto2.Message):
-    """
-    Describes the cause of a gRPC error from a Pulumi CLI failure (sent as a status detail).
-    """
-
-    code: "int" = betterproto2.field(1, betterproto2.TYPE_INT32)
-
-    reason: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
-
-    message: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
-
-
-default_message_pool.register_message(
-    "pko.agent.v1", "PulumiErrorInfo", PulumiErrorInfo
-)
 
 
 @dataclass(eq=False, repr=False)

@@ -1,0 +1,288 @@
+"""Kubernetes authentication and authorisation of every RPC the agent serves.
+
+A call must carry ``authorization: Bearer <token>``. The token is checked with a TokenReview that
+names the audiences the workspace was configured with (so a token minted for another workspace, or
+for the apiserver itself, is rejected), then a SubjectAccessReview asks whether that user may
+``use`` the ``workspaces/rpc`` subresource (group ``auto.pulumi.com``) of this Workspace. Failures
+map to ``UNAUTHENTICATED`` and ``PERMISSION_DENIED``.
+
+Decisions are cached like the Go agent's delegating authenticator/authorizer: TokenReview success
+1h, failure 1m; SubjectAccessReview allow 5m, deny 5s. Both caches are bounded LRUs. Tokens are
+never logged and never used as cache keys (only their SHA-256 is). Errors talking to the apiserver
+are not cached: the next call asks again.
+
+The gRPC health service is exempt: probes carry no token and health reveals nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import random
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import structlog
+from grpclib.const import Status
+from grpclib.events import RecvRequest, listen
+from grpclib.exceptions import GRPCError
+from grpclib.server import Server
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+log = structlog.get_logger("pko.agent.auth")
+
+# Library loggers that print bearer tokens at DEBUG: kubernetes_asyncio logs response bodies (a
+# TokenReview echoes spec.token) and hpack logs every header it encodes or decodes (the request's
+# authorization header). Pinned at INFO whatever the agent's log level.
+TOKEN_LEAKING_LOGGERS = ("kubernetes_asyncio.client.rest", "hpack")
+
+
+def silence_token_leaking_loggers() -> None:
+    for name in TOKEN_LEAKING_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level < logging.INFO:  # includes NOTSET, which would inherit the root's DEBUG
+            logger.setLevel(logging.INFO)
+
+API_GROUP = "auto.pulumi.com"
+API_VERSION = "v1alpha1"
+RESOURCE = "workspaces"
+SUBRESOURCE = "rpc"
+VERB = "use"
+# Methods reachable without a token.
+UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.Health/",)
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+@dataclass(frozen=True)
+class CacheTTLs:
+    """How long decisions are trusted (seconds). Defaults match the Go agent."""
+
+    token_success: float = 3600.0
+    token_failure: float = 60.0
+    access_allowed: float = 300.0
+    access_denied: float = 5.0
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    """The authenticated caller as TokenReview reported it."""
+
+    username: str
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class _TokenDecision:
+    user: UserInfo | None  # None: not authenticated
+    reason: str
+
+
+class TTLCache(Generic[K, V]):
+    """A bounded LRU whose entries expire after a per-entry TTL (monotonic clock)."""
+
+    def __init__(self, max_entries: int, clock: Callable[[], float] = time.monotonic) -> None:
+        if max_entries < 1:
+            raise ValueError("max_entries must be positive")
+        self._max = max_entries
+        self._clock = clock
+        self._entries: OrderedDict[K, tuple[float, V]] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        item = self._entries.get(key)
+        if item is None:
+            return None
+        expires, value = item
+        if self._clock() >= expires:
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V, ttl: float) -> None:
+        if ttl <= 0:
+            return
+        self._entries[key] = (self._clock() + ttl, value)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff for transient apiserver errors (Go: 500ms x1.5, jitter 0.2, 5 steps)."""
+
+    initial: float = 0.5
+    factor: float = 1.5
+    jitter: float = 0.2
+    steps: int = 5
+    request_timeout: float = 10.0
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, ApiException):
+        return exc.status is None or exc.status == 429 or exc.status >= 500
+    return isinstance(exc, (OSError, asyncio.TimeoutError))
+
+
+async def _with_retries(call: Callable[[], Awaitable[Any]], policy: RetryPolicy) -> Any:
+    delay = policy.initial
+    for attempt in range(policy.steps):
+        try:
+            return await asyncio.wait_for(call(), policy.request_timeout)
+        except Exception as exc:
+            if attempt == policy.steps - 1 or not _transient(exc):
+                raise
+            await asyncio.sleep(delay * (1 + random.uniform(0, policy.jitter)))
+            delay *= policy.factor
+    raise AssertionError("unreachable")
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``authorization: Bearer <token>`` header, or None."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+@dataclass
+class KubeAuthorizer:
+    """Checks bearer tokens against the apiserver for one Workspace; see the module docstring.
+
+    ``api_client`` is the agent's own identity: it needs ``create`` on ``tokenreviews`` and
+    ``subjectaccessreviews`` (ClusterRole ``system:auth-delegator``).
+    """
+
+    api_client: client.ApiClient
+    audiences: list[str]
+    workspace_namespace: str
+    workspace_name: str
+    ttls: CacheTTLs = field(default_factory=CacheTTLs)
+    max_entries: int = 1024
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def __post_init__(self) -> None:
+        if not self.audiences:
+            raise ValueError("at least one audience is required")
+        silence_token_leaking_loggers()
+        self._tokens: TTLCache[str, _TokenDecision] = TTLCache(self.max_entries)
+        self._access: TTLCache[UserInfo, tuple[bool, str]] = TTLCache(self.max_entries)
+        self._authn = client.AuthenticationV1Api(self.api_client)
+        self._authz = client.AuthorizationV1Api(self.api_client)
+
+    def install(self, server: Server) -> None:
+        """Check every request to ``server`` before its handler runs."""
+        listen(server, RecvRequest, self._on_request)
+
+    async def _on_request(self, event: RecvRequest) -> None:
+        if event.method_name.startswith(UNAUTHENTICATED_PREFIXES):
+            return
+        values = event.metadata.getall("authorization", [])
+        header = values[0] if values else None
+        user = await self.authorize(header if isinstance(header, str) else None)
+        log.debug("rpc authorized", method=event.method_name, user=user.username)
+
+    async def authorize(self, authorization: str | None) -> UserInfo:
+        """Authenticate and authorise one call; raises GRPCError when it must be refused."""
+        token = bearer_token(authorization)
+        if token is None:
+            raise GRPCError(Status.UNAUTHENTICATED, "missing bearer token")
+        user = await self.authenticate(token)
+        allowed, reason = await self.check_access(user)
+        if not allowed:
+            log.warning("access denied", user=user.username, reason=reason)
+            raise GRPCError(Status.PERMISSION_DENIED, reason or "forbidden")
+        return user
+
+    async def authenticate(self, token: str) -> UserInfo:
+        key = hashlib.sha256(token.encode()).hexdigest()
+        decision = self._tokens.get(key)
+        if decision is None:
+            decision = await self._review_token(token)
+            ttl = self.ttls.token_success if decision.user else self.ttls.token_failure
+            self._tokens.put(key, decision, ttl)
+        if decision.user is None:
+            log.warning("authentication failed", reason=decision.reason)
+            raise GRPCError(Status.UNAUTHENTICATED, "unauthenticated")
+        return decision.user
+
+    async def _review_token(self, token: str) -> _TokenDecision:
+        review = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=self.audiences))
+        try:
+            res = await _with_retries(lambda: self._authn.create_token_review(review), self.retry)
+        except ApiException as exc:
+            if exc.status == 403:
+                log.error("the agent may not create TokenReviews: bind it to system:auth-delegator")
+                raise GRPCError(Status.UNAUTHENTICATED, "TokenReview API is unavailable") from None
+            log.warning("TokenReview failed", status=exc.status)
+            raise GRPCError(Status.UNAUTHENTICATED, "TokenReview failed") from None
+        except (TimeoutError, OSError) as exc:
+            log.warning("TokenReview failed", error=type(exc).__name__)
+            raise GRPCError(Status.UNAUTHENTICATED, "TokenReview failed") from None
+        status = res.status
+        if status is None or not status.authenticated or status.user is None:
+            return _TokenDecision(None, (status.error if status else None) or "not authenticated")
+        granted = set(status.audiences or [])
+        if not granted.intersection(self.audiences):
+            return _TokenDecision(None, "token audiences do not match")
+        u = status.user
+        extra = tuple(sorted((k, tuple(v or [])) for k, v in (u.extra or {}).items()))
+        user = UserInfo(username=u.username or "", uid=u.uid or "", groups=tuple(u.groups or []), extra=extra)
+        return _TokenDecision(user, "")
+
+    async def check_access(self, user: UserInfo) -> tuple[bool, str]:
+        cached = self._access.get(user)
+        if cached is not None:
+            return cached
+        decision = await self._review_access(user)
+        self._access.put(user, decision, self.ttls.access_allowed if decision[0] else self.ttls.access_denied)
+        return decision
+
+    async def _review_access(self, user: UserInfo) -> tuple[bool, str]:
+        sar = client.V1SubjectAccessReview(
+            spec=client.V1SubjectAccessReviewSpec(
+                user=user.username,
+                uid=user.uid or None,
+                groups=list(user.groups) or None,
+                extra={k: list(v) for k, v in user.extra} or None,
+                resource_attributes=client.V1ResourceAttributes(
+                    group=API_GROUP,
+                    version=API_VERSION,
+                    resource=RESOURCE,
+                    subresource=SUBRESOURCE,
+                    verb=VERB,
+                    namespace=self.workspace_namespace,
+                    name=self.workspace_name,
+                ),
+            )
+        )
+        try:
+            res = await _with_retries(lambda: self._authz.create_subject_access_review(sar), self.retry)
+        except ApiException as exc:
+            if exc.status == 403:
+                log.error("the agent may not create SubjectAccessReviews: bind it to system:auth-delegator")
+                raise GRPCError(Status.UNAUTHENTICATED, "SubjectAccessReview API is unavailable") from None
+            log.warning("SubjectAccessReview failed", status=exc.status)
+            raise GRPCError(Status.INTERNAL, "SubjectAccessReview failed") from None
+        except (TimeoutError, OSError) as exc:
+            log.warning("SubjectAccessReview failed", error=type(exc).__name__)
+            raise GRPCError(Status.UNAVAILABLE, "SubjectAccessReview failed") from None
+        status = res.status
+        allowed = bool(status and status.allowed and not status.denied)
+        reason = (status.reason if status else None) or ("" if allowed else "forbidden")
+        return allowed, reason

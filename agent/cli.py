@@ -1,0 +1,189 @@
+"""The agent's command line: ``agent init`` (fetch the program) and ``agent serve`` (the gRPC server).
+
+Flags follow the Go agent so a workspace pod spec reads the same::
+
+    agent serve --workspace /share/workspace --skip-install --env-file /share/.env \\
+        --auth-mode kube --kube-audience <ws>.<ns> \\
+        --kube-workspace-namespace <ns> --kube-workspace-name <ws> [--pulumi-log-level N]
+
+A leading ``--`` (as tini passes it: ``tini /share/agent -- serve ...``) is ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+AUTH_MODE_NONE = "none"
+AUTH_MODE_KUBE = "kube"
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """Parse a dotenv file (``KEY=value``, ``export KEY=value``, ``#`` comments, quoted values)."""
+    out: dict[str, str] = {}
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export ") :].lstrip()
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"{path}:{number}: expected KEY=value")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            quote, value = value[0], value[1:-1]
+            if quote == '"':
+                value = value.encode().decode("unicode_escape")
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
+        out[key] = value
+    return out
+
+
+def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-w", "--workspace", required=True, type=Path, help="the workspace (program) directory")
+    p.add_argument("--skip-install", action="store_true", help="do not install project dependencies at start")
+    p.add_argument("-s", "--stack", help="select (or create) this stack at start")
+    p.add_argument("--secrets-provider", help="secrets provider for stacks the agent creates")
+    p.add_argument("--backend-url", help="Pulumi backend URL (otherwise PULUMI_BACKEND_URL or Pulumi.yaml)")
+    p.add_argument("--env-file", type=Path, help="environment file for Pulumi (a missing file is ignored)")
+    p.add_argument("--host", default="0.0.0.0", help="bind address (default 0.0.0.0)")
+    p.add_argument("--port", type=int, default=50051, help="port (default 50051)")
+    p.add_argument("--auth-mode", choices=[AUTH_MODE_NONE, AUTH_MODE_KUBE], default=AUTH_MODE_NONE)
+    p.add_argument(
+        "--kube-audience", action="append", default=[], help="token audience to require (repeatable)"
+    )
+    p.add_argument("--kube-workspace-namespace", default=os.environ.get("WORKSPACE_NAMESPACE", ""))
+    p.add_argument("--kube-workspace-name", default=os.environ.get("WORKSPACE_NAME", ""))
+    p.add_argument("--kubeconfig", type=Path, help="kubeconfig for auth (default: $KUBECONFIG or in-cluster)")
+    p.add_argument("--pulumi-log-level", type=int, default=0, help="Pulumi CLI verbosity (0: off)")
+    p.add_argument("--pulumi-root", type=Path, help="directory holding bin/pulumi (default: pulumi on PATH)")
+    p.add_argument(
+        "--journal-dir",
+        type=Path,
+        help="where operations are journaled (default: .agent/operations beside the workspace, i.e. /share)",
+    )
+    p.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=570.0,
+        help="seconds a running operation gets to stop after SIGTERM (default 570; the pod allows 600)",
+    )
+    p.add_argument("--log-level", default=os.environ.get("AGENT_LOG_LEVEL", "info"))
+    p.add_argument("--log-format", choices=["json", "console"], default="json")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agent", description="Pulumi Kubernetes Operator workspace agent")
+    sub = parser.add_subparsers(dest="command", required=True)
+    init = sub.add_parser("init", help="fetch the program source into the workspace")
+    from pko.agent.init import add_init_arguments
+
+    add_init_arguments(init)
+    _add_serve_arguments(sub.add_parser("serve", help="serve the agent's gRPC API"))
+    return parser
+
+
+def _validate_serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.auth_mode == AUTH_MODE_KUBE:
+        if not args.kube_audience:
+            parser.error("--kube-audience is required when --auth-mode is kube")
+        if not args.kube_workspace_namespace:
+            parser.error("--kube-workspace-namespace is required when --auth-mode is kube")
+        if not args.kube_workspace_name:
+            parser.error("--kube-workspace-name is required when --auth-mode is kube")
+    if not 0 < args.port < 65536:
+        parser.error("--port must be between 1 and 65535")
+
+
+async def _kube_api_client(kubeconfig: Path | None) -> Any:
+    """An ApiClient for the agent's own identity (kubeconfig, $KUBECONFIG, or the pod's account)."""
+    from kubernetes_asyncio import client, config
+
+    cfg = client.Configuration()
+    path = kubeconfig or (Path(os.environ["KUBECONFIG"]) if os.environ.get("KUBECONFIG") else None)
+    if path is not None:
+        await config.load_kube_config(config_file=str(path), client_configuration=cfg)
+    else:
+        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    return client.ApiClient(configuration=cfg)
+
+
+async def run_serve(args: argparse.Namespace) -> int:
+    import structlog
+    from kubernetes_asyncio import client
+    from pko.agent.auth import KubeAuthorizer
+    from pko.agent.pulumirunner import RunnerSettings
+    from pko.agent.server import ServeOptions, serve
+
+    log = structlog.get_logger("pko.agent")
+    try:
+        work_dir = args.workspace.resolve(strict=True)
+    except OSError:
+        print(f"agent: workspace {args.workspace} does not exist", file=sys.stderr)
+        return 2
+    env: dict[str, str] = {}
+    if args.env_file is not None and args.env_file.exists():
+        env = read_env_file(args.env_file)
+    settings = RunnerSettings(
+        work_dir=work_dir,
+        env_vars=env,
+        pulumi_root=args.pulumi_root,
+        pulumi_log_level=args.pulumi_log_level,
+        backend_url=args.backend_url,
+        secrets_provider=args.secrets_provider,
+        stack_name=args.stack,
+    )
+    api: client.ApiClient | None = None
+    authorizer = None
+    if args.auth_mode == AUTH_MODE_KUBE:
+        api = await _kube_api_client(args.kubeconfig)
+        authorizer = KubeAuthorizer(
+            api_client=api,
+            audiences=list(args.kube_audience),
+            workspace_namespace=args.kube_workspace_namespace,
+            workspace_name=args.kube_workspace_name,
+        )
+        log.info(
+            "kubernetes authorization enabled",
+            audiences=args.kube_audience,
+            namespace=args.kube_workspace_namespace,
+            workspace=args.kube_workspace_name,
+        )
+    options = ServeOptions(
+        runner=settings,
+        host=args.host,
+        port=args.port,
+        journal_dir=args.journal_dir or work_dir.parent / ".agent" / "operations",
+        shutdown_grace=args.shutdown_grace,
+        skip_install=args.skip_install,
+        authorizer=authorizer,
+    )
+    try:
+        return await serve(options)
+    finally:
+        if api is not None:
+            await api.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from pko.logging import configure_logging
+
+    configure_logging(getattr(args, "log_level", "info"), getattr(args, "log_format", "json"))
+    if args.command == "serve":
+        _validate_serve(parser, args)
+        return asyncio.run(run_serve(args))
+    from pko.agent.init import run_init
+
+    return run_init(args)

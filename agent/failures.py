@@ -1,0 +1,163 @@
+"""Classify a failed Pulumi operation into a structured ``Failure`` a controller can act on.
+
+The Automation API raises typed errors (``ConcurrentUpdateError``, ``RuntimeError``, ...) and the
+engine reports structured diagnostics; both are used first. Two facts have no structured source and
+are read from the CLI's error text, as the Go agent does: the known Pulumi Cloud errors (conflict,
+invalid token) and the owner of a DIY backend's lock. Pending operations come from the exported
+deployment (``pending_operations``), never from text.
+
+Reasons (a closed set): UpdateConflict, InvalidAccessToken, StackLocked, PendingOperations,
+ProgramError, ResourceOperationFailed, Cancelled, Terminated, AgentRestarted, OperationFailed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pko.api.generated.pko.agent import v1 as pb
+
+# Snippets of CLI error text -> (reason, message, code); the same table as the Go agent.
+KNOWN_ERRORS: tuple[tuple[str, str, str, int], ...] = (
+    (
+        "Conflict: Another update is currently in progress",
+        "UpdateConflict",
+        "Another update is currently in progress",
+        409,
+    ),
+    (
+        "invalid access token",
+        "InvalidAccessToken",
+        "Invalid access token used to authenticate with Pulumi Cloud",
+        401,
+    ),
+)
+
+_DIY_LOCKED = re.compile(r"the stack is currently locked by (\d+) lock\(s\)")
+# "  file:///x/.pulumi/locks/org/proj/dev/<uuid>.json: created by user@host (pid 42) at 2024-...Z"
+_DIY_LOCK_LINE = re.compile(
+    r"^\s*(?P<location>\S+): created by (?P<who>\S+) \(pid (?P<pid>\d+)\) at (?P<at>\S+)\s*$", re.M
+)
+_PENDING_TEXT = re.compile(r"resource\(s\) with pending operations")
+_DETAIL_LINES = 20
+
+
+@dataclass
+class RunObservations:
+    """What the engine reported during a run, gathered from its events."""
+
+    error_diagnostics: list[tuple[str, str]] = field(default_factory=list)  # (urn or "", message)
+    failed_resources: list[str] = field(default_factory=list)
+
+    def observe(self, event: Mapping[str, Any]) -> None:
+        diag = event.get("diagnosticEvent")
+        if isinstance(diag, Mapping) and diag.get("severity") == "error":
+            message = str(diag.get("message", "")).strip()
+            if message:
+                self.error_diagnostics.append((str(diag.get("urn") or ""), message))
+        failed = event.get("resOpFailedEvent")
+        if isinstance(failed, Mapping):
+            metadata = failed.get("metadata")
+            if isinstance(metadata, Mapping):
+                self.failed_resources.append(str(metadata.get("urn", "")))
+
+
+def tail(text: str, lines: int = _DETAIL_LINES) -> str:
+    kept = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(kept[-lines:])
+
+
+def parse_lock(text: str) -> pb.LockInfo | None:
+    """The lock a DIY backend reported in its error text, or None if the text names no lock."""
+    if not _DIY_LOCKED.search(text):
+        return None
+    m = _DIY_LOCK_LINE.search(text)
+    if m is None:
+        return pb.LockInfo()
+    acquired: datetime | None = None
+    try:
+        acquired = datetime.fromisoformat(m["at"].replace("Z", "+00:00"))
+    except ValueError:
+        acquired = None
+    return pb.LockInfo(owner=f"{m['who']} (pid {m['pid']})", location=m["location"], acquired=acquired)
+
+
+def pending_operations(deployment: Mapping[str, Any] | None) -> list[pb.PendingOperation]:
+    """Pending operations recorded in an exported deployment (``stack export``)."""
+    if not deployment:
+        return []
+    out = []
+    for op in deployment.get("pending_operations") or []:
+        resource = op.get("resource") or {}
+        out.append(pb.PendingOperation(urn=str(resource.get("urn", "")), type=str(op.get("type", ""))))
+    return out
+
+
+def _first_program_error(diagnostics: Iterable[tuple[str, str]]) -> str | None:
+    for urn, message in diagnostics:
+        # Program (not resource) errors are reported on the stack resource or on no resource.
+        if not urn or "::pulumi:pulumi:Stack::" in urn:
+            return message
+    return None
+
+
+def classify(
+    *,
+    error_class: str,
+    error_text: str,
+    observations: RunObservations,
+    pending: list[pb.PendingOperation],
+) -> pb.Failure:
+    """Build the Failure for a run that raised ``error_class`` (an Automation API error name)."""
+    detail = tail(error_text)
+    first_line = detail.splitlines()[-1] if detail else ""
+    for snippet, reason, message, code in KNOWN_ERRORS:
+        if snippet in error_text:
+            return pb.Failure(
+                reason=reason, message=message, code=code, pending_operations=pending, detail=detail
+            )
+    lock = parse_lock(error_text)
+    if lock is not None:
+        owner = f" by {lock.owner}" if lock.owner else ""
+        return pb.Failure(
+            reason="StackLocked",
+            message=f"the stack is locked{owner}",
+            code=409,
+            lock=lock,
+            pending_operations=pending,
+            detail=detail,
+        )
+    if pending and _PENDING_TEXT.search(error_text):
+        return pb.Failure(
+            reason="PendingOperations",
+            message=f"the stack has {len(pending)} pending operation(s)",
+            pending_operations=pending,
+            detail=detail,
+        )
+    program_error = _first_program_error(observations.error_diagnostics)
+    if error_class in {"RuntimeError", "CompilationError", "InlineSourceRuntimeError"} or (
+        program_error is not None and not observations.failed_resources
+    ):
+        return pb.Failure(
+            reason="ProgramError",
+            message=program_error or first_line or "the program failed",
+            pending_operations=pending,
+            detail=detail,
+        )
+    if observations.failed_resources:
+        message = next((m for _, m in observations.error_diagnostics), first_line)
+        return pb.Failure(
+            reason="ResourceOperationFailed",
+            message=message or f"{len(observations.failed_resources)} resource operation(s) failed",
+            pending_operations=pending,
+            detail=detail,
+        )
+    return pb.Failure(
+        reason="OperationFailed",
+        message=first_line or "the operation failed",
+        pending_operations=pending,
+        detail=detail,
+    )

@@ -1,0 +1,556 @@
+"""Everything the agent does with Pulumi, through ``pulumi.automation`` over one LocalWorkspace.
+
+The Automation API is synchronous (it runs the CLI as a subprocess and waits), so every call here
+runs in a worker thread and the event loop stays free. Engine events arrive on Automation API
+threads; they are converted to the CLI's JSON shape and handed to the caller's sink there.
+
+Invariants:
+* at most one long operation (preview/up/refresh/destroy) runs at a time; the operation registry
+  guarantees it, this module does not queue;
+* every CLI process the Automation API starts goes through ``TrackingPulumiCommand``, so an
+  interrupt reaches exactly the Pulumi processes this runner started (never other children of the
+  agent) and a cancel that arrives before the operation's process starts still stops it;
+* a failed operation is a result with a structured Failure, not an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+from pko.agent import failures, stackconfig
+from pko.agent.engineevents import engine_event_to_json
+from pko.agent.operations import EventSink, OperationRequest, operation_type
+from pko.api.generated.pko.agent import v1 as pb
+from pulumi import automation as auto
+from pulumi.automation import CommandResult, OnOutput
+from pulumi.automation import errors as auto_errors
+from pulumi.automation.events import EngineEvent
+
+log = structlog.get_logger("pko.agent.pulumi")
+
+USER_AGENT = "pulumi-kubernetes-operator-python"
+OPERATION_VERBS = frozenset({"up", "preview", "refresh", "destroy"})
+# Bounds on captured CLI output kept in a result (the tail is kept).
+MAX_CAPTURED_OUTPUT = 256 * 1024
+
+
+class RunnerError(Exception):
+    """A request the runner refuses or a Pulumi call that failed outside an operation."""
+
+
+class NoStackSelected(RunnerError):
+    def __init__(self) -> None:
+        super().__init__("no stack is selected")
+
+
+class StackNotFound(RunnerError):
+    def __init__(self) -> None:
+        super().__init__("stack not found")
+
+
+class InvalidArgument(RunnerError):
+    pass
+
+
+class Unsupported(RunnerError):
+    """The installed Pulumi CLI cannot do what was asked."""
+
+
+class CommandFailed(RunnerError):
+    """A non-operation Pulumi command failed; ``failure`` classifies it."""
+
+    def __init__(self, what: str, failure: pb.Failure) -> None:
+        super().__init__(f"{what} failed: {failure.message}")
+        self.failure = failure
+
+
+def _tail(text: str, limit: int = MAX_CAPTURED_OUTPUT) -> str:
+    return text if len(text) <= limit else text[-limit:]
+
+
+def _error_text(exc: BaseException) -> tuple[str, str]:
+    """(stdout, stderr) of a failed CLI command, when the error carries them."""
+    result = getattr(exc, "command_result", None)
+    if isinstance(result, CommandResult):
+        return result.stdout, result.stderr
+    return "", str(exc)
+
+
+class TrackingPulumiCommand(auto.PulumiCommand):
+    """A PulumiCommand that knows the processes it runs, so they can be interrupted.
+
+    ``run`` behaves like the Automation API's (non-interactive, ``PULUMI_AUTOMATION_API`` set,
+    bundled plugins first on PATH) but starts each CLI in its own session, so a signal meant for
+    the agent never reaches Pulumi directly: the agent decides when Pulumi sees CTRL-C. A failed
+    command raises the Automation API's typed error with the CommandResult attached as
+    ``command_result``.
+    """
+
+    def __init__(self, root: str | None = None, skip_version_check: bool = False) -> None:
+        super().__init__(root=root, skip_version_check=skip_version_check)
+        self._lock = threading.Lock()
+        self._running: dict[int, tuple[subprocess.Popen[str], bool]] = {}
+        self._interrupt = threading.Event()
+
+    def reset_interrupt(self) -> None:
+        self._interrupt.clear()
+
+    def interrupt_operations(self) -> int:
+        """Send SIGINT to running operation processes; later ones are refused. Returns how many."""
+        self._interrupt.set()
+        return self._signal(signal.SIGINT)
+
+    def kill_operations(self) -> int:
+        return self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: signal.Signals) -> int:
+        with self._lock:
+            targets = [p for p, is_op in self._running.values() if is_op and p.poll() is None]
+        for proc in targets:
+            try:
+                proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+        if targets:
+            log.info("signalled pulumi", signal=sig.name, pids=[p.pid for p in targets])
+        return len(targets)
+
+    def run(
+        self,
+        args: list[str],
+        cwd: str,
+        additional_env: Mapping[str, str],
+        on_output: OnOutput | None = None,
+        on_error: OnOutput | None = None,
+    ) -> CommandResult:
+        end = args.index("--") if "--" in args else len(args)
+        if "--non-interactive" not in args[:end]:
+            args.insert(0, "--non-interactive")
+        is_op = any(a in OPERATION_VERBS for a in args[:3])
+        env = {**os.environ, **additional_env, "PULUMI_AUTOMATION_API": "true"}
+        if os.path.isabs(self.command):
+            env["PATH"] = os.pathsep.join([os.path.dirname(self.command), env.get("PATH", "")])
+        stdout: list[str] = []
+        stderr: list[str] = []
+
+        def pump(stream: Any, callback: OnOutput | None, sink: list[str]) -> None:
+            for line in iter(stream.readline, ""):
+                line = line.rstrip()
+                sink.append(line)
+                if callback is not None:
+                    callback(line)
+            stream.close()
+
+        with self._lock:
+            if is_op and self._interrupt.is_set():
+                cancelled = CommandResult("", "error: the operation was cancelled before it started", -1)
+                err = auto_errors.create_command_error(cancelled)
+                err.command_result = cancelled  # type: ignore[attr-defined]
+                raise err
+            proc = subprocess.Popen(
+                [self.command, *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                cwd=cwd,
+                env=env,
+                encoding="utf-8",
+                errors="replace",
+                start_new_session=True,
+            )
+            self._running[proc.pid] = (proc, is_op)
+        try:
+            readers = [
+                threading.Thread(target=pump, args=(proc.stdout, on_output, stdout), daemon=True),
+                threading.Thread(target=pump, args=(proc.stderr, on_error, stderr), daemon=True),
+            ]
+            for t in readers:
+                t.start()
+            for t in readers:
+                t.join()
+            code = proc.wait()
+        finally:
+            with self._lock:
+                self._running.pop(proc.pid, None)
+        result = CommandResult(stdout="\n".join(stdout), stderr="\n".join(stderr), code=code)
+        if code != 0:
+            err = auto_errors.create_command_error(result)
+            err.command_result = result  # type: ignore[attr-defined]
+            raise err
+        return result
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """How to open the workspace; mirrors the agent's ``serve`` flags."""
+
+    work_dir: Path
+    env_vars: Mapping[str, str] = field(default_factory=dict)
+    pulumi_root: Path | None = None  # a directory holding bin/pulumi; None: pulumi from PATH
+    pulumi_home: Path | None = None
+    pulumi_log_level: int = 0
+    backend_url: str | None = None
+    secrets_provider: str | None = None  # used when a stack is created
+    stack_name: str | None = None  # selected (or created) when the runner opens
+
+
+def _project_info(settings: auto.ProjectSettings) -> pb.ProjectInfo:
+    runtime = settings.runtime
+    name = runtime if isinstance(runtime, str) else (runtime.name if runtime is not None else "")
+    return pb.ProjectInfo(name=settings.name, runtime=name or "")
+
+
+def _summary(s: auto.StackSummary) -> pb.StackSummary:
+    return pb.StackSummary(
+        name=s.name,
+        last_update=s.last_update.replace(tzinfo=UTC)
+        if s.last_update and not s.last_update.tzinfo
+        else s.last_update,
+        update_in_progress=bool(s.update_in_progress),
+        resource_count=s.resource_count,
+        url=s.url,
+    )
+
+
+def _update_summary(s: auto.UpdateSummary | None) -> pb.UpdateSummary | None:
+    if s is None:
+        return None
+
+    def aware(t: datetime | None) -> datetime | None:
+        return t.replace(tzinfo=UTC) if t is not None and t.tzinfo is None else t
+
+    return pb.UpdateSummary(
+        start_time=aware(s.start_time),
+        end_time=aware(s.end_time),
+        result=s.result or "",
+        message=s.message or "",
+    )
+
+
+def _permalink(stdout: str) -> str | None:
+    # The Automation API for Python has no permalink accessor; the CLI prints it as the Go SDK reads it.
+    for line in stdout.splitlines():
+        for marker in ("View in Browser (Ctrl+O): ", "View Live: ", "Permalink: "):
+            if marker in line:
+                return line.split(marker, 1)[1].strip() or None
+    return None
+
+
+class PulumiRunner:
+    """The agent's one LocalWorkspace and its selected stack; see the module docstring."""
+
+    def __init__(
+        self, settings: RunnerSettings, workspace: auto.LocalWorkspace, command: TrackingPulumiCommand
+    ):
+        self.settings = settings
+        self._ws = workspace
+        self._command = command
+        self._stack: auto.Stack | None = None
+        self._select_lock = threading.Lock()
+        self.project_info = _project_info(workspace.project_settings())
+
+    @classmethod
+    async def open(cls, settings: RunnerSettings) -> PulumiRunner:
+        """Open the workspace (runs ``pulumi version``) and select the configured stack, if any."""
+        runner = await asyncio.to_thread(cls._open_sync, settings)
+        if settings.stack_name:
+            await runner.select_stack(
+                settings.stack_name, create=True, secrets_provider=settings.secrets_provider
+            )
+        return runner
+
+    @classmethod
+    def _open_sync(cls, settings: RunnerSettings) -> PulumiRunner:
+        env = dict(settings.env_vars)
+        if settings.backend_url:
+            env["PULUMI_BACKEND_URL"] = settings.backend_url
+        env.setdefault("PULUMI_SKIP_UPDATE_CHECK", "true")
+        command = TrackingPulumiCommand(root=str(settings.pulumi_root) if settings.pulumi_root else None)
+        ws = auto.LocalWorkspace(
+            work_dir=str(settings.work_dir),
+            pulumi_home=str(settings.pulumi_home) if settings.pulumi_home else None,
+            env_vars=env,
+            secrets_provider=settings.secrets_provider,
+            pulumi_command=command,
+        )
+        return cls(settings, ws, command)
+
+    # -- simple calls ---------------------------------------------------------------------------
+    @property
+    def pulumi_version(self) -> str:
+        return str(self._ws.pulumi_version)
+
+    def _env_lookup(self, name: str) -> str | None:
+        value = self._ws.env_vars.get(name)
+        return value if value is not None else os.environ.get(name)
+
+    async def who_am_i(self) -> pb.WhoAmIResult:
+        try:
+            who = await asyncio.to_thread(self._ws.who_am_i)
+        except auto_errors.CommandError as exc:
+            raise CommandFailed("whoami", self._classify(exc, failures.RunObservations())) from None
+        return pb.WhoAmIResult(user=who.user, organizations=list(who.organizations or []), url=who.url or "")
+
+    async def select_stack(
+        self, name: str, *, create: bool = False, secrets_provider: str | None = None
+    ) -> pb.StackSummary:
+        if not name:
+            raise InvalidArgument("invalid stack name")
+        await asyncio.to_thread(self._select_sync, name, create, secrets_provider)
+        return await self.info()
+
+    def _select_sync(self, name: str, create: bool, secrets_provider: str | None) -> None:
+        with self._select_lock:
+            try:
+                stack = auto.Stack.select(name, self._ws)
+            except auto_errors.StackNotFoundError:
+                if not create:
+                    raise StackNotFound() from None
+                self._ws.secrets_provider = secrets_provider or self.settings.secrets_provider
+                try:
+                    stack = auto.Stack.create(name, self._ws)
+                finally:
+                    self._ws.secrets_provider = self.settings.secrets_provider
+                log.info("created stack", stack=name)
+            except auto_errors.CommandError as exc:
+                raise CommandFailed("select stack", self._classify(exc, failures.RunObservations())) from None
+            self._stack = stack
+            log.info("selected stack", stack=name)
+
+    @property
+    def selected_stack_name(self) -> str | None:
+        return self._stack.name if self._stack is not None else None
+
+    async def require_stack(self) -> auto.Stack:
+        """The selected stack; after an agent restart, the workspace's current stack."""
+        if self._stack is not None:
+            return self._stack
+        current = await asyncio.to_thread(self._ws.stack)
+        if current is None:
+            raise NoStackSelected()
+        await asyncio.to_thread(self._select_sync, current.name, False, None)
+        assert self._stack is not None
+        return self._stack
+
+    async def info(self) -> pb.StackSummary:
+        stack = await self.require_stack()
+        stacks = await asyncio.to_thread(self._ws.list_stacks)
+        for s in stacks:
+            if s.name == stack.name:
+                return _summary(s)
+        raise StackNotFound()
+
+    async def set_all_config(self, items: list[pb.ConfigItem]) -> None:
+        stack = await self.require_stack()
+        try:
+            plan = stackconfig.plan(self.project_info.name, items, self._env_lookup)
+        except stackconfig.ConfigError as exc:
+            raise InvalidArgument(str(exc)) from None
+        if not plan_values(plan):
+            return
+        if isinstance(plan, stackconfig.JsonConfig):
+            version = self._command.version
+            if version is not None and version.to_tuple()[:3] < stackconfig.MIN_JSON_CONFIG_VERSION:
+                raise Unsupported("structured config needs Pulumi CLI 3.202.0 or newer")
+            call: Callable[[], None] = lambda: stack.set_all_config_json(plan.document)  # noqa: E731
+        else:
+            call = lambda: stack.set_all_config(plan.values, path=True)  # noqa: E731
+        try:
+            await asyncio.to_thread(call)
+        except auto_errors.CommandError as exc:
+            raise CommandFailed("set config", self._classify(exc, failures.RunObservations())) from None
+
+    async def add_environments(self, names: list[str]) -> None:
+        stack = await self.require_stack()
+        if not names:
+            return
+        try:
+            await asyncio.to_thread(stack.add_environments, *names)
+        except auto_errors.CommandError as exc:
+            raise CommandFailed("add environments", self._classify(exc, failures.RunObservations())) from None
+
+    async def install(self) -> None:
+        def on_output(line: str) -> None:
+            log.info("pulumi install", line=line)
+
+        try:
+            await asyncio.to_thread(self._ws.install, on_output=on_output)
+        except auto_errors.CommandError as exc:
+            raise CommandFailed("install", self._classify(exc, failures.RunObservations())) from None
+
+    # -- operations -----------------------------------------------------------------------------
+    def interrupt(self) -> int:
+        """CTRL-C for the running operation (and one about to start). Returns processes signalled."""
+        return self._command.interrupt_operations()
+
+    def kill(self) -> int:
+        return self._command.kill_operations()
+
+    async def run(self, operation_id: str, request: OperationRequest, sink: EventSink) -> pb.OperationResult:
+        """Run one operation to its end; failures come back as a result, never as an exception."""
+        stack = await self.require_stack()
+        self._command.reset_interrupt()
+        return await asyncio.to_thread(self._run_sync, stack, operation_id, request, sink)
+
+    def _run_sync(
+        self, stack: auto.Stack, operation_id: str, request: OperationRequest, sink: EventSink
+    ) -> pb.OperationResult:
+        kind = operation_type(request)
+        observations = failures.RunObservations()
+
+        def on_event(event: EngineEvent) -> None:
+            data = engine_event_to_json(event)
+            observations.observe(data)
+            sink(data)
+
+        def on_output(line: str) -> None:
+            log.info("pulumi", operation=operation_id, line=line)
+
+        def on_error(line: str) -> None:
+            log.warning("pulumi", operation=operation_id, line=line)
+
+        common: dict[str, Any] = {
+            "on_event": on_event,
+            "on_output": on_output,
+            "on_error": on_error,
+            "color": "never",
+            "parallel": request.parallel,
+            "message": request.message,
+            "target": list(request.target) or None,
+        }
+        if self.settings.pulumi_log_level > 0:
+            common.update(log_verbosity=self.settings.pulumi_log_level, log_to_std_err=True, log_flow=True)
+        base = pb.OperationResult(operation_id=operation_id, type=kind, project_info=self.project_info)
+        started = datetime.now(UTC)
+        log.info("operation started", operation=operation_id, type=kind.name.lower(), stack=stack.name)
+        try:
+            self._invoke(stack, request, common, base)
+        except auto_errors.CommandError as exc:
+            stdout, stderr = _error_text(exc)
+            base.state = pb.OperationState.FAILED
+            base.stdout, base.stderr = _tail(stdout), _tail(stderr)
+            base.failure = self._classify(exc, observations, stack)
+            base.summary = pb.UpdateSummary(
+                start_time=started, end_time=datetime.now(UTC), result="failed", message=base.failure.message
+            )
+            base.permalink = _permalink(stdout)
+            log.warning(
+                "operation failed",
+                operation=operation_id,
+                reason=base.failure.reason,
+                message=base.failure.message,
+            )
+            return base
+        base.state = pb.OperationState.SUCCEEDED
+        if base.summary is None:
+            base.summary = pb.UpdateSummary(
+                start_time=started, end_time=datetime.now(UTC), result="succeeded"
+            )
+        log.info("operation succeeded", operation=operation_id, type=kind.name.lower())
+        return base
+
+    def _invoke(
+        self, stack: auto.Stack, request: OperationRequest, common: dict[str, Any], out: pb.OperationResult
+    ) -> None:
+        """Run the Automation API call for ``request`` and copy its answer into ``out``."""
+        if isinstance(request, pb.PreviewRequest):
+            res_p = stack.preview(
+                **common,
+                expect_no_changes=request.expect_no_changes,
+                replace=list(request.replace) or None,
+                target_dependents=request.target_dependents,
+                policy_packs=[p.name for p in request.policy_pack] or None,
+                refresh=request.refresh,
+                diff=True,
+            )
+            out.stdout, out.stderr = _tail(res_p.stdout), _tail(res_p.stderr)
+            out.change_summary = {
+                str(getattr(k, "value", k)): int(v) for k, v in (res_p.change_summary or {}).items()
+            }
+            out.permalink = _permalink(res_p.stdout)
+        elif isinstance(request, pb.UpRequest):
+            res_u = stack.up(
+                **common,
+                expect_no_changes=request.expect_no_changes,
+                replace=list(request.replace) or None,
+                target_dependents=request.target_dependents,
+                policy_packs=[p.name for p in request.policy_pack] or None,
+                refresh=request.refresh,
+                continue_on_error=request.continue_on_error,
+                suppress_progress=True,
+                diff=True,
+            )
+            out.stdout, out.stderr = _tail(res_u.stdout), _tail(res_u.stderr)
+            out.summary = _update_summary(res_u.summary)
+            out.permalink = _permalink(res_u.stdout)
+            out.outputs = {
+                k: pb.OutputValue(value=json.dumps(v.value).encode(), secret=bool(v.secret))
+                for k, v in res_u.outputs.items()
+            }
+        elif isinstance(request, pb.RefreshRequest):
+            res_r = stack.refresh(
+                **common,
+                expect_no_changes=request.expect_no_changes,
+                run_program=request.run_program,
+            )
+            out.stdout, out.stderr = _tail(res_r.stdout), _tail(res_r.stderr)
+            out.summary = _update_summary(res_r.summary)
+            out.permalink = _permalink(res_r.stdout)
+        else:
+            res_d = stack.destroy(
+                **common,
+                target_dependents=request.target_dependents,
+                refresh=request.refresh,
+                continue_on_error=request.continue_on_error,
+                remove=request.remove,
+                run_program=request.run_program,
+            )
+            out.stdout, out.stderr = _tail(res_d.stdout), _tail(res_d.stderr)
+            out.summary = _update_summary(res_d.summary)
+            out.permalink = _permalink(res_d.stdout)
+            if request.remove:
+                with self._select_lock:
+                    self._stack = None
+
+    def _classify(
+        self,
+        exc: auto_errors.CommandError,
+        observations: failures.RunObservations,
+        stack: auto.Stack | None = None,
+    ) -> pb.Failure:
+        stdout, stderr = _error_text(exc)
+        pending: list[pb.PendingOperation] = []
+        if stack is not None:
+            pending = self._pending_operations(stack)
+        return failures.classify(
+            error_class=type(exc).__name__,
+            error_text=f"{stderr}\n{stdout}",
+            observations=observations,
+            pending=pending,
+        )
+
+    def _pending_operations(self, stack: auto.Stack) -> list[pb.PendingOperation]:
+        try:
+            exported = stack.export_stack()
+        except auto_errors.CommandError:
+            return []
+        deployment = exported.deployment if isinstance(exported.deployment, dict) else None
+        return failures.pending_operations(deployment)
+
+
+def plan_values(plan: stackconfig.PathConfig | stackconfig.JsonConfig) -> bool:
+    """Whether the plan sets anything (an empty set-all is skipped)."""
+    if isinstance(plan, stackconfig.PathConfig):
+        return bool(plan.values)
+    return plan.document != "{}"

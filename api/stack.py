@@ -1,0 +1,456 @@
+"""``pulumi.com/v1`` Stack: a Pulumi stack kept up to date from a git repo, Flux source or Program.
+
+The field set is the Go operator v2's (docs/stacks.md upstream), including the deprecated fields
+users' manifests still carry (``accessTokenSecret``, ``envs``, ``envSecrets``, ``secrets``,
+``gitAuthSecret``): they are accepted and keep their Go meaning, which the Stack reconciler maps
+onto the Workspace (see each field's docstring). ``status.nextRetryTime`` is our extension.
+
+The same schema is served as the legacy ``pulumi.com/v1alpha1`` (not stored).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal
+
+from pko.api import update as update_api
+from pko.api import workspace as workspace_api
+from pko.api.markers import ApplyConfigurationOf, Extension, ListAtomic
+from pko.api.meta import (
+    Conditions,
+    GoDuration,
+    Int64,
+    JSONValue,
+    KubeModel,
+    NonNegativeInt64,
+    ObjectMeta,
+    Time,
+)
+from pydantic import Field
+
+GROUP: Final = "pulumi.com"
+VERSION: Final = "v1"
+LEGACY_VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "Stack"
+PLURAL: Final = "stacks"
+
+MAX_NAME_LENGTH: Final = 42
+"""Longest Stack name: derived object names (``<name>-workspace-0``, Update names) must stay valid."""
+
+RECONCILE_REQUEST_ANNOTATION: Final = "pulumi.com/reconciliation-request"
+
+CONDITION_READY: Final = "Ready"
+CONDITION_STALLED: Final = "Stalled"
+CONDITION_RECONCILING: Final = "Reconciling"
+
+DEFAULT_RESYNC_FREQUENCY_SECONDS: Final = 60
+"""Also the minimum: smaller values (including 0) mean 60."""
+DEFAULT_RETRY_MAX_BACKOFF_SECONDS: Final = 24 * 3600
+
+ResourceSelectorType = Literal["Env", "FS", "Secret", "Literal"]
+WorkspaceReclaimPolicy = Literal["Retain", "Delete"]
+StackUpdateStateMessage = Literal["succeeded", "failed"]
+
+
+class FSSelector(KubeModel):
+    """A file on the operator's file system (deprecated in v2: refused)."""
+
+    path: str
+    """Path on the filesystem to use to load information from."""
+
+
+class EnvSelector(KubeModel):
+    """An environment variable of the operator process (deprecated in v2: refused)."""
+
+    name: str
+    """Name of the environment variable."""
+
+
+class SecretSelector(KubeModel):
+    """A key of a Kubernetes Secret in the Stack's namespace."""
+
+    namespace: str | None = None
+    """Namespace where the Secret is stored. Deprecated; a namespace other than the Stack's is invalid."""
+    name: str
+    """Name of the Secret."""
+    key: str
+    """Key within the Secret to use."""
+
+
+class LiteralRef(KubeModel):
+    """A literal value."""
+
+    value: str
+    """Value to load."""
+
+
+class ResourceRef(KubeModel):
+    """Where a value comes from: one of a Secret key or a literal (Env and FS are refused in v2).
+
+    Invariant checked by ``pko.api.validation``: the key named by ``type`` is set, no other is.
+    """
+
+    type: ResourceSelectorType
+    """SelectorType is required and signifies the type of selector. Must be one of: Env, FS, Secret,
+    Literal."""
+    filesystem: FSSelector | None = None
+    """FileSystem selects a file on the operator's file system."""
+    env: EnvSelector | None = None
+    """Env selects an environment variable set on the operator process."""
+    secret: SecretSelector | None = None
+    """SecretRef refers to a Kubernetes Secret."""
+    literal: LiteralRef | None = None
+    """LiteralRef refers to a literal value."""
+
+
+class ConfigMapRef(KubeModel):
+    """A key of a ConfigMap in the Stack's namespace."""
+
+    name: str
+    """Name of the ConfigMap."""
+    key: str
+    """Key within the ConfigMap to use."""
+    json_: Annotated[bool | None, Field(alias="json")] = None
+    """JSON indicates the referenced value should be parsed as JSON (structured data) rather than a raw
+    string."""
+
+
+class GitHubAppAuth(KubeModel):
+    """GitHub App credentials; all three must reference a Kubernetes Secret."""
+
+    app_id: Annotated[ResourceRef, Field(alias="appID")]
+    """AppID is the numeric GitHub App ID, stored as a string in a Kubernetes Secret."""
+    installation_id: Annotated[ResourceRef, Field(alias="installationID")]
+    """InstallationID is the numeric GitHub App installation ID, stored as a string in a Kubernetes Secret."""
+    private_key: ResourceRef
+    """PrivateKey is the PEM-encoded RSA private key of the GitHub App, stored in a Kubernetes Secret."""
+
+
+class SSHAuth(KubeModel):
+    """SSH authentication: a private key and an optional passphrase."""
+
+    ssh_private_key: ResourceRef
+    """The SSH private key."""
+    password: ResourceRef | None = None
+    """The passphrase of the private key, if any."""
+
+
+class BasicAuth(KubeModel):
+    """Username and password authentication; both are required."""
+
+    user_name: ResourceRef
+    """The username."""
+    password: ResourceRef
+    """The password."""
+
+
+class GitAuthConfig(KubeModel):
+    """Git authentication. When more than one mode is set, the first of sshAuth, accessToken, githubApp,
+    basicAuth wins."""
+
+    access_token: ResourceRef | None = None
+    """A personal access token."""
+    ssh_auth: SSHAuth | None = None
+    """SSH private key (and its optional password)."""
+    basic_auth: BasicAuth | None = None
+    """Basic auth username and password."""
+    github_app: GitHubAppAuth | None = None
+    """GitHub App (app ID, installation ID and private key)."""
+
+
+class FluxSourceReference(KubeModel):
+    """A Flux source object in the Stack's namespace."""
+
+    api_version: str
+    """API version of the source, e.g. source.toolkit.fluxcd.io/v1."""
+    kind: str
+    """Kind of the source, e.g. GitRepository, OCIRepository, Bucket."""
+    name: str
+    """Name of the source object."""
+
+
+class FluxSource(KubeModel):
+    """How to fetch source code from a Flux source object."""
+
+    source_ref: FluxSourceReference
+    """The Flux source object."""
+    dir: str | None = None
+    """Dir gives the subdirectory containing the Pulumi project (Pulumi.yaml) within the fetched source."""
+
+
+class ProgramReference(KubeModel):
+    """A Program object in the Stack's namespace."""
+
+    name: str
+    """Name of the Program."""
+
+
+class RequirementSpec(KubeModel):
+    """Constraints for a prerequisite to be considered satisfied."""
+
+    succeeded_within_duration: GoDuration | None = None
+    """SucceededWithinDuration gives a duration within which the prerequisite must have reached a
+    succeeded state; e.g. "1h" means "the prerequisite must be successful, and have become so in the
+    last hour"."""
+
+
+class PrerequisiteRef(KubeModel):
+    """Another Stack that must have succeeded before this one runs."""
+
+    name: str
+    """Name is the name of the Stack resource that is a prerequisite."""
+    requirement: RequirementSpec | None = None
+    """Requirement gives specific requirements for the prerequisite; the base requirement is that the
+    referenced stack is in a successful state."""
+
+
+WorkspaceApplyConfiguration = Annotated[dict[str, Any], ApplyConfigurationOf(workspace_api.Workspace)]
+UpdateApplyConfiguration = Annotated[dict[str, Any], ApplyConfigurationOf(update_api.Update)]
+
+
+class StackSpec(KubeModel):
+    """The desired state of a Pulumi stack managed by the operator."""
+
+    access_token_secret: str | None = None
+    """(optional) AccessTokenSecret is the name of a Secret containing the PULUMI_ACCESS_TOKEN (key
+    accessToken). Deprecated: use envRefs with a secret entry for PULUMI_ACCESS_TOKEN."""
+    envs: list[str] | None = None
+    """(optional) Envs is a list of ConfigMap names whose entries are set as environment variables.
+    Deprecated: use envRefs."""
+    env_refs: dict[str, ResourceRef] | None = None
+    """(optional) EnvRefs maps environment variable names to where their values come from (a literal or a
+    Secret key)."""
+    env_secrets: list[str] | None = None
+    """(optional) SecretEnvs is a list of Secret names whose entries are set as environment variables.
+    Deprecated: use envRefs."""
+    backend: str | None = None
+    """(optional) Backend is the backend URL to use for all Pulumi operations, e.g. https://app.pulumi.com
+    (default), file://./einstein, s3://<bucket>, azblob://<bucket>, gs://<bucket>."""
+    stack: str
+    """Stack is the fully qualified name of the stack to deploy (<org>/<stack>)."""
+    config: dict[str, JSONValue] | None = None
+    """(optional) Config is the configuration for this stack: strings or structured values (objects,
+    arrays, numbers, booleans). When omitted, configuration is taken from the source."""
+    secrets: dict[str, str] | None = None
+    """(optional) Secrets is secret configuration given inline. Deprecated: use secretsRef."""
+    config_ref: dict[str, ConfigMapRef] | None = None
+    """(optional) ConfigRef sets configuration values from ConfigMap keys."""
+    secrets_ref: dict[str, ResourceRef] | None = None
+    """(optional) SecretRefs is secret configuration given through resource references."""
+    secrets_provider: str | None = None
+    """(optional) SecretsProvider is used to initialize a stack with alternative encryption, e.g.
+    awskms://..., azurekeyvault://..., gcpkms://...; 'default' resets to the default provider."""
+
+    project_repo: str | None = None
+    """ProjectRepo is the git repository from which the project code and configuration are fetched."""
+    git_auth_secret: str | None = None
+    """(optional) GitAuthSecret is the name of a Secret with git credentials (keys sshPrivateKey and
+    password, accessToken, or username and password). Deprecated: use gitAuth."""
+    git_auth: GitAuthConfig | None = None
+    """(optional) GitAuth configures git authentication: SSH private key, personal access token, basic
+    auth or GitHub App."""
+    repo_dir: str | None = None
+    """(optional) RepoDir is the directory of the repository where Pulumi.yaml is located."""
+    commit: str | None = None
+    """(optional) Commit is the hash of the commit to deploy. Mutually exclusive with branch."""
+    branch: str | None = None
+    """(optional) Branch is the branch to deploy (simple or fully qualified ref name, e.g.
+    refs/heads/master), polled every resyncFrequencySeconds. Mutually exclusive with commit."""
+    shallow: bool = False
+    """Shallow controls whether the workspace uses a shallow checkout or whether all history is cloned."""
+    flux_source: FluxSource | None = None
+    """FluxSource specifies how to fetch source code from a Flux source object."""
+    program_ref: ProgramReference | None = None
+    """ProgramRef refers to a Program object, to be used as the source for the stack."""
+
+    targets: list[str] | None = None
+    """(optional) Targets is a list of URNs of resources to update exclusively."""
+    target_dependents: bool = False
+    """TargetDependents indicates that dependent resources should be updated as well, when using targets."""
+    prerequisites: list[PrerequisiteRef] | None = None
+    """(optional) Prerequisites is a list of other Stacks, each with a constraint on how long ago it must
+    have succeeded."""
+    continue_resync_on_commit_match: bool = False
+    """(optional) ContinueResyncOnCommitMatch keeps updating the stack every resyncFrequencySeconds even
+    when the source revision has not changed (drift detection)."""
+    refresh: bool = False
+    """(optional) Refresh the stack before it is updated."""
+    expect_no_refresh_changes: bool = False
+    """(optional) ExpectNoRefreshChanges: a refresh is not expected to find changes. Ignored in v2."""
+    destroy_on_finalize: bool = False
+    """(optional) DestroyOnFinalize destroys the stack when the Stack object is deleted."""
+    run_program: bool = False
+    """(optional) RunProgram runs the program during destroy operations (when destroyOnFinalize is set)."""
+    retry_on_update_conflict: bool = False
+    """(optional) RetryOnUpdateConflict retries an update that hit an HTTP 409 conflict (another update in
+    progress)."""
+    use_local_stack_only: bool = False
+    """(optional) UseLocalStackOnly prevents the operator from creating stacks that do not exist."""
+    resync_frequency_seconds: NonNegativeInt64 | None = None
+    """(optional) ResyncFrequencySeconds: how often to resync (continueResyncOnCommitMatch) and to poll a
+    branch. Values below 60 (including 0) mean 60; defaults to 60."""
+    service_account_name: str | None = None
+    """ServiceAccountName is the Kubernetes service account identity of the stack's workspace."""
+    workspace_template: WorkspaceApplyConfiguration | None = None
+    """WorkspaceTemplate customizes the Workspace generated for this Stack: it is merged over the
+    generated Workspace (metadata, image, resources, volumes, ...)."""
+    workspace_reclaim_policy: WorkspaceReclaimPolicy = "Retain"
+    """WorkspaceReclaimPolicy: whether the workspace is deleted or retained after the Stack is
+    successfully updated. One of Retain (default) or Delete."""
+    environment: Annotated[list[str], ListAtomic()] | None = None
+    """(optional) Environment specifies the Pulumi ESC environment(s) to use for this stack."""
+    update_template: UpdateApplyConfiguration | None = None
+    """UpdateTemplate customizes the Updates generated for this Stack: it is merged over each generated
+    Update (metadata, retention policy, ...)."""
+    retry_max_backoff_duration_seconds: NonNegativeInt64 | None = None
+    """RetryMaxBackoffDurationSeconds is the maximum number of seconds to wait before retrying a failed
+    update. Defaults to 86400 (24 hours)."""
+    preview: bool = False
+    """(optional) Preview runs only preview operations, never actual updates."""
+
+    def resync_frequency(self) -> int:
+        """Effective resync period in seconds: the field, but never less than 60 (the Go rule)."""
+        return max(self.resync_frequency_seconds or 0, DEFAULT_RESYNC_FREQUENCY_SECONDS)
+
+    def retry_max_backoff(self) -> int:
+        """Effective cap of the retry backoff in seconds: the field if positive, else 24h."""
+        value = self.retry_max_backoff_duration_seconds or 0
+        return value if value > 0 else DEFAULT_RETRY_MAX_BACKOFF_SECONDS
+
+    def has_git_source(self) -> bool:
+        """Whether any of the inline git fields is set (Go's ``GitSource != nil``)."""
+        return bool(
+            self.project_repo
+            or self.commit
+            or self.branch
+            or self.repo_dir
+            or self.git_auth
+            or self.git_auth_secret
+            or self.shallow
+        )
+
+
+class ProjectInfo(KubeModel):
+    """The Pulumi project name and runtime, cached to destroy without a source."""
+
+    name: str
+    """Name is the Pulumi project name (the name: field in Pulumi.yaml)."""
+    runtime: str
+    """Runtime is the Pulumi runtime declaration (the runtime: field in Pulumi.yaml)."""
+
+
+class StackUpdateState(KubeModel):
+    """The result of the last completed update."""
+
+    generation: Int64 | None = None
+    """Generation is the stack generation associated with the update."""
+    reconcile_request: str | None = None
+    """ReconcileRequest is the stack reconcile request associated with the update."""
+    name: str | None = None
+    """Name is the name of the Update object."""
+    type: update_api.UpdateType | None = None
+    """Type is the type of update."""
+    state: StackUpdateStateMessage | None = None
+    """State is the state of the stack update: succeeded or failed."""
+    message: str | None = None
+    """Message surfaces any errors or additional information about the update."""
+    last_attempted_commit: str | None = None
+    """Last commit attempted."""
+    last_successful_commit: str | None = None
+    """Last commit successfully applied."""
+    permalink: str | None = None
+    """Permalink is the Pulumi Console URL of the stack operation."""
+    last_resync_time: Time | None = None
+    """LastResyncTime is the last time a resync of the stack took place."""
+    failures: NonNegativeInt64 | None = None
+    """Failures records how many times the update has been attempted and failed."""
+
+
+class CurrentStackUpdate(KubeModel):
+    """The update in flight, if any."""
+
+    generation: Int64 | None = None
+    """Generation is the stack generation associated with the update."""
+    reconcile_request: str | None = None
+    """ReconcileRequest is the stack reconcile request associated with the update."""
+    name: str | None = None
+    """Name is the name of the Update object."""
+    commit: str | None = None
+    """Commit is the commit SHA of the planned update."""
+
+
+class StackStatus(KubeModel):
+    """The observed state of a Stack."""
+
+    outputs: dict[str, JSONValue] | None = None
+    """Outputs contains the exported stack output variables resulting from a deployment."""
+    last_update: StackUpdateState | None = None
+    """LastUpdate contains details of the status of the last update."""
+    observed_generation: NonNegativeInt64 | None = None
+    """ObservedGeneration records the value of .metadata.generation when the controller last processed
+    this object."""
+    observed_reconcile_request: str | None = None
+    """ObservedReconcileRequest records the value of the pulumi.com/reconciliation-request annotation
+    when it was last seen."""
+    conditions: Conditions | None = None
+    """The observations of a stack's current state: Ready, Reconciling, Stalled."""
+    current_update: CurrentStackUpdate | None = None
+    """CurrentUpdate contains details of the current update, if any."""
+    project_info: ProjectInfo | None = None
+    """ProjectInfo caches the project name and runtime reported by the agent, to destroy without a
+    source."""
+    next_retry_time: Annotated[Time, Extension("design.md: retries show status.nextRetryTime")] | None = None
+    """(pko extension) NextRetryTime is when a failed update will next be retried."""
+
+
+class Stack(KubeModel):
+    """A Stack (pulumi.com/v1; also served as pulumi.com/v1alpha1)."""
+
+    api_version: str = API_VERSION
+    kind: str = KIND
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: StackSpec
+    status: StackStatus | None = None
+
+
+__all__ = [
+    "API_VERSION",
+    "CONDITION_READY",
+    "CONDITION_RECONCILING",
+    "CONDITION_STALLED",
+    "DEFAULT_RESYNC_FREQUENCY_SECONDS",
+    "DEFAULT_RETRY_MAX_BACKOFF_SECONDS",
+    "GROUP",
+    "KIND",
+    "LEGACY_VERSION",
+    "MAX_NAME_LENGTH",
+    "PLURAL",
+    "RECONCILE_REQUEST_ANNOTATION",
+    "VERSION",
+    "BasicAuth",
+    "ConfigMapRef",
+    "CurrentStackUpdate",
+    "EnvSelector",
+    "FSSelector",
+    "FluxSource",
+    "FluxSourceReference",
+    "GitAuthConfig",
+    "GitHubAppAuth",
+    "LiteralRef",
+    "PrerequisiteRef",
+    "ProgramReference",
+    "ProjectInfo",
+    "RequirementSpec",
+    "ResourceRef",
+    "ResourceSelectorType",
+    "SSHAuth",
+    "SecretSelector",
+    "Stack",
+    "StackSpec",
+    "StackStatus",
+    "StackUpdateState",
+    "StackUpdateStateMessage",
+    "UpdateApplyConfiguration",
+    "WorkspaceApplyConfiguration",
+    "WorkspaceReclaimPolicy",
+]

@@ -1,0 +1,127 @@
+"""``auto.pulumi.com/v1alpha1`` Update: one Pulumi operation (preview, up, destroy, refresh) in a Workspace.
+
+Same fields, names and meaning as the Go operator v2's Update; see docs/updates.md upstream.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from pko.api.meta import (
+    Conditions,
+    GoDuration,
+    KubeModel,
+    NonNegativeInt32,
+    NonNegativeInt64,
+    ObjectMeta,
+    Time,
+)
+from pydantic import Field
+
+GROUP: Final = "auto.pulumi.com"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "Update"
+PLURAL: Final = "updates"
+
+UpdateType = Literal["preview", "up", "destroy", "refresh"]
+UPDATE_TYPES: Final[tuple[UpdateType, ...]] = ("preview", "up", "destroy", "refresh")
+
+# Condition types (Progressing/Complete/Failed), as in the Go operator.
+CONDITION_PROGRESSING: Final = "Progressing"
+CONDITION_COMPLETE: Final = "Complete"
+CONDITION_FAILED: Final = "Failed"
+
+
+class UpdateSpec(KubeModel):
+    """The desired state of an Update."""
+
+    workspace_name: str | None = None
+    """WorkspaceName is the workspace to update."""
+    stack_name: str | None = None
+    """Specify the Pulumi stack to select for the update."""
+    type: UpdateType | None = None
+    """Type of the update to perform: preview, up, destroy or refresh."""
+    ttl_after_completed: GoDuration | None = None
+    """TTL for a completed update object (a duration such as ``24h``)."""
+    parallel: NonNegativeInt32 | None = None
+    """Parallel is the number of resource operations to run in parallel at once (1 for no parallelism).
+    Defaults to unbounded."""
+    message: str | None = None
+    """Message (optional) to associate with the preview operation."""
+    expect_no_changes: bool | None = None
+    """Return an error if any changes occur during this update."""
+    replace: list[str] | None = None
+    """Specify resources to replace."""
+    target: list[str] | None = None
+    """Specify an exclusive list of resource URNs to update."""
+    target_dependents: bool | None = None
+    """TargetDependents allows updating of dependent targets discovered but not specified in the Target
+    list."""
+    refresh: bool | None = None
+    """Refresh will run a refresh before the update."""
+    continue_on_error: bool | None = None
+    """ContinueOnError will continue to perform the update operation despite the occurrence of errors."""
+    remove: bool | None = None
+    """Remove the stack and its configuration after all resources in the stack have been deleted."""
+    run_program: bool | None = None
+    """RunProgram runs the program before performing the operation. Applicable to destroy and refresh
+    operations."""
+
+
+class ProjectInfo(KubeModel):
+    """The Pulumi project name and runtime (``name:`` and ``runtime:`` of Pulumi.yaml)."""
+
+    name: str
+    """Name is the Pulumi project name."""
+    runtime: str
+    """Runtime is the Pulumi runtime declaration."""
+
+
+class UpdateStatus(KubeModel):
+    """The observed state of an Update."""
+
+    observed_generation: NonNegativeInt64 | None = None
+    """The .metadata.generation that the status was set based upon."""
+    start_time: Time | None = None
+    """The start time of the operation."""
+    end_time: Time | None = None
+    """The end time of the operation."""
+    permalink: str | None = None
+    """The permalink URL in the Pulumi Console for the operation. Not available for DIY backends."""
+    message: str | None = None
+    """A message about the result of the operation."""
+    outputs: str | None = None
+    """Outputs names a secret containing the outputs for this update."""
+    conditions: Conditions | None = None
+    """The observations of an update's current state: Progressing, Complete, Failed."""
+    project_info: ProjectInfo | None = None
+    """The Pulumi project name and runtime observed by the agent during this update."""
+
+
+class Update(KubeModel):
+    """An Update (auto.pulumi.com/v1alpha1)."""
+
+    api_version: str = API_VERSION
+    kind: str = KIND
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: UpdateSpec = Field(default_factory=UpdateSpec)
+    status: UpdateStatus | None = None
+
+
+__all__ = [
+    "API_VERSION",
+    "CONDITION_COMPLETE",
+    "CONDITION_FAILED",
+    "CONDITION_PROGRESSING",
+    "GROUP",
+    "KIND",
+    "PLURAL",
+    "UPDATE_TYPES",
+    "VERSION",
+    "ProjectInfo",
+    "Update",
+    "UpdateSpec",
+    "UpdateStatus",
+    "UpdateType",
+]

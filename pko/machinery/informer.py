@@ -1,0 +1,479 @@
+"""Shared informer: a reflector (list, then watch) feeding an indexed cache and event handlers.
+
+Shape and semantics follow client-go's ``tools/cache`` (Reflector + Indexer + SharedInformer),
+without a DeltaFIFO: handlers are synchronous and only enqueue keys, so the reflector applies
+each change to the store and notifies handlers in the same step, on the event loop.
+
+Reflector rules (why each one exists):
+- The first list is a consistent read (``resourceVersion`` unset), paged, so a cold start never
+  sees data older than etcd and never holds more than one page of raw JSON at a time.
+- The watch starts from the list's resourceVersion with bookmarks on, so reconnects resume from a
+  recent version even when nothing in the selection changed.
+- A watch the server ends (its ``timeoutSeconds``) or a broken connection is resumed from the last
+  resourceVersion seen: the apiserver replays what was missed. Only when it answers
+  ``410 Gone`` (the version was compacted) do we relist; the relist is then diffed against the
+  cache, and objects that vanished meanwhile are reported as ``DeletedFinalStateUnknown``.
+- After other errors (403, 404, 5xx) we back off (exponential, jittered, capped) and relist with
+  ``resourceVersionMatch=NotOlderThan`` so the cache never goes back in time.
+
+Invariants: ``has_synced()`` turns true once the first list is in the store and every handler
+has seen it; a handler added later first receives an ``on_add`` for every cached object; the
+cache holds transformed objects only (by default without managedFields and last-applied
+annotations).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import threading
+import weakref
+from collections import Counter as TallyCounter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+import structlog
+from prometheus_client import CollectorRegistry, Counter
+
+from pko.machinery.resource import ObjectList, Resource, ResourceClient, api_error_status
+from pko.machinery.store import (
+    NAMESPACE_INDEX,
+    DeletedFinalStateUnknown,
+    Indexer,
+    IndexFunc,
+    Obj,
+    deletion_handling_key,
+    index_by_namespace,
+    resource_version,
+)
+
+Transform = Callable[[Obj], Obj]
+
+LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def strip_managed_fields(obj: Obj) -> Obj:
+    """Default transform: drop what no reconciler reads but can dwarf the object itself."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+        annotations = meta.get("annotations")
+        if annotations and LAST_APPLIED_ANNOTATION in annotations:
+            del annotations[LAST_APPLIED_ANNOTATION]
+    return obj
+
+
+# ----- handlers ----------------------------------------------------------------------------------
+
+
+class EventHandler(Protocol):
+    """Called on the event loop, in cache order. Must not block: enqueue keys, do no work."""
+
+    def on_add(self, obj: Obj) -> None: ...
+
+    def on_update(self, old: Obj, new: Obj) -> None: ...
+
+    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FuncHandler:
+    """An :class:`EventHandler` from optional functions."""
+
+    add: Callable[[Obj], None] | None = None
+    update: Callable[[Obj, Obj], None] | None = None
+    delete: Callable[[Obj | DeletedFinalStateUnknown], None] | None = None
+
+    def on_add(self, obj: Obj) -> None:
+        if self.add:
+            self.add(obj)
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        if self.update:
+            self.update(old, new)
+
+    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        if self.delete:
+            self.delete(obj)
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueHandler:
+    """Enqueue keys for every event: the object's own key, or the keys ``map_keys`` returns.
+
+    ``map_keys`` turns an object into the keys of what should be reconciled (e.g. an owned
+    object into its owner's key). Tombstones are unwrapped to their last known state.
+    """
+
+    enqueue: Callable[[str], None]
+    map_keys: Callable[[Obj], Iterable[str]] | None = None
+
+    def _keys(self, obj: Obj | DeletedFinalStateUnknown) -> Iterable[str]:
+        if self.map_keys is None:
+            return (deletion_handling_key(obj),)
+        return self.map_keys(obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj)
+
+    def on_add(self, obj: Obj) -> None:
+        for key in self._keys(obj):
+            self.enqueue(key)
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        keys = set(self._keys(new))
+        if self.map_keys is not None:
+            keys.update(self._keys(old))  # e.g. an owner reference that moved
+        for key in sorted(keys):
+            self.enqueue(key)
+
+    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        for key in self._keys(obj):
+            self.enqueue(key)
+
+
+# ----- statistics and metrics --------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ReflectorStats:
+    """Plain counters, always kept (metrics are optional); tests assert on them."""
+
+    lists: int = 0
+    watches: int = 0
+    relists_gone: int = 0
+    errors: int = 0
+    events: TallyCounter[str] = field(default_factory=TallyCounter)
+
+
+class ReflectorMetrics:
+    """Prometheus counters shared by every reflector that reports to one registry."""
+
+    _by_registry: weakref.WeakKeyDictionary[CollectorRegistry, ReflectorMetrics] = weakref.WeakKeyDictionary()
+    _lock = threading.Lock()
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        labels = ["resource"]
+        self.lists = Counter("pko_reflector_lists", "Complete lists.", labels, registry=registry)
+        self.watches = Counter("pko_reflector_watches", "Watch requests started.", labels, registry=registry)
+        self.relists_gone = Counter(
+            "pko_reflector_relists_gone",
+            "Relists because the watched resourceVersion was compacted (410 Gone).",
+            labels,
+            registry=registry,
+        )
+        self.errors = Counter("pko_reflector_errors", "List or watch failures.", labels, registry=registry)
+        self.events = Counter(
+            "pko_reflector_watch_events", "Watch events received.", [*labels, "type"], registry=registry
+        )
+
+    @classmethod
+    def for_registry(cls, registry: CollectorRegistry) -> ReflectorMetrics:
+        with cls._lock:
+            metrics = cls._by_registry.get(registry)
+            if metrics is None:
+                metrics = cls._by_registry[registry] = cls(registry)
+            return metrics
+
+
+# ----- backoff -----------------------------------------------------------------------------------
+
+
+class Backoff:
+    """Exponential backoff with jitter: ``initial * 2**n`` capped at ``maximum``, each +-``jitter``."""
+
+    def __init__(self, initial: float, maximum: float, jitter: float = 0.2) -> None:
+        self.initial, self.maximum, self.jitter = initial, maximum, jitter
+        self._next = initial
+
+    def next(self) -> float:
+        delay = self._next
+        self._next = min(self._next * 2, self.maximum)
+        return delay * random.uniform(1 - self.jitter, 1 + self.jitter)
+
+    def reset(self) -> None:
+        self._next = self.initial
+
+
+class _RelistNeeded(Exception):
+    """Raised inside the reflector when the watch cannot resume (410 Gone)."""
+
+
+# ----- the informer ------------------------------------------------------------------------------
+
+
+class SharedInformer:
+    """One list+watch of a resource type, one cache, many handlers.
+
+    Use one per resource type (see :mod:`pko.machinery.informerfactory`). ``start()`` needs a
+    running event loop; ``stop()`` cancels the reflector and closes its watch connection.
+    """
+
+    def __init__(
+        self,
+        client: ResourceClient,
+        *,
+        indexers: Mapping[str, IndexFunc] | None = None,
+        resync_period: float = 0.0,
+        transform: Transform | None = strip_managed_fields,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+        min_watch_timeout: int = 300,
+        backoff_initial: float = 0.8,
+        backoff_max: float = 30.0,
+        metrics_registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.client = client
+        self.resource: Resource = client.resource
+        all_indexers: dict[str, IndexFunc] = {}
+        if client.resource.namespaced:
+            all_indexers[NAMESPACE_INDEX] = index_by_namespace
+        all_indexers.update(indexers or {})
+        self.indexer = Indexer(indexers=all_indexers)
+        self.resync_period = resync_period
+        self._transform = transform
+        self._label_selector = label_selector
+        self._field_selector = field_selector
+        self._page_size = page_size
+        self._min_watch_timeout = min_watch_timeout
+        self._backoff = Backoff(backoff_initial, backoff_max)
+        self._metrics = ReflectorMetrics.for_registry(metrics_registry) if metrics_registry else None
+        self.stats = ReflectorStats()
+        self._handlers: list[EventHandler] = []
+        self._synced = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = False
+        self.last_sync_resource_version = ""
+        self._log = structlog.get_logger("pko.informer").bind(
+            resource=self.resource.name, namespace=client.namespace or "*"
+        )
+
+    # --- lifecycle
+
+    @property
+    def started(self) -> bool:
+        return bool(self._tasks)
+
+    def start(self) -> None:
+        """Start listing and watching (idempotent). An informer cannot be restarted after stop."""
+        if self._stopped:
+            raise RuntimeError(f"informer for {self.resource.name} was stopped")
+        if self._tasks:
+            return
+        self._tasks.append(asyncio.create_task(self._reflect(), name=f"reflector:{self.resource.name}"))
+        if self.resync_period > 0:
+            self._tasks.append(asyncio.create_task(self._resync(), name=f"resync:{self.resource.name}"))
+
+    async def stop(self) -> None:
+        """Stop and wait until the watch connection is closed."""
+        self._stopped = True
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def has_synced(self) -> bool:
+        return self._synced.is_set()
+
+    async def wait_for_sync(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 - a bool, not an error
+        """True once synced; False if ``timeout`` seconds pass first."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._synced.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    # --- handlers and indexes
+
+    def add_event_handler(self, handler: EventHandler) -> EventHandler:
+        """Register ``handler``; it first gets ``on_add`` for everything already cached.
+
+        Call on the event loop's thread (handlers are invoked there).
+        """
+        self._handlers.append(handler)
+        for obj in self.indexer.list():
+            self._call(handler, "on_add", obj)
+        return handler
+
+    def remove_event_handler(self, handler: EventHandler) -> None:
+        self._handlers.remove(handler)
+
+    def add_indexers(self, indexers: Mapping[str, IndexFunc]) -> None:
+        self.indexer.add_indexers(indexers)
+
+    # --- notification
+
+    def _call(self, handler: EventHandler, method: str, *args: Any) -> None:
+        try:
+            getattr(handler, method)(*args)
+        except Exception:
+            self._log.exception("event handler failed", handler=repr(handler), method=method)
+
+    def _notify_add(self, obj: Obj) -> None:
+        for handler in list(self._handlers):
+            self._call(handler, "on_add", obj)
+
+    def _notify_update(self, old: Obj, new: Obj) -> None:
+        for handler in list(self._handlers):
+            self._call(handler, "on_update", old, new)
+
+    def _notify_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        for handler in list(self._handlers):
+            self._call(handler, "on_delete", obj)
+
+    # --- reflector
+
+    def _count(self, what: str) -> None:
+        setattr(self.stats, what, getattr(self.stats, what) + 1)
+        if self._metrics is not None:
+            getattr(self._metrics, what).labels(self.resource.name).inc()
+
+    async def _reflect(self) -> None:
+        need_list = True
+        consistent = True  # the next list must be a consistent read (first list, or after 410)
+        while True:
+            try:
+                if need_list:
+                    await self._list_and_replace(consistent)
+                    need_list, consistent = False, False
+                if not await self._watch():
+                    # The server ended a watch at once without news: do not spin.
+                    await asyncio.sleep(self._backoff.next())
+            except _RelistNeeded:
+                self._count("relists_gone")
+                self._log.info("watch resourceVersion expired (410 Gone); relisting",
+                               resource_version=self.last_sync_resource_version)
+                need_list, consistent = True, True
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._count("errors")
+                status = api_error_status(exc)
+                if need_list:
+                    consistent = True  # e.g. "too large resource version" after an apiserver restart
+                elif status is not None and status != 429 and status < 500:
+                    need_list = True  # 403/404/...: the watch cannot be trusted; resume from a relist
+                delay = self._backoff.next()
+                self._log.warning(
+                    "list failed" if need_list else "watch failed",
+                    error=_describe(exc), status=status, retry_in=round(delay, 2),
+                )
+                await asyncio.sleep(delay)
+
+    async def _list_and_replace(self, consistent: bool) -> None:
+        items = await self._list_all(consistent)
+        self._count("lists")
+        result = self.indexer.replace(items.items)
+        self.last_sync_resource_version = items.resource_version
+        for obj in result.added:
+            self._notify_add(obj)
+        for old, new in result.updated:
+            self._notify_update(old, new)
+        for tombstone in result.deleted:
+            self._notify_delete(tombstone)
+        if not self._synced.is_set():
+            self._synced.set()
+            self._log.info("synced", objects=len(items.items), resource_version=items.resource_version)
+        elif result.added or result.updated or result.deleted:
+            self._log.info("relist applied", added=len(result.added), updated=len(result.updated),
+                           deleted=len(result.deleted))
+
+    async def _list_all(self, consistent: bool) -> ObjectList:
+        """Every page of one list. If a continue token expires mid-way, start over unpaged."""
+        rv, match = (None, None) if consistent else (self.last_sync_resource_version, "NotOlderThan")
+        items: list[Obj] = []
+        token: str | None = None
+        limit: int | None = self._page_size
+        while True:
+            try:
+                page = await self.client.list(
+                    limit=limit,
+                    continue_token=token,
+                    resource_version=None if token else rv,
+                    resource_version_match=None if token else match,
+                    label_selector=self._label_selector,
+                    field_selector=self._field_selector,
+                )
+            except Exception as exc:
+                if token and api_error_status(exc) == 410:
+                    self._log.info("list continuation expired; listing unpaged")
+                    items, token, limit = [], None, None
+                    continue
+                raise
+            transform = self._transform
+            if transform is not None:
+                items.extend(transform(obj) for obj in page.items)
+            else:
+                items.extend(page.items)
+            if not page.continue_token:
+                return ObjectList(items, page.resource_version, None)
+            token = page.continue_token
+
+    async def _watch(self) -> bool:
+        """Watch until the server ends the stream; False if it ended at once with no events."""
+        timeout = random.randint(self._min_watch_timeout, 2 * self._min_watch_timeout)
+        loop = asyncio.get_running_loop()
+        started, received = loop.time(), 0
+        self._count("watches")
+        stream = self.client.watch(
+            resource_version=self.last_sync_resource_version,
+            timeout_seconds=timeout,
+            label_selector=self._label_selector,
+            field_selector=self._field_selector,
+        )
+        try:
+            async with stream as events:
+                async for event in events:
+                    received += 1
+                    self._backoff.reset()
+                    self._apply(event.type, event.object)
+        except Exception as exc:
+            if api_error_status(exc) == 410:
+                raise _RelistNeeded() from exc
+            raise
+        return received > 0 or loop.time() - started >= 1.0
+
+    def _apply(self, etype: str, obj: Obj) -> None:
+        self.stats.events[etype] += 1
+        if self._metrics is not None:
+            self._metrics.events.labels(self.resource.name, etype).inc()
+        if etype == "BOOKMARK":
+            self.last_sync_resource_version = resource_version(obj)
+            return
+        if self._transform is not None:
+            obj = self._transform(obj)
+        if etype in ("ADDED", "MODIFIED"):
+            old = self.indexer.add(obj)
+            if old is None:
+                self._notify_add(obj)
+            else:
+                self._notify_update(old, obj)
+        elif etype == "DELETED":
+            self.indexer.delete(obj)
+            self._notify_delete(obj)
+        else:
+            self._log.warning("unknown watch event type", type=etype)
+            return
+        self.last_sync_resource_version = resource_version(obj)
+
+    async def _resync(self) -> None:
+        """Every ``resync_period``, re-deliver every cached object as an update (old is new)."""
+        await self._synced.wait()
+        while True:
+            await asyncio.sleep(self.resync_period)
+            for obj in self.indexer.list():
+                self._notify_update(obj, obj)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ClientError | OSError | TimeoutError):
+        return f"{type(exc).__name__}: {exc}"
+    status = api_error_status(exc)
+    if status is not None:
+        return f"{status} {getattr(exc, 'reason', '')}".strip()
+    return repr(exc)

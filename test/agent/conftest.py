@@ -1,0 +1,327 @@
+"""Fixtures for the source-fetching tests (`agent init`): real servers on 127.0.0.1, started here.
+
+- `source_repo`: a git repository built with dulwich, with branches, tags and history to resolve.
+- `git_http`: dulwich's smart-HTTP WSGI app under wsgiref; ``/private/`` requires basic auth.
+- `git_ssh`: a paramiko SSH server that runs dulwich's upload-pack for ``git-upload-pack`` requests.
+- `artifact_http`: a plain HTTP server serving byte strings (tarballs) by path.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import shlex
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import paramiko
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+from dulwich import porcelain
+from dulwich.objects import Blob, Commit, ObjectID, Tree
+from dulwich.protocol import Protocol
+from dulwich.refs import Ref
+from dulwich.repo import Repo
+from dulwich.server import DictBackend, UploadPackHandler
+from dulwich.web import make_wsgi_chain
+from paramiko.common import (
+    AUTH_FAILED,
+    AUTH_SUCCESSFUL,
+    OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED,
+    OPEN_SUCCEEDED,
+)
+
+USER = "alice"
+PASSWORD = "correct-horse-battery"
+TOKEN = "tok-0123456789abcdef"
+IDENT = b"Test <test@example.com>"
+
+
+@dataclass
+class SourceRepo:
+    """The served repository and the commits tests refer to by role."""
+
+    repo: Repo
+    path: Path
+    first: str  # master~1, also annotated tag v1; not a ref tip
+    master: str  # tip of master, also lightweight tag "light"
+    feature: str  # tip of branch "feature"
+    orphan: str  # in the object store, reachable from no ref
+
+
+def _commit(repo: Repo, root: Path, files: dict[str, str], message: str) -> str:
+    for name, content in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    porcelain.add(repo, [str(root / name) for name in files])
+    sha = porcelain.commit(repo, message=message.encode(), author=IDENT, committer=IDENT)
+    return sha.decode() if isinstance(sha, bytes) else str(sha)
+
+
+@pytest.fixture(scope="session")
+def source_repo(tmp_path_factory: pytest.TempPathFactory) -> SourceRepo:
+    root = tmp_path_factory.mktemp("source-repo")
+    repo = Repo.init(str(root), default_branch=b"master")
+    first = _commit(
+        repo, root, {"README.md": "one\n", "proj/Pulumi.yaml": "name: one\nruntime: yaml\n"}, "one"
+    )
+    master = _commit(
+        repo, root, {"README.md": "two\n", "proj/Pulumi.yaml": "name: two\nruntime: yaml\n"}, "two"
+    )
+    feature = _commit(repo, root, {"feature.txt": "feature\n"}, "feature work")
+    repo.refs[Ref(b"refs/heads/feature")] = ObjectID(feature.encode())
+    repo.refs[Ref(b"refs/heads/master")] = ObjectID(master.encode())
+    porcelain.tag_create(repo, b"v1", author=IDENT, message=b"release one", annotated=True, objectish=first)
+    repo.refs[Ref(b"refs/tags/light")] = ObjectID(master.encode())
+
+    blob = Blob.from_string(b"orphan\n")
+    tree = Tree()
+    tree.add(b"orphan.txt", 0o100644, blob.id)
+    orphan = Commit()
+    orphan.tree = tree.id
+    orphan.author = orphan.committer = IDENT
+    orphan.author_time = orphan.commit_time = 1_700_000_000
+    orphan.author_timezone = orphan.commit_timezone = 0
+    orphan.message = b"orphan\n"
+    for obj in (blob, tree, orphan):
+        repo.object_store.add_object(obj)
+    return SourceRepo(repo, root, first, master, feature, orphan.id.decode())
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+def _basic_auth(app: Any) -> Any:
+    """Require basic auth under /private/: alice's password, or the token with any username."""
+
+    def wrapped(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO", "").startswith("/private/"):
+            header = environ.get("HTTP_AUTHORIZATION", "")
+            ok = False
+            if header.startswith("Basic "):
+                user, _, password = base64.b64decode(header[6:]).decode().partition(":")
+                ok = (user, password) == (USER, PASSWORD) or password == TOKEN
+            if not ok:
+                start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="git"')])
+                return [b"unauthorized\n"]
+        return app(environ, start_response)
+
+    return wrapped
+
+
+@dataclass
+class GitHTTP:
+    base: str  # http://127.0.0.1:PORT
+
+    @property
+    def public(self) -> str:
+        return f"{self.base}/public/repo.git"
+
+    @property
+    def private(self) -> str:
+        return f"{self.base}/private/repo.git"
+
+
+@pytest.fixture(scope="session")
+def git_http(source_repo: SourceRepo) -> Iterator[GitHTTP]:
+    repos: dict[str, Any] = {"/public/repo.git": source_repo.repo, "/private/repo.git": source_repo.repo}
+    backend = DictBackend(repos)
+    app = _basic_auth(make_wsgi_chain(backend))
+    server = make_server("127.0.0.1", 0, app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield GitHTTP(f"http://127.0.0.1:{server.server_port}")
+    server.shutdown()
+    server.server_close()
+
+
+def _read_exact(channel: paramiko.Channel) -> Any:
+    def read(n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = channel.recv(n - len(buf))
+            if not chunk:
+                break
+            buf += chunk
+        return bytes(buf)
+
+    return read
+
+
+class _GitSSHInterface(paramiko.ServerInterface):
+    def __init__(self, authorized: paramiko.PKey, backend: DictBackend) -> None:
+        self._authorized = authorized
+        self._backend = backend
+
+    def get_allowed_auths(self, username: str) -> str:
+        return "publickey"
+
+    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
+        if username == "git" and key.get_base64() == self._authorized.get_base64():
+            return AUTH_SUCCESSFUL
+        return AUTH_FAILED
+
+    def check_channel_request(self, kind: str, chanid: int) -> int:
+        if kind == "session":
+            return OPEN_SUCCEEDED
+        return OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
+    def check_channel_env_request(self, channel: paramiko.Channel, name: bytes, value: bytes) -> bool:
+        return True
+
+    def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
+        argv = shlex.split(command.decode())
+        if len(argv) != 2 or argv[0] != "git-upload-pack":
+            return False
+        threading.Thread(target=self._serve, args=(channel, argv[1]), daemon=True).start()
+        return True
+
+    def _serve(self, channel: paramiko.Channel, path: str) -> None:
+        try:
+            proto = Protocol(_read_exact(channel), channel.sendall)
+            UploadPackHandler(self._backend, [path], proto).handle()
+            channel.send_exit_status(0)
+        except Exception as exc:
+            channel.sendall_stderr(f"ERROR: {exc}\n".encode())
+            channel.send_exit_status(1)
+        finally:
+            channel.close()
+
+
+@dataclass
+class GitSSH:
+    host: str
+    port: int
+    host_key: paramiko.PKey
+    client_key_pem: str  # OpenSSH format, what GIT_SSH_PRIVATE_KEY holds
+    transports: list[paramiko.Transport] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"ssh://git@{self.host}:{self.port}/repo.git"
+
+    @property
+    def known_hosts(self) -> str:
+        return f"[{self.host}]:{self.port} {self.host_key.get_name()} {self.host_key.get_base64()}\n"
+
+
+def new_ed25519_openssh() -> str:
+    """A fresh ed25519 private key in OpenSSH format."""
+    key = ed25519.Ed25519PrivateKey.generate()
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    ).decode()
+
+
+@pytest.fixture(scope="session")
+def git_ssh(source_repo: SourceRepo) -> Iterator[GitSSH]:
+    host_key = paramiko.ECDSAKey.generate()
+    client_pem = new_ed25519_openssh()
+    authorized = paramiko.Ed25519Key.from_private_key(io.StringIO(client_pem))
+    repos: dict[str, Any] = {"/repo.git": source_repo.repo}
+    backend = DictBackend(repos)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    server = GitSSH("127.0.0.1", listener.getsockname()[1], host_key, client_pem)
+    stop = threading.Event()
+
+    def accept_loop() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            transport = paramiko.Transport(conn)
+            transport.add_server_key(host_key)
+            server.transports.append(transport)
+            try:
+                transport.start_server(server=_GitSSHInterface(authorized, backend))
+            except (paramiko.SSHException, EOFError, OSError):
+                transport.close()
+
+    thread = threading.Thread(target=accept_loop, daemon=True)
+    thread.start()
+    yield server
+    stop.set()
+    listener.close()
+    for transport in server.transports:
+        transport.close()
+
+
+@dataclass
+class ArtifactHTTP:
+    base: str
+    routes: dict[str, list[tuple[int, bytes]]]  # path -> responses, the last one repeats
+    hits: dict[str, int]
+
+    def serve(self, path: str, body: bytes, *, failures: list[int] | None = None) -> str:
+        self.routes[path] = [(code, b"failure\n") for code in failures or []] + [(200, body)]
+        self.hits[path] = 0
+        return f"{self.base}{path}"
+
+
+@pytest.fixture(scope="session")
+def artifact_http() -> Iterator[ArtifactHTTP]:
+    routes: dict[str, list[tuple[int, bytes]]] = {}
+    hits: dict[str, int] = {}
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            with lock:
+                responses = routes.get(path)
+                index = hits.get(path, 0)
+                hits[path] = index + 1
+            if responses is None:
+                status, body = 404, b"not found\n"
+            else:
+                status, body = responses[min(index, len(responses) - 1)]
+            self.send_response(status)
+            self.send_header("Content-Type", "application/gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield ArtifactHTTP(f"http://127.0.0.1:{server.server_port}", routes, hits)
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.fixture
+def new_ssh_key() -> Any:
+    """A factory of fresh ed25519 private keys in OpenSSH format."""
+    return new_ed25519_openssh

@@ -1,0 +1,215 @@
+"""Fixtures and helpers for the agent's RPC tests (auth, server, operations, CLI).
+
+Not a conftest: test/agent/conftest.py belongs to the source-fetching tests, and ``pytest_plugins``
+is not allowed below the root conftest, so tests import what they use from here explicitly
+(importing a fixture into a test module registers it for that module).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from grpclib.client import Channel
+from kubernetes_asyncio import client
+
+from pko.agent.auth import CacheTTLs, KubeAuthorizer
+from pko.agent.pulumirunner import RunnerSettings
+from pko.agent.server import ServeOptions, serve
+from pko.api.generated.pko.agent import v1 as pb
+
+WORKSPACE = "ws1"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- Kubernetes identities -------------------------------------------------------------------------
+@dataclass
+class AuthWorld:
+    """A namespace with service accounts, some granted ``use`` on ``workspaces/rpc`` of WORKSPACE."""
+
+    api: client.ApiClient
+    namespace: str
+    workspace: str
+    audience: str
+
+    async def mint(self, service_account: str, audience: str | None = None) -> str:
+        """A bound token from TokenRequest, as the operator gets one."""
+        req = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(audiences=[audience or self.audience], expiration_seconds=3600)
+        )
+        res = await client.CoreV1Api(self.api).create_namespaced_service_account_token(
+            service_account, self.namespace, req
+        )
+        return str(res.status.token)
+
+    async def create_service_account(self, name: str) -> None:
+        await client.CoreV1Api(self.api).create_namespaced_service_account(
+            self.namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name))
+        )
+
+    async def delete_service_account(self, name: str) -> None:
+        await client.CoreV1Api(self.api).delete_namespaced_service_account(name, self.namespace)
+
+    async def grant(self, service_account: str) -> str:
+        """Bind the workspace-rpc Role to ``service_account``; returns the RoleBinding's name."""
+        name = f"rpc-{service_account}"
+        await client.RbacAuthorizationV1Api(self.api).create_namespaced_role_binding(
+            self.namespace,
+            client.V1RoleBinding(
+                metadata=client.V1ObjectMeta(name=name),
+                role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="workspace-rpc"),
+                subjects=[
+                    client.RbacV1Subject(kind="ServiceAccount", name=service_account, namespace=self.namespace)
+                ],
+            ),
+        )
+        return name
+
+    async def revoke(self, binding: str) -> None:
+        await client.RbacAuthorizationV1Api(self.api).delete_namespaced_role_binding(binding, self.namespace)
+
+    async def sar_allows(self, service_account: str) -> bool:
+        """Ask the apiserver directly (no agent cache) whether the account may use the workspace."""
+        sar = client.V1SubjectAccessReview(
+            spec=client.V1SubjectAccessReviewSpec(
+                user=f"system:serviceaccount:{self.namespace}:{service_account}",
+                groups=["system:serviceaccounts", f"system:serviceaccounts:{self.namespace}", "system:authenticated"],
+                resource_attributes=client.V1ResourceAttributes(
+                    group="auto.pulumi.com",
+                    version="v1alpha1",
+                    resource="workspaces",
+                    subresource="rpc",
+                    verb="use",
+                    namespace=self.namespace,
+                    name=self.workspace,
+                ),
+            )
+        )
+        res = await client.AuthorizationV1Api(self.api).create_subject_access_review(sar)
+        return bool(res.status.allowed)
+
+    def authorizer(self, ttls: CacheTTLs | None = None) -> KubeAuthorizer:
+        return KubeAuthorizer(
+            api_client=self.api,
+            audiences=[self.audience],
+            workspace_namespace=self.namespace,
+            workspace_name=self.workspace,
+            ttls=ttls or CacheTTLs(),
+        )
+
+
+@pytest.fixture(scope="session")
+async def auth_world(api_client: client.ApiClient) -> AsyncIterator[AuthWorld]:
+    ns = f"agent-auth-{uuid.uuid4().hex[:6]}"
+    core = client.CoreV1Api(api_client)
+    await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    await client.RbacAuthorizationV1Api(api_client).create_namespaced_role(
+        ns,
+        client.V1Role(
+            metadata=client.V1ObjectMeta(name="workspace-rpc"),
+            rules=[
+                client.V1PolicyRule(
+                    api_groups=["auto.pulumi.com"],
+                    resources=["workspaces/rpc"],
+                    resource_names=[WORKSPACE],
+                    verbs=["use"],
+                )
+            ],
+        ),
+    )
+    world = AuthWorld(api=api_client, namespace=ns, workspace=WORKSPACE, audience=f"{WORKSPACE}.{ns}")
+    yield world
+    with contextlib.suppress(Exception):
+        await core.delete_namespace(ns)
+
+
+# -- an agent serving a program ----------------------------------------------------------------------
+@dataclass
+class RunningAgent:
+    """An in-process agent (the real server) on a loopback port."""
+
+    host: str
+    port: int
+    options: ServeOptions
+    task: asyncio.Task[int]
+
+    def channel(self) -> Channel:
+        return Channel(self.host, self.port)
+
+    def stub(self, channel: Channel, token: str | None = None) -> pb.AutomationServiceStub:
+        metadata = {"authorization": f"Bearer {token}"} if token else None
+        return pb.AutomationServiceStub(channel, metadata=metadata)
+
+    async def stop(self) -> int:
+        self.options.stop.set()
+        return await asyncio.wait_for(self.task, 120)
+
+
+async def start_agent(
+    work_dir: Path,
+    journal_dir: Path,
+    *,
+    env: dict[str, str] | None = None,
+    pulumi_root: Path | None = None,
+    authorizer: KubeAuthorizer | None = None,
+    shutdown_grace: float = 60.0,
+    stack: str | None = None,
+) -> RunningAgent:
+    loop = asyncio.get_running_loop()
+    bound: asyncio.Future[tuple[str, int]] = loop.create_future()
+    options = ServeOptions(
+        runner=RunnerSettings(work_dir=work_dir, env_vars=env or {}, pulumi_root=pulumi_root, stack_name=stack),
+        host="127.0.0.1",
+        port=0,
+        journal_dir=journal_dir,
+        shutdown_grace=shutdown_grace,
+        authorizer=authorizer,
+        bound=bound,
+    )
+    task = asyncio.create_task(serve(options, install_signal_handlers=False))
+    done, _ = await asyncio.wait({bound, task}, timeout=120, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        task.result()  # raises the startup error
+        raise AssertionError("agent exited during startup")
+    if bound not in done:
+        task.cancel()
+        raise AssertionError("agent did not start listening")
+    host, port = bound.result()
+    return RunningAgent(host=host, port=port, options=options, task=task)
+
+
+def agent_env() -> dict[str, str]:
+    """Environment for an agent subprocess: no proxies (tests talk to loopback only)."""
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env["NO_PROXY"] = "127.0.0.1,localhost"
+    return env
+
+
+def collect(events: list[pb.OperationEvent]) -> tuple[list[dict[str, Any]], pb.OperationResult | None]:
+    """Split a stream into engine events (as dicts) and the result."""
+    engine = [e.engine_event.to_dict() for e in events if e.engine_event is not None]
+    results = [e.result for e in events if e.result is not None]
+    return engine, (results[-1] if results else None)
+
+
+@contextlib.contextmanager
+def chdir(path: Path) -> Iterator[None]:
+    old = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)

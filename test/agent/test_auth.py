@@ -1,0 +1,176 @@
+"""The agent's TokenReview + SubjectAccessReview gate, against a real kube-apiserver.
+
+Calls go through a real grpclib server with the auth hook installed, serving the generated
+``AutomationServiceBase`` (every method UNIMPLEMENTED): a call that passes the gate comes back
+UNIMPLEMENTED, one that does not comes back UNAUTHENTICATED or PERMISSION_DENIED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import pytest
+from conftest_agent import AuthWorld, auth_world
+from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from grpclib.health.v1.health_grpc import HealthStub
+from grpclib.health.v1.health_pb2 import HealthCheckRequest
+from grpclib.server import Server
+
+from pko.agent.auth import CacheTTLs, KubeAuthorizer, TTLCache, bearer_token
+from pko.api.generated.pko.agent import v1 as pb
+
+__all__ = ["auth_world"]
+
+PASSED = Status.UNIMPLEMENTED  # the gate let the call through to the (empty) service
+
+
+class _Gate:
+    """A grpclib server guarded by one authorizer."""
+
+    def __init__(self, authorizer: KubeAuthorizer) -> None:
+        from grpclib.health.service import Health
+
+        self.server = Server([pb.AutomationServiceBase(), Health()])
+        authorizer.install(self.server)
+
+    async def __aenter__(self) -> _Gate:
+        await self.server.start("127.0.0.1", 0)
+        assert self.server._server is not None
+        self.port = self.server._server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+    async def call(self, token: str | None, raw_header: str | None = None) -> Status:
+        metadata = None
+        if raw_header is not None:
+            metadata = {"authorization": raw_header}
+        elif token is not None:
+            metadata = {"authorization": f"Bearer {token}"}
+        channel = Channel("127.0.0.1", self.port)
+        try:
+            await pb.AutomationServiceStub(channel, metadata=metadata).pulumi_version(timeout=60)
+        except GRPCError as exc:
+            return exc.status
+        finally:
+            channel.close()
+        raise AssertionError("the empty service answered a call")
+
+
+@pytest.fixture
+async def gate(auth_world: AuthWorld) -> AsyncIterator[_Gate]:
+    async with _Gate(auth_world.authorizer()) as g:
+        yield g
+
+
+@pytest.mark.cluster
+async def test_only_a_granted_service_account_with_the_workspace_audience_passes(
+    auth_world: AuthWorld, gate: _Gate
+) -> None:
+    await auth_world.create_service_account("operator")
+    await auth_world.create_service_account("stranger")
+    await auth_world.create_service_account("ghost")
+    await auth_world.grant("operator")
+    await auth_world.grant("ghost")
+    right = await auth_world.mint("operator")
+    wrong_audience = await auth_world.mint("operator", audience="pko-test")
+    ungranted = await auth_world.mint("stranger")
+    deleted = await auth_world.mint("ghost")
+    await auth_world.delete_service_account("ghost")
+
+    assert await gate.call(None) == Status.UNAUTHENTICATED
+    assert await gate.call(None, raw_header="Basic dXNlcjpwYXNz") == Status.UNAUTHENTICATED
+    assert await gate.call("not-a-token") == Status.UNAUTHENTICATED
+    assert await gate.call(wrong_audience) == Status.UNAUTHENTICATED
+    assert await gate.call(ungranted) == Status.PERMISSION_DENIED
+    assert await gate.call(deleted) == Status.UNAUTHENTICATED
+    assert await gate.call(right) == PASSED
+
+
+@pytest.mark.cluster
+async def test_health_needs_no_token(gate: _Gate) -> None:
+    channel = Channel("127.0.0.1", gate.port)
+    try:
+        reply = await HealthStub(channel).Check(HealthCheckRequest(), timeout=60)
+    finally:
+        channel.close()
+    assert reply.status == reply.SERVING
+
+
+async def _wait_until(predicate: object, timeout: float = 60.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        if await predicate():  # type: ignore[operator]
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.2)
+
+
+@pytest.mark.cluster
+async def test_a_revoked_grant_stops_working_after_the_allow_ttl(auth_world: AuthWorld) -> None:
+    await auth_world.create_service_account("revokee")
+    binding = await auth_world.grant("revokee")
+    token = await auth_world.mint("revokee")
+    short = auth_world.authorizer(CacheTTLs(access_allowed=1.0, access_denied=1.0))
+    long = auth_world.authorizer(CacheTTLs(access_allowed=3600.0))
+    async with _Gate(short) as short_gate, _Gate(long) as long_gate:
+        assert await short_gate.call(token) == PASSED
+        assert await long_gate.call(token) == PASSED
+
+        await auth_world.revoke(binding)
+
+        async def apiserver_denies() -> bool:
+            return not await auth_world.sar_allows("revokee")
+
+        await _wait_until(apiserver_denies)
+        # The long-lived cache still answers from its allow decision: the cache is really used...
+        assert await long_gate.call(token) == PASSED
+
+        # ...and the short one asks again once its TTL has passed.
+        async def short_denies() -> bool:
+            return await short_gate.call(token) == Status.PERMISSION_DENIED
+
+        await _wait_until(short_denies)
+
+
+@pytest.mark.cluster
+async def test_tokens_never_reach_the_logs(
+    auth_world: AuthWorld, gate: _Gate, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await auth_world.create_service_account("quiet")
+    token = await auth_world.mint("quiet")
+    caplog.set_level(logging.DEBUG)
+    assert await gate.call(token) == Status.PERMISSION_DENIED
+    assert await gate.call(token + "x") == Status.UNAUTHENTICATED
+    captured = capsys.readouterr()
+    assert token not in caplog.text
+    assert token not in captured.out + captured.err
+
+
+def test_bearer_token_parsing() -> None:
+    assert bearer_token("Bearer abc") == "abc"
+    assert bearer_token("bearer   abc ") == "abc"
+    assert bearer_token("Basic abc") is None
+    assert bearer_token("Bearer ") is None
+    assert bearer_token(None) is None
+
+
+def test_ttl_cache_is_bounded_and_expires() -> None:
+    now = [0.0]
+    cache: TTLCache[str, int] = TTLCache(2, clock=lambda: now[0])
+    cache.put("a", 1, ttl=10)
+    cache.put("b", 2, ttl=10)
+    assert cache.get("a") == 1  # "a" is now the most recently used
+    cache.put("c", 3, ttl=10)
+    assert cache.get("b") is None  # evicted as least recently used
+    assert cache.get("a") == 1 and cache.get("c") == 3
+    now[0] = 10.0
+    assert cache.get("a") is None
+    assert len(cache) == 1

@@ -1,0 +1,238 @@
+"""The committed CRDs are exactly what the models generate, and have the shape we promise."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import gen_crds  # hack/ is on sys.path (test/conftest.py)
+import pytest
+import yaml
+
+from pko.api import crdgen
+from pko.api.k8sschema import LIST_MAP_KEY_DEFAULTS, crd_schema_problems
+
+REPO = Path(__file__).resolve().parents[2]
+BASES = REPO / "config" / "crd" / "bases"
+GO_FIELDS = Path(__file__).resolve().parents[1] / "data" / "api" / "go_operator_fields.txt"
+ANNOTATION_LIMIT = 256 * 1024  # kubectl's last-applied-configuration must fit in the annotations
+
+
+def committed() -> dict[str, dict[str, Any]]:
+    return {p.name: yaml.safe_load(p.read_text()) for p in sorted(BASES.glob("*.yaml"))}
+
+
+def by_kind() -> dict[str, dict[str, Any]]:
+    return {doc["spec"]["names"]["kind"]: doc for doc in crdgen.crd_documents()}
+
+
+def nodes(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    yield path, schema
+    for name, sub in schema.get("properties", {}).items():
+        yield from nodes(sub, f"{path}.{name}" if path else name)
+    if isinstance(schema.get("items"), dict):
+        yield from nodes(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from nodes(schema["additionalProperties"], f"{path}{{}}")
+
+
+def storage_schema(kind: str) -> dict[str, Any]:
+    schema: dict[str, Any] = by_kind()[kind]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+# --- drift -----------------------------------------------------------------------------------
+
+
+def test_committed_crds_match_the_models() -> None:
+    expected = crdgen.render_all()
+    actual = {p.name: p.read_text() for p in sorted(BASES.glob("*.yaml"))}
+    assert sorted(actual) == sorted(expected), "run hack/gen_crds.py"
+    for name, text in expected.items():
+        assert actual[name] == text, f"{name} is out of date: run hack/gen_crds.py"
+    assert (REPO / "config" / "crd" / "kustomization.yaml").read_text() == crdgen.KUSTOMIZATION
+
+
+def test_gen_crds_check_passes_now_and_fails_on_drift(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert gen_crds.main(["--check"]) == 0
+    original = crdgen.render_all
+
+    def drifted() -> dict[str, str]:
+        files = original()
+        files["pulumi.com_stacks.yaml"] += "# drift\n"
+        return files
+
+    monkeypatch.setattr(crdgen, "render_all", drifted)
+    assert gen_crds.main(["--check"]) == 1
+
+
+def test_generation_is_deterministic() -> None:
+    assert crdgen.render_all() == crdgen.render_all()
+
+
+def test_files_carry_the_generated_header() -> None:
+    for path in BASES.glob("*.yaml"):
+        assert path.read_text().startswith(crdgen.HEADER), path.name
+
+
+# --- shape -----------------------------------------------------------------------------------
+
+
+def test_four_crds_with_status_subresource_and_pulumi_category() -> None:
+    docs = committed()
+    assert sorted(docs) == [
+        "auto.pulumi.com_updates.yaml",
+        "auto.pulumi.com_workspaces.yaml",
+        "pulumi.com_programs.yaml",
+        "pulumi.com_stacks.yaml",
+    ]
+    for doc in docs.values():
+        assert doc["apiVersion"] == "apiextensions.k8s.io/v1"
+        assert doc["spec"]["names"]["categories"] == ["pulumi"]
+        assert doc["spec"]["scope"] == "Namespaced"
+        for version in doc["spec"]["versions"]:
+            assert version["subresources"] == {"status": {}}
+            assert version["served"] is True
+
+
+def test_stack_serves_legacy_v1alpha1_with_the_same_schema_but_stores_v1() -> None:
+    versions = by_kind()["Stack"]["spec"]["versions"]
+    assert [(v["name"], v["storage"]) for v in versions] == [("v1", True), ("v1alpha1", False)]
+    assert versions[0]["schema"] == versions[1]["schema"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "columns"),
+    [
+        ("Workspace", ["Image", "Ready", "Address"]),
+        ("Update", ["Workspace", "Progressing", "Failed", "Complete", "URL"]),
+        ("Stack", ["Stack", "Last Update", "Age", "Ready", "Reconciling", "Stalled", "Permalink"]),
+        ("Program", ["Age", "URL"]),
+    ],
+)
+def test_default_printer_columns(kind: str, columns: list[str]) -> None:
+    rendered = by_kind()[kind]["spec"]["versions"][0]["additionalPrinterColumns"]
+    assert [c["name"] for c in rendered if not c.get("priority")] == columns
+
+
+def test_status_columns_read_conditions() -> None:
+    rendered = {c["name"]: c["jsonPath"] for c in by_kind()["Stack"]["spec"]["versions"][0]["additionalPrinterColumns"]}
+    assert rendered["Ready"] == '.status.conditions[?(@.type=="Ready")].status'
+    assert rendered["Stalled"] == '.status.conditions[?(@.type=="Stalled")].reason'
+
+
+@pytest.mark.parametrize("kind", ["Stack", "Program", "Workspace", "Update"])
+def test_schema_is_structural_and_installs_on_1_20(kind: str) -> None:
+    for version in by_kind()[kind]["spec"]["versions"]:
+        schema = version["schema"]["openAPIV3Schema"]
+        assert crd_schema_problems(schema) == []
+        text = json.dumps(schema)
+        assert "x-kubernetes-validations" not in text
+        assert "$ref" not in text
+
+
+def test_only_go_operator_defaults_and_list_map_key_defaults_remain() -> None:
+    allowed = {json.dumps(v) for v in LIST_MAP_KEY_DEFAULTS.values()}
+    found: list[tuple[str, str, Any]] = []
+    for kind in ("Stack", "Program", "Workspace", "Update"):
+        for path, node in nodes(storage_schema(kind)):
+            if "default" in node and json.dumps(node["default"]) not in allowed:
+                found.append((kind, path, node["default"]))
+    assert found == [
+        ("Workspace", "spec.securityProfile", "restricted"),
+        ("Workspace", "spec.serviceAccountName", "default"),
+    ]
+
+
+def test_templates_in_the_stack_have_no_defaults_or_required_fields_of_ours() -> None:
+    schema = storage_schema("Stack")["properties"]["spec"]["properties"]
+    for template in ("workspaceTemplate", "updateTemplate"):
+        for path, node in nodes(schema[template]):
+            if ".podTemplate.spec" in path or ".env[]" in path or ".envFrom[]" in path or ".resources" in path:
+                continue  # embedded Kubernetes types keep their own rules
+            assert "required" not in node or path.endswith(".auth.password") is False, path
+            assert "default" not in node, path
+    ws = schema["workspaceTemplate"]["properties"]["spec"]["properties"]
+    assert "default" not in ws["securityProfile"] and "default" not in ws["serviceAccountName"]
+    assert "required" not in ws["stacks"]["items"]
+
+
+def test_crds_fit_in_kubectl_last_applied_annotation() -> None:
+    for name, doc in committed().items():
+        size = len(json.dumps(doc, separators=(",", ":")))
+        assert size < ANNOTATION_LIMIT, f"{name} is {size} bytes"
+
+
+def test_enums_minimums_and_required_fields() -> None:
+    stack = storage_schema("Stack")
+    spec = stack["properties"]["spec"]
+    assert stack["required"] == ["spec"]
+    assert spec["required"] == ["stack"]
+    assert spec["properties"]["workspaceReclaimPolicy"]["enum"] == ["Retain", "Delete"]
+    assert spec["properties"]["envRefs"]["additionalProperties"]["properties"]["type"]["enum"] == [
+        "Env",
+        "FS",
+        "Secret",
+        "Literal",
+    ]
+    for field in ("resyncFrequencySeconds", "retryMaxBackoffDurationSeconds"):
+        assert spec["properties"][field]["minimum"] == 0
+    assert stack["properties"]["metadata"] == {"type": "object", "properties": {"name": {"type": "string", "maxLength": 42}}}
+    ws = storage_schema("Workspace")["properties"]["spec"]["properties"]
+    assert ws["securityProfile"]["enum"] == ["baseline", "restricted"]
+    assert ws["stacks"]["x-kubernetes-list-map-keys"] == ["name"]
+    assert ws["stacks"]["items"]["required"] == ["name"]
+    update = storage_schema("Update")["properties"]["spec"]["properties"]
+    assert update["type"]["enum"] == ["preview", "up", "destroy", "refresh"]
+    assert update["ttlAfterCompleted"]["pattern"].startswith("^")
+    conditions = storage_schema("Update")["properties"]["status"]["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map" and conditions["x-kubernetes-list-map-keys"] == ["type"]
+    assert conditions["items"]["required"] == ["lastTransitionTime", "message", "reason", "status", "type"]
+
+
+def test_embedded_pod_spec_comes_from_kubernetes_without_descriptions() -> None:
+    pod = storage_schema("Workspace")["properties"]["spec"]["properties"]["podTemplate"]["properties"]["spec"]
+    assert pod["required"] == ["containers"]
+    container = pod["properties"]["initContainers"]["items"]["properties"]
+    assert "restartPolicy" in container  # sidecars: a field the 1.20 apiserver's own schema lacks
+    assert not any("description" in node for _, node in nodes(pod))
+
+
+def test_top_level_fields_are_described() -> None:
+    spec = storage_schema("Stack")["properties"]["spec"]["properties"]
+    undocumented = [name for name, node in spec.items() if not node.get("description")]
+    assert undocumented == []
+    assert "(pko extension)" in storage_schema("Stack")["properties"]["status"]["properties"]["nextRetryTime"]["description"]
+
+
+def test_every_go_operator_field_is_in_our_schema() -> None:
+    """Field parity with the Go operator's CRDs (transcribed into test/data), plus our extensions only."""
+    go = {
+        tuple(line.split(" ", 1))
+        for line in GO_FIELDS.read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    ours: set[tuple[str, str]] = set()
+    embedded = ("podTemplate", "env", "envFrom", "resources", "sshPrivateKey", "username", "password", "token",
+                "appID", "installationID", "privateKey", "metadata")
+    for kind in ("Stack", "Program", "Workspace", "Update"):
+        for path, _ in nodes(storage_schema(kind)):
+            if not path:
+                continue
+            parent = path.rsplit(".", 1)[0] if "." in path else ""
+            leaf_of_parent = parent.rsplit(".", 1)[-1].rstrip("[]{}")
+            ours_gitauth = parent.startswith("spec.gitAuth")
+            ours_meta = ".metadata" in parent and "Template" in parent
+            if parent and leaf_of_parent in embedded and not ours_gitauth and not ours_meta:
+                continue
+            if any(f".{e}." in f".{path}" and not ours_gitauth and not ours_meta for e in ("podTemplate",)) and (
+                not path.endswith("podTemplate")
+            ):
+                continue
+            ours.add((kind, path))
+    missing = sorted(go - ours)
+    assert missing == []
+    extra = sorted(ours - go)
+    assert extra == [("Stack", "spec.config{}"), ("Stack", "status.nextRetryTime")]

@@ -1,0 +1,58 @@
+"""Fixtures for machinery tests: API clients (optionally through a cuttable loopback proxy)
+and throw-away namespaces."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube_helpers import TcpProxy, create_namespace, delete_namespace
+from kubernetes_asyncio import client, config
+
+ClientFactory = Callable[..., Awaitable[client.ApiClient]]
+
+
+@pytest.fixture
+async def make_client() -> AsyncIterator[ClientFactory]:
+    """``await make_client(kubeconfig, server=None)``: an ApiClient, closed after the test."""
+    made: list[client.ApiClient] = []
+
+    async def make(kubeconfig: Path, server: str | None = None) -> client.ApiClient:
+        cfg = client.Configuration()
+        await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+        if server:
+            cfg.host = server
+        api = client.ApiClient(configuration=cfg)
+        made.append(api)
+        return api
+
+    yield make
+    for api in made:
+        await api.close()
+
+
+@pytest.fixture
+async def make_proxy() -> AsyncIterator[Callable[[str], Awaitable[TcpProxy]]]:
+    """``await make_proxy(server_url)``: a started :class:`TcpProxy` to that apiserver."""
+    proxies: list[TcpProxy] = []
+
+    async def make(server: str) -> TcpProxy:
+        host_port = server.split("://", 1)[1].rstrip("/")
+        host, _, port = host_port.rpartition(":")
+        proxy = await TcpProxy(host, int(port)).start()
+        proxies.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in proxies:
+        await proxy.close()
+
+
+@pytest.fixture
+async def namespace(api_client: Any) -> AsyncIterator[str]:
+    """A fresh namespace in the shared test cluster, deleted afterwards."""
+    name = await create_namespace(api_client)
+    yield name
+    await delete_namespace(api_client, name)

@@ -1,0 +1,116 @@
+"""Helpers for tests against a real apiserver: a cuttable loopback proxy, namespaces, waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Awaitable, Callable
+
+from kubernetes_asyncio import client
+
+from pko.machinery.resource import NAMESPACES, ResourceClient
+
+
+class TcpProxy:
+    """A loopback TCP proxy to ``target``. ``cut()`` refuses new connections and drops live ones,
+    as if the network to the apiserver failed; ``restore()`` listens again on the same port."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._conns: set[asyncio.StreamWriter] = set()
+        self._pumps: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> TcpProxy:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port, reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        self._conns.update((writer, up_writer))
+        pumps = [
+            asyncio.create_task(self._pump(reader, up_writer)),
+            asyncio.create_task(self._pump(up_reader, writer)),
+        ]
+        self._pumps.update(pumps)
+        await asyncio.gather(*pumps, return_exceptions=True)
+        self._pumps.difference_update(pumps)
+        for w in (writer, up_writer):
+            self._conns.discard(w)
+            w.close()
+
+    @staticmethod
+    async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                writer.close()
+
+    async def cut(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        for pump in list(self._pumps):
+            pump.cancel()
+        for w in list(self._conns):
+            w.close()
+        self._conns.clear()
+        await asyncio.sleep(0)
+
+    async def restore(self) -> None:
+        if self._server is None:
+            await self.start()
+
+    async def close(self) -> None:
+        await self.cut()
+        pumps = list(self._pumps)
+        await asyncio.gather(*pumps, return_exceptions=True)
+
+
+async def create_namespace(api: client.ApiClient, prefix: str = "mach") -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    await ResourceClient(api, NAMESPACES).create({"metadata": {"name": name}})
+    return name
+
+
+async def delete_namespace(api: client.ApiClient, name: str) -> None:
+    with contextlib.suppress(Exception):
+        await ResourceClient(api, NAMESPACES).delete(name)
+
+
+async def eventually(
+    condition: Callable[[], bool | Awaitable[bool]],
+    what: str = "",
+    *,
+    within: float = 60.0,
+    interval: float = 0.1,
+) -> None:
+    """Wait until ``condition()`` is true; fail naming ``what`` after ``within`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        result = condition()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what or condition}")
+        await asyncio.sleep(interval)

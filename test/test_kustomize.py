@@ -1,0 +1,432 @@
+"""The Kustomize tree under config/: every overlay builds, and the install command really works.
+
+Pure tests build each overlay with kubectl's built-in kustomize and check what users and the
+operator rely on (namespace, names, flags, restricted security context, least-privilege RBAC).
+Cluster tests apply `config/default` to the real control plane, first as a server-side dry run,
+then exactly as the README says (`kubectl apply --server-side -k config/default`), and ask the
+apiserver (SubjectAccessReview via `kubectl auth can-i`) what the operator's account may do.
+
+The cluster is shared by the whole session, so cleanup removes what `config/default` created
+except the CRDs, which the session's `crds` fixture owns.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG = REPO / "config"
+OVERLAYS = ("crd", "rbac", "manager", "default", "quickstart", "samples")
+NAMESPACE = "pulumi-kubernetes-operator"
+OPERATOR_SA = f"system:serviceaccount:{NAMESPACE}:controller-manager"
+# Sent as a subprocess timeout so that a hung kubectl fails the test instead of the session.
+KUBECTL_TIMEOUT = 180
+
+
+def run_kubectl(
+    *args: str, kubeconfig: Path | None = None, check: bool = True, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    cmd = ["kubectl", *([f"--kubeconfig={kubeconfig}"] if kubeconfig else []), *args]
+    proc = subprocess.run(
+        cmd, text=True, input=input, capture_output=True, timeout=KUBECTL_TIMEOUT, check=False
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}")
+    return proc
+
+
+@functools.cache
+def build(path: Path) -> list[dict[str, Any]]:
+    """`kubectl kustomize <path>` as a list of objects (cached: callers must not modify it)."""
+    out = run_kubectl("kustomize", str(path)).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def find(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    matches = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(matches) == 1, f"expected one {kind}/{name}, found {len(matches)}"
+    return matches[0]
+
+
+@pytest.fixture(scope="module")
+def default_objs() -> list[dict[str, Any]]:
+    return build(CONFIG / "default")
+
+
+@pytest.fixture(scope="module")
+def manager_container(default_objs: list[dict[str, Any]]) -> dict[str, Any]:
+    deploy = find(default_objs, "Deployment", "controller-manager")
+    containers: list[dict[str, Any]] = deploy["spec"]["template"]["spec"]["containers"]
+    return next(c for c in containers if c["name"] == "manager")
+
+
+# ---------------------------------------------------------------- pure: overlays build
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_builds(overlay: str) -> None:
+    objs = build(CONFIG / overlay)
+    assert objs, f"config/{overlay} built no objects"
+    for o in objs:
+        assert o.get("apiVersion") and o.get("kind") and o.get("metadata", {}).get("name"), o
+
+
+def test_default_puts_every_namespaced_object_in_the_operator_namespace(
+    default_objs: list[dict[str, Any]],
+) -> None:
+    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    for o in default_objs:
+        if o["kind"] in cluster_scoped:
+            assert "namespace" not in o["metadata"], o["metadata"]
+        else:
+            assert o["metadata"].get("namespace") == NAMESPACE, (o["kind"], o["metadata"])
+    assert [o["metadata"]["name"] for o in default_objs if o["kind"] == "Namespace"] == [NAMESPACE]
+
+
+def test_default_includes_the_crds_rbac_and_manager(default_objs: list[dict[str, Any]]) -> None:
+    crd_names = {o["metadata"]["name"] for o in default_objs if o["kind"] == "CustomResourceDefinition"}
+    assert crd_names == {
+        "stacks.pulumi.com",
+        "programs.pulumi.com",
+        "workspaces.auto.pulumi.com",
+        "updates.auto.pulumi.com",
+    }
+    find(default_objs, "ServiceAccount", "controller-manager")
+    find(default_objs, "ClusterRole", "pulumi-kubernetes-operator-controller-manager")
+    find(default_objs, "Role", "leader-election-role")
+    find(default_objs, "Deployment", "controller-manager")
+
+
+def test_every_binding_names_the_operator_service_account(default_objs: list[dict[str, Any]]) -> None:
+    bindings = [o for o in default_objs if o["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+    assert len(bindings) >= 4
+    for b in bindings:
+        assert b["subjects"] == [
+            {"kind": "ServiceAccount", "name": "controller-manager", "namespace": NAMESPACE}
+        ]
+        role_kind, role_name = b["roleRef"]["kind"], b["roleRef"]["name"]
+        if role_name != "system:auth-delegator":
+            find(default_objs, role_kind, role_name)
+
+
+def test_manager_flags_match_the_operator_cli(manager_container: dict[str, Any]) -> None:
+    args = manager_container["args"]
+    assert "--leader-elect" in args
+    assert "--metrics-bind-address=:8383" in args
+    assert "--health-probe-bind-address=:8081" in args
+    assert "--program-fs-addr=:9090" in args
+    assert "--program-fs-adv-addr=pulumi-kubernetes-operator.$(POD_NAMESPACE):80" in args
+    assert "--log-level=info" in args and "--log-format=json" in args
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in manager_container["env"]}
+    assert env == {"POD_NAMESPACE": "metadata.namespace", "POD_SA_NAME": "spec.serviceAccountName"}
+    ports = {p["name"]: p["containerPort"] for p in manager_container["ports"]}
+    assert ports == {"http-metrics": 8383, "http-fileserver": 9090, "http-probes": 8081}
+    assert manager_container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert manager_container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert manager_container["resources"]["requests"].keys() >= {"cpu", "memory"}
+
+
+def test_manager_runs_under_the_restricted_pod_security_profile(
+    default_objs: list[dict[str, Any]], manager_container: dict[str, Any]
+) -> None:
+    pod = find(default_objs, "Deployment", "controller-manager")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "controller-manager"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = manager_container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_services_select_the_manager_pod(
+    default_objs: list[dict[str, Any]], manager_container: dict[str, Any]
+) -> None:
+    pod_labels = find(default_objs, "Deployment", "controller-manager")["spec"]["template"]["metadata"][
+        "labels"
+    ]
+    port_names = {p["name"] for p in manager_container["ports"]}
+    fileserver = find(default_objs, "Service", "pulumi-kubernetes-operator")
+    metrics = find(default_objs, "Service", "pulumi-kubernetes-operator-metrics")
+    for svc in (fileserver, metrics):
+        assert svc["spec"]["selector"].items() <= pod_labels.items()
+        assert {p["targetPort"] for p in svc["spec"]["ports"]} <= port_names
+    assert [(p["port"], p["targetPort"]) for p in fileserver["spec"]["ports"]] == [(80, "http-fileserver")]
+    assert [(p["port"], p["targetPort"]) for p in metrics["spec"]["ports"]] == [(8383, "http-metrics")]
+
+
+def test_manager_image_is_overridable_with_kustomize_images(tmp_path: Path) -> None:
+    # kustomize accepts only relative paths to other kustomizations.
+    base = os.path.relpath(CONFIG / "default", tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        textwrap.dedent(
+            f"""\
+            resources:
+              - {base}
+            images:
+              - name: pko
+                newName: registry.example/pko
+                newTag: v9.9.9
+            """
+        )
+    )
+    deploy = find(build(tmp_path), "Deployment", "controller-manager")
+    images = [c["image"] for c in deploy["spec"]["template"]["spec"]["containers"]]
+    assert images == ["registry.example/pko:v9.9.9"]
+
+
+def test_quickstart_adds_the_default_pulumi_workspace_identity(default_objs: list[dict[str, Any]]) -> None:
+    objs = build(CONFIG / "quickstart")
+    sa = find(objs, "ServiceAccount", "pulumi")
+    assert sa["metadata"]["namespace"] == "default"
+    crb = find(objs, "ClusterRoleBinding", "default:pulumi:system:auth-delegator")
+    assert crb["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "system:auth-delegator",
+    }
+    assert crb["subjects"] == [{"kind": "ServiceAccount", "name": "pulumi", "namespace": "default"}]
+    # Everything config/default installs is in the quickstart too.
+    key = lambda o: (o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))  # noqa: E731
+    assert {key(o) for o in default_objs} <= {key(o) for o in objs}
+
+
+def test_sample_stack_deploys_the_sample_program_with_a_file_backend() -> None:
+    objs = build(CONFIG / "samples")
+    program = find(objs, "Program", "random")
+    stack = find(objs, "Stack", "random")
+    assert stack["spec"]["programRef"] == {"name": program["metadata"]["name"]}
+    assert stack["spec"]["backend"].startswith("file:///")
+    assert stack["spec"]["serviceAccountName"] == "pulumi"  # created by config/quickstart
+    state_dir = stack["spec"]["backend"].removeprefix("file://")
+    pod = stack["spec"]["workspaceTemplate"]["spec"]["podTemplate"]["spec"]
+    mounts = [m for c in pod["containers"] for m in c.get("volumeMounts", []) if c["name"] == "pulumi"]
+    assert [m["mountPath"] for m in mounts] == [state_dir], "the file backend must live on a mounted volume"
+    assert {v["name"] for v in pod["volumes"]} == {m["name"] for m in mounts}
+
+
+# ---------------------------------------------------------------- cluster: install
+
+
+@dataclass(frozen=True)
+class Access:
+    """One SubjectAccessReview question: may the operator `verb` this resource?"""
+
+    verb: str
+    resource: str
+    group: str = ""
+    subresource: str = ""
+    name: str = ""
+    namespace: str = ""  # "" asks for every namespace (cluster-wide)
+
+    def __str__(self) -> str:
+        res = ".".join(filter(None, (self.resource, self.group)))
+        sub = f"/{self.subresource}" if self.subresource else ""
+        where = f"@{self.namespace}" if self.namespace else ""
+        named = f":{self.name}" if self.name else ""
+        return f"{self.verb}-{res}{sub}{named}{where}"
+
+
+def operator_may(kubeconfig: Path, access: Access) -> bool:
+    """Ask the apiserver's authorizer directly (exact group/subresource, no discovery involved)."""
+    attrs = {k: v for k, v in asdict(access).items() if v}
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": OPERATOR_SA,
+            "groups": [
+                "system:serviceaccounts",
+                f"system:serviceaccounts:{NAMESPACE}",
+                "system:authenticated",
+            ],
+            "resourceAttributes": attrs,
+        },
+    }
+    out = run_kubectl(
+        "create", "-o", "json", "-f", "-", kubeconfig=kubeconfig, input=json.dumps(review)
+    ).stdout
+    return bool(json.loads(out)["status"].get("allowed", False))
+
+
+def _wait_namespace_gone(kubeconfig: Path, name: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if run_kubectl("get", "namespace", name, kubeconfig=kubeconfig, check=False).returncode != 0:
+            return
+        time.sleep(1.0)
+    raise AssertionError(f"namespace {name} still exists after {timeout}s")
+
+
+@pytest.fixture(scope="module")
+def installed(cluster: Any, crds: list[str]) -> Iterator[Path]:
+    """config/default applied with the README's command; removed again (except the CRDs) afterwards."""
+    kubeconfig: Path = cluster.kubeconfig
+    if run_kubectl("get", "namespace", NAMESPACE, kubeconfig=kubeconfig, check=False).returncode == 0:
+        pytest.skip(f"namespace {NAMESPACE} already exists in this cluster; not touching it")
+    try:
+        # Exactly the README's install command.
+        run_kubectl("apply", "--server-side", "-k", str(CONFIG / "default"), kubeconfig=kubeconfig)
+        yield kubeconfig
+    finally:
+        # Not `delete -k config/default`: that would remove the CRDs the rest of the session uses.
+        for part in ("manager", "rbac"):
+            run_kubectl(
+                "delete",
+                "--ignore-not-found",
+                "--wait=false",
+                "-k",
+                str(CONFIG / part),
+                kubeconfig=kubeconfig,
+                check=False,
+            )
+        _wait_namespace_gone(kubeconfig, NAMESPACE)
+
+
+@pytest.mark.cluster
+def test_default_server_side_dry_run_succeeds(cluster: Any, crds: list[str]) -> None:
+    kubeconfig: Path = cluster.kubeconfig
+    if run_kubectl("get", "namespace", NAMESPACE, kubeconfig=kubeconfig, check=False).returncode == 0:
+        pytest.skip(f"namespace {NAMESPACE} already exists in this cluster; not touching it")
+    # A dry run creates nothing, so the objects inside the namespace would find no namespace: create
+    # it for real first, the only object this test writes.
+    run_kubectl("create", "namespace", NAMESPACE, kubeconfig=kubeconfig)
+    try:
+        proc = run_kubectl(
+            "apply", "--server-side", "--dry-run=server", "-k", str(CONFIG / "default"), kubeconfig=kubeconfig
+        )
+        applied = [line for line in proc.stdout.splitlines() if "(server dry run)" in line]
+        assert len(applied) == len(build(CONFIG / "default")), proc.stdout
+        assert (
+            run_kubectl(
+                "get", "deployment", "-n", NAMESPACE, "controller-manager", kubeconfig=kubeconfig, check=False
+            ).returncode
+            != 0
+        ), "a dry run must not create"
+    finally:
+        run_kubectl("delete", "namespace", NAMESPACE, "--wait=false", kubeconfig=kubeconfig, check=False)
+        _wait_namespace_gone(kubeconfig, NAMESPACE)
+
+
+@pytest.mark.cluster
+def test_readme_install_command_creates_the_operator(installed: Path) -> None:
+    for kind, name in [
+        ("deployment", "controller-manager"),
+        ("serviceaccount", "controller-manager"),
+        ("service", "pulumi-kubernetes-operator"),
+        ("service", "pulumi-kubernetes-operator-metrics"),
+        ("role", "leader-election-role"),
+        ("rolebinding", "leader-election-rolebinding"),
+    ]:
+        run_kubectl("get", "-n", NAMESPACE, kind, name, kubeconfig=installed)
+    for kind, name in [
+        ("clusterrole", "pulumi-kubernetes-operator-controller-manager"),
+        ("clusterrolebinding", "pulumi-kubernetes-operator"),
+        ("clusterrolebinding", "pulumi-kubernetes-operator:system:auth-delegator"),
+    ]:
+        run_kubectl("get", kind, name, kubeconfig=installed)
+    # Applying again is a no-op that succeeds (the README command is safe to re-run).
+    run_kubectl("apply", "--server-side", "-k", str(CONFIG / "default"), kubeconfig=installed)
+
+
+@pytest.mark.cluster
+def test_quickstart_and_samples_are_accepted_by_the_apiserver(installed: Path) -> None:
+    run_kubectl(
+        "apply", "--server-side", "--dry-run=server", "-k", str(CONFIG / "quickstart"), kubeconfig=installed
+    )
+    run_kubectl(
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "-n",
+        "default",
+        "-k",
+        str(CONFIG / "samples"),
+        kubeconfig=installed,
+    )
+
+
+FLUX = "source.toolkit.fluxcd.io"
+OPERATOR_MAY = [
+    # What the reconcilers need.
+    Access("watch", "stacks", "pulumi.com"),
+    Access("patch", "stacks", "pulumi.com"),
+    Access("patch", "stacks", "pulumi.com", "status"),
+    Access("update", "stacks", "pulumi.com", "finalizers"),
+    Access("watch", "programs", "pulumi.com"),
+    Access("patch", "programs", "pulumi.com", "status"),
+    Access("create", "workspaces", "auto.pulumi.com"),
+    Access("delete", "workspaces", "auto.pulumi.com"),
+    Access("patch", "workspaces", "auto.pulumi.com", "status"),
+    Access("update", "workspaces", "auto.pulumi.com", "finalizers"),
+    Access("create", "updates", "auto.pulumi.com"),
+    Access("delete", "updates", "auto.pulumi.com"),
+    Access("patch", "updates", "auto.pulumi.com", "status"),
+    Access("use", "workspaces", "auto.pulumi.com", "rpc", "random", "default"),
+    Access("create", "statefulsets", "apps"),
+    Access("delete", "statefulsets", "apps"),
+    Access("create", "services"),
+    Access("patch", "services"),
+    Access("watch", "pods"),
+    Access("patch", "pods"),
+    Access("create", "secrets"),
+    Access("get", "secrets"),
+    Access("watch", "configmaps"),
+    Access("create", "events"),
+    Access("patch", "events", "events.k8s.io"),
+    Access("watch", "gitrepositories", FLUX),
+    Access("watch", "ocirepositories", FLUX),
+    Access("watch", "buckets", FLUX),
+    Access("create", "tokenreviews", "authentication.k8s.io"),
+    Access("create", "subjectaccessreviews", "authorization.k8s.io"),
+    Access("create", "leases", "coordination.k8s.io", namespace=NAMESPACE),
+    Access("update", "leases", "coordination.k8s.io", namespace=NAMESPACE),
+    Access("create", "serviceaccounts", "", "token", "controller-manager", NAMESPACE),
+]
+OPERATOR_MAY_NOT = [
+    # Users own Stacks and Programs; the operator never creates or deletes them.
+    Access("create", "stacks", "pulumi.com"),
+    Access("delete", "stacks", "pulumi.com"),
+    Access("create", "programs", "pulumi.com"),
+    Access("delete", "programs", "pulumi.com"),
+    # Outputs Secrets are immutable and garbage-collected with their Update.
+    Access("update", "secrets"),
+    Access("delete", "secrets"),
+    Access("create", "configmaps"),
+    # Pods belong to the StatefulSet controller.
+    Access("create", "pods"),
+    Access("delete", "pods"),
+    Access("create", "pods", "", "exec"),
+    Access("delete", "gitrepositories", FLUX),
+    # Leader election only in its own namespace; tokens only for its own account.
+    Access("create", "leases", "coordination.k8s.io", namespace="default"),
+    Access("create", "serviceaccounts", "", "token", "pulumi", "default"),
+    Access("create", "serviceaccounts", "", "token", "default", NAMESPACE),
+    Access("create", "clusterrolebindings", "rbac.authorization.k8s.io"),
+    Access("delete", "namespaces"),
+]
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("access", OPERATOR_MAY, ids=str)
+def test_operator_may(installed: Path, access: Access) -> None:
+    assert operator_may(installed, access), f"the operator needs {access}"
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("access", OPERATOR_MAY_NOT, ids=str)
+def test_operator_may_not(installed: Path, access: Access) -> None:
+    assert not operator_may(installed, access), f"least privilege: the operator must not {access}"
