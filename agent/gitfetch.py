@@ -20,7 +20,7 @@ import re
 import socket
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -74,7 +74,7 @@ class GitCredentials:
     password: str | None = None
     token: str | None = None
     ssh_private_key: str | None = None
-    known_hosts: str | None = field(default=None)
+    known_hosts: str | None = None
 
     def secrets(self) -> tuple[str | None, ...]:
         return (self.password, self.token, self.ssh_private_key)
@@ -252,6 +252,7 @@ def fetch_git(
     """
     creds = credentials or GitCredentials()
     remote = parse_remote(url)
+    dest.mkdir(parents=True, exist_ok=True)
     if any(dest.iterdir()):
         raise UsageError(f"cannot fetch into {dest}: the directory is not empty")
     log.info("fetching git source", url=remote.display, revision=revision or "HEAD", shallow=shallow)
@@ -294,13 +295,12 @@ def _fetch_and_checkout(
         if want.kind == "commit":
             # Servers may refuse a commit no ref points at; it may still be in a branch's history.
             log.info("commit not fetchable directly, fetching all branches and tags", url=remote.display)
-            client.fetch(path, repo, determine_wants=all_refs, depth=None)
+            result = client.fetch(path, repo, determine_wants=all_refs, depth=None)
         elif "does not support shallow" in str(exc):
             log.info("server cannot serve shallow fetches, fetching full history", url=remote.display)
-            client.fetch(path, repo, determine_wants=wants, depth=None)
+            result = client.fetch(path, repo, determine_wants=wants, depth=None)
         else:
             raise
-        result = None
     want = seen.get("want")
     if want is None:
         if not advertised:
@@ -310,7 +310,7 @@ def _fetch_and_checkout(
         raise RefNotFound(f"revision {revision!r} not found in {remote.display}")
 
     commit = _resolve_commit(repo, want, revision, remote)
-    branch = _branch_of(want, result.symrefs if result is not None else {})
+    branch = _branch_of(want, result.symrefs)
     _record(repo, remote, want, commit, branch, advertised)
     repo.get_worktree().reset_index(commit.tree)
     shallow_now = bool(repo.get_shallow())

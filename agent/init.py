@@ -23,6 +23,7 @@ goes to stderr, naming the problem and never a credential.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -143,14 +144,20 @@ def _read_file(path: str, what: str) -> str:
 
 
 def _secret(flag_file: str | None, env: Mapping[str, str], name: str, what: str) -> str | None:
-    """A secret from the flag's file, else ``$NAME``, else the file named by ``$NAME_FILE``."""
+    """A secret from the flag's file, else ``$NAME``, else the file named by ``$NAME_FILE``.
+
+    A trailing newline (what `echo` and most secret files add) is dropped: no token or password
+    legitimately ends with one, and sending it breaks basic auth.
+    """
     if flag_file:
-        return _read_file(flag_file, what).strip() or None
-    if env.get(name):
-        return env[name]
-    if env.get(f"{name}_FILE"):
-        return _read_file(env[f"{name}_FILE"], what).strip() or None
-    return None
+        value = _read_file(flag_file, what)
+    elif env.get(name):
+        value = env[name]
+    elif env.get(f"{name}_FILE"):
+        value = _read_file(env[f"{name}_FILE"], what)
+    else:
+        return None
+    return value.rstrip("\r\n") or None
 
 
 def _known_hosts(args: argparse.Namespace, env: Mapping[str, str]) -> str:
@@ -207,13 +214,7 @@ def resolve_request(args: argparse.Namespace, env: Mapping[str, str]) -> InitReq
             ),
         )
         if creds.ssh_private_key or not git_url.lower().startswith(("http://", "https://")):
-            creds = GitCredentials(
-                username=creds.username,
-                password=creds.password,
-                token=creds.token,
-                ssh_private_key=creds.ssh_private_key,
-                known_hosts=_known_hosts(args, env),
-            )
+            creds = dataclasses.replace(creds, known_hosts=_known_hosts(args, env))
         secrets = tuple(s for s in creds.secrets() if s)
         source = GitSpec(
             url=git_url,

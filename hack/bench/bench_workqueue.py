@@ -131,6 +131,9 @@ async def main(items: int, rounds: int, repeat: int) -> None:
         ),
         ("workers", lambda: workers_ours(keys, rounds), lambda: workers_anchor(keys, rounds)),
     ]
+    for _, ours, anchor in cases:  # warm-up: first runs pay for allocations and imports
+        await ours()
+        await anchor()
     print("| case | workqueue cycles/s | asyncio.Queue cycles/s (anchor) | ratio | >= 300k/s |")
     print("|---|---:|---:|---:|:-:|")
     for name, ours, anchor in cases:

@@ -269,13 +269,13 @@ class LeaderElector:
     async def _try_acquire_or_renew(self) -> bool:
         cfg = self.config
         loop = asyncio.get_running_loop()
-        now = micro_time(datetime.now(UTC))
         try:
             lease = await self._leases.get(cfg.lease_name)
         except Exception as exc:
             if api_error_status(exc) != 404:
                 self._log.warning("cannot read lease", error=_describe(exc))
                 return False
+            now = micro_time(datetime.now(UTC))
             record = LeaderElectionRecord(cfg.identity, cfg.lease_duration_seconds, now, now, 0)
             body: Obj = {
                 "apiVersion": "coordination.k8s.io/v1",
@@ -299,6 +299,9 @@ class LeaderElector:
         if holder and holder != cfg.identity and expires > loop.time():
             return False  # held by someone else and not expired
 
+        # Timestamps are taken after the expiry check, so a successor's acquireTime is never
+        # earlier than the previous holder's last renewTime plus the lease duration.
+        now = micro_time(datetime.now(UTC))
         if holder == cfg.identity:
             acquire_time, transitions = old.acquire_time, old.lease_transitions
         else:

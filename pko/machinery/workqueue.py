@@ -52,8 +52,8 @@ class ShutDown(Exception):
 class Queue(Generic[T]):
     """A de-duplicating FIFO of work items; see the module docstring for the invariants.
 
-    ``name`` labels the metrics (``workqueue_*{name=...}``); without ``metrics`` nothing is
-    measured and no timestamps are taken.
+    ``name`` labels the metrics (``workqueue_*{name=...}``) and is required with ``metrics``;
+    without ``metrics`` nothing is measured and no timestamps are taken.
     """
 
     def __init__(
@@ -63,6 +63,8 @@ class Queue(Generic[T]):
         metrics: WorkqueueMetricsProvider | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if metrics is not None and not name:
+            raise ValueError("a queue with metrics needs a name: it is the metrics' label")
         self.name = name
         self._queue: deque[T] = deque()
         self._dirty: set[T] = set()
@@ -85,7 +87,7 @@ class Queue(Generic[T]):
         m = self._metrics
         if m is not None:
             m.added()
-            self._added_at.setdefault(item, self._clock())
+            self._added_at[item] = self._clock()  # not dirty => no add time recorded yet
         self._dirty.add(item)
         if item in self._processing:
             return  # re-queued by done()

@@ -256,3 +256,14 @@ def test_encrypted_key_without_passphrase_is_a_usage_error() -> None:
 def test_text_that_is_not_a_key_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="does not hold a private key"):
         load_private_key("ghp_notakey")
+
+
+def test_ssh_commit_no_ref_points_at_falls_back_to_history(
+    git_ssh: Any, source_repo: Any, tmp_path: Path
+) -> None:
+    creds = GitCredentials(ssh_private_key=git_ssh.client_key_pem, known_hosts=git_ssh.known_hosts)
+    checkout = fetch_git(
+        git_ssh.url, source_repo.first, tmp_path, shallow=True, credentials=creds, timeout=20
+    )
+    assert checkout.commit == source_repo.first
+    assert (tmp_path / "README.md").read_text() == "one\n"

@@ -21,7 +21,10 @@ def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]
             "envs": ["env-configmap"],
             "envRefs": {
                 "LITERAL": {"type": "Literal", "literal": {"value": "v"}},
-                "FROM_SECRET": {"type": "Secret", "secret": {"name": "s", "key": "k", "namespace": namespace}},
+                "FROM_SECRET": {
+                    "type": "Secret",
+                    "secret": {"name": "s", "key": "k", "namespace": namespace},
+                },
                 "OLD_ENV": {"type": "Env", "env": {"name": "HOME"}},
                 "OLD_FS": {"type": "FS", "filesystem": {"path": "/etc/hostname"}},
             },
@@ -46,7 +49,11 @@ def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]
             "branch": "refs/heads/master",
             "shallow": True,
             "fluxSource": {
-                "sourceRef": {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository", "name": "repo"},
+                "sourceRef": {
+                    "apiVersion": "source.toolkit.fluxcd.io/v1",
+                    "kind": "GitRepository",
+                    "name": "repo",
+                },
                 "dir": "basic/",
             },
             "programRef": {"name": "staticwebsite"},
@@ -81,7 +88,9 @@ def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]
                         "metadata": {"labels": {"example.com/mylabel": "bar"}},
                         "spec": {
                             "terminationGracePeriodSeconds": 3600,
-                            "tolerations": [{"key": "example.com/foo", "operator": "Exists", "effect": "NoSchedule"}],
+                            "tolerations": [
+                                {"key": "example.com/foo", "operator": "Exists", "effect": "NoSchedule"}
+                            ],
                             "initContainers": [
                                 {
                                     "name": "extra",
@@ -98,7 +107,9 @@ def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]
                             "containers": [
                                 {
                                     "name": "pulumi",
-                                    "volumeMounts": [{"name": "oidc-token", "mountPath": "/var/run/secrets/pulumi"}],
+                                    "volumeMounts": [
+                                        {"name": "oidc-token", "mountPath": "/var/run/secrets/pulumi"}
+                                    ],
                                 }
                             ],
                             "volumes": [
@@ -162,7 +173,12 @@ def full_stack_status() -> dict[str, Any]:
             "lastResyncTime": "2024-10-17T20:41:49Z",
             "failures": 0,
         },
-        "currentUpdate": {"generation": 3, "reconcileRequest": "r", "name": "random-yaml-abc", "commit": "abc"},
+        "currentUpdate": {
+            "generation": 3,
+            "reconcileRequest": "r",
+            "name": "random-yaml-abc",
+            "commit": "abc",
+        },
         "projectInfo": {"name": "random", "runtime": "yaml"},
         "nextRetryTime": "2024-10-17T21:00:00Z",
     }

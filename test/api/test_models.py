@@ -9,8 +9,6 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Annotated, Any
 
 import pytest
-from pydantic import BaseModel, ValidationError
-
 from pko.api.meta import (
     CONDITION_MESSAGE_MAX,
     Condition,
@@ -26,6 +24,7 @@ from pko.api.program import Program
 from pko.api.stack import Stack, StackSpec, StackStatus
 from pko.api.update import Update, UpdateStatus
 from pko.api.workspace import Workspace, WorkspaceSpec, WorkspaceStatus
+from pydantic import BaseModel, ValidationError
 
 from .manifests import (
     full_program,
@@ -98,7 +97,9 @@ def missing_fields(model: type[BaseModel], data: dict[str, Any]) -> set[str]:
     ],
     ids=["Stack", "Workspace", "Update", "Program"],
 )
-def test_full_object_sets_every_field_and_round_trips_unchanged(model: type[BaseModel], obj: dict[str, Any]) -> None:
+def test_full_object_sets_every_field_and_round_trips_unchanged(
+    model: type[BaseModel], obj: dict[str, Any]
+) -> None:
     # The fixtures really cover the API (so the cluster round-trip test covers it too)...
     assert missing_fields(model, obj) == set()
     # ...and parsing then serialising gives back exactly the same document.
@@ -243,7 +244,10 @@ def test_workspace_resource_defaults_fill_only_missing_or_zero_requests() -> Non
     spec = WorkspaceSpec(resources={"requests": {"memory": "0", "cpu": "2"}, "limits": {"memory": "1Gi"}})
     defaulted = spec.with_defaults()
     assert defaulted.resources == {"requests": {"memory": "64Mi", "cpu": "2"}, "limits": {"memory": "1Gi"}}
-    assert spec.resources == {"requests": {"memory": "0", "cpu": "2"}, "limits": {"memory": "1Gi"}}  # unchanged
+    assert spec.resources == {
+        "requests": {"memory": "0", "cpu": "2"},
+        "limits": {"memory": "1Gi"},
+    }  # unchanged
 
 
 def test_workspace_rejects_unknown_security_profile_and_pull_policy() -> None:
@@ -311,7 +315,9 @@ def test_set_condition_moves_transition_time_only_when_status_changes() -> None:
     assert set_condition(conditions, "Ready", "False", "NotReadyStalled", "stalled", at=later)
     assert conditions[0].last_transition_time == T0 and conditions[0].reason == "NotReadyStalled"
     assert not set_condition(conditions, "Ready", "False", "NotReadyStalled", "stalled", at=later)
-    assert set_condition(conditions, "Ready", "True", "ProcessingCompleted", "done", observed_generation=3, at=later)
+    assert set_condition(
+        conditions, "Ready", "True", "ProcessingCompleted", "done", observed_generation=3, at=later
+    )
     assert conditions[0].last_transition_time == later and conditions[0].observed_generation == 3
     assert is_condition_true(conditions, "Ready")
 
@@ -333,7 +339,13 @@ def test_remove_condition() -> None:
 
 
 def test_condition_constraints_match_metav1() -> None:
-    good = {"type": "Ready", "status": "True", "reason": "Ok", "message": "", "lastTransitionTime": "2024-01-01T00:00:00Z"}
+    good = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "Ok",
+        "message": "",
+        "lastTransitionTime": "2024-01-01T00:00:00Z",
+    }
     Condition.model_validate(good)
     for bad in ({"status": "Maybe"}, {"reason": ""}, {"reason": "has space"}, {"type": "not valid!"}):
         with pytest.raises(ValidationError):

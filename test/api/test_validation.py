@@ -6,7 +6,6 @@ import copy
 from typing import Any
 
 import pytest
-
 from pko.api.validation import (
     FieldError,
     deprecation_warnings,
@@ -52,21 +51,36 @@ def paths(errors: list[FieldError]) -> list[str]:
         {
             "serviceAccountName": "random-yaml",
             "fluxSource": {
-                "sourceRef": {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository", "name": "ex"},
+                "sourceRef": {
+                    "apiVersion": "source.toolkit.fluxcd.io/v1",
+                    "kind": "GitRepository",
+                    "name": "ex",
+                },
                 "dir": "random-yaml/",
             },
             "refresh": True,
             "continueResyncOnCommitMatch": True,
             "resyncFrequencySeconds": 300,
             "destroyOnFinalize": True,
-            "envRefs": {"PULUMI_ACCESS_TOKEN": {"type": "Secret", "secret": {"name": "pulumi-api-secret", "key": "t"}}},
+            "envRefs": {
+                "PULUMI_ACCESS_TOKEN": {"type": "Secret", "secret": {"name": "pulumi-api-secret", "key": "t"}}
+            },
         },
         # the docs' Program example
-        {"serviceAccountName": "pulumi", "programRef": {"name": "staticwebsite"}, "config": {"aws:region": "x"}},
+        {
+            "serviceAccountName": "pulumi",
+            "programRef": {"name": "staticwebsite"},
+            "config": {"aws:region": "x"},
+        },
         # the docs' git example, commit pinned
         {"projectRepo": "https://github.com/pulumi/examples", "repoDir": "k/", "commit": "03658b55"},
         # the 1.0-era manifest with deprecated fields
-        {"accessTokenSecret": "t", "projectRepo": "https://x", "commit": "2b08897", "envSecrets": ["aws-creds"]},
+        {
+            "accessTokenSecret": "t",
+            "projectRepo": "https://x",
+            "commit": "2b08897",
+            "envSecrets": ["aws-creds"],
+        },
         # no source: the program comes from the workspace template (local source or an init container)
         {"workspaceTemplate": {"spec": {"local": {"dir": "/src"}}}},
         {"workspaceTemplate": {"spec": {"podTemplate": {"spec": {"initContainers": [{"name": "gen"}]}}}}},
@@ -95,7 +109,10 @@ def test_exactly_one_source_is_required() -> None:
     [
         ({**GIT, "programRef": {"name": "p"}}, "projectRepo, programRef"),
         (
-            {"programRef": {"name": "p"}, "fluxSource": {"sourceRef": {"apiVersion": "a/v1", "kind": "K", "name": "n"}}},
+            {
+                "programRef": {"name": "p"},
+                "fluxSource": {"sourceRef": {"apiVersion": "a/v1", "kind": "K", "name": "n"}},
+            },
             "fluxSource, programRef",
         ),
         ({"branch": "main", "programRef": {"name": "p"}}, "projectRepo, programRef"),  # any git field counts
@@ -133,20 +150,34 @@ def test_git_auth_needs_a_mode() -> None:
 
 def test_git_auth_with_several_modes_is_accepted_first_one_wins() -> None:
     # docs/stacks.md: "Only one authentication mode will be considered if more than one option is specified"
-    assert stack_errors({**GIT, "gitAuth": {"accessToken": SECRET_REF, "sshAuth": {"sshPrivateKey": SECRET_REF}}}) == []
+    assert (
+        stack_errors(
+            {**GIT, "gitAuth": {"accessToken": SECRET_REF, "sshAuth": {"sshPrivateKey": SECRET_REF}}}
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize(
     ("auth", "path"),
     [
         ({"accessToken": {"type": "Literal", "literal": {"value": "t"}}}, "spec.gitAuth.accessToken.type"),
-        ({"sshAuth": {"sshPrivateKey": {"type": "Env", "env": {"name": "K"}}}}, "spec.gitAuth.sshAuth.sshPrivateKey.type"),
+        (
+            {"sshAuth": {"sshPrivateKey": {"type": "Env", "env": {"name": "K"}}}},
+            "spec.gitAuth.sshAuth.sshPrivateKey.type",
+        ),
         (
             {"basicAuth": {"userName": SECRET_REF, "password": {"type": "FS", "filesystem": {"path": "/p"}}}},
             "spec.gitAuth.basicAuth.password.type",
         ),
         (
-            {"githubApp": {"appID": SECRET_REF, "installationID": SECRET_REF, "privateKey": {"type": "Literal", "literal": {"value": "k"}}}},
+            {
+                "githubApp": {
+                    "appID": SECRET_REF,
+                    "installationID": SECRET_REF,
+                    "privateKey": {"type": "Literal", "literal": {"value": "k"}},
+                }
+            },
             "spec.gitAuth.githubApp.privateKey.type",
         ),
     ],
@@ -161,22 +192,34 @@ def test_git_credentials_must_come_from_secrets(auth: dict[str, Any], path: str)
     ("ref", "expected"),
     [
         ({"type": "Secret"}, [("spec.envRefs[X].secret", "required when type is 'Secret'")]),
-        ({"type": "Literal", "secret": {"name": "s", "key": "k"}}, [
-            ("spec.envRefs[X].literal", "required when type is 'Literal'"),
-            ("spec.envRefs[X].secret", "must not be set when type is 'Literal'"),
-        ]),
-        ({"type": "Secret", "secret": {"name": "s", "key": "k"}, "literal": {"value": "v"}}, [
-            ("spec.envRefs[X].literal", "must not be set when type is 'Secret'"),
-        ]),
+        (
+            {"type": "Literal", "secret": {"name": "s", "key": "k"}},
+            [
+                ("spec.envRefs[X].literal", "required when type is 'Literal'"),
+                ("spec.envRefs[X].secret", "must not be set when type is 'Literal'"),
+            ],
+        ),
+        (
+            {"type": "Secret", "secret": {"name": "s", "key": "k"}, "literal": {"value": "v"}},
+            [
+                ("spec.envRefs[X].literal", "must not be set when type is 'Secret'"),
+            ],
+        ),
     ],
 )
-def test_resource_ref_union_member_must_match_type(ref: dict[str, Any], expected: list[tuple[str, str]]) -> None:
+def test_resource_ref_union_member_must_match_type(
+    ref: dict[str, Any], expected: list[tuple[str, str]]
+) -> None:
     assert stack_errors({**GIT, "envRefs": {"X": ref}}) == [FieldError(p, m) for p, m in expected]
 
 
 @pytest.mark.parametrize("kind", ["Env", "FS"])
 def test_env_and_fs_refs_are_deprecated_in_v2(kind: str) -> None:
-    ref = {"type": "Env", "env": {"name": "HOME"}} if kind == "Env" else {"type": "FS", "filesystem": {"path": "/x"}}
+    ref = (
+        {"type": "Env", "env": {"name": "HOME"}}
+        if kind == "Env"
+        else {"type": "FS", "filesystem": {"path": "/x"}}
+    )
     errors = stack_errors({**GIT, "secretsRef": {"k": ref}})
     assert errors == [FieldError("spec.secretsRef[k].type", f'ref type "{kind}" is deprecated')]
 
@@ -218,7 +261,9 @@ def test_a_config_key_may_come_from_one_place_only() -> None:
         ({"backend": "s3://b"}, "PULUMI_BACKEND_URL", "spec.backend"),
     ],
 )
-def test_env_refs_may_not_repeat_variables_other_fields_set(spec: dict[str, Any], key: str, field: str) -> None:
+def test_env_refs_may_not_repeat_variables_other_fields_set(
+    spec: dict[str, Any], key: str, field: str
+) -> None:
     errors = stack_errors({**GIT, **spec, "envRefs": {key: SECRET_REF}})
     assert paths(errors) == [f"spec.envRefs[{key}]"] and field in errors[0].message
 
@@ -280,7 +325,12 @@ def test_deprecated_fields_produce_warnings_naming_their_replacement() -> None:
 
 
 def ws_obj(spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "auto.pulumi.com/v1alpha1", "kind": "Workspace", "metadata": {"name": "w"}, "spec": spec}
+    return {
+        "apiVersion": "auto.pulumi.com/v1alpha1",
+        "kind": "Workspace",
+        "metadata": {"name": "w"},
+        "spec": spec,
+    }
 
 
 def ws_errors(spec: dict[str, Any]) -> list[FieldError]:
@@ -301,7 +351,9 @@ def test_full_workspace_fixture_reports_only_its_deliberate_conflict() -> None:
 
 def test_workspace_sources_are_mutually_exclusive() -> None:
     errors = ws_errors({"git": {"url": "https://x"}, "local": {"dir": "/d"}})
-    assert errors == [FieldError("spec", "only one of git, flux, local or projectInfo may be set (found git, local)")]
+    assert errors == [
+        FieldError("spec", "only one of git, flux, local or projectInfo may be set (found git, local)")
+    ]
 
 
 def test_workspace_git_and_flux_need_a_url() -> None:

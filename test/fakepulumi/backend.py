@@ -122,7 +122,7 @@ class FileBackend:
         base = self.root / BOOKKEEPING / "stacks"
         if not base.is_dir():
             return []
-        refs = []
+        refs: list[StackRef] = []
         for proj_dir in sorted(p for p in base.iterdir() if p.is_dir()):
             if project is not None and proj_dir.name != project:
                 continue
@@ -145,7 +145,11 @@ class FileBackend:
         self.lock(ref)
         try:
             resources = self.load_deployment(ref).get("resources") or []
-            if not force and resources and (len(resources) > 1 or resources[0].get("type") != "pulumi:pulumi:Stack"):
+            if (
+                not force
+                and resources
+                and (len(resources) > 1 or resources[0].get("type") != "pulumi:pulumi:Stack")
+            ):
                 raise CliError(
                     f"'{ref.name}' still has resources; removal rejected. Possible actions:\n"
                     "- Make sure that 'pulumi destroy' was run\n"
@@ -172,7 +176,9 @@ class FileBackend:
 
     def save_checkpoint(self, ref: StackRef, deployment: dict[str, Any]) -> None:
         deployment = {**deployment, "manifest": self._manifest()}
-        _write_json(self.stack_path(ref), {"version": 3, "checkpoint": {"stack": ref.fq_name, "latest": deployment}})
+        _write_json(
+            self.stack_path(ref), {"version": 3, "checkpoint": {"stack": ref.fq_name, "latest": deployment}}
+        )
 
     def backup(self, ref: StackRef) -> None:
         path = self.stack_path(ref)

@@ -62,8 +62,10 @@ def split_key(key: str) -> tuple[str, str]:
     """``ns:name`` -> (ns, name)."""
     ns, sep, name = key.partition(":")
     if not sep or not ns:
-        raise CliError(f"could not parse {key!r} as a configuration key (configuration keys should be of the "
-                       "form `<namespace>:<name>`)")
+        raise CliError(
+            f"could not parse {key!r} as a configuration key (configuration keys should be of the "
+            "form `<namespace>:<name>`)"
+        )
     return ns, name
 
 

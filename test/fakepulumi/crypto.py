@@ -23,7 +23,8 @@ _ROUNDS = 20_000
 _CHECK = "pulumi"
 
 MISSING_PASSPHRASE = (
-    "passphrase must be set with PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE environment variables"
+    "passphrase must be set with PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE "
+    "environment variables"
 )
 WRONG_PASSPHRASE = (
     "incorrect passphrase, please set PULUMI_CONFIG_PASSPHRASE to the correct passphrase or set "
@@ -86,7 +87,9 @@ class Crypter:
         body, tag = blob[:-16], blob[-16:]
         if not hmac.compare_digest(tag, hmac.digest(self._mac_key, nonce + body, "sha256")[:16]):
             raise CliError("failed to decrypt: " + WRONG_PASSPHRASE)
-        return bytes(a ^ b for a, b in zip(body, self._keystream(nonce, len(body)), strict=True)).decode("utf-8")
+        return bytes(a ^ b for a, b in zip(body, self._keystream(nonce, len(body)), strict=True)).decode(
+            "utf-8"
+        )
 
 
 def new_salt_state(passphrase: str) -> tuple[str, Crypter]:

@@ -17,6 +17,7 @@ It follows the real engine's observable contract (pkg/engine, pkg/resource/deplo
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 import sys
@@ -72,13 +73,35 @@ class Display:
         sys.stdout.flush()
 
 
-_SYMBOL = {"create": "+", "update": "~", "delete": "-", "replace": "+-", "same": " ", "refresh": " ",
-           "create-replacement": "++", "delete-replaced": "--"}
-_DONE = {"create": "created", "update": "updated", "delete": "deleted", "replace": "replaced", "same": "",
-         "refresh": "refreshed", "create-replacement": "created replacement", "delete-replaced": "deleted original"}
-_DOING = {"create": "creating", "update": "updating", "delete": "deleting", "replace": "replacing",
-          "refresh": "refreshing", "create-replacement": "creating replacement",
-          "delete-replaced": "deleting original"}
+_SYMBOL = {
+    "create": "+",
+    "update": "~",
+    "delete": "-",
+    "replace": "+-",
+    "same": " ",
+    "refresh": " ",
+    "create-replacement": "++",
+    "delete-replaced": "--",
+}
+_DONE = {
+    "create": "created",
+    "update": "updated",
+    "delete": "deleted",
+    "replace": "replaced",
+    "same": "",
+    "refresh": "refreshed",
+    "create-replacement": "created replacement",
+    "delete-replaced": "deleted original",
+}
+_DOING = {
+    "create": "creating",
+    "update": "updating",
+    "delete": "deleting",
+    "replace": "replacing",
+    "refresh": "refreshing",
+    "create-replacement": "creating replacement",
+    "delete-replaced": "deleting original",
+}
 
 
 class Engine:
@@ -122,12 +145,17 @@ class Engine:
         name = "SIGTERM" if signum == signal.SIGTERM else "^C"
         if self._signals == 1:
             if signum == signal.SIGTERM:
-                msg = "SIGTERM received; cancelling. If you would like to terminate immediately, send SIGTERM again.\n"
+                msg = (
+                    "SIGTERM received; cancelling. If you would like to terminate immediately, "
+                    "send SIGTERM again.\n"
+                )
             else:
                 msg = "^C received; cancelling. If you would like to terminate immediately, press ^C again.\n"
             if not self.req.dry_run:
-                msg += ("<{%fg 9%}>Note that terminating immediately may lead to orphaned resources and other "
-                        "inconsistencies.\n<{%reset%}>")
+                msg += (
+                    "<{%fg 9%}>Note that terminating immediately may lead to orphaned resources and other "
+                    "inconsistencies.\n<{%reset%}>"
+                )
             self._notices.append(msg)
             self.cancelled.set()
         else:
@@ -150,14 +178,20 @@ class Engine:
     def diag(self, urn: str, severity: str, message: str) -> None:
         message = self._filter(message)
         self.diags.append((urn, severity, message))
-        body: dict[str, Any] = {"prefix": f"{severity}: ", "message": message.rstrip("\n") + "\n",
-                                "color": "raw", "severity": severity}
+        body: dict[str, Any] = {
+            "prefix": f"{severity}: ",
+            "message": message.rstrip("\n") + "\n",
+            "color": "raw",
+            "severity": severity,
+        }
         if urn:
             body = {"urn": urn, **body}
         self.emit({"diagnosticEvent": body})
 
     @staticmethod
-    def _state_meta(res: dict[str, Any] | None, values: tuple[Any, Any] | None = None) -> dict[str, Any] | None:
+    def _state_meta(
+        res: dict[str, Any] | None, values: tuple[Any, Any] | None = None
+    ) -> dict[str, Any] | None:
         """StepEventStateMetadata; ``values`` are (inputs, outputs) as engine values, else masked state."""
         if res is None:
             return None
@@ -176,8 +210,17 @@ class Engine:
         meta.update({"inputs": inputs, "outputs": outputs, "provider": res.get("provider", "")})
         return meta
 
-    def step_event(self, kind: str, op: str, urn: str, type_: str, old: dict[str, Any] | None,
-                   new: dict[str, Any] | None, provider: str = "", diffs: list[str] | None = None) -> None:
+    def step_event(
+        self,
+        kind: str,
+        op: str,
+        urn: str,
+        type_: str,
+        old: dict[str, Any] | None,
+        new: dict[str, Any] | None,
+        provider: str = "",
+        diffs: list[str] | None = None,
+    ) -> None:
         metadata: dict[str, Any] = {"op": op, "urn": urn, "type": type_, "old": old, "new": new}
         if diffs:
             metadata["keys"] = diffs
@@ -264,15 +307,23 @@ class Engine:
             if self.failed or self.cancelled.is_set():
                 self.diag("", "error", f"{'preview' if req.dry_run else 'update'} {outcome}")
             duration = time.time() - start
-            self.emit({"summaryEvent": {
-                "maybeCorrupt": False, "durationSeconds": int(math.ceil(duration)),
-                "resourceChanges": self.counts, "PolicyPacks": {}, "isPreview": req.dry_run,
-                "result": "succeeded" if not (self.failed or self.cancelled.is_set()) else (
-                    "canceled" if self.cancelled.is_set() else "failed"),
-            }})
+            self.emit(
+                {
+                    "summaryEvent": {
+                        "maybeCorrupt": False,
+                        "durationSeconds": math.ceil(duration),
+                        "resourceChanges": self.counts,
+                        "PolicyPacks": {},
+                        "isPreview": req.dry_run,
+                        "result": "succeeded"
+                        if not (self.failed or self.cancelled.is_set())
+                        else ("canceled" if self.cancelled.is_set() else "failed"),
+                    }
+                }
+            )
             self.emit({"cancelEvent": {}})
             self._print_summary(duration)
-        except BaseException as exc:  # noqa: BLE001 - re-raised after the lock is released
+        except BaseException as exc:
             error = exc
         finally:
             for sig, handler in previous.items():
@@ -315,27 +366,39 @@ class Engine:
                 self._collect_secret_texts(v)
 
     def _warn_pending(self) -> None:
-        lines = "".join(f"  * {op['resource']['urn']}, interrupted while {op['type']}\n" for op in self.base_pending)
-        self.diag("", "warning",
-                  "Attempting to deploy or update resources "
-                  f"with {len(self.base_pending)} pending operations from previous deployment.\n" + lines +
-                  "These resources are in an unknown state because the Pulumi CLI was interrupted while waiting "
-                  "for changes to these resources to complete. You should confirm whether or not the operations "
-                  "listed completed successfully by checking the state of the appropriate provider. For example, "
-                  "if you are using AWS, you can confirm using the AWS Console.\n\n"
-                  "Once you have confirmed the status of the interrupted operations, you can repair your stack "
-                  "using `pulumi refresh` which will refresh the state from the provider you are using and clear "
-                  "the pending operations if there are any.\n\n"
-                  "Note that `pulumi refresh` will need to be run interactively to clear pending CREATE operations.")
+        lines = "".join(
+            f"  * {op['resource']['urn']}, interrupted while {op['type']}\n" for op in self.base_pending
+        )
+        self.diag(
+            "",
+            "warning",
+            "Attempting to deploy or update resources "
+            f"with {len(self.base_pending)} pending operations from previous deployment.\n"
+            + lines
+            + "These resources are in an unknown state because the Pulumi CLI was interrupted while waiting "
+            "for changes to these resources to complete. You should confirm whether or not the operations "
+            "listed completed successfully by checking the state of the appropriate provider. For example, "
+            "if you are using AWS, you can confirm using the AWS Console.\n\n"
+            "Once you have confirmed the status of the interrupted operations, you can repair your stack "
+            "using `pulumi refresh` which will refresh the state from the provider you are using and clear "
+            "the pending operations if there are any.\n\n"
+            "Note that `pulumi refresh` will need to be run interactively to clear pending CREATE "
+            "operations.",
+        )
 
     # -- update --------------------------------------------------------------------------------------
     def _stack_step(self) -> dict[str, Any]:
         old = self.olds.get(self.stack_urn)
         op = "same" if old else "create"
-        new = {"urn": self.stack_urn, "custom": False, "type": STACK_TYPE,
-               "outputs": (old or {}).get("outputs") or {}}
-        self.step_event("resourcePreEvent", op, self.stack_urn, STACK_TYPE, self._state_meta(old),
-                        self._state_meta(new))
+        new = {
+            "urn": self.stack_urn,
+            "custom": False,
+            "type": STACK_TYPE,
+            "outputs": (old or {}).get("outputs") or {},
+        }
+        self.step_event(
+            "resourcePreEvent", op, self.stack_urn, STACK_TYPE, self._state_meta(old), self._state_meta(new)
+        )
         self.progress(op, STACK_TYPE, f"{self.project}-{self.stack}", done=False)
         self.count(op)
         if not self.req.dry_run:
@@ -350,15 +413,22 @@ class Engine:
         version = PACKAGE_VERSIONS.get(package, "1.0.0")
         urn = self.urn(f"pulumi:providers:{package}", "default_" + version.replace(".", "_"))
         old = self.olds.get(urn)
-        id_ = old["id"] if old else str(uuid.uuid5(uuid.NAMESPACE_URL, urn + str(time.time_ns())))
-        new = {"urn": urn, "custom": True, "id": id_, "type": f"pulumi:providers:{package}",
-               "inputs": {"version": version}, "outputs": {"version": version}}
+        id_ = old["id"] if old else str(uuid.uuid4())
+        ptype = f"pulumi:providers:{package}"
+        new: dict[str, Any] = {
+            "urn": urn,
+            "custom": True,
+            "id": id_,
+            "type": ptype,
+            "inputs": {"version": version},
+            "outputs": {"version": version},
+        }
         op = "same" if old else "create"
-        self.step_event("resourcePreEvent", op, urn, new["type"], self._state_meta(old), self._state_meta(new))
+        self.step_event("resourcePreEvent", op, urn, ptype, self._state_meta(old), self._state_meta(new))
         if not self.req.dry_run:
             self.news.append(new)
             self.handled.add(urn)
-        self.step_event("resOutputsEvent", op, urn, new["type"], self._state_meta(old), self._state_meta(new))
+        self.step_event("resOutputsEvent", op, urn, ptype, self._state_meta(old), self._state_meta(new))
         ref = f"{urn}::{id_}"
         self.providers_used[package] = ref
         return ref
@@ -410,13 +480,20 @@ class Engine:
         if not req.dry_run:
             new["outputs"] = to_state(outputs, self._encrypt)
             self.news[self.news.index(stack["new"])] = new
-        self.step_event("resOutputsEvent", stack["op"], self.stack_urn, STACK_TYPE, self._state_meta(stack["old"]),
-                        self._state_meta(new, ({}, outputs)))
+        self.step_event(
+            "resOutputsEvent",
+            stack["op"],
+            self.stack_urn,
+            STACK_TYPE,
+            self._state_meta(stack["old"]),
+            self._state_meta(new, ({}, outputs)),
+        )
         self.progress(stack["op"], STACK_TYPE, f"{self.project}-{self.stack}", done=True)
         self._outputs = outputs
 
-    def _register(self, evaluator: Evaluator, name: str, token: str, props: dict[str, Any],
-                  options: dict[str, Any]) -> None:
+    def _register(
+        self, evaluator: Evaluator, name: str, token: str, props: dict[str, Any], options: dict[str, Any]
+    ) -> None:
         type_ = canonical_type(token)
         provider = provider_for(type_)
         if provider is None:
@@ -437,12 +514,29 @@ class Engine:
             op = "same"
         else:
             op = "replace" if provider.replace_on_change else "update"
-        diffs = sorted(k for k in set(inputs) | set(old_inputs or {})
-                       if plain((old_inputs or {}).get(k)) != plain(inputs.get(k))) if old else None
-        deps = [self.urn(canonical_type(evaluator.spec.resources[d].type), d)
-                for d in evaluator.spec.resources[name].deps]
-        new: dict[str, Any] = {"urn": urn, "custom": True, "id": "", "type": type_, "inputs": {}, "outputs": {},
-                               "parent": self.stack_urn, "provider": provider_ref}
+        diffs = (
+            sorted(
+                k
+                for k in set(inputs) | set(old_inputs or {})
+                if plain((old_inputs or {}).get(k)) != plain(inputs.get(k))
+            )
+            if old
+            else None
+        )
+        deps = [
+            self.urn(canonical_type(evaluator.spec.resources[d].type), d)
+            for d in evaluator.spec.resources[name].deps
+        ]
+        new: dict[str, Any] = {
+            "urn": urn,
+            "custom": True,
+            "id": "",
+            "type": type_,
+            "inputs": {},
+            "outputs": {},
+            "parent": self.stack_urn,
+            "provider": provider_ref,
+        }
         if protect:
             new["protect"] = True
         if deps:
@@ -457,24 +551,59 @@ class Engine:
             self.count("same")
             return
         pre_op = "create-replacement" if op == "replace" else op
-        self.step_event("resourcePreEvent", pre_op, urn, type_, self._state_meta(old),
-                        self._state_meta(new, (inputs, {})), provider_ref, diffs)
+        self.step_event(
+            "resourcePreEvent",
+            pre_op,
+            urn,
+            type_,
+            self._state_meta(old),
+            self._state_meta(new, (inputs, {})),
+            provider_ref,
+            diffs,
+        )
         self.progress(op, short, name, done=False)
         if self.req.dry_run:
             outputs = provider.preview_outputs(inputs)
-            self.step_event("resOutputsEvent", pre_op, urn, type_, self._state_meta(old),
-                            self._state_meta(new, (inputs, outputs)), provider_ref, diffs)
+            self.step_event(
+                "resOutputsEvent",
+                pre_op,
+                urn,
+                type_,
+                self._state_meta(old),
+                self._state_meta(new, (inputs, outputs)),
+                provider_ref,
+                diffs,
+            )
             if op == "replace":
-                self.step_event("resourcePreEvent", "replace", urn, type_, self._state_meta(old),
-                                self._state_meta(new, (inputs, outputs)), provider_ref, diffs)
-                self.step_event("resOutputsEvent", "replace", urn, type_, self._state_meta(old),
-                                self._state_meta(new, (inputs, outputs)), provider_ref, diffs)
+                self.step_event(
+                    "resourcePreEvent",
+                    "replace",
+                    urn,
+                    type_,
+                    self._state_meta(old),
+                    self._state_meta(new, (inputs, outputs)),
+                    provider_ref,
+                    diffs,
+                )
+                self.step_event(
+                    "resOutputsEvent",
+                    "replace",
+                    urn,
+                    type_,
+                    self._state_meta(old),
+                    self._state_meta(new, (inputs, outputs)),
+                    provider_ref,
+                    diffs,
+                )
             known_id: Any = old.get("id", "") if op == "update" and old is not None else UNKNOWN
             evaluator.resources[name] = ResourceView(urn=urn, id=known_id, outputs=outputs)
             self.count(op)
             return
         pending_state = {**new, "inputs": to_state(inputs, self._encrypt)}
-        pending = {"resource": pending_state, "type": "creating" if op in ("create", "replace") else "updating"}
+        pending = {
+            "resource": pending_state,
+            "type": "creating" if op in ("create", "replace") else "updating",
+        }
         self.pending_ops.append(pending)
         self.save()
         ctx = OpContext(cancelled=self.cancelled, before_crash=self.save)
@@ -488,8 +617,16 @@ class Engine:
         except ProviderError as exc:
             self.pending_ops.remove(pending)
             self.diag(urn, "error", str(exc))
-            self.step_event("resOpFailedEvent", pre_op, urn, type_, self._state_meta(old),
-                            self._state_meta(new, (inputs, {})), provider_ref, diffs)
+            self.step_event(
+                "resOpFailedEvent",
+                pre_op,
+                urn,
+                type_,
+                self._state_meta(old),
+                self._state_meta(new, (inputs, {})),
+                provider_ref,
+                diffs,
+            )
             self.progress(op, short, name, done=True, error=str(exc))
             self.failed = True
             self.save()
@@ -506,16 +643,31 @@ class Engine:
         self.progress(op, short, name, done=True)
         self.count(op)
 
-    def _emit_step(self, op: str, urn: str, type_: str, old: dict[str, Any] | None, new: dict[str, Any],
-                   provider_ref: str, inputs: Any, outputs: Any, diffs: list[str] | None) -> None:
-        """The events after a step succeeded; ``same`` and logical ``replace`` steps also get their pre-event."""
+    def _emit_step(
+        self,
+        op: str,
+        urn: str,
+        type_: str,
+        old: dict[str, Any] | None,
+        new: dict[str, Any],
+        provider_ref: str,
+        inputs: Any,
+        outputs: Any,
+        diffs: list[str] | None,
+    ) -> None:
+        """Events after a step succeeded; ``same`` and logical ``replace`` steps also get their pre-event."""
         new_meta = self._state_meta(new, (inputs, outputs))
         if op in ("same", "replace"):
-            self.step_event("resourcePreEvent", op, urn, type_, self._state_meta(old), new_meta, provider_ref, diffs)
-        self.step_event("resOutputsEvent", op, urn, type_, self._state_meta(old), new_meta, provider_ref, diffs)
+            self.step_event(
+                "resourcePreEvent", op, urn, type_, self._state_meta(old), new_meta, provider_ref, diffs
+            )
+        self.step_event(
+            "resOutputsEvent", op, urn, type_, self._state_meta(old), new_meta, provider_ref, diffs
+        )
 
-    def _finish(self, name: str, urn: str, new: dict[str, Any], inputs: Any, outputs: Any,
-                evaluator: Evaluator) -> None:
+    def _finish(
+        self, name: str, urn: str, new: dict[str, Any], inputs: Any, outputs: Any, evaluator: Evaluator
+    ) -> None:
         if isinstance(outputs, dict) and any(isinstance(v, Secret) for v in outputs.values()):
             for v in outputs.values():
                 if isinstance(v, Secret):
@@ -533,13 +685,19 @@ class Engine:
     def _delete(self, old: dict[str, Any], op: str, internal: bool = False) -> None:
         urn, type_ = old["urn"], old["type"]
         name = urn.rsplit("::", 1)[1]
-        self.step_event("resourcePreEvent", op, urn, type_, self._state_meta(old), None, old.get("provider", ""))
+        self.step_event(
+            "resourcePreEvent", op, urn, type_, self._state_meta(old), None, old.get("provider", "")
+        )
         if old.get("protect") and not self.req.dry_run:
-            message = (f"unable to delete resource \"{urn}\"\nas it is currently marked for protection. To unprotect "
-                       "the resource, remove the `protect` flag from the resource in your Pulumi program and run "
-                       f"`pulumi up`, or use the command:\n`pulumi state unprotect '{urn}'`")
+            message = (
+                f'unable to delete resource "{urn}"\nas it is currently marked for protection. To unprotect '
+                "the resource, remove the `protect` flag from the resource in your Pulumi program and run "
+                f"`pulumi up`, or use the command:\n`pulumi state unprotect '{urn}'`"
+            )
             self.diag(urn, "error", message)
-            self.step_event("resOpFailedEvent", op, urn, type_, self._state_meta(old), None, old.get("provider", ""))
+            self.step_event(
+                "resOpFailedEvent", op, urn, type_, self._state_meta(old), None, old.get("provider", "")
+            )
             self.failed = True
             return
         if not internal:
@@ -550,7 +708,9 @@ class Engine:
             else:
                 self.handled.add(urn)
             self.save()
-        self.step_event("resOutputsEvent", op, urn, type_, self._state_meta(old), None, old.get("provider", ""))
+        self.step_event(
+            "resOutputsEvent", op, urn, type_, self._state_meta(old), None, old.get("provider", "")
+        )
         if not internal:
             self.progress(op, type_, name, done=True)
             if op != "delete-replaced":
@@ -563,15 +723,22 @@ class Engine:
                 break
             internal = old["type"].startswith("pulumi:providers:")
             meta = self._state_meta(old)
-            self.step_event("resourcePreEvent", "refresh", old["urn"], old["type"], meta, meta, old.get("provider", ""))
-            self.step_event("resOutputsEvent", "same", old["urn"], old["type"], meta, meta, old.get("provider", ""))
+            self.step_event(
+                "resourcePreEvent", "refresh", old["urn"], old["type"], meta, meta, old.get("provider", "")
+            )
+            self.step_event(
+                "resOutputsEvent", "same", old["urn"], old["type"], meta, meta, old.get("provider", "")
+            )
             if not internal:
                 self.count("same")
         if not self.req.dry_run:
             self.news = list(self.olds.values())
             self.handled = set(self.olds)
-            self.base_pending = [op for op in self.base_pending
-                                 if op.get("type") == "creating" and not self.req.clear_pending_creates]
+            self.base_pending = [
+                op
+                for op in self.base_pending
+                if op.get("type") == "creating" and not self.req.clear_pending_creates
+            ]
 
     def _destroy(self) -> None:
         for old in reversed(list(self.olds.values())):
@@ -590,8 +757,11 @@ class Engine:
             width = max(len(k) for k in outputs)
             for key in sorted(outputs):
                 value = outputs[key]
-                text = "[secret]" if isinstance(value, Secret) else (
-                    "output<string>" if value is UNKNOWN else repr(plain(value)))
+                text = (
+                    "[secret]"
+                    if isinstance(value, Secret)
+                    else ("output<string>" if value is UNKNOWN else json.dumps(plain(value)))
+                )
                 self.display.line(f"    {key:<{width}}: {text}")
             self.display.line()
         if self.diags:
@@ -601,20 +771,33 @@ class Engine:
                 header = f"{where[1]} ({where[2]})" if urn else f"{STACK_TYPE} ({self.project}-{self.stack})"
                 self.display.line(f"  {header}:")
                 for text in message.rstrip("\n").split("\n"):
-                    self.display.line(f"    {severity}: {text}" if text is message.rstrip("\n").split("\n")[0]
-                                      else f"    {text}")
+                    self.display.line(
+                        f"    {severity}: {text}"
+                        if text is message.rstrip("\n").split("\n")[0]
+                        else f"    {text}"
+                    )
                 self.display.line()
         self.display.line("Resources:")
-        words = {"create": "created", "update": "updated", "delete": "deleted", "replace": "replaced",
-                 "same": "unchanged"}
+        words = {
+            "create": "created",
+            "update": "updated",
+            "delete": "deleted",
+            "replace": "replaced",
+            "same": "unchanged",
+        }
         if self.req.dry_run:
-            words = {"create": "to create", "update": "to update", "delete": "to delete",
-                     "replace": "to replace", "same": "unchanged"}
+            words = {
+                "create": "to create",
+                "update": "to update",
+                "delete": "to delete",
+                "replace": "to replace",
+                "same": "unchanged",
+            }
         for op, n in self.counts.items():
             sym = _SYMBOL.get(op, " ").strip()
             self.display.line(f"    {sym + ' ' if sym else ''}{n} {words.get(op, op)}")
         self.display.line()
-        self.display.line(f"Duration: {max(1, int(math.ceil(duration)))}s")
+        self.display.line(f"Duration: {max(1, math.ceil(duration))}s")
         self.display.line()
 
     def _record_history(self, start: float, succeeded: bool) -> None:
@@ -622,8 +805,6 @@ class Engine:
         for key, raw in self.sc.config.items():
             secret, is_obj = cfgmod.is_secret(raw), cfgmod.is_object(raw)
             if is_obj:
-                import json
-
                 text = json.dumps(raw, separators=(",", ":"))
             else:
                 text = raw["secure"] if secret else str(raw)
@@ -632,8 +813,12 @@ class Engine:
             "kind": self.req.kind,
             "startTime": int(start),
             "message": self.req.message,
-            "environment": {"exec.kind": self.req.exec_kind, "pulumi.version": f"v{cli_version()}",
-                            "pulumi.os": sys.platform, "pulumi.arch": "x64"},
+            "environment": {
+                "exec.kind": self.req.exec_kind,
+                "pulumi.version": f"v{cli_version()}",
+                "pulumi.os": sys.platform,
+                "pulumi.arch": "x64",
+            },
             "config": cfg,
             "result": "succeeded" if succeeded else "failed",
             "endTime": int(time.time()),

@@ -32,7 +32,7 @@ class _NullSink:
 
 class _FileSink:
     def __init__(self, path: str) -> None:
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the command
+        self._file = open(path, "a", encoding="utf-8")
 
     def send(self, line: str) -> None:
         self._file.write(line + "\n")
@@ -58,7 +58,7 @@ def _encode_request(event: str) -> bytes:
 
 class _GrpcSink:
     def __init__(self, address: str) -> None:
-        import grpc
+        import grpc  # type: ignore[import-untyped]
 
         self._channel = grpc.insecure_channel(address)
         self._queue: queue.Queue[Any] = queue.Queue()
@@ -76,7 +76,7 @@ class _GrpcSink:
         self._queue.put(_END)
         try:
             self._future.result(timeout=30)
-        except Exception:  # noqa: BLE001 - like the real CLI, a broken event stream is not fatal
+        except Exception:
             pass
         self._channel.close()
 

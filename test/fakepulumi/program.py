@@ -224,7 +224,7 @@ class Evaluator:
             return [self.evaluate(v) for v in raw]
         if isinstance(raw, dict):
             if len(raw) == 1:
-                (key, arg), = raw.items()
+                ((key, arg),) = raw.items()
                 if isinstance(key, str) and key.startswith("fn::"):
                     return self._call(key[4:], self.evaluate(arg))
             return {str(k): self.evaluate(v) for k, v in raw.items()}
@@ -255,7 +255,9 @@ class Evaluator:
         elif root in self.resources:
             view = self.resources[root]
             if not rest:
-                raise ProgramError(f"cannot use resource {root!r} as a value; reference one of its properties")
+                raise ProgramError(
+                    f"cannot use resource {root!r} as a value; reference one of its properties"
+                )
             head, rest = rest[0], rest[1:]
             if head == "id":
                 value = view.id

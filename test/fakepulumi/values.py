@@ -79,7 +79,10 @@ def reveal(value: Any) -> tuple[Any, bool]:
 def to_state(value: Any, encrypt: Callable[[str], str]) -> Any:
     """Checkpoint form: secrets become signature objects carrying ciphertext of their JSON."""
     if isinstance(value, Secret):
-        return {SIG_KEY: SECRET_SIG, "ciphertext": encrypt(json.dumps(plain(value.value), separators=(",", ":")))}
+        return {
+            SIG_KEY: SECRET_SIG,
+            "ciphertext": encrypt(json.dumps(plain(value.value), separators=(",", ":"))),
+        }
     if isinstance(value, dict):
         return {k: to_state(v, encrypt) for k, v in value.items()}
     if isinstance(value, list):

@@ -443,6 +443,7 @@ async def test_reconciler_logs_carry_the_controller_key_and_reconcile_id() -> No
     await eventually(lambda: "Reconcile finished" in out.getvalue())
     await c.stop(grace_period=1.0)
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert any(e["msg"] == "Starting workers" and e["controller"] == "stack-controller" for e in lines)
     ours = next(e for e in lines if e["msg"] == "creating workspace")
     assert ours["controller"] == "stack-controller" and ours["key"] == "default/my-stack"
     assert ours["level"] == "info" and "ts" in ours and ours["reconcile_id"]

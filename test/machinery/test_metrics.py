@@ -122,6 +122,11 @@ def test_exposition_uses_controller_runtime_names_and_labels() -> None:
     assert 'le="1e-08"' in text and 'le="1000.0"' in text
 
 
+def test_a_queue_with_metrics_needs_a_name() -> None:
+    with pytest.raises(ValueError, match="name"):
+        Queue(metrics=PrometheusWorkqueueMetrics(CollectorRegistry()))
+
+
 def test_two_workqueue_providers_on_one_registry_are_refused() -> None:
     registry = CollectorRegistry()
     PrometheusWorkqueueMetrics(registry)

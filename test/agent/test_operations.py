@@ -1,0 +1,205 @@
+"""Operation outcomes: failure classification, config planning, engine-event shape, the journal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pulumi.automation import events
+
+from pko.agent import failures, stackconfig
+from pko.agent.engineevents import engine_event_to_json
+from pko.agent.journal import Journal, valid_operation_id
+from pko.api.generated.google.protobuf import Value
+from pko.api.generated.pko.agent import v1 as pb
+
+LOCKED = (
+    "error: the stack is currently locked by 1 lock(s). Either wait for the other process(es) to end or "
+    "delete the lock file with `pulumi cancel`.\n"
+    "  file:///tmp/b/.pulumi/locks/organization/proj/dev/4f0e.json: created by alice@box (pid 4242) "
+    "at 2026-11-23T01:00:00+00:00"
+)
+
+
+# -- failure classification -------------------------------------------------------------------------
+def _classify(text: str, error_class: str = "CommandError", **kw: object) -> pb.Failure:
+    obs = failures.RunObservations()
+    for event in kw.pop("events", []):  # type: ignore[attr-defined]
+        obs.observe(event)
+    return failures.classify(error_class=error_class, error_text=text, observations=obs, pending=[])
+
+
+def test_known_cloud_errors_map_like_the_go_agent() -> None:
+    conflict = _classify("error: [409] Conflict: Another update is currently in progress.")
+    assert (conflict.reason, conflict.code, conflict.message) == (
+        "UpdateConflict",
+        409,
+        "Another update is currently in progress",
+    )
+    token = _classify("error: invalid access token")
+    assert (token.reason, token.code) == ("InvalidAccessToken", 401)
+
+
+def test_a_diy_lock_names_its_owner() -> None:
+    f = _classify(LOCKED, "ConcurrentUpdateError")
+    assert f.reason == "StackLocked" and f.code == 409
+    assert f.lock is not None
+    assert f.lock.owner == "alice@box (pid 4242)"
+    assert f.lock.location.endswith("/locks/organization/proj/dev/4f0e.json")
+    assert f.lock.acquired is not None and f.lock.acquired.year == 2026
+
+
+def test_program_and_resource_errors_are_told_apart() -> None:
+    stack_diag = {
+        "diagnosticEvent": {
+            "severity": "error",
+            "message": "undefined variable nope",
+            "urn": "urn:pulumi:dev::p::pulumi:pulumi:Stack::p-dev",
+        }
+    }
+    program = _classify("error: update failed", events=[stack_diag])
+    assert (program.reason, program.message) == ("ProgramError", "undefined variable nope")
+
+    resource_diag = {
+        "diagnosticEvent": {"severity": "error", "message": "boom", "urn": "urn:pulumi:dev::p::test:index:Fail::f"}
+    }
+    failed = {"resOpFailedEvent": {"metadata": {"urn": "urn:pulumi:dev::p::test:index:Fail::f", "op": "create"}}}
+    resource = _classify("error: update failed", events=[resource_diag, failed])
+    assert (resource.reason, resource.message) == ("ResourceOperationFailed", "boom")
+
+    other = _classify("first\nerror: something else")
+    assert (other.reason, other.message, other.detail) == ("OperationFailed", "error: something else", "first\nerror: something else")
+
+
+def test_pending_operations_come_from_the_deployment() -> None:
+    deployment = {
+        "resources": [],
+        "pending_operations": [{"resource": {"urn": "urn:a", "type": "t:a"}, "type": "creating"}],
+    }
+    assert failures.pending_operations(deployment) == [pb.PendingOperation(urn="urn:a", type="creating")]
+    assert failures.pending_operations(None) == []
+
+
+# -- config planning -----------------------------------------------------------------------------------
+def _env(values: dict[str, str]) -> object:
+    return values.get
+
+
+def test_plain_config_uses_escaped_keys_and_paths() -> None:
+    items = [
+        pb.ConfigItem(key="name", value=Value.from_dict("x")),
+        pb.ConfigItem(key="a.b", value=Value.from_dict("kept whole")),
+        pb.ConfigItem(key="nested.list[0]", path=True, value=Value.from_dict("p")),
+        pb.ConfigItem(key="aws:region", value_from=pb.ConfigValueFrom(env="REGION"), secret=True),
+    ]
+    plan = stackconfig.plan("proj", items, {"REGION": "eu-west-1"}.get)
+    assert isinstance(plan, stackconfig.PathConfig)
+    assert {k: (v.value, v.secret) for k, v in plan.values.items()} == {
+        'proj:["name"]': ("x", False),
+        'proj:["a.b"]': ("kept whole", False),
+        "proj:nested.list[0]": ("p", False),
+        'aws:["region"]': ("eu-west-1", True),
+    }
+
+
+def test_structured_config_becomes_one_json_document(tmp_path: Path) -> None:
+    doc = tmp_path / "doc.json"
+    doc.write_text('{"k": [1, 2]}')
+    items = [
+        pb.ConfigItem(key="obj", value=Value.from_dict({"a": [1, "b"]})),
+        pb.ConfigItem(key="file", value_from=pb.ConfigValueFrom(path=str(doc), json=True), secret=True),
+        pb.ConfigItem(key="plain", value=Value.from_dict("s")),
+    ]
+    plan = stackconfig.plan("proj", items, {}.get)
+    assert isinstance(plan, stackconfig.JsonConfig)
+    assert json.loads(plan.document) == {
+        "proj:obj": {"value": '{"a":[1,"b"]}', "objectValue": {"a": [1, "b"]}, "secret": False},
+        "proj:file": {"value": '{"k": [1, 2]}', "objectValue": {"k": [1, 2]}, "secret": True},
+        "proj:plain": {"value": "s", "secret": False},
+    }
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        (pb.ConfigItem(key="k", value_from=pb.ConfigValueFrom(env="MISSING")), "missing value for environment variable: MISSING"),
+        (pb.ConfigItem(key="k", value_from=pb.ConfigValueFrom(path="/nonexistent/x")), "unreadable path: /nonexistent/x"),
+        (pb.ConfigItem(key="k"), "invalid config value"),
+        (pb.ConfigItem(key="k", path=True, value=Value.from_dict([1])), "path=true is incompatible with JSON values"),
+    ],
+)
+def test_unusable_config_items_are_refused(item: pb.ConfigItem, message: str) -> None:
+    with pytest.raises(stackconfig.ConfigError, match=message):
+        stackconfig.plan("proj", [item], {}.get)
+
+
+# -- engine events --------------------------------------------------------------------------------------
+def test_engine_events_keep_the_cli_json_shape() -> None:
+    raw = {
+        "sequence": 4,
+        "timestamp": 1700000000,
+        "resourcePreEvent": {
+            "metadata": {
+                "op": "create",
+                "urn": "urn:pulumi:dev::p::random:index/randomString:RandomString::r",
+                "type": "random:index/randomString:RandomString",
+                "provider": "",
+                "new": {
+                    "type": "random:index/randomString:RandomString",
+                    "urn": "urn:pulumi:dev::p::random:index/randomString:RandomString::r",
+                    "inputs": {"length": 8, "snake_case_key": True},
+                    "outputs": {},
+                    "custom": True,
+                    "delete": False,
+                    "id": "",
+                    "parent": "",
+                    "protect": False,
+                    "retainOnDelete": False,
+                },
+                "detailedDiff": {},
+            },
+            "planning": True,
+        },
+    }
+    out = engine_event_to_json(events.EngineEvent.from_json(raw))
+    assert out["sequence"] == 4 and out["timestamp"] == 1700000000
+    meta = out["resourcePreEvent"]["metadata"]
+    assert meta["op"] == "create"
+    assert meta["new"]["inputs"] == {"length": 8, "snake_case_key": True}  # user keys untouched
+    assert meta["new"]["retainOnDelete"] is False
+    assert out["resourcePreEvent"]["planning"] is True
+    assert engine_event_to_json(events.EngineEvent.from_json({"sequence": 9, "timestamp": 1, "cancelEvent": {}})) == {
+        "sequence": 9,
+        "timestamp": 1,
+        "cancelEvent": {},
+    }
+
+
+# -- journal -----------------------------------------------------------------------------------------------
+def test_journal_round_trip_and_torn_last_line(tmp_path: Path) -> None:
+    j = Journal(tmp_path)
+    j.create("u-1", pb.OperationType.UP, {"operationId": "u-1"})
+    j.append_event("u-1", 1, {"a": 1})
+    j.append_event("u-1", 2, {"b": 2})
+    j.close()
+    with (tmp_path / "u-1" / "events.jsonl").open("a") as f:
+        f.write('{"sequence": 3, "ev')  # the agent died mid-write
+    assert list(j.events("u-1")) == [(1, {"a": 1}), (2, {"b": 2})]
+    assert j.result("u-1") is None
+    j.write_result(pb.OperationResult(operation_id="u-1", state=pb.OperationState.SUCCEEDED))
+    result = j.result("u-1")
+    assert result is not None and result.state == pb.OperationState.SUCCEEDED
+    record = j.load("u-1")
+    assert record is not None and record.type == pb.OperationType.UP
+    assert j.ids() == ["u-1"]
+
+
+@pytest.mark.parametrize("op_id", ["../x", "a/b", "", ".", "..", "-x", "x" * 300])
+def test_operation_ids_are_safe_path_names(op_id: str) -> None:
+    assert not valid_operation_id(op_id)
+
+
+def test_reasonable_operation_ids_are_accepted() -> None:
+    assert valid_operation_id("my-stack-18c3f2a9b1e")
+    assert valid_operation_id("Update_1.2")

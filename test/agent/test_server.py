@@ -1,0 +1,421 @@
+"""The agent's gRPC service end to end: a real server, the Automation API, the stand-in Pulumi CLI.
+
+Each test writes a small Pulumi YAML program, starts the agent on a loopback port (in-process, or
+as a subprocess where signals are involved) and drives it through the generated client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest_agent import AuthWorld, RunningAgent, agent_env, auth_world, collect, free_port, start_agent
+from fakepulumi.fixtures import FakePulumi, make_fake_pulumi
+from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from pko.api.generated.google.protobuf import Value
+from pko.api.generated.pko.agent import v1 as pb
+
+__all__ = ["auth_world"]
+
+FLOW_PROGRAM = """\
+name: agentflow
+runtime: yaml
+config:
+  greeting:
+    type: string
+  dbPassword:
+    type: string
+  settings:
+    type: object
+resources:
+  pw:
+    type: random:RandomPassword
+    properties:
+      length: 16
+  echo:
+    type: test:Echo
+    properties:
+      message: ${greeting}
+      replicas: ${settings.replicas}
+outputs:
+  greeting: ${echo.message}
+  password: ${pw.result}
+  db: ${dbPassword}
+  settings: ${settings}
+  tier: ${agentflow:tier}
+"""
+
+HANG_PROGRAM = """\
+name: hanger
+runtime: yaml
+resources:
+  before:
+    type: test:Echo
+    properties:
+      n: 1
+  slow:
+    type: test:Hang
+    properties:
+      seconds: {seconds}
+    options:
+      dependsOn:
+        - ${{before}}
+"""
+
+FOREVER_PROGRAM = """\
+name: hanger
+runtime: yaml
+resources:
+  slow:
+    type: test:Hang
+"""
+
+
+def write_program(base: Path, text: str) -> Path:
+    work = base / "workspace"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "Pulumi.yaml").write_text(text)
+    return work
+
+
+def runner_env(fake: FakePulumi) -> dict[str, str]:
+    return {
+        "PULUMI_HOME": str(fake.home),
+        "PULUMI_BACKEND_URL": fake.backend_url,
+        "PULUMI_CONFIG_PASSPHRASE": fake.passphrase,
+        "DB_PASSWORD": "from-the-env",
+    }
+
+
+def lock_files(fake: FakePulumi) -> list[Path]:
+    locks = fake.state_dir / ".pulumi" / "locks"
+    return [p for p in locks.rglob("*.json")] if locks.exists() else []
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> FakePulumi:
+    return make_fake_pulumi(tmp_path / "pulumi")
+
+
+async def _agent(tmp_path: Path, fake: FakePulumi, program: str, **kw: Any) -> RunningAgent:
+    work = write_program(tmp_path, program)
+    return await start_agent(
+        work, tmp_path / "journal", env=runner_env(fake), pulumi_root=fake.root, **kw
+    )
+
+
+@pytest.fixture
+async def flow_agent(tmp_path: Path, fake: FakePulumi) -> AsyncIterator[RunningAgent]:
+    agent = await _agent(tmp_path, fake, FLOW_PROGRAM)
+    yield agent
+    await agent.stop()
+
+
+async def drain(stream: AsyncIterator[pb.OperationEvent]) -> list[pb.OperationEvent]:
+    return [e async for e in stream]
+
+
+async def wait_for_event(
+    stub: pb.AutomationServiceStub, op_id: str, predicate: Any, timeout: float = 120
+) -> list[pb.OperationEvent]:
+    """Watch ``op_id`` until an engine event satisfies ``predicate``; returns what was seen."""
+    seen: list[pb.OperationEvent] = []
+
+    async def run() -> None:
+        async for ev in stub.watch_operation(pb.WatchOperationRequest(operation_id=op_id, from_sequence=1)):
+            seen.append(ev)
+            if ev.engine_event is not None and predicate(ev.engine_event.to_dict()):
+                return
+            if ev.result is not None:
+                raise AssertionError(f"operation ended before the awaited event: {ev.result}")
+
+    await asyncio.wait_for(run(), timeout)
+    return seen
+
+
+def is_pre(resource_type: str) -> Any:
+    def check(ev: dict[str, Any]) -> bool:
+        meta = (ev.get("resourcePreEvent") or {}).get("metadata") or {}
+        return bool(meta.get("type") == resource_type)
+
+    return check
+
+
+async def test_select_config_preview_up_refresh_destroy(flow_agent: RunningAgent) -> None:
+    channel = flow_agent.channel()
+    stub = flow_agent.stub(channel)
+    try:
+        assert (await stub.pulumi_version()).version
+        with pytest.raises(GRPCError) as missing:
+            await stub.select_stack(pb.SelectStackRequest(stack_name="dev"))
+        assert missing.value.status == Status.NOT_FOUND
+        with pytest.raises(GRPCError) as unselected:
+            await drain(stub.up(pb.UpRequest(operation_id="too-early")))
+        assert (unselected.value.status, unselected.value.message) == (Status.FAILED_PRECONDITION, "no stack is selected")
+
+        selected = await stub.select_stack(pb.SelectStackRequest(stack_name="dev", create=True))
+        assert selected.summary is not None and selected.summary.name == "dev"
+
+        await stub.set_all_config(
+            pb.SetAllConfigRequest(
+                config=[
+                    pb.ConfigItem(key="greeting", value=Value.from_dict("hello")),
+                    pb.ConfigItem(key="dbPassword", value_from=pb.ConfigValueFrom(env="DB_PASSWORD"), secret=True),
+                    pb.ConfigItem(key="tier", value=Value.from_dict("gold")),
+                ]
+            )
+        )
+        await stub.set_all_config(
+            pb.SetAllConfigRequest(
+                config=[pb.ConfigItem(key="settings", value=Value.from_dict({"replicas": 3, "zones": ["a", "b"]}))]
+            )
+        )
+
+        preview_events, preview = collect(await drain(stub.preview(pb.PreviewRequest(operation_id="p-1"))))
+        assert preview is not None and preview.state == pb.OperationState.SUCCEEDED, preview
+        assert preview.type == pb.OperationType.PREVIEW
+        assert preview.change_summary.get("create", 0) >= 2
+        assert any("preludeEvent" in e for e in preview_events)
+        assert any("summaryEvent" in e for e in preview_events)
+
+        up_stream = await drain(stub.up(pb.UpRequest(operation_id="u-1", message="first")))
+        sequences = [e.sequence for e in up_stream]
+        assert sequences == list(range(1, len(up_stream) + 1))
+        up_events, up = collect(up_stream)
+        assert up is not None and up.state == pb.OperationState.SUCCEEDED, up
+        assert up.project_info == pb.ProjectInfo(name="agentflow", runtime="yaml")
+        assert up.summary is not None and up.summary.result == "succeeded"
+        created = {
+            e["resOutputsEvent"]["metadata"]["type"] for e in up_events if "resOutputsEvent" in e
+        }
+        assert {"random:index/randomPassword:RandomPassword", "test:index:Echo"} <= created
+        outputs = {k: (json.loads(v.value), v.secret) for k, v in up.outputs.items()}
+        assert outputs["greeting"] == ("hello", False)
+        assert outputs["db"] == ("from-the-env", True)
+        assert outputs["settings"] == ({"replicas": 3, "zones": ["a", "b"]}, False)
+        assert outputs["tier"] == ("gold", False)
+        password, password_secret = outputs["password"]
+        assert password_secret and isinstance(password, str) and len(password) == 16
+
+        # Starting the same id again attaches: the same journal and result, nothing re-run.
+        again = await drain(stub.up(pb.UpRequest(operation_id="u-1")))
+        assert again == up_stream
+        status = await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="u-1")))
+        assert status.attached and status.state == pb.OperationState.SUCCEEDED
+        with pytest.raises(GRPCError) as other_type:
+            await stub.start_operation(pb.StartOperationRequest(destroy=pb.DestroyRequest(operation_id="u-1")))
+        assert other_type.value.status == Status.ALREADY_EXISTS
+
+        info = await stub.info()
+        assert info.summary is not None and (info.summary.resource_count or 0) >= 3
+
+        _, refresh = collect(await drain(stub.refresh(pb.RefreshRequest(operation_id="r-1"))))
+        assert refresh is not None and refresh.state == pb.OperationState.SUCCEEDED, refresh
+
+        _, destroy = collect(await drain(stub.destroy(pb.DestroyRequest(operation_id="d-1"))))
+        assert destroy is not None and destroy.state == pb.OperationState.SUCCEEDED, destroy
+        info = await stub.info()
+        assert info.summary is not None and not info.summary.resource_count
+    finally:
+        channel.close()
+
+
+async def test_cancel_mid_up_is_graceful_and_leaves_no_lock(tmp_path: Path, fake: FakePulumi) -> None:
+    agent = await _agent(tmp_path, fake, FOREVER_PROGRAM, stack="dev")
+    channel = agent.channel()
+    stub = agent.stub(channel)
+    try:
+        started = await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="c-1")))
+        assert not started.attached and started.state == pb.OperationState.RUNNING
+        await wait_for_event(stub, "c-1", is_pre("test:index:Hang"))
+
+        # While it runs: another operation and config changes are refused.
+        with pytest.raises(GRPCError) as busy:
+            await stub.start_operation(pb.StartOperationRequest(preview=pb.PreviewRequest(operation_id="c-2")))
+        assert busy.value.status == Status.ABORTED
+        with pytest.raises(GRPCError) as config_busy:
+            await stub.set_all_config(pb.SetAllConfigRequest(config=[pb.ConfigItem(key="k", value=Value.from_dict("v"))]))
+        assert config_busy.value.status == Status.FAILED_PRECONDITION
+
+        await stub.cancel_operation(pb.CancelOperationRequest(operation_id="c-1"))
+        events, result = collect(await asyncio.wait_for(drain(stub.watch_operation(
+            pb.WatchOperationRequest(operation_id="c-1"))), 120))
+        assert result is not None and result.state == pb.OperationState.CANCELLED, result
+        assert result.failure is not None and result.failure.reason == "Cancelled"
+        assert not result.failure.pending_operations
+        assert lock_files(fake) == []
+        assert any("cancelEvent" in e for e in events)
+    finally:
+        channel.close()
+        await agent.stop()
+
+
+async def test_a_caller_that_disconnects_reattaches_and_gets_the_whole_journal(
+    tmp_path: Path, fake: FakePulumi
+) -> None:
+    agent = await _agent(tmp_path, fake, HANG_PROGRAM.format(seconds=3), stack="dev")
+    first = agent.channel()
+    seen: list[pb.OperationEvent] = []
+    try:
+        async for ev in agent.stub(first).up(pb.UpRequest(operation_id="d-1")):
+            seen.append(ev)
+            if ev.engine_event is not None and is_pre("test:index:Hang")(ev.engine_event.to_dict()):
+                break
+    finally:
+        first.close()  # the caller goes away mid-up
+
+    second = agent.channel()
+    try:
+        stub = agent.stub(second)
+        replay = await asyncio.wait_for(drain(stub.watch_operation(pb.WatchOperationRequest(operation_id="d-1"))), 120)
+        assert replay[: len(seen)] == seen
+        _, result = collect(replay)
+        assert result is not None and result.state == pb.OperationState.SUCCEEDED, result
+        tail = await drain(stub.watch_operation(pb.WatchOperationRequest(operation_id="d-1", from_sequence=len(seen) + 1)))
+        assert tail == replay[len(seen):]
+        status = await stub.get_operation(pb.GetOperationRequest(operation_id="d-1"))
+        assert status.result == result and status.last_sequence == len(replay) - 1
+    finally:
+        second.close()
+    await agent.stop()
+
+    # A new agent process (same /share) still serves the journal.
+    again = await _agent(tmp_path, fake, HANG_PROGRAM.format(seconds=3))
+    channel = again.channel()
+    try:
+        replay_after_restart = await drain(again.stub(channel).watch_operation(pb.WatchOperationRequest(operation_id="d-1")))
+        assert replay_after_restart == replay
+    finally:
+        channel.close()
+        await again.stop()
+
+
+async def test_program_errors_come_back_as_structured_failures(tmp_path: Path, fake: FakePulumi) -> None:
+    program = "name: broken\nruntime: yaml\noutputs:\n  x: ${nope}\n"
+    agent = await _agent(tmp_path, fake, program, stack="dev")
+    channel = agent.channel()
+    try:
+        _, result = collect(await drain(agent.stub(channel).up(pb.UpRequest(operation_id="e-1"))))
+        assert result is not None and result.state == pb.OperationState.FAILED
+        assert result.failure is not None and result.failure.reason == "ProgramError", result.failure
+        assert "nope" in result.failure.message
+        assert result.summary is not None and result.summary.result == "failed"
+    finally:
+        channel.close()
+        await agent.stop()
+
+
+async def test_a_failing_resource_is_a_resource_failure(tmp_path: Path, fake: FakePulumi) -> None:
+    program = "name: failing\nruntime: yaml\nresources:\n  f:\n    type: test:Fail\n    properties:\n      message: no capacity\n"
+    agent = await _agent(tmp_path, fake, program, stack="dev")
+    channel = agent.channel()
+    try:
+        _, result = collect(await drain(agent.stub(channel).up(pb.UpRequest(operation_id="f-1"))))
+        assert result is not None and result.failure is not None
+        assert result.failure.reason == "ResourceOperationFailed", result.failure
+        assert "no capacity" in result.failure.message
+    finally:
+        channel.close()
+        await agent.stop()
+
+
+async def test_a_crashed_update_reports_the_lock_owner_and_pending_urns(tmp_path: Path, fake: FakePulumi) -> None:
+    program = "name: crashy\nruntime: yaml\nresources:\n  c:\n    type: test:Crash\n"
+    agent = await _agent(tmp_path, fake, program, stack="dev")
+    channel = agent.channel()
+    stub = agent.stub(channel)
+    try:
+        _, crashed = collect(await drain(stub.up(pb.UpRequest(operation_id="k-1"))))
+        assert crashed is not None and crashed.state == pb.OperationState.FAILED
+        _, blocked = collect(await drain(stub.up(pb.UpRequest(operation_id="k-2"))))
+        assert blocked is not None and blocked.failure is not None
+        assert blocked.failure.reason == "StackLocked", blocked.failure
+        assert blocked.failure.lock is not None and "(pid " in blocked.failure.lock.owner
+        assert [p.type for p in blocked.failure.pending_operations] == ["creating"]
+        assert blocked.failure.pending_operations[0].urn.endswith("test:index:Crash::c")
+    finally:
+        channel.close()
+        await agent.stop()
+
+
+async def test_sigterm_mid_up_interrupts_pulumi_and_records_the_outcome(tmp_path: Path, fake: FakePulumi) -> None:
+    work = write_program(tmp_path, FOREVER_PROGRAM)
+    journal = tmp_path / "journal"
+    port = free_port()
+    env = {**agent_env(), **runner_env(fake)}
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "pko.agent", "--", "serve", "--workspace", str(work), "--skip-install",
+            "--stack", "dev", "--host", "127.0.0.1", "--port", str(port), "--pulumi-root", str(fake.root),
+            "--journal-dir", str(journal), "--shutdown-grace", "60",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        channel = await _connect(port, proc)
+        stub = pb.AutomationServiceStub(channel)
+        await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="t-1")))
+        await wait_for_event(stub, "t-1", is_pre("test:index:Hang"))
+        watcher = asyncio.create_task(drain(stub.watch_operation(pb.WatchOperationRequest(operation_id="t-1"))))
+        await asyncio.sleep(0.5)  # let the watch attach before the signal
+        proc.send_signal(signal.SIGTERM)
+        _, result = collect(await asyncio.wait_for(watcher, 120))
+        channel.close()
+        assert result is not None and result.state == pb.OperationState.CANCELLED, result
+        assert result.failure is not None and result.failure.reason == "Terminated"
+        assert await asyncio.to_thread(proc.wait, 120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert lock_files(fake) == []
+    journaled = json.loads((journal / "t-1" / "result.json").read_text())
+    assert journaled["state"] == "OPERATION_STATE_CANCELLED"
+
+
+async def _connect(port: int, proc: subprocess.Popen[bytes], timeout: float = 120) -> Channel:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        if proc.poll() is not None:
+            out = proc.stdout.read().decode() if proc.stdout else ""
+            raise AssertionError(f"agent exited with {proc.returncode}:\n{out}")
+        channel = Channel("127.0.0.1", port)
+        try:
+            await pb.AutomationServiceStub(channel).pulumi_version(timeout=5)
+            return channel
+        except (OSError, asyncio.TimeoutError, GRPCError):
+            channel.close()
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.3)
+
+
+@pytest.mark.cluster
+async def test_the_real_server_enforces_kube_auth(tmp_path: Path, fake: FakePulumi, auth_world: AuthWorld) -> None:
+    await auth_world.create_service_account("controller")
+    await auth_world.grant("controller")
+    token = await auth_world.mint("controller")
+    agent = await _agent(tmp_path, fake, FLOW_PROGRAM, authorizer=auth_world.authorizer())
+    channel = agent.channel()
+    try:
+        with pytest.raises(GRPCError) as refused:
+            await agent.stub(channel).who_am_i()
+        assert refused.value.status == Status.UNAUTHENTICATED
+        who = await agent.stub(channel, token).who_am_i()
+        assert who.user == os.environ.get("USER", who.user) and who.url.startswith("file://")
+    finally:
+        channel.close()
+        await agent.stop()

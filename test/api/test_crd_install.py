@@ -1,0 +1,216 @@
+"""The generated CRDs on a real kube-apiserver 1.20: they install, and keep every field we send."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from .manifests import (
+    full_program,
+    full_program_status,
+    full_stack,
+    full_stack_status,
+    full_update,
+    full_update_status,
+    full_workspace,
+    full_workspace_status,
+)
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+MERGE = "application/merge-patch+json"
+CRD_NAMES = [
+    "programs.pulumi.com",
+    "stacks.pulumi.com",
+    "updates.auto.pulumi.com",
+    "workspaces.auto.pulumi.com",
+]
+
+
+@pytest.fixture(scope="module")
+async def namespace(api_client: Any, crds: list[str]) -> AsyncIterator[str]:
+    name = f"api-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(api_client)
+    await core.create_namespace({"metadata": {"name": name}})
+    yield name
+    await core.delete_namespace(name)
+
+
+def kubectl(cluster: Any, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """kubectl against the test cluster; a timeout so a hung call fails the test, not the session."""
+    cmd = ["kubectl", f"--kubeconfig={cluster.kubeconfig}", *args]
+    proc = subprocess.run(cmd, text=True, capture_output=True, timeout=180, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}")
+    return proc
+
+
+def split(api_version: str) -> tuple[str, str]:
+    group, version = api_version.split("/")
+    return group, version
+
+
+PLURALS = {"Stack": "stacks", "Program": "programs", "Workspace": "workspaces", "Update": "updates"}
+
+
+async def create(api_client: Any, obj: dict[str, Any]) -> dict[str, Any]:
+    group, version = split(obj["apiVersion"])
+    api = client.CustomObjectsApi(api_client)
+    ns = obj["metadata"]["namespace"]
+    created: dict[str, Any] = await api.create_namespaced_custom_object(
+        group, version, ns, PLURALS[obj["kind"]], obj
+    )
+    return created
+
+
+async def set_status(api_client: Any, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    group, version = split(obj["apiVersion"])
+    api = client.CustomObjectsApi(api_client)
+    meta = obj["metadata"]
+    patched: dict[str, Any] = await api.patch_namespaced_custom_object_status(
+        group,
+        version,
+        meta["namespace"],
+        PLURALS[obj["kind"]],
+        meta["name"],
+        {"status": status},
+        _content_type=MERGE,
+    )
+    return patched
+
+
+async def get(api_client: Any, obj: dict[str, Any], version: str | None = None) -> dict[str, Any]:
+    group, stored = split(obj["apiVersion"])
+    api = client.CustomObjectsApi(api_client)
+    meta = obj["metadata"]
+    got: dict[str, Any] = await api.get_namespaced_custom_object(
+        group, version or stored, meta["namespace"], PLURALS[obj["kind"]], meta["name"]
+    )
+    return got
+
+
+async def test_all_four_crds_are_established(api_client: Any, crds: list[str]) -> None:
+    assert sorted(crds) == CRD_NAMES
+    ext = client.ApiextensionsV1Api(api_client)
+    for name in CRD_NAMES:
+        crd = await ext.read_custom_resource_definition(name)
+        conditions = {c.type: c.status for c in crd.status.conditions}
+        assert conditions.get("Established") == "True", name
+        assert conditions.get("NamesAccepted") == "True", name
+
+
+@pytest.mark.parametrize(
+    ("make", "make_status", "body"),
+    [
+        (full_stack, full_stack_status, "spec"),
+        (full_workspace, full_workspace_status, "spec"),
+        (full_update, full_update_status, "spec"),
+        (full_program, full_program_status, "program"),
+    ],
+    ids=["Stack", "Workspace", "Update", "Program"],
+)
+async def test_full_object_round_trips_unpruned(
+    api_client: Any, namespace: str, make: Any, make_status: Any, body: str
+) -> None:
+    obj = make(name=f"full-{uuid.uuid4().hex[:6]}", namespace=namespace)
+    sent = copy.deepcopy(obj)
+    created = await create(api_client, obj)
+    assert created[body] == sent[body]
+    status = make_status()
+    patched = await set_status(api_client, obj, status)
+    assert patched["status"] == status
+    stored = await get(api_client, obj)
+    assert stored[body] == sent[body] and stored["status"] == status
+    assert stored["metadata"].get("labels") == sent["metadata"].get("labels")
+
+
+async def test_stack_is_served_as_legacy_v1alpha1_too(api_client: Any, namespace: str) -> None:
+    obj = full_stack(name="legacy", namespace=namespace)
+    await create(api_client, obj)
+    await set_status(api_client, obj, full_stack_status())
+    legacy = await get(api_client, obj, version="v1alpha1")
+    assert legacy["apiVersion"] == "pulumi.com/v1alpha1"
+    assert legacy["spec"] == obj["spec"] and legacy["status"] == full_stack_status()
+
+    # and a v1alpha1 manifest can still be created
+    old = {
+        "apiVersion": "pulumi.com/v1alpha1",
+        "kind": "Stack",
+        "metadata": {"name": "old", "namespace": namespace},
+        "spec": {"stack": "org/p/dev", "accessTokenSecret": "t", "projectRepo": "https://x", "commit": "abc"},
+    }
+    created = await create(api_client, old)
+    assert created["spec"] == old["spec"]
+
+
+async def test_workspace_profile_and_service_account_are_defaulted_by_the_apiserver(
+    api_client: Any, namespace: str
+) -> None:
+    created = await create(
+        api_client,
+        {
+            "apiVersion": "auto.pulumi.com/v1alpha1",
+            "kind": "Workspace",
+            "metadata": {"name": "bare", "namespace": namespace},
+            "spec": {},
+        },
+    )
+    assert created["spec"] == {"securityProfile": "restricted", "serviceAccountName": "default"}
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda o: o["metadata"].update(name="a" * 43), "metadata.name"),
+        (lambda o: o["spec"].update(resyncFrequencySeconds=-1), "spec.resyncFrequencySeconds"),
+        (lambda o: o["spec"].update(workspaceReclaimPolicy="Keep"), "spec.workspaceReclaimPolicy"),
+        (lambda o: o["spec"].pop("stack"), "spec.stack"),
+        (lambda o: o.pop("spec"), "spec"),
+        (
+            lambda o: o["spec"]["prerequisites"][0]["requirement"].update(succeededWithinDuration="-1h"),
+            "spec.prerequisites[0].requirement.succeededWithinDuration",
+        ),
+    ],
+    ids=["long-name", "negative-resync", "reclaim-enum", "no-stack", "no-spec", "negative-duration"],
+)
+async def test_apiserver_enforces_schema_constraints(
+    api_client: Any, namespace: str, change: Any, field: str
+) -> None:
+    obj = full_stack(name=f"bad-{uuid.uuid4().hex[:6]}", namespace=namespace)
+    change(obj)
+    with pytest.raises(ApiException) as raised:
+        await create(api_client, obj)
+    assert raised.value.status == 422
+    assert field in json.loads(raised.value.body)["message"]
+
+
+def test_kubectl_client_side_apply_and_strict_validation_accept_our_crds_and_a_full_stack(
+    cluster: Any, crds: list[str], namespace: str, tmp_path: Path
+) -> None:
+    # Client-side apply keeps the whole CRD in an annotation: each must fit (256 KiB).
+    kubectl(cluster, "apply", "--dry-run=server", "-f", str(REPO / "config" / "crd" / "bases"))
+    manifest = tmp_path / "stack.yaml"
+    manifest.write_text(yaml.safe_dump(full_stack(name="kubectl", namespace=namespace)))
+    result = kubectl(
+        cluster, "apply", "--validate=strict", "--dry-run=server", "-f", str(manifest), check=False
+    )
+    assert result.returncode == 0, result.stderr
+    # Strict validation does reject a field the schema lacks.
+    bad = full_stack(name="kubectl-bad", namespace=namespace)
+    bad["spec"]["notAField"] = True
+    manifest.write_text(yaml.safe_dump(bad))
+    result = kubectl(
+        cluster, "apply", "--validate=strict", "--dry-run=server", "-f", str(manifest), check=False
+    )
+    assert result.returncode != 0 and "notAField" in result.stderr

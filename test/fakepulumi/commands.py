@@ -1,0 +1,522 @@
+"""Command handlers. Output shapes follow pkg/cmd/pulumi (JSON printed with two-space indentation)."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import config as cfgmod
+from . import workspace
+from .backend import parse_stack_ref
+from .cli import Parsed
+from .engine import Engine, Request
+from .errors import EXIT_CONFIGURATION, CliError, StackNotFound
+from .stackctx import Context, StackContext, open_backend, resolve_stack
+from .values import mask_state, state_has_secrets, to_plaintext_state
+from .version import cli_version
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def _format_time(unix: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(unix))
+
+
+# -- basics -----------------------------------------------------------------------------------------------
+def version(ctx: Context, p: Parsed) -> int:
+    print(f"v{cli_version()}")
+    return 0
+
+
+def whoami(ctx: Context, p: Parsed) -> int:
+    url = workspace.backend_url(workspace.find_project(ctx.cwd))
+    user = getpass.getuser()
+    if p.bool("json"):
+        _print_json({"user": user, "url": url})
+    else:
+        print(user)
+    return 0
+
+
+def login(ctx: Context, p: Parsed) -> int:
+    url = p.args[0] if p.args else ("file://~" if p.bool("local") else p.flag("cloud-url"))
+    if not url or not url.startswith("file://"):
+        raise CliError("the fake pulumi CLI can only log in to file:// backends")
+    creds = workspace.read_credentials()
+    creds["current"] = url
+    workspace.write_credentials(creds)
+    print(f"Logged in to {getpass.getuser()} as {getpass.getuser()} ({url})")
+    return 0
+
+
+def logout(ctx: Context, p: Parsed) -> int:
+    creds = workspace.read_credentials()
+    creds.pop("current", None)
+    workspace.write_credentials(creds)
+    print("Logged out")
+    return 0
+
+
+# -- stacks -------------------------------------------------------------------------------------------------
+def _init_stack(ctx: Context, name: str, secrets_provider: str | None, select: bool) -> None:
+    project = workspace.require_project(ctx.cwd)
+    backend = open_backend(ctx, project)
+    ref = parse_stack_ref(name, project.name)
+    if secrets_provider not in (None, "", "default", "passphrase"):
+        raise CliError(
+            f"the fake pulumi CLI only supports the passphrase secrets provider, not {secrets_provider!r}"
+        )
+    if backend.exists(ref):
+        raise CliError(f"stack '{ref.display(project.name)}' already exists")
+    sc = StackContext(
+        project=project, backend=backend, ref=ref, settings=workspace.load_stack_settings(project, ref.name)
+    )
+    sc.crypter()  # the passphrase provider needs PULUMI_CONFIG_PASSPHRASE at init, as in the real CLI
+    backend.create(ref, ref.display(project.name), sc.secrets_provider_state())
+    if select:
+        workspace.set_current_stack(project, ref.fq_name)
+
+
+def stack_init(ctx: Context, p: Parsed) -> int:
+    name = p.args[0] if p.args else p.flag("stack")
+    if not name:
+        raise CliError("a stack name is required in non-interactive mode", EXIT_CONFIGURATION)
+    _init_stack(ctx, name, p.flag("secrets-provider"), select=not p.bool("no-select"))
+    print(f"Created stack '{name}'")
+    return 0
+
+
+def stack_select(ctx: Context, p: Parsed) -> int:
+    name = p.args[0] if p.args else p.flag("stack")
+    if not name:
+        raise CliError("no stack selected; specify a stack name with --stack", 6)
+    project = workspace.require_project(ctx.cwd)
+    backend = open_backend(ctx, project)
+    ref = parse_stack_ref(name, project.name)
+    if backend.exists(ref):
+        workspace.set_current_stack(project, ref.fq_name)
+        return 0
+    if p.bool("create"):
+        _init_stack(ctx, name, p.flag("secrets-provider"), select=True)
+        return 0
+    raise StackNotFound(ref.display(project.name))
+
+
+def stack_ls(ctx: Context, p: Parsed) -> int:
+    project = workspace.find_project(ctx.cwd)
+    backend = open_backend(ctx, project)
+    filter_project = None if p.bool("all") or project is None else project.name
+    current = workspace.current_stack(project) if project else None
+    rows = []
+    for ref in backend.list_stacks(p.flag("project") or filter_project):
+        deployment = backend.load_deployment(ref)
+        history = backend.history(ref)
+        row: dict[str, Any] = {
+            "name": ref.display(None if ctx.fully_qualify else (project.name if project else None)),
+            "current": ref.fq_name == current,
+        }
+        if history:
+            row["lastUpdate"] = _format_time(history[0].get("endTime") or history[0]["startTime"])
+        if deployment.get("resources") is not None or history:
+            row["resourceCount"] = len(deployment.get("resources") or [])
+        rows.append(row)
+    if p.bool("json"):
+        _print_json(rows)
+    else:
+        print("NAME  LAST UPDATE  RESOURCE COUNT")
+        for row in rows:
+            print(
+                f"{row['name']}{'*' if row['current'] else ''}  {row.get('lastUpdate', 'n/a')}  "
+                f"{row.get('resourceCount', 'n/a')}"
+            )
+    return 0
+
+
+def stack_rm(ctx: Context, p: Parsed) -> int:
+    if not p.bool("yes"):
+        raise CliError(
+            "--yes must be passed in to proceed when running in non-interactive mode", EXIT_CONFIGURATION
+        )
+    sc = resolve_stack(ctx, p.args[0] if p.args else p.flag("stack"))
+    sc.backend.remove(sc.ref, force=p.bool("force"))
+    if not p.bool("preserve-config"):
+        workspace.stack_settings_path(sc.project, sc.ref.name).unlink(missing_ok=True)
+    if workspace.current_stack(sc.project) == sc.ref.fq_name:
+        workspace.set_current_stack(sc.project, None)
+    print("Stack has been removed!")
+    return 0
+
+
+def _stack_outputs(sc: StackContext) -> dict[str, Any]:
+    for res in sc.backend.load_deployment(sc.ref).get("resources") or []:
+        if res.get("type") == "pulumi:pulumi:Stack":
+            outputs = res.get("outputs") or {}
+            return outputs if isinstance(outputs, dict) else {}
+    return {}
+
+
+def stack_output(ctx: Context, p: Parsed) -> int:
+    sc = resolve_stack(ctx, p.flag("stack"))
+    raw = _stack_outputs(sc)
+    if p.bool("show-secrets"):
+        from .values import from_state, plain
+
+        outputs = plain(from_state(raw, sc.decrypt)) if state_has_secrets(raw) else raw
+    else:
+        outputs = mask_state(raw)
+    if p.args:
+        name = p.args[0]
+        if name not in outputs:
+            raise CliError(f"current stack does not have output property '{name}'")
+        outputs = outputs[name]
+    if p.bool("json"):
+        _print_json(outputs)
+    elif isinstance(outputs, dict):
+        print("Current stack outputs:")
+        for key in sorted(outputs):
+            print(f"    {key}  {outputs[key]}")
+    else:
+        print(outputs)
+    return 0
+
+
+def _history_config(entry: dict[str, Any], sc: StackContext, show_secrets: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in (entry.get("config") or {}).items():
+        item: dict[str, Any] = {"secret": bool(value.get("secret"))}
+        if not item["secret"] or show_secrets:
+            text = value.get("string", "")
+            if value.get("object"):
+                obj = json.loads(text) if text else None
+                obj = cfgmod.decrypt(obj, sc.decrypt) if item["secret"] else obj
+                item["value"] = json.dumps(obj, separators=(",", ":"))
+                item["objectValue"] = obj
+            else:
+                item["value"] = sc.decrypt(text) if item["secret"] else text
+        out[key] = {k: item[k] for k in ("value", "objectValue", "secret") if k in item}
+    return out
+
+
+def stack_history(ctx: Context, p: Parsed) -> int:
+    sc = resolve_stack(ctx, p.flag("stack"))
+    entries = sc.backend.history(sc.ref)
+    page_size, page = int(p.flag("page-size") or 10), int(p.flag("page") or 1)
+    if p.flag("page-size") is not None:
+        entries = entries[(page - 1) * page_size : page * page_size]
+    rendered = []
+    for entry in entries:
+        item: dict[str, Any] = {
+            "version": entry["version"],
+            "kind": entry["kind"],
+            "startTime": _format_time(entry["startTime"]),
+            "message": entry.get("message", ""),
+            "environment": entry.get("environment") or {},
+            "config": _history_config(entry, sc, p.bool("show-secrets")),
+            "result": entry["result"],
+        }
+        if entry["result"] != "in-progress":
+            item["endTime"] = _format_time(entry["endTime"])
+            item["resourceChanges"] = entry.get("resourceChanges") or {}
+        rendered.append(item)
+    if p.bool("json"):
+        _print_json(rendered)
+    else:
+        for item in rendered:
+            print(f"Version: {item['version']}\nUpdateKind: {item['kind']}\nStatus: {item['result']}\n")
+    return 0
+
+
+def stack_export(ctx: Context, p: Parsed) -> int:
+    sc = resolve_stack(ctx, p.flag("stack"))
+    deployment = sc.backend.load_deployment(sc.ref)
+    if p.bool("show-secrets") and state_has_secrets(deployment):
+        from .values import from_state
+
+        deployment = to_plaintext_state(from_state(deployment, sc.decrypt))
+    document = {"version": 3, "deployment": deployment}
+    target = p.flag("file")
+    if target:
+        Path(target).write_text(json.dumps(document, indent=4) + "\n", encoding="utf-8")
+    else:
+        _print_json(document)
+    return 0
+
+
+def stack_import(ctx: Context, p: Parsed) -> int:
+    sc = resolve_stack(ctx, p.flag("stack"))
+    source = p.flag("file")
+    text = Path(source).read_text(encoding="utf-8") if source else sys.stdin.read()
+    document = json.loads(text)
+    if document.get("version") != 3 or not isinstance(document.get("deployment"), dict):
+        raise CliError("could not import deployment: unsupported deployment version")
+    deployment = document["deployment"]
+    if state_has_secrets(deployment):
+        from .values import from_state, to_state
+
+        deployment = to_state(from_state(deployment, sc.decrypt), sc.encrypt)
+    # The real CLI clears pending operations on import and says so.
+    for op in deployment.pop("pending_operations", None) or []:
+        print(
+            f"warning: removing pending operation '{op.get('type')}' on '{op['resource']['urn']}' "
+            "from snapshot",
+            file=sys.stderr,
+        )
+    sc.backend.lock(sc.ref)
+    try:
+        sc.backend.save_checkpoint(sc.ref, deployment)
+    finally:
+        sc.backend.unlock(sc.ref)
+    print("Import complete.")
+    return 0
+
+
+def cancel(ctx: Context, p: Parsed) -> int:
+    if p.args and p.flag("stack"):
+        raise CliError("only one of --stack or argument stack name may be specified, not both")
+    sc = resolve_stack(ctx, p.args[0] if p.args else p.flag("stack"))
+    sc.backend.cancel(sc.ref)
+    print(f"The currently running update for '{sc.ref.name}' has been canceled!")
+    return 0
+
+
+# -- config ------------------------------------------------------------------------------------------
+def config_ls(ctx: Context, p: Parsed) -> int:
+    sc = resolve_stack(ctx, p.flag("stack"))
+    cfg = sc.config
+    show = p.bool("show-secrets")
+
+    def dec(ct: str) -> str:
+        return sc.decrypt(ct) if show else "[secret]"
+
+    if p.bool("json"):
+        try:
+            _print_json({k: cfgmod.json_entry(cfg[k], dec, show) for k in sorted(cfg)})
+        except CliError as exc:
+            raise CliError(f"could not decrypt configuration values: {exc.message}") from exc
+    else:
+        print("KEY  VALUE")
+        for key in sorted(cfg):
+            print(
+                f"{key.split(':', 1)[1] if key.startswith(sc.project.name + ':') else key}  "
+                f"{cfgmod.value_text(cfg[key], dec)}"
+            )
+    return 0
+
+
+def config_get(ctx: Context, p: Parsed) -> int:
+    sc = resolve_stack(ctx, p.flag("stack"))
+    if not p.args:
+        raise CliError("accepts 1 arg(s), received 0", EXIT_CONFIGURATION)
+    key = cfgmod.parse_config_key(p.args[0], p.bool("path"), sc.project.name)
+    cfg = sc.config
+    raw: Any
+    if p.bool("path"):
+        ns, name = cfgmod.split_key(key)
+        segments = cfgmod.parse_property_path(name)
+        raw = cfg.get(f"{ns}:{segments[0]}")
+        for seg in segments[1:]:
+            if isinstance(raw, dict) and isinstance(seg, str) and seg in raw:
+                raw = raw[seg]
+            elif isinstance(raw, list) and isinstance(seg, int) and seg < len(raw):
+                raw = raw[seg]
+            else:
+                raw = None
+                break
+    else:
+        raw = cfg.get(key)
+    if raw is None:
+        raise CliError(f"configuration key '{p.args[0]}' not found for stack '{sc.shown_name}'")
+    if p.bool("json"):
+        _print_json(cfgmod.json_entry(raw, sc.decrypt, True))
+    else:
+        print(cfgmod.value_text(raw, sc.decrypt))
+    return 0
+
+
+def _secret_or_plain(sc: StackContext, value: str, secret: bool) -> Any:
+    return {"secure": sc.encrypt(value)} if secret else value
+
+
+def config_set(ctx: Context, p: Parsed) -> int:
+    sc = resolve_stack(ctx, p.flag("stack"))
+    if not p.args:
+        raise CliError("accepts between 1 and 2 arg(s), received 0", EXIT_CONFIGURATION)
+    if p.bool("secret") and p.bool("plaintext"):
+        raise CliError("only one of --secret and --plaintext may be specified")
+    key = cfgmod.parse_config_key(p.args[0], p.bool("path"), sc.project.name)
+    if len(p.args) < 2:
+        raise CliError("value must be specified in non-interactive mode")
+    cfgmod.set_value(sc.config, key, _secret_or_plain(sc, p.args[1], p.bool("secret")), p.bool("path"))
+    sc.save_settings()
+    return 0
+
+
+def _parse_pair(pair: str) -> tuple[str, str]:
+    text = pair
+    if text[:1] in ("'", '"'):
+        quote = text[0]
+        key, sep, value = text[1:].partition(quote + "=")
+    else:
+        key, sep, value = text.partition("=")
+    if not sep:
+        raise CliError("config value must be in the form [key]=[value]")
+    return key, value
+
+
+def config_set_all(ctx: Context, p: Parsed) -> int:
+    json_arg = p.flag("json")
+    if json_arg and (p.list("plaintext") or p.list("secret") or p.bool("path")):
+        raise CliError("the --json option cannot be used with the --plaintext, --secret or --path options")
+    sc = resolve_stack(ctx, p.flag("stack"))
+    path = p.bool("path")
+    project = sc.project.name
+    for pair in p.list("plaintext"):
+        key, value = _parse_pair(pair)
+        cfgmod.set_value(sc.config, cfgmod.parse_config_key(key, path, project), value, path)
+    for pair in p.list("secret"):
+        key, value = _parse_pair(pair)
+        cfgmod.set_value(
+            sc.config, cfgmod.parse_config_key(key, path, project), {"secure": sc.encrypt(value)}, path
+        )
+    if json_arg:
+        try:
+            document = json.loads(json_arg)
+        except ValueError as exc:
+            raise CliError(f"could not parse --json argument: {exc}") from exc
+        for json_key, entry in document.items():
+            if entry.get("value") is None:
+                raise CliError(f"value for --json object key {json_key!r} is nil")
+            key = cfgmod.parse_config_key(json_key, False, project)
+            secret = bool(entry.get("secret"))
+            if entry.get("objectValue") is not None:
+                obj = entry["objectValue"]
+                raw = cfgmod.encrypt_object(obj, sc.encrypt) if secret else obj
+            else:
+                raw = _secret_or_plain(sc, str(entry["value"]), secret)
+            sc.config[key] = raw
+    sc.save_settings()
+    return 0
+
+
+def config_rm(ctx: Context, p: Parsed) -> int:
+    sc = resolve_stack(ctx, p.flag("stack"))
+    if not p.args:
+        raise CliError("accepts 1 arg(s), received 0", EXIT_CONFIGURATION)
+    cfgmod.remove_value(
+        sc.config, cfgmod.parse_config_key(p.args[0], p.bool("path"), sc.project.name), p.bool("path")
+    )
+    sc.save_settings()
+    return 0
+
+
+def config_rm_all(ctx: Context, p: Parsed) -> int:
+    sc = resolve_stack(ctx, p.flag("stack"))
+    for arg in p.args:
+        cfgmod.remove_value(
+            sc.config, cfgmod.parse_config_key(arg, p.bool("path"), sc.project.name), p.bool("path")
+        )
+    sc.save_settings()
+    return 0
+
+
+def config_refresh(ctx: Context, p: Parsed) -> int:
+    sc = resolve_stack(ctx, p.flag("stack"))
+    history = sc.backend.history(sc.ref)
+    if not history:
+        raise CliError("no previous deployment")
+    restored: dict[str, Any] = {}
+    for key, value in (history[0].get("config") or {}).items():
+        text = value.get("string", "")
+        if value.get("object"):
+            restored[key] = json.loads(text)
+        else:
+            restored[key] = {"secure": text} if value.get("secret") else text
+    sc.settings["config"] = restored
+    sc.save_settings()
+    return 0
+
+
+def config_env(ctx: Context, p: Parsed) -> int:
+    import socket
+
+    if p.path[-1] in ("add", "rm") and not p.bool("yes"):
+        raise CliError("non-interactive mode requires --yes flag", EXIT_CONFIGURATION)
+    resolve_stack(ctx, p.flag("stack"))
+    raise CliError(
+        f"backend {socket.gethostname()} does not support environments; Pulumi ESC environments require the "
+        "Pulumi Cloud backend, use `pulumi login` without arguments to log into the Pulumi Cloud backend"
+    )
+
+
+# -- install / plugins ------------------------------------------------------------------------------------
+def install(ctx: Context, p: Parsed) -> int:
+    project = workspace.require_project(ctx.cwd)
+    if project.runtime != "yaml":
+        raise CliError(
+            "installing dependencies failed: the fake pulumi CLI cannot install a "
+            f"'{project.runtime}' project "
+            "(only runtime: yaml is modelled)"
+        )
+    print("Installing plugins...")
+    print("Finished installing dependencies")
+    return 0
+
+
+def plugin_ls(ctx: Context, p: Parsed) -> int:
+    if p.bool("json"):
+        _print_json([])
+    return 0
+
+
+def plugin_install(ctx: Context, p: Parsed) -> int:
+    return 0
+
+
+# -- operations --------------------------------------------------------------------------------------
+def _operation(ctx: Context, p: Parsed, kind: str, dry_run: bool) -> int:
+    if p.flag("client"):
+        raise CliError("the fake pulumi CLI does not run inline programs (--client)")
+    if not dry_run and not (p.bool("yes") or p.bool("skip-preview")):
+        raise CliError(
+            "--yes or --skip-preview or --preview-only must be passed in to proceed when running in "
+            "non-interactive mode",
+            EXIT_CONFIGURATION,
+        )
+    sc = resolve_stack(ctx, p.flag("stack"))
+    request = Request(
+        kind=kind,
+        dry_run=dry_run,
+        message=p.flag("message") or "",
+        exec_kind=p.flag("exec-kind") or "cli",
+        event_log=p.flag("event-log"),
+        replace=p.list("replace"),
+        clear_pending_creates=p.bool("clear-pending-creates"),
+        show_secrets=p.bool("show-secrets"),
+        remove=p.bool("remove"),
+    )
+    Engine(sc, request).run()
+    return 0
+
+
+def preview(ctx: Context, p: Parsed) -> int:
+    return _operation(ctx, p, "update", dry_run=True)
+
+
+def up(ctx: Context, p: Parsed) -> int:
+    return _operation(ctx, p, "update", dry_run=False)
+
+
+def refresh(ctx: Context, p: Parsed) -> int:
+    return _operation(ctx, p, "refresh", dry_run=p.bool("preview-only"))
+
+
+def destroy(ctx: Context, p: Parsed) -> int:
+    return _operation(ctx, p, "destroy", dry_run=p.bool("preview-only"))

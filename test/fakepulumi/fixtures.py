@@ -1,0 +1,90 @@
+"""The ``fake_pulumi`` pytest fixture: a temporary ``bin/pulumi`` backed by this package.
+
+The shim is a Python script whose shebang is the running interpreter, so the Automation API's child
+process *is* the fake CLI (signals such as SIGINT reach it directly, no shell in between).
+
+Use it either through the environment (``fake.env`` puts the shim first on PATH and points
+PULUMI_HOME, PULUMI_BACKEND_URL and PULUMI_CONFIG_PASSPHRASE at temporary places) or explicitly with
+``PulumiCommand(root=str(fake.root))``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PASSPHRASE = "fake-pulumi-test-passphrase"
+_PACKAGE_PARENT = Path(__file__).resolve().parent.parent
+_PACKAGE_NAME = Path(__file__).resolve().parent.name
+
+
+@dataclass(frozen=True)
+class FakePulumi:
+    root: Path  # for PulumiCommand(root=...): the shim is root/bin/pulumi
+    bin_dir: Path
+    home: Path  # PULUMI_HOME
+    state_dir: Path  # the file backend's directory
+    backend_url: str
+    passphrase: str
+
+    @property
+    def command(self) -> Path:
+        return self.bin_dir / "pulumi"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Variables to add to the environment of anything that runs ``pulumi``."""
+        return {
+            "PATH": f"{self.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PULUMI_HOME": str(self.home),
+            "PULUMI_BACKEND_URL": self.backend_url,
+            "PULUMI_CONFIG_PASSPHRASE": self.passphrase,
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+        }
+
+
+def install_shim(root: Path) -> Path:
+    """Write ``root/bin/pulumi`` running the fake with this interpreter; return the bin directory."""
+    bin_dir = root / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    shim = bin_dir / "pulumi"
+    shim.write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        f"sys.path.insert(0, {str(_PACKAGE_PARENT)!r})\n"
+        f"from {_PACKAGE_NAME}.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n",
+        encoding="utf-8",
+    )
+    shim.chmod(0o755)
+    return bin_dir
+
+
+def make_fake_pulumi(base: Path) -> FakePulumi:
+    root = base / "pulumi-cli"
+    state = base / "state"
+    home = base / "pulumi-home"
+    state.mkdir(parents=True, exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
+    return FakePulumi(
+        root=root,
+        bin_dir=install_shim(root),
+        home=home,
+        state_dir=state,
+        backend_url=f"file://{state}",
+        passphrase=PASSPHRASE,
+    )
+
+
+@pytest.fixture
+def fake_pulumi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakePulumi]:
+    """A fresh fake CLI, state backend and PULUMI_HOME, with its env applied to ``os.environ``."""
+    fake = make_fake_pulumi(tmp_path)
+    for key, value in fake.env.items():
+        monkeypatch.setenv(key, value)
+    yield fake
