@@ -25,6 +25,9 @@ config:
   greeting:
     type: string
     default: hello
+  length:
+    type: integer
+    default: 8
 resources:
   name:
     type: random:RandomString

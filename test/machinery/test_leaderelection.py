@@ -112,6 +112,10 @@ def start_candidate(
     return candidate
 
 
+def all_have_seen(leader: str, followers: list[Candidate]) -> bool:
+    return all(leader in c.seen_leaders for c in followers)
+
+
 async def read_record(api: Any, namespace: str, name: str) -> LeaderElectionRecord:
     return LeaderElectionRecord.from_lease(await ResourceClient(api, LEASES, namespace).get(name))
 
@@ -147,10 +151,7 @@ async def test_three_candidates_one_leader_at_a_time_and_clean_stop_hands_over_a
         assert by_id[leader].elector.is_leader()
         followers = [c for ident, c in by_id.items() if ident != leader and not c.task.done()]
         assert not any(c.elector.is_leader() for c in followers)
-        seen_by_all = functools.partial(
-            lambda who, cs: all(who in c.seen_leaders for c in cs), leader, followers
-        )
-        await eventually(seen_by_all, "followers see the leader")
+        await eventually(functools.partial(all_have_seen, leader, followers), "followers see the leader")
 
         stopped_at = loop.time()
         by_id[leader].elector.stop()
