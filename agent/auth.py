@@ -48,6 +48,7 @@ def silence_token_leaking_loggers() -> None:
         if logger.level < logging.INFO:  # includes NOTSET, which would inherit the root's DEBUG
             logger.setLevel(logging.INFO)
 
+
 API_GROUP = "auto.pulumi.com"
 API_VERSION = "v1alpha1"
 RESOURCE = "workspaces"

@@ -119,7 +119,7 @@ async def run_serve(args: argparse.Namespace) -> int:
     import structlog
     from kubernetes_asyncio import client
     from pko.agent.auth import KubeAuthorizer
-    from pko.agent.pulumirunner import RunnerSettings
+    from pko.agent.pulumirunner import RunnerError, RunnerSettings
     from pko.agent.server import ServeOptions, serve
 
     log = structlog.get_logger("pko.agent")
@@ -167,6 +167,9 @@ async def run_serve(args: argparse.Namespace) -> int:
     )
     try:
         return await serve(options)
+    except RunnerError as exc:
+        print(f"agent: {exc}", file=sys.stderr)
+        return 1
     finally:
         if api is not None:
             await api.close()

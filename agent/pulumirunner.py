@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -87,6 +88,23 @@ def _error_text(exc: BaseException) -> tuple[str, str]:
     return "", str(exc)
 
 
+def _child_environ() -> dict[str, str]:
+    """The agent's environment as Pulumi should see it.
+
+    A PyInstaller one-file agent runs with LD_LIBRARY_PATH pointing at its bundled libraries; Pulumi
+    and its plugins must get the library path the agent was started with (PyInstaller keeps it in
+    LD_LIBRARY_PATH_ORIG), or they would load our OpenSSL instead of their own.
+    """
+    env = dict(os.environ)
+    if getattr(sys, "frozen", False):
+        original = env.pop("LD_LIBRARY_PATH_ORIG", None)
+        if original is None:
+            env.pop("LD_LIBRARY_PATH", None)
+        else:
+            env["LD_LIBRARY_PATH"] = original
+    return env
+
+
 class TrackingPulumiCommand(auto.PulumiCommand):
     """A PulumiCommand that knows the processes it runs, so they can be interrupted.
 
@@ -138,7 +156,7 @@ class TrackingPulumiCommand(auto.PulumiCommand):
         if "--non-interactive" not in args[:end]:
             args.insert(0, "--non-interactive")
         is_op = any(a in OPERATION_VERBS for a in args[:3])
-        env = {**os.environ, **additional_env, "PULUMI_AUTOMATION_API": "true"}
+        env = {**_child_environ(), **additional_env, "PULUMI_AUTOMATION_API": "true"}
         if os.path.isabs(self.command):
             env["PATH"] = os.pathsep.join([os.path.dirname(self.command), env.get("PATH", "")])
         stdout: list[str] = []
@@ -276,7 +294,13 @@ class PulumiRunner:
         if settings.backend_url:
             env["PULUMI_BACKEND_URL"] = settings.backend_url
         env.setdefault("PULUMI_SKIP_UPDATE_CHECK", "true")
-        command = TrackingPulumiCommand(root=str(settings.pulumi_root) if settings.pulumi_root else None)
+        try:
+            command = TrackingPulumiCommand(root=str(settings.pulumi_root) if settings.pulumi_root else None)
+        except FileNotFoundError:
+            where = settings.pulumi_root / "bin" if settings.pulumi_root else Path("$PATH")
+            raise RunnerError(f"the pulumi CLI was not found in {where}") from None
+        except subprocess.CalledProcessError as exc:
+            raise RunnerError(f"`pulumi version` failed with exit code {exc.returncode}") from None
         ws = auto.LocalWorkspace(
             work_dir=str(settings.work_dir),
             pulumi_home=str(settings.pulumi_home) if settings.pulumi_home else None,
@@ -284,7 +308,10 @@ class PulumiRunner:
             secrets_provider=settings.secrets_provider,
             pulumi_command=command,
         )
-        return cls(settings, ws, command)
+        try:
+            return cls(settings, ws, command)
+        except FileNotFoundError:
+            raise RunnerError(f"no Pulumi project file in {settings.work_dir}") from None
 
     # -- simple calls ---------------------------------------------------------------------------
     @property
@@ -322,11 +349,11 @@ class PulumiRunner:
                     stack = auto.Stack.create(name, self._ws)
                 finally:
                     self._ws.secrets_provider = self.settings.secrets_provider
-                log.info("created stack", stack=name)
+                log.info("created stack", stack_name=name)
             except auto_errors.CommandError as exc:
                 raise CommandFailed("select stack", self._classify(exc, failures.RunObservations())) from None
             self._stack = stack
-            log.info("selected stack", stack=name)
+            log.info("selected stack", stack_name=name)
 
     @property
     def selected_stack_name(self) -> str | None:
@@ -433,7 +460,7 @@ class PulumiRunner:
             common.update(log_verbosity=self.settings.pulumi_log_level, log_to_std_err=True, log_flow=True)
         base = pb.OperationResult(operation_id=operation_id, type=kind, project_info=self.project_info)
         started = datetime.now(UTC)
-        log.info("operation started", operation=operation_id, type=kind.name.lower(), stack=stack.name)
+        log.info("operation started", operation=operation_id, type=kind.name.lower(), stack_name=stack.name)
         try:
             self._invoke(stack, request, common, base)
         except auto_errors.CommandError as exc:

@@ -136,6 +136,8 @@ class LocalCluster:
         self._extra = list(extra_apiserver_args or [])
         self._with_kcm = with_controller_manager
         self.state: ClusterState | None = None
+        # Children this instance started: kept so they are reaped (and Python does not warn).
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
 
     # -- public handles -------------------------------------------------------------------
     @property
@@ -239,11 +241,21 @@ class LocalCluster:
         log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
+        self._procs[name] = proc
         self._st.pids[name] = proc.pid
 
     def _kill(self, name: str, timeout: float = 30.0) -> None:
         pid = self._st.pids.pop(name, None)
+        proc = self._procs.pop(name, None)
         if pid is None:
+            return
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
             return
         try:
             os.kill(pid, signal.SIGTERM)
@@ -316,14 +328,11 @@ class LocalCluster:
         raise TimeoutError(f"kube-apiserver not ready; see {self.dir / 'kube-apiserver.log'}")
 
     def _check_alive(self, name: str) -> None:
-        pid = self._st.pids.get(name)
-        if pid is None:
+        proc = self._procs.get(name)
+        if proc is None:
             return
-        try:
-            done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if done:
+        status = proc.poll()
+        if status is not None:
             tail = (self.dir / f"{name}.log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"{name} exited with status {status}:\n{tail}")
 

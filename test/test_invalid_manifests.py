@@ -4,7 +4,8 @@ Each file in test/data/invalid/ holds one manifest with one mistake a user could
 unknown enum value, negative number or duration, missing required field, malformed podTemplate,
 ...) and `# expect: <text>` header lines. The manifest is created on the real kube-apiserver with
 the CRDs from config/crd installed; it must be refused with 422 Invalid, and the apiserver's
-message must contain every expected text, the first of which names the offending field.
+message must contain every expected text, the first of which names the offending field; every
+cause the apiserver lists must be about that field (so a manifest cannot pass for another reason).
 
 Field paths are compared without list indices: kube-apiserver 1.20 reports `containers.name`
 where current releases report `containers[0].name`.
@@ -60,8 +61,10 @@ def test_the_invalid_set_is_broad() -> None:
     for m in manifests:
         assert m.expects, f"{m.path.name}: no `# expect:` line"
         first = m.expects[0]
-        assert first.split(".")[0] in ("spec", "program"), f"{m.path.name}: first expect must name the field"
-        assert m.body["metadata"]["name"] == m.path.stem, f"{m.path.name}: name the object after the file"
+        top = first.split(".")[0]
+        assert top in ("metadata", "spec", "program"), f"{m.path.name}: first expect must name the field"
+        if top != "metadata":
+            assert m.body["metadata"]["name"] == m.path.stem, f"{m.path.name}: name the object after the file"
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +73,7 @@ async def namespace(api_client: Any, crds: list[str]) -> AsyncIterator[str]:
 
     core = client.CoreV1Api(api_client)
     name = f"invalid-{uuid.uuid4().hex[:8]}"
-    await core.create_namespace({"metadata": {"name": name}})
+    await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     try:
         yield name
     finally:
@@ -90,11 +93,17 @@ async def test_apiserver_rejects_invalid_manifest(api_client: Any, namespace: st
     try:
         await api.create_namespaced_custom_object(group, version, namespace, plural, manifest.body)
     except ApiException as e:
-        status = json.loads(e.body)
+        status = json.loads(e.body or "{}")
         assert e.status == 422, f"{path.name}: expected 422 Invalid, got {e.status}: {status.get('message')}"
         message = LIST_INDEX.sub("", status["message"])
         for expected in manifest.expects:
             assert LIST_INDEX.sub("", expected) in message, f"{path.name}: {expected!r} not in {message!r}"
+        # One mistake per manifest: every cause the apiserver lists is about the named field.
+        field = LIST_INDEX.sub("", manifest.expects[0])
+        causes = [LIST_INDEX.sub("", c.get("field", "")) for c in status["details"].get("causes", [])]
+        assert causes, f"{path.name}: no causes in {status}"
+        for cause in causes:
+            assert cause == field or cause.startswith(field + "."), f"{path.name}: unexpected cause {cause!r}"
     else:
         await api.delete_namespaced_custom_object(
             group, version, namespace, plural, manifest.body["metadata"]["name"]

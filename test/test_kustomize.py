@@ -60,6 +60,10 @@ def find(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     return matches[0]
 
 
+def identity(obj: dict[str, Any]) -> tuple[str, str, str | None]:
+    return obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace")
+
+
 @pytest.fixture(scope="module")
 def default_objs() -> list[dict[str, Any]]:
     return build(CONFIG / "default")
@@ -138,6 +142,27 @@ def test_manager_flags_match_the_operator_cli(manager_container: dict[str, Any])
     assert manager_container["resources"]["requests"].keys() >= {"cpu", "memory"}
 
 
+def test_manager_args_are_accepted_by_the_operator_cli(
+    default_objs: list[dict[str, Any]], manager_container: dict[str, Any]
+) -> None:
+    from pko.__main__ import parse_settings
+
+    env = {"POD_NAMESPACE": NAMESPACE, "POD_SA_NAME": "controller-manager"}
+    # The kubelet expands $(VAR) references to the container's env before exec.
+    argv = [a.replace("$(POD_NAMESPACE)", NAMESPACE) for a in manager_container["args"]]
+    settings = parse_settings(argv, env)
+    assert settings.leader_elect
+    assert settings.leader_election_namespace == NAMESPACE
+    assert settings.metrics_bind_address == ":8383"
+    assert settings.health_probe_bind_address == ":8081"
+    assert settings.program_fs_addr == ":9090"
+    assert settings.program_fs_adv_addr == f"pulumi-kubernetes-operator.{NAMESPACE}:80"
+    assert (settings.log_level, settings.log_format) == ("info", "json")
+    pod = find(default_objs, "Deployment", "controller-manager")["spec"]["template"]["spec"]
+    # Kubernetes must not SIGKILL the manager while it still drains in-flight reconciles.
+    assert pod["terminationGracePeriodSeconds"] > settings.shutdown_grace_period
+
+
 def test_manager_runs_under_the_restricted_pod_security_profile(
     default_objs: list[dict[str, Any]], manager_container: dict[str, Any]
 ) -> None:
@@ -200,8 +225,7 @@ def test_quickstart_adds_the_default_pulumi_workspace_identity(default_objs: lis
     }
     assert crb["subjects"] == [{"kind": "ServiceAccount", "name": "pulumi", "namespace": "default"}]
     # Everything config/default installs is in the quickstart too.
-    key = lambda o: (o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))  # noqa: E731
-    assert {key(o) for o in default_objs} <= {key(o) for o in objs}
+    assert {identity(o) for o in default_objs} <= {identity(o) for o in objs}
 
 
 def test_sample_stack_deploys_the_sample_program_with_a_file_backend() -> None:

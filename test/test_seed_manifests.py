@@ -77,7 +77,7 @@ async def namespace(api_client: Any, crds: list[str]) -> AsyncIterator[str]:
 
     core = client.CoreV1Api(api_client)
     name = f"seeds-{uuid.uuid4().hex[:8]}"
-    await core.create_namespace({"metadata": {"name": name}})
+    await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     try:
         yield name
     finally:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -20,7 +21,6 @@ from typing import Any
 import pytest
 from grpclib.client import Channel
 from kubernetes_asyncio import client
-
 from pko.agent.auth import CacheTTLs, KubeAuthorizer
 from pko.agent.pulumirunner import RunnerSettings
 from pko.agent.server import ServeOptions, serve
@@ -70,9 +70,13 @@ class AuthWorld:
             self.namespace,
             client.V1RoleBinding(
                 metadata=client.V1ObjectMeta(name=name),
-                role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="workspace-rpc"),
+                role_ref=client.V1RoleRef(
+                    api_group="rbac.authorization.k8s.io", kind="Role", name="workspace-rpc"
+                ),
                 subjects=[
-                    client.RbacV1Subject(kind="ServiceAccount", name=service_account, namespace=self.namespace)
+                    client.RbacV1Subject(
+                        kind="ServiceAccount", name=service_account, namespace=self.namespace
+                    )
                 ],
             ),
         )
@@ -86,7 +90,11 @@ class AuthWorld:
         sar = client.V1SubjectAccessReview(
             spec=client.V1SubjectAccessReviewSpec(
                 user=f"system:serviceaccount:{self.namespace}:{service_account}",
-                groups=["system:serviceaccounts", f"system:serviceaccounts:{self.namespace}", "system:authenticated"],
+                groups=[
+                    "system:serviceaccounts",
+                    f"system:serviceaccounts:{self.namespace}",
+                    "system:authenticated",
+                ],
                 resource_attributes=client.V1ResourceAttributes(
                     group="auto.pulumi.com",
                     version="v1alpha1",
@@ -171,7 +179,9 @@ async def start_agent(
     loop = asyncio.get_running_loop()
     bound: asyncio.Future[tuple[str, int]] = loop.create_future()
     options = ServeOptions(
-        runner=RunnerSettings(work_dir=work_dir, env_vars=env or {}, pulumi_root=pulumi_root, stack_name=stack),
+        runner=RunnerSettings(
+            work_dir=work_dir, env_vars=env or {}, pulumi_root=pulumi_root, stack_name=stack
+        ),
         host="127.0.0.1",
         port=0,
         journal_dir=journal_dir,
@@ -196,6 +206,19 @@ def agent_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     env["NO_PROXY"] = "127.0.0.1,localhost"
     return env
+
+
+def spawn(args: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start a process (stdout discarded, stderr kept for failure messages)."""
+    return subprocess.Popen(args, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    if proc.stderr:
+        proc.stderr.close()
 
 
 def collect(events: list[pb.OperationEvent]) -> tuple[list[dict[str, Any]], pb.OperationResult | None]:

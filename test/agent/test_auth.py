@@ -19,7 +19,6 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest
 from grpclib.server import Server
-
 from pko.agent.auth import CacheTTLs, KubeAuthorizer, TTLCache, bearer_token
 from pko.api.generated.pko.agent import v1 as pb
 
@@ -103,8 +102,8 @@ async def test_health_needs_no_token(gate: _Gate) -> None:
     assert reply.status == reply.SERVING
 
 
-async def _wait_until(predicate: object, timeout: float = 60.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
+async def _wait_until(predicate: object, within: float = 60.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
     while True:
         if await predicate():  # type: ignore[operator]
             return

@@ -6,13 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from pulumi.automation import events
-
 from pko.agent import failures, stackconfig
 from pko.agent.engineevents import engine_event_to_json
 from pko.agent.journal import Journal, valid_operation_id
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
+from pulumi.automation import events
 
 LOCKED = (
     "error: the stack is currently locked by 1 lock(s). Either wait for the other process(es) to end or "
@@ -62,14 +61,24 @@ def test_program_and_resource_errors_are_told_apart() -> None:
     assert (program.reason, program.message) == ("ProgramError", "undefined variable nope")
 
     resource_diag = {
-        "diagnosticEvent": {"severity": "error", "message": "boom", "urn": "urn:pulumi:dev::p::test:index:Fail::f"}
+        "diagnosticEvent": {
+            "severity": "error",
+            "message": "boom",
+            "urn": "urn:pulumi:dev::p::test:index:Fail::f",
+        }
     }
-    failed = {"resOpFailedEvent": {"metadata": {"urn": "urn:pulumi:dev::p::test:index:Fail::f", "op": "create"}}}
+    failed = {
+        "resOpFailedEvent": {"metadata": {"urn": "urn:pulumi:dev::p::test:index:Fail::f", "op": "create"}}
+    }
     resource = _classify("error: update failed", events=[resource_diag, failed])
     assert (resource.reason, resource.message) == ("ResourceOperationFailed", "boom")
 
     other = _classify("first\nerror: something else")
-    assert (other.reason, other.message, other.detail) == ("OperationFailed", "error: something else", "first\nerror: something else")
+    assert (other.reason, other.message, other.detail) == (
+        "OperationFailed",
+        "error: something else",
+        "first\nerror: something else",
+    )
 
 
 def test_pending_operations_come_from_the_deployment() -> None:
@@ -123,10 +132,19 @@ def test_structured_config_becomes_one_json_document(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("item", "message"),
     [
-        (pb.ConfigItem(key="k", value_from=pb.ConfigValueFrom(env="MISSING")), "missing value for environment variable: MISSING"),
-        (pb.ConfigItem(key="k", value_from=pb.ConfigValueFrom(path="/nonexistent/x")), "unreadable path: /nonexistent/x"),
+        (
+            pb.ConfigItem(key="k", value_from=pb.ConfigValueFrom(env="MISSING")),
+            "missing value for environment variable: MISSING",
+        ),
+        (
+            pb.ConfigItem(key="k", value_from=pb.ConfigValueFrom(path="/nonexistent/x")),
+            "unreadable path: /nonexistent/x",
+        ),
         (pb.ConfigItem(key="k"), "invalid config value"),
-        (pb.ConfigItem(key="k", path=True, value=Value.from_dict([1])), "path=true is incompatible with JSON values"),
+        (
+            pb.ConfigItem(key="k", path=True, value=Value.from_dict([1])),
+            "path=true is incompatible with JSON values",
+        ),
     ],
 )
 def test_unusable_config_items_are_refused(item: pb.ConfigItem, message: str) -> None:
@@ -169,7 +187,9 @@ def test_engine_events_keep_the_cli_json_shape() -> None:
     assert meta["new"]["inputs"] == {"length": 8, "snake_case_key": True}  # user keys untouched
     assert meta["new"]["retainOnDelete"] is False
     assert out["resourcePreEvent"]["planning"] is True
-    assert engine_event_to_json(events.EngineEvent.from_json({"sequence": 9, "timestamp": 1, "cancelEvent": {}})) == {
+    assert engine_event_to_json(
+        events.EngineEvent.from_json({"sequence": 9, "timestamp": 1, "cancelEvent": {}})
+    ) == {
         "sequence": 9,
         "timestamp": 1,
         "cancelEvent": {},

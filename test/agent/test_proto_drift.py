@@ -14,7 +14,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_generated_code_matches_the_proto() -> None:
     proc = subprocess.run(
-        [sys.executable, str(REPO / "hack" / "gen_proto.py"), "--check"], capture_output=True, text=True, timeout=300
+        [sys.executable, str(REPO / "hack" / "gen_proto.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
 

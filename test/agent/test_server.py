@@ -17,12 +17,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest_agent import AuthWorld, RunningAgent, agent_env, auth_world, collect, free_port, start_agent
+from conftest_agent import (
+    AuthWorld,
+    RunningAgent,
+    agent_env,
+    auth_world,
+    collect,
+    free_port,
+    spawn,
+    start_agent,
+    stop_process,
+)
 from fakepulumi.fixtures import FakePulumi, make_fake_pulumi
 from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
-
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
 
@@ -68,9 +77,7 @@ resources:
     type: test:Hang
     properties:
       seconds: {seconds}
-    options:
-      dependsOn:
-        - ${{before}}
+      after: ${{before.n}}
 """
 
 FOREVER_PROGRAM = """\
@@ -110,9 +117,7 @@ def fake(tmp_path: Path) -> FakePulumi:
 
 async def _agent(tmp_path: Path, fake: FakePulumi, program: str, **kw: Any) -> RunningAgent:
     work = write_program(tmp_path, program)
-    return await start_agent(
-        work, tmp_path / "journal", env=runner_env(fake), pulumi_root=fake.root, **kw
-    )
+    return await start_agent(work, tmp_path / "journal", env=runner_env(fake), pulumi_root=fake.root, **kw)
 
 
 @pytest.fixture
@@ -127,7 +132,7 @@ async def drain(stream: AsyncIterator[pb.OperationEvent]) -> list[pb.OperationEv
 
 
 async def wait_for_event(
-    stub: pb.AutomationServiceStub, op_id: str, predicate: Any, timeout: float = 120
+    stub: pb.AutomationServiceStub, op_id: str, predicate: Any, within: float = 120
 ) -> list[pb.OperationEvent]:
     """Watch ``op_id`` until an engine event satisfies ``predicate``; returns what was seen."""
     seen: list[pb.OperationEvent] = []
@@ -140,7 +145,7 @@ async def wait_for_event(
             if ev.result is not None:
                 raise AssertionError(f"operation ended before the awaited event: {ev.result}")
 
-    await asyncio.wait_for(run(), timeout)
+    await asyncio.wait_for(run(), within)
     return seen
 
 
@@ -162,7 +167,10 @@ async def test_select_config_preview_up_refresh_destroy(flow_agent: RunningAgent
         assert missing.value.status == Status.NOT_FOUND
         with pytest.raises(GRPCError) as unselected:
             await drain(stub.up(pb.UpRequest(operation_id="too-early")))
-        assert (unselected.value.status, unselected.value.message) == (Status.FAILED_PRECONDITION, "no stack is selected")
+        assert (unselected.value.status, unselected.value.message) == (
+            Status.FAILED_PRECONDITION,
+            "no stack is selected",
+        )
 
         selected = await stub.select_stack(pb.SelectStackRequest(stack_name="dev", create=True))
         assert selected.summary is not None and selected.summary.name == "dev"
@@ -171,14 +179,18 @@ async def test_select_config_preview_up_refresh_destroy(flow_agent: RunningAgent
             pb.SetAllConfigRequest(
                 config=[
                     pb.ConfigItem(key="greeting", value=Value.from_dict("hello")),
-                    pb.ConfigItem(key="dbPassword", value_from=pb.ConfigValueFrom(env="DB_PASSWORD"), secret=True),
+                    pb.ConfigItem(
+                        key="dbPassword", value_from=pb.ConfigValueFrom(env="DB_PASSWORD"), secret=True
+                    ),
                     pb.ConfigItem(key="tier", value=Value.from_dict("gold")),
                 ]
             )
         )
         await stub.set_all_config(
             pb.SetAllConfigRequest(
-                config=[pb.ConfigItem(key="settings", value=Value.from_dict({"replicas": 3, "zones": ["a", "b"]}))]
+                config=[
+                    pb.ConfigItem(key="settings", value=Value.from_dict({"replicas": 3, "zones": ["a", "b"]}))
+                ]
             )
         )
 
@@ -196,9 +208,7 @@ async def test_select_config_preview_up_refresh_destroy(flow_agent: RunningAgent
         assert up is not None and up.state == pb.OperationState.SUCCEEDED, up
         assert up.project_info == pb.ProjectInfo(name="agentflow", runtime="yaml")
         assert up.summary is not None and up.summary.result == "succeeded"
-        created = {
-            e["resOutputsEvent"]["metadata"]["type"] for e in up_events if "resOutputsEvent" in e
-        }
+        created = {e["resOutputsEvent"]["metadata"]["type"] for e in up_events if "resOutputsEvent" in e}
         assert {"random:index/randomPassword:RandomPassword", "test:index:Echo"} <= created
         outputs = {k: (json.loads(v.value), v.secret) for k, v in up.outputs.items()}
         assert outputs["greeting"] == ("hello", False)
@@ -214,7 +224,9 @@ async def test_select_config_preview_up_refresh_destroy(flow_agent: RunningAgent
         status = await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="u-1")))
         assert status.attached and status.state == pb.OperationState.SUCCEEDED
         with pytest.raises(GRPCError) as other_type:
-            await stub.start_operation(pb.StartOperationRequest(destroy=pb.DestroyRequest(operation_id="u-1")))
+            await stub.start_operation(
+                pb.StartOperationRequest(destroy=pb.DestroyRequest(operation_id="u-1"))
+            )
         assert other_type.value.status == Status.ALREADY_EXISTS
 
         info = await stub.info()
@@ -242,15 +254,22 @@ async def test_cancel_mid_up_is_graceful_and_leaves_no_lock(tmp_path: Path, fake
 
         # While it runs: another operation and config changes are refused.
         with pytest.raises(GRPCError) as busy:
-            await stub.start_operation(pb.StartOperationRequest(preview=pb.PreviewRequest(operation_id="c-2")))
+            await stub.start_operation(
+                pb.StartOperationRequest(preview=pb.PreviewRequest(operation_id="c-2"))
+            )
         assert busy.value.status == Status.ABORTED
         with pytest.raises(GRPCError) as config_busy:
-            await stub.set_all_config(pb.SetAllConfigRequest(config=[pb.ConfigItem(key="k", value=Value.from_dict("v"))]))
+            await stub.set_all_config(
+                pb.SetAllConfigRequest(config=[pb.ConfigItem(key="k", value=Value.from_dict("v"))])
+            )
         assert config_busy.value.status == Status.FAILED_PRECONDITION
 
         await stub.cancel_operation(pb.CancelOperationRequest(operation_id="c-1"))
-        events, result = collect(await asyncio.wait_for(drain(stub.watch_operation(
-            pb.WatchOperationRequest(operation_id="c-1"))), 120))
+        events, result = collect(
+            await asyncio.wait_for(
+                drain(stub.watch_operation(pb.WatchOperationRequest(operation_id="c-1"))), 120
+            )
+        )
         assert result is not None and result.state == pb.OperationState.CANCELLED, result
         assert result.failure is not None and result.failure.reason == "Cancelled"
         assert not result.failure.pending_operations
@@ -278,12 +297,16 @@ async def test_a_caller_that_disconnects_reattaches_and_gets_the_whole_journal(
     second = agent.channel()
     try:
         stub = agent.stub(second)
-        replay = await asyncio.wait_for(drain(stub.watch_operation(pb.WatchOperationRequest(operation_id="d-1"))), 120)
+        replay = await asyncio.wait_for(
+            drain(stub.watch_operation(pb.WatchOperationRequest(operation_id="d-1"))), 120
+        )
         assert replay[: len(seen)] == seen
         _, result = collect(replay)
         assert result is not None and result.state == pb.OperationState.SUCCEEDED, result
-        tail = await drain(stub.watch_operation(pb.WatchOperationRequest(operation_id="d-1", from_sequence=len(seen) + 1)))
-        assert tail == replay[len(seen):]
+        tail = await drain(
+            stub.watch_operation(pb.WatchOperationRequest(operation_id="d-1", from_sequence=len(seen) + 1))
+        )
+        assert tail == replay[len(seen) :]
         status = await stub.get_operation(pb.GetOperationRequest(operation_id="d-1"))
         assert status.result == result and status.last_sequence == len(replay) - 1
     finally:
@@ -294,7 +317,9 @@ async def test_a_caller_that_disconnects_reattaches_and_gets_the_whole_journal(
     again = await _agent(tmp_path, fake, HANG_PROGRAM.format(seconds=3))
     channel = again.channel()
     try:
-        replay_after_restart = await drain(again.stub(channel).watch_operation(pb.WatchOperationRequest(operation_id="d-1")))
+        replay_after_restart = await drain(
+            again.stub(channel).watch_operation(pb.WatchOperationRequest(operation_id="d-1"))
+        )
         assert replay_after_restart == replay
     finally:
         channel.close()
@@ -317,7 +342,10 @@ async def test_program_errors_come_back_as_structured_failures(tmp_path: Path, f
 
 
 async def test_a_failing_resource_is_a_resource_failure(tmp_path: Path, fake: FakePulumi) -> None:
-    program = "name: failing\nruntime: yaml\nresources:\n  f:\n    type: test:Fail\n    properties:\n      message: no capacity\n"
+    program = (
+        "name: failing\nruntime: yaml\nresources:\n"
+        "  f:\n    type: test:Fail\n    properties:\n      message: no capacity\n"
+    )
     agent = await _agent(tmp_path, fake, program, stack="dev")
     channel = agent.channel()
     try:
@@ -330,7 +358,9 @@ async def test_a_failing_resource_is_a_resource_failure(tmp_path: Path, fake: Fa
         await agent.stop()
 
 
-async def test_a_crashed_update_reports_the_lock_owner_and_pending_urns(tmp_path: Path, fake: FakePulumi) -> None:
+async def test_a_crashed_update_reports_the_lock_owner_and_pending_urns(
+    tmp_path: Path, fake: FakePulumi
+) -> None:
     program = "name: crashy\nruntime: yaml\nresources:\n  c:\n    type: test:Crash\n"
     agent = await _agent(tmp_path, fake, program, stack="dev")
     channel = agent.channel()
@@ -349,27 +379,46 @@ async def test_a_crashed_update_reports_the_lock_owner_and_pending_urns(tmp_path
         await agent.stop()
 
 
-async def test_sigterm_mid_up_interrupts_pulumi_and_records_the_outcome(tmp_path: Path, fake: FakePulumi) -> None:
+async def test_sigterm_mid_up_interrupts_pulumi_and_records_the_outcome(
+    tmp_path: Path, fake: FakePulumi
+) -> None:
     work = write_program(tmp_path, FOREVER_PROGRAM)
     journal = tmp_path / "journal"
     port = free_port()
     env = {**agent_env(), **runner_env(fake)}
-    proc = subprocess.Popen(
+    proc = spawn(
         [
-            sys.executable, "-m", "pko.agent", "--", "serve", "--workspace", str(work), "--skip-install",
-            "--stack", "dev", "--host", "127.0.0.1", "--port", str(port), "--pulumi-root", str(fake.root),
-            "--journal-dir", str(journal), "--shutdown-grace", "60",
+            sys.executable,
+            "-m",
+            "pko.agent",
+            "--",
+            "serve",
+            "--workspace",
+            str(work),
+            "--skip-install",
+            "--stack",
+            "dev",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--pulumi-root",
+            str(fake.root),
+            "--journal-dir",
+            str(journal),
+            "--shutdown-grace",
+            "60",
         ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        env,
     )
     try:
         channel = await _connect(port, proc)
         stub = pb.AutomationServiceStub(channel)
         await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="t-1")))
         await wait_for_event(stub, "t-1", is_pre("test:index:Hang"))
-        watcher = asyncio.create_task(drain(stub.watch_operation(pb.WatchOperationRequest(operation_id="t-1"))))
+        watcher = asyncio.create_task(
+            drain(stub.watch_operation(pb.WatchOperationRequest(operation_id="t-1")))
+        )
         await asyncio.sleep(0.5)  # let the watch attach before the signal
         proc.send_signal(signal.SIGTERM)
         _, result = collect(await asyncio.wait_for(watcher, 120))
@@ -378,25 +427,23 @@ async def test_sigterm_mid_up_interrupts_pulumi_and_records_the_outcome(tmp_path
         assert result.failure is not None and result.failure.reason == "Terminated"
         assert await asyncio.to_thread(proc.wait, 120) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
     assert lock_files(fake) == []
     journaled = json.loads((journal / "t-1" / "result.json").read_text())
     assert journaled["state"] == "OPERATION_STATE_CANCELLED"
 
 
-async def _connect(port: int, proc: subprocess.Popen[bytes], timeout: float = 120) -> Channel:
-    deadline = asyncio.get_running_loop().time() + timeout
+async def _connect(port: int, proc: subprocess.Popen[bytes], within: float = 120) -> Channel:
+    deadline = asyncio.get_running_loop().time() + within
     while True:
         if proc.poll() is not None:
-            out = proc.stdout.read().decode() if proc.stdout else ""
+            out = proc.stderr.read().decode() if proc.stderr else ""
             raise AssertionError(f"agent exited with {proc.returncode}:\n{out}")
         channel = Channel("127.0.0.1", port)
         try:
             await pb.AutomationServiceStub(channel).pulumi_version(timeout=5)
             return channel
-        except (OSError, asyncio.TimeoutError, GRPCError):
+        except (TimeoutError, OSError, GRPCError):
             channel.close()
             if asyncio.get_running_loop().time() > deadline:
                 raise
@@ -404,7 +451,9 @@ async def _connect(port: int, proc: subprocess.Popen[bytes], timeout: float = 12
 
 
 @pytest.mark.cluster
-async def test_the_real_server_enforces_kube_auth(tmp_path: Path, fake: FakePulumi, auth_world: AuthWorld) -> None:
+async def test_the_real_server_enforces_kube_auth(
+    tmp_path: Path, fake: FakePulumi, auth_world: AuthWorld
+) -> None:
     await auth_world.create_service_account("controller")
     await auth_world.grant("controller")
     token = await auth_world.mint("controller")

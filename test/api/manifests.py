@@ -296,7 +296,7 @@ def full_update_status() -> dict[str, Any]:
                 "type": "Complete",
                 "status": "True",
                 "reason": "Updated",
-                "message": "",
+                "message": "update completed",
                 "lastTransitionTime": "2024-10-17T20:41:00Z",
                 "observedGeneration": 1,
             }

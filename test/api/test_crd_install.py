@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import uuid
 from collections.abc import AsyncIterator
@@ -169,6 +170,25 @@ async def test_workspace_profile_and_service_account_are_defaulted_by_the_apiser
     assert created["spec"] == {"securityProfile": "restricted", "serviceAccountName": "default"}
 
 
+@pytest.mark.xfail(
+    not os.environ.get("KUBECONFIG"),
+    strict=True,
+    reason=(
+        'our kube-apiserver 1.20.2 build (Go 1.19) reports a typed "" as null: vendored kube-openapi '
+        "validate/type.go compares reflect.Zero with reflect.DeepEqual; hack/build-kube.sh must patch it"
+    ),
+)
+async def test_empty_strings_survive_the_apiserver(api_client: Any, namespace: str) -> None:
+    """Go writes conditions with empty messages (Workspace Ready/Succeeded); they must be accepted."""
+    obj = full_update(name="empty-message", namespace=namespace)
+    obj["spec"]["message"] = ""
+    created = await create(api_client, obj)
+    assert created["spec"]["message"] == ""
+    status = full_update_status()
+    status["conditions"][0]["message"] = ""
+    assert (await set_status(api_client, obj, status))["status"] == status
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
@@ -179,7 +199,7 @@ async def test_workspace_profile_and_service_account_are_defaulted_by_the_apiser
         (lambda o: o.pop("spec"), "spec"),
         (
             lambda o: o["spec"]["prerequisites"][0]["requirement"].update(succeededWithinDuration="-1h"),
-            "spec.prerequisites[0].requirement.succeededWithinDuration",
+            "spec.prerequisites.requirement.succeededWithinDuration",  # the apiserver omits indexes
         ),
     ],
     ids=["long-name", "negative-resync", "reclaim-enum", "no-stack", "no-spec", "negative-duration"],

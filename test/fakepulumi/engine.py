@@ -401,9 +401,9 @@ class Engine:
         )
         self.progress(op, STACK_TYPE, f"{self.project}-{self.stack}", done=False)
         self.count(op)
+        self.handled.add(self.stack_urn)
         if not self.req.dry_run:
             self.news.append(new)
-            self.handled.add(self.stack_urn)
             self.save()
         return {"op": op, "old": old, "new": new}
 
@@ -425,9 +425,9 @@ class Engine:
         }
         op = "same" if old else "create"
         self.step_event("resourcePreEvent", op, urn, ptype, self._state_meta(old), self._state_meta(new))
+        self.handled.add(urn)
         if not self.req.dry_run:
             self.news.append(new)
-            self.handled.add(urn)
         self.step_event("resOutputsEvent", op, urn, ptype, self._state_meta(old), self._state_meta(new))
         ref = f"{urn}::{id_}"
         self.providers_used[package] = ref
@@ -563,6 +563,7 @@ class Engine:
         )
         self.progress(op, short, name, done=False)
         if self.req.dry_run:
+            self.handled.add(urn)
             outputs = provider.preview_outputs(inputs)
             self.step_event(
                 "resOutputsEvent",
@@ -673,13 +674,13 @@ class Engine:
                 if isinstance(v, Secret):
                     self._collect_secret_texts(plain(v))
         evaluator.resources[name] = ResourceView(urn=urn, id=new.get("id", ""), outputs=outputs)
+        self.handled.add(urn)
         if self.req.dry_run:
             return
         new["inputs"] = to_state(inputs, self._encrypt)
         new["outputs"] = to_state(outputs, self._encrypt)
         new = {k: v for k, v in new.items() if v is not None}
         self.news.append(new)
-        self.handled.add(urn)
         self.save()
 
     def _delete(self, old: dict[str, Any], op: str, internal: bool = False) -> None:

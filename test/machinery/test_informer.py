@@ -15,7 +15,14 @@ from kube_helpers import create_namespace, delete_namespace, eventually
 from localcluster import LocalCluster
 from prometheus_client import CollectorRegistry
 
-from pko.machinery.informer import LAST_APPLIED_ANNOTATION, SharedInformer, strip_managed_fields
+from pko.machinery.informer import (
+    LAST_APPLIED_ANNOTATION,
+    Backoff,
+    EnqueueHandler,
+    FuncHandler,
+    SharedInformer,
+    strip_managed_fields,
+)
 from pko.machinery.informerfactory import InformerFactory
 from pko.machinery.resource import CONFIGMAPS, Resource, ResourceClient
 from pko.machinery.store import (
@@ -27,8 +34,6 @@ from pko.machinery.store import (
     index_by_owner_uid,
     meta_namespace_key,
 )
-
-pytestmark = pytest.mark.cluster
 
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False)
 WIDGETS = Resource("machinery.pko.test", "v1", "widgets", "Widget")
@@ -79,6 +84,57 @@ async def cache_matches(
     return cached(informer) == await fresh_list(client, label_selector)
 
 
+# ----- pure --------------------------------------------------------------------------------------
+
+
+def test_default_transform_drops_managed_fields_and_last_applied_only() -> None:
+    obj = {
+        "metadata": {
+            "name": "a",
+            "managedFields": [{"manager": "kubectl"}],
+            "annotations": {LAST_APPLIED_ANNOTATION: "{...}", "other": "x"},
+        },
+        "spec": {"k": "v"},
+    }
+    expected = {"metadata": {"name": "a", "annotations": {"other": "x"}}, "spec": {"k": "v"}}
+    assert strip_managed_fields(obj) == expected
+    assert strip_managed_fields({"metadata": {"name": "b"}}) == {"metadata": {"name": "b"}}
+
+
+def test_enqueue_handler_maps_objects_tombstones_and_moved_owners_to_keys() -> None:
+    queued: list[str] = []
+    own = EnqueueHandler(queued.append)
+    own.on_add(configmap("a", {}, namespace="ns"))
+    own.on_delete(DeletedFinalStateUnknown("ns/gone", configmap("gone", {}, namespace="ns")))
+    assert queued == ["ns/a", "ns/gone"]
+
+    queued.clear()
+
+    def owner_keys(obj: Obj) -> list[str]:
+        return [f"ns/{ref['name']}" for ref in obj["metadata"].get("ownerReferences", [])]
+
+    to_owner = EnqueueHandler(queued.append, owner_keys)
+    old = configmap("u", {}, namespace="ns", ownerReferences=[{"name": "s1"}])
+    new = configmap("u", {}, namespace="ns", ownerReferences=[{"name": "s2"}])
+    to_owner.on_update(old, new)
+    assert queued == ["ns/s1", "ns/s2"]  # both the old and the new owner reconcile
+    queued.clear()
+    to_owner.on_delete(DeletedFinalStateUnknown("ns/u", new))
+    assert queued == ["ns/s2"]
+
+
+def test_backoff_doubles_to_a_cap_with_jitter_and_resets() -> None:
+    backoff = Backoff(1.0, 8.0, jitter=0.2)
+    delays = [backoff.next() for _ in range(6)]
+    for delay, base in zip(delays, [1, 2, 4, 8, 8, 8], strict=True):
+        assert base * 0.8 <= delay <= base * 1.2
+    backoff.reset()
+    assert 0.8 <= backoff.next() <= 1.2
+
+
+# ----- against the apiserver ---------------------------------------------------------------------
+
+
 @pytest.fixture
 async def informers() -> AsyncIterator[list[SharedInformer]]:
     """Informers appended here are stopped after the test even when it fails."""
@@ -88,6 +144,7 @@ async def informers() -> AsyncIterator[list[SharedInformer]]:
         await informer.stop()
 
 
+@pytest.mark.cluster
 async def test_informer_sees_creates_updates_deletes_and_indexes_answer(
     api_client: Any, namespace: str, informers: list[SharedInformer]
 ) -> None:
@@ -101,12 +158,20 @@ async def test_informer_sees_creates_updates_deletes_and_indexes_answer(
         label_selector=SELECTOR,
     )
     informers.append(informer)
+    failures: list[str] = []
+
+    def boom(obj: Obj) -> None:
+        failures.append(obj["metadata"]["name"])
+        raise RuntimeError("a broken handler must not starve the others")
+
+    informer.add_event_handler(FuncHandler(add=boom))
     rec = Recorder()
     informer.add_event_handler(rec)
     assert not informer.has_synced()
     informer.start()
     assert await informer.wait_for_sync(60)
     assert rec.keys("add") == [f"{namespace}/owner"]
+    assert failures == ["owner"]
 
     cached_owner = informer.indexer.get_by_key(f"{namespace}/owner")
     assert cached_owner is not None
@@ -147,6 +212,7 @@ async def test_informer_sees_creates_updates_deletes_and_indexes_answer(
     assert not informer.started
 
 
+@pytest.mark.cluster
 async def test_custom_resources_through_a_shared_factory_with_field_index(
     api_client: Any, namespace: str
 ) -> None:
@@ -241,6 +307,7 @@ async def test_custom_resources_through_a_shared_factory_with_field_index(
         await crds.delete(crd_name)
 
 
+@pytest.mark.cluster
 async def test_resync_redelivers_cached_objects_as_updates(
     api_client: Any, namespace: str, informers: list[SharedInformer]
 ) -> None:
@@ -316,6 +383,7 @@ def assert_missed_changes_delivered(rec: Recorder, namespace: str, *, tombstones
             assert payload.obj["data"] == {"v": "0"}  # the last state the cache saw
 
 
+@pytest.mark.cluster
 async def test_informer_relists_after_410_gone_and_reports_missed_deletes_as_tombstones(
     nocache_cluster: LocalCluster, make_client: Any, make_proxy: Any, informers: list[SharedInformer]
 ) -> None:
@@ -355,6 +423,7 @@ async def test_informer_relists_after_410_gone_and_reports_missed_deletes_as_tom
     await delete_namespace(direct, namespace)
 
 
+@pytest.mark.cluster
 async def test_informer_survives_apiserver_restart(
     cluster: Any, make_client: Any, make_proxy: Any, namespace: str, informers: list[SharedInformer]
 ) -> None:

@@ -1,0 +1,383 @@
+"""The operator process: ``pko`` (console script) or ``python -m pko``.
+
+Flags keep the Go operator's names (so its Deployment arguments work unchanged) and each has an
+environment variable; a flag given on the command line wins over its variable, which wins over
+the default. Durations take Go's syntax (``60s``, ``1m30s``, ``500ms``) or plain seconds.
+
+Exit status: 0 after a clean shutdown on SIGTERM/SIGINT; 1 when leadership was lost (the pod is
+restarted and campaigns again, as a controller-runtime operator does) or the manager failed; a
+second SIGTERM/SIGINT during shutdown exits 1 at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import signal
+import socket
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, cast
+
+import structlog
+from kubernetes_asyncio import client, config
+
+from pko.logging import configure_logging
+from pko.machinery.leaderelection import LeaderElectionConfig
+from pko.machinery.manager import LeaderElectionLost, Manager, ManagerOptions
+
+__all__ = ["Settings", "load_client_configuration", "main", "parse_duration", "parse_settings"]
+
+DEFAULT_LEADER_ELECTION_ID = "operator.pulumi.com"  # the Go operator's Lease name
+DEFAULT_NAMESPACE = "pulumi-kubernetes-operator"
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Go duration (``1m30s``, ``500ms``) or a plain number of seconds."""
+    text = text.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        pos, seconds = 0, 0.0
+        if not text:
+            raise ValueError("empty duration") from None
+        while pos < len(text):
+            match = _DURATION_PART.match(text, pos)
+            if match is None:
+                raise ValueError(f"invalid duration {text!r} (use e.g. 45s, 1m30s, 500ms)") from None
+            seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+            pos = match.end()
+    if seconds < 0:
+        raise ValueError(f"duration {text!r} is negative")
+    return seconds
+
+
+def _parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "t", "true", "yes", "on"):
+        return True
+    if value in ("0", "f", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+def _duration_arg(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _bool_arg(text: str) -> bool:
+    try:
+        return _parse_bool(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the command line and environment decide."""
+
+    kubeconfig: str | None
+    leader_elect: bool
+    leader_election_id: str
+    leader_election_namespace: str
+    lease_duration: float
+    renew_deadline: float
+    retry_period: float
+    metrics_bind_address: str
+    health_probe_bind_address: str
+    program_fs_addr: str
+    program_fs_adv_addr: str
+    max_concurrent_reconciles: Mapping[str, int]
+    log_level: str
+    log_format: Literal["json", "console"]
+    kube_api_timeout: float
+    shutdown_grace_period: float
+
+    def manager_options(self, identity: str) -> ManagerOptions:
+        le = None
+        if self.leader_elect:
+            le = LeaderElectionConfig(
+                lease_name=self.leader_election_id,
+                lease_namespace=self.leader_election_namespace,
+                identity=identity,
+                lease_duration=self.lease_duration,
+                renew_deadline=self.renew_deadline,
+                retry_period=self.retry_period,
+            )
+        return ManagerOptions(
+            metrics_bind_address=self.metrics_bind_address,
+            health_probe_bind_address=self.health_probe_bind_address,
+            leader_election=le,
+            shutdown_grace_period=self.shutdown_grace_period,
+            max_concurrent_reconciles=dict(self.max_concurrent_reconciles),
+            kube_api_timeout=self.kube_api_timeout,
+        )
+
+
+# Reconcile workers per controller kind; the Go operator's defaults.
+_CONCURRENCY = (("stack", 25), ("workspace", 25), ("update", 10), ("program", 25))
+
+
+def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
+    def env_or(name: str, default: str) -> str:
+        return env.get(name) or default
+
+    pod_namespace = env_or("POD_NAMESPACE", DEFAULT_NAMESPACE)
+    p = argparse.ArgumentParser(
+        prog="pko",
+        description="The Pulumi Kubernetes Operator (pko): runs the Stack, Workspace, Update and Program "
+        "controllers. Each flag can also be set by the environment variable named in its help; "
+        "the flag wins.",
+        allow_abbrev=False,
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default=env.get("KUBECONFIG") or None,
+        help="kubeconfig file [KUBECONFIG]; without it: in-cluster config, else ~/.kube/config",
+    )
+
+    le = p.add_argument_group("leader election")
+    le.add_argument(
+        "--leader-elect",
+        nargs="?",
+        const=True,
+        type=_bool_arg,
+        default=env_or("LEADER_ELECT", "false"),
+        help="run controllers only while holding a Lease, so replicas can stand by [LEADER_ELECT]",
+    )
+    le.add_argument(
+        "--leader-election-id",
+        default=env_or("LEADER_ELECTION_ID", DEFAULT_LEADER_ELECTION_ID),
+        help="name of the Lease (default %(default)s) [LEADER_ELECTION_ID]",
+    )
+    le.add_argument(
+        "--leader-election-namespace",
+        default=env_or("LEADER_ELECTION_NAMESPACE", pod_namespace),
+        help="namespace of the Lease (default $POD_NAMESPACE, else "
+        f"{DEFAULT_NAMESPACE}) [LEADER_ELECTION_NAMESPACE]",
+    )
+    for flag, var, default, what in (
+        (
+            "lease-duration",
+            "LEADER_ELECTION_LEASE_DURATION",
+            "60s",
+            "how long followers wait before taking over an unrenewed Lease",
+        ),
+        (
+            "renew-deadline",
+            "LEADER_ELECTION_RENEW_DEADLINE",
+            "45s",
+            "how long the leader keeps trying to renew before it stops leading",
+        ),
+        ("retry-period", "LEADER_ELECTION_RETRY_PERIOD", "10s", "time between Lease attempts"),
+    ):
+        le.add_argument(
+            f"--leader-election-{flag}",
+            type=_duration_arg,
+            default=env_or(var, default),
+            help=f"{what} (default {default}) [{var}]",
+        )
+
+    srv = p.add_argument_group("endpoints (host:port; ':PORT' = every interface; '0' disables)")
+    srv.add_argument(
+        "--metrics-bind-address",
+        default=env_or("METRICS_BIND_ADDRESS", ":8383"),
+        help="Prometheus /metrics (default %(default)s) [METRICS_BIND_ADDRESS]",
+    )
+    srv.add_argument(
+        "--health-probe-bind-address",
+        default=env_or("HEALTH_PROBE_BIND_ADDRESS", ":8081"),
+        help="/healthz and /readyz (default %(default)s) [HEALTH_PROBE_BIND_ADDRESS]",
+    )
+    srv.add_argument(
+        "--program-fs-addr",
+        default=env_or("PROGRAM_FS_ADDR", ":9090"),
+        help="Program artifact server (default %(default)s) [PROGRAM_FS_ADDR]. Accepted now; "
+        "the server itself arrives with the Program controller and is not started yet",
+    )
+    srv.add_argument(
+        "--program-fs-adv-addr",
+        default=env_or("PROGRAM_FS_ADV_ADDR", ""),
+        help="address workspaces use to reach the Program artifact server "
+        "[PROGRAM_FS_ADV_ADDR] (not used yet, see --program-fs-addr)",
+    )
+
+    conc = p.add_argument_group("concurrency")
+    for kind, workers in _CONCURRENCY:
+        var = f"MAX_CONCURRENT_RECONCILES_{kind.upper()}"
+        conc.add_argument(
+            f"--max-concurrent-reconciles-{kind}",
+            type=_positive_int,
+            default=env.get(var) or env.get("MAX_CONCURRENT_RECONCILES") or str(workers),
+            help=f"{kind} reconcile workers (default {workers}) [{var}, else MAX_CONCURRENT_RECONCILES]",
+        )
+
+    run = p.add_argument_group("process")
+    run.add_argument(
+        "--log-level",
+        "--zap-log-level",
+        default=env_or("LOG_LEVEL", "info"),
+        choices=["debug", "info", "warn", "warning", "error", "critical"],
+        help="lowest level logged (default %(default)s) [LOG_LEVEL]",
+    )
+    run.add_argument(
+        "--log-format",
+        "--zap-encoder",
+        default=env_or("LOG_FORMAT", "json"),
+        choices=["json", "console"],
+        help="json (one object per line) or console (default %(default)s) [LOG_FORMAT]",
+    )
+    run.add_argument(
+        "--kube-api-timeout",
+        type=_duration_arg,
+        default=env_or("KUBE_API_TIMEOUT", "30s"),
+        help="timeout of Kubernetes API requests (default 30s) [KUBE_API_TIMEOUT]",
+    )
+    run.add_argument(
+        "--shutdown-grace-period",
+        type=_duration_arg,
+        default=env_or("SHUTDOWN_GRACE_PERIOD", "30s"),
+        help="on SIGTERM, how long in-flight reconciles may finish before they are cancelled "
+        "(default 30s) [SHUTDOWN_GRACE_PERIOD]",
+    )
+    return p
+
+
+def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from ``argv`` (default ``sys.argv[1:]``) and ``env`` (default ``os.environ``).
+
+    Invalid input (flags or environment) exits with status 2 and a message, as argparse does:
+    argparse converts string defaults, i.e. the environment's values, with the flag's type.
+    """
+    environ = os.environ if env is None else env
+    parser = _parser(environ)
+    try:
+        args = parser.parse_args(argv)
+        settings = Settings(
+            kubeconfig=args.kubeconfig,
+            leader_elect=bool(args.leader_elect),
+            leader_election_id=args.leader_election_id,
+            leader_election_namespace=args.leader_election_namespace,
+            lease_duration=args.leader_election_lease_duration,
+            renew_deadline=args.leader_election_renew_deadline,
+            retry_period=args.leader_election_retry_period,
+            metrics_bind_address=args.metrics_bind_address,
+            health_probe_bind_address=args.health_probe_bind_address,
+            program_fs_addr=args.program_fs_addr,
+            program_fs_adv_addr=args.program_fs_adv_addr,
+            max_concurrent_reconciles={
+                f"{kind}-controller": getattr(args, f"max_concurrent_reconciles_{kind}")
+                for kind, _ in _CONCURRENCY
+            },
+            log_level=args.log_level,
+            log_format=cast(Literal["json", "console"], args.log_format),
+            kube_api_timeout=args.kube_api_timeout,
+            shutdown_grace_period=args.shutdown_grace_period,
+        )
+        if settings.leader_elect:
+            settings.manager_options("validate")  # durations must be consistent
+    except ValueError as exc:
+        parser.error(str(exc))
+    return settings
+
+
+def _home_kubeconfig() -> str:
+    return str(Path("~/.kube/config").expanduser())
+
+
+async def load_client_configuration(kubeconfig: str | None) -> client.Configuration:
+    """controller-runtime's order: ``--kubeconfig``/``$KUBECONFIG``, in-cluster, ``~/.kube/config``."""
+    cfg = client.Configuration()
+    if kubeconfig:
+        await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    else:
+        await config.load_kube_config(config_file=_home_kubeconfig(), client_configuration=cfg)
+    return cfg
+
+
+def _identity() -> str:
+    """Unique per process (hostname_uuid, as controller-runtime): two processes never share a term."""
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4()}"
+
+
+async def _serve(settings: Settings) -> int:
+    log = structlog.get_logger("pko")
+    from pko.controllers import register  # after logging is configured: reconcilers may log at import
+
+    cfg = await load_client_configuration(settings.kubeconfig)
+    async with client.ApiClient(configuration=cfg) as api:
+        manager = Manager(api, settings.manager_options(_identity()))
+        register(manager)
+        loop = asyncio.get_running_loop()
+        signals_seen = 0
+
+        def on_signal(signum: int) -> None:
+            nonlocal signals_seen
+            signals_seen += 1
+            if signals_seen > 1:
+                log.warning("second signal during shutdown; exiting now", signal=signal.Signals(signum).name)
+                os._exit(1)
+            log.info(
+                "signal received; shutting down",
+                signal=signal.Signals(signum).name,
+                grace_period=settings.shutdown_grace_period,
+            )
+            manager.stop()
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, on_signal, signum)
+        log.info(
+            "starting",
+            server=cfg.host,
+            leader_elect=settings.leader_elect,
+            program_fs_addr=settings.program_fs_addr,
+            program_fs_note="the Program artifact server is not implemented yet",
+        )
+        try:
+            await manager.run()
+        except LeaderElectionLost as exc:
+            log.error("leader election lost; exiting so the pod restarts as a candidate", error=str(exc))
+            return 1
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``pko`` console script."""
+    settings = parse_settings(argv)
+    configure_logging(settings.log_level, settings.log_format)
+    try:
+        code = asyncio.run(_serve(settings))
+    except Exception:
+        structlog.get_logger("pko").exception("manager failed")
+        code = 1
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,533 @@
+"""The manager: one process's shared informers, controllers, leader election, probes and metrics.
+
+What it wires, and the rules it keeps (controller-runtime's manager, asyncio-native):
+
+* **One informer factory.** Every watch a controller declares asks the factory, so each resource
+  type has one list+watch and one cache however many controllers use it. Informers start when the
+  manager starts, on every replica, leader or not: a follower's caches are warm when it takes over,
+  and ``/readyz`` means "caches synced" everywhere.
+* **Controllers are declared, then built when leading.** :meth:`Manager.controller` returns a
+  :class:`ControllerBuilder` that records watches: the controller's own objects, owned objects
+  mapped to their controlling owner, arbitrary key mappings, and index-based fan-out (a Program
+  change enqueues every Stack whose index points at it). Event handlers only enqueue keys. When
+  this replica leads (at once without leader election) it waits until every cache has synced,
+  then builds each controller (queue, workers, handlers) and starts it. Reconcilers read the
+  caches through :meth:`Manager.informer`.
+* **Leader election** (optional) on a Lease: only the leader runs reconcilers. Losing the Lease
+  (a renewal missed its deadline, or another holder appeared) cancels in-flight reconciles at
+  once (the successor may start as soon as the lease expires) and makes :meth:`Manager.run` raise
+  :class:`LeaderElectionLost`; the process then exits non-zero and its Deployment restarts it as
+  a fresh candidate. That is controller-runtime's choice, and the simple one: nothing has to be
+  reset for a second term.
+* **Graceful shutdown** (:meth:`Manager.stop`, wired to SIGTERM/SIGINT by ``pko.__main__``):
+  ``/readyz`` fails at once; controllers stop taking keys and in-flight reconciles get up to
+  ``shutdown_grace_period`` seconds, then are cancelled; only then is the Lease released (renewals
+  continue during the grace period, so nobody else leads while our reconciles still run), then
+  informers and finally the HTTP servers stop.
+* **Observability**: one ``CollectorRegistry`` per manager, served on ``/metrics``, holding the
+  workqueue, controller, reflector, process and ``leader_election_master_status`` series.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+import structlog
+from aiohttp import web
+from kubernetes_asyncio.client import ApiClient
+from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from pko.machinery.controller import DEFAULT_WORKERS, Controller, Reconciler
+from pko.machinery.informer import SharedInformer
+from pko.machinery.informerfactory import InformerFactory
+from pko.machinery.leaderelection import LeaderElectionConfig, LeaderElector
+from pko.machinery.metrics import PrometheusControllerMetrics, PrometheusWorkqueueMetrics
+from pko.machinery.ratelimit import RateLimiter
+from pko.machinery.ratelimitingqueue import RateLimitingQueue
+from pko.machinery.resource import Resource
+from pko.machinery.serving import HttpServer, ReadinessCheck, metrics_app, parse_bind_address, probes_app
+from pko.machinery.store import (
+    DeletedFinalStateUnknown,
+    IndexFunc,
+    Obj,
+    index_by_owner,
+    meta_namespace_key,
+)
+
+__all__ = [
+    "ControllerBuilder",
+    "LeaderElectionLost",
+    "Manager",
+    "ManagerOptions",
+    "MapKeys",
+    "Predicate",
+    "generation_changed",
+]
+
+# Which keys an event on an object should enqueue.
+MapKeys = Callable[[Obj], Iterable[str]]
+# Whether an event passes: (old, new) is (None, obj) for an add, (old, new) for an update and
+# (last known state, None) for a delete.
+Predicate = Callable[[Obj | None, Obj | None], bool]
+
+DEFAULT_SHUTDOWN_GRACE_PERIOD: Final = 30.0
+
+
+def _alive() -> str | None:
+    """Liveness: answering at all proves the event loop runs; nothing else would be fixed by a restart."""
+    return None
+
+
+class LeaderElectionLost(RuntimeError):
+    """This replica stopped leading before it was asked to stop; the process should exit."""
+
+
+def generation_changed(old: Obj | None, new: Obj | None) -> bool:
+    """controller-runtime's ``GenerationChangedPredicate``: skip updates that left the spec alone.
+
+    Adds and deletes pass. With a status subresource, status writes (including our own) and
+    metadata-only changes do not bump ``metadata.generation``, so they do not requeue.
+    """
+    if old is None or new is None:
+        return True
+    return (old.get("metadata") or {}).get("generation") != (new.get("metadata") or {}).get("generation")
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerOptions:
+    """How the manager runs. Durations are seconds.
+
+    ``max_concurrent_reconciles`` maps controller names to worker counts (overriding
+    :data:`~pko.machinery.controller.DEFAULT_WORKERS`); ``namespace`` limits every informer to one
+    namespace (``None``: all). Bind addresses are ``host:port``; ``"0"`` disables that server.
+    """
+
+    metrics_bind_address: str = ":8383"
+    health_probe_bind_address: str = ":8081"
+    leader_election: LeaderElectionConfig | None = None
+    shutdown_grace_period: float = DEFAULT_SHUTDOWN_GRACE_PERIOD
+    max_concurrent_reconciles: Mapping[str, int] = field(default_factory=dict)
+    namespace: str | None = None
+    resync_period: float = 0.0
+    kube_api_timeout: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Watch:
+    informer: SharedInformer
+    map_keys: MapKeys | None  # None: the object's own key
+    predicate: Predicate | None
+
+
+class _Enqueuer:
+    """The only kind of event handler the manager installs: filter, map to keys, enqueue.
+
+    Hot path for a cold start (one ``on_add`` per cached object), so it stays small: no
+    allocation beyond the keys themselves when there is no mapping.
+    """
+
+    __slots__ = ("_add", "_map", "_pred")
+
+    def __init__(self, add: Callable[[str], None], watch: _Watch) -> None:
+        self._add = add
+        self._map = watch.map_keys
+        self._pred = watch.predicate
+
+    def on_add(self, obj: Obj) -> None:
+        if self._pred is not None and not self._pred(None, obj):
+            return
+        if self._map is None:
+            self._add(meta_namespace_key(obj))
+        else:
+            for key in self._map(obj):
+                self._add(key)
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        if self._pred is not None and not self._pred(old, new):
+            return
+        if self._map is None:
+            self._add(meta_namespace_key(new))
+            return
+        # Both: an owner reference or an indexed field may have moved from one key to another.
+        keys = set(self._map(new))
+        keys.update(self._map(old))
+        for key in keys:
+            self._add(key)
+
+    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        last = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
+        if self._pred is not None and not self._pred(last, None):
+            return
+        if self._map is None:
+            self._add(obj.key if isinstance(obj, DeletedFinalStateUnknown) else meta_namespace_key(obj))
+        else:
+            for key in self._map(last):
+                self._add(key)
+
+
+class ControllerBuilder:
+    """Declares one controller's event sources. Every method returns the builder, for chaining.
+
+    Informers (and the indexes a watch needs) are created at declaration time, so reconcilers
+    can take them from :meth:`Manager.informer` before the manager starts.
+    """
+
+    def __init__(
+        self,
+        manager: Manager,
+        name: str,
+        reconciler: Reconciler,
+        workers: int,
+        rate_limiter: Callable[[], RateLimiter] | None,
+    ) -> None:
+        self._manager = manager
+        self.name = name
+        self.reconciler = reconciler
+        self.workers = workers
+        self.rate_limiter = rate_limiter
+        self.primary: Resource | None = None
+        self.sources: list[_Watch] = []
+
+    def _add(
+        self,
+        resource: Resource,
+        map_keys: MapKeys | None,
+        predicate: Predicate | None,
+        indexers: Mapping[str, IndexFunc] | None = None,
+    ) -> SharedInformer:
+        informer = self._manager.informer(resource, indexers=indexers)
+        self.sources.append(_Watch(informer, map_keys, predicate))
+        return informer
+
+    def for_(self, resource: Resource, *, predicate: Predicate | None = None) -> ControllerBuilder:
+        """Reconcile objects of ``resource``: each event enqueues the object's own key."""
+        if self.primary is not None:
+            raise ValueError(f"controller {self.name!r} already reconciles {self.primary.name}")
+        self.primary = resource
+        self._add(resource, None, predicate)
+        return self
+
+    def owns(
+        self,
+        resource: Resource,
+        *,
+        controller_only: bool = True,
+        predicate: Predicate | None = None,
+    ) -> ControllerBuilder:
+        """Events on ``resource`` enqueue the owner's key (an owner of the primary kind).
+
+        The owned informer also gets the owner index (see :meth:`owner_index`), so a reconciler
+        can list what an object owns from the cache.
+        """
+        owner = self._require_primary("owns")
+        index_name, func = self.owner_index(owner, controller_only=controller_only)
+        self._add(resource, func, predicate, {index_name: func})
+        return self
+
+    @staticmethod
+    def owner_index(owner: Resource, *, controller_only: bool = True) -> tuple[str, IndexFunc]:
+        """The index (name, function) of owned objects by their owner's key."""
+        func = index_by_owner(owner.kind, api_group=owner.group, controller_only=controller_only)
+        prefix = "controller-owner" if controller_only else "owner"
+        return f"{prefix}:{owner.kind}.{owner.group}", func
+
+    def watches(
+        self, resource: Resource, map_keys: MapKeys, *, predicate: Predicate | None = None
+    ) -> ControllerBuilder:
+        """Events on ``resource`` enqueue whatever keys ``map_keys(obj)`` returns."""
+        self._add(resource, map_keys, predicate)
+        return self
+
+    def watches_by_index(
+        self,
+        resource: Resource,
+        index_name: str,
+        index_func: IndexFunc,
+        *,
+        value: Callable[[Obj], str] = meta_namespace_key,
+        predicate: Predicate | None = None,
+    ) -> ControllerBuilder:
+        """Fan-out: an event on a ``resource`` object ``o`` enqueues every primary object whose
+        index ``index_name`` holds ``value(o)``.
+
+        E.g. Stacks indexed by ``index_by_field("spec.programRef.name", namespaced=True)`` and a
+        Program's ``namespace/name`` as the value: a Program change enqueues the Stacks using it.
+        The index is added to the primary informer (same function under the same name is shared).
+        """
+        primary = self._require_primary("watches_by_index")
+        target = self._manager.informer(primary, indexers={index_name: index_func})
+        store = target.indexer
+
+        def fan_out(obj: Obj) -> list[str]:
+            return store.index_keys(index_name, value(obj))
+
+        self._add(resource, fan_out, predicate)
+        return self
+
+    def _require_primary(self, what: str) -> Resource:
+        if self.primary is None:
+            raise ValueError(f"controller {self.name!r}: call for_() before {what}()")
+        return self.primary
+
+
+class Manager:
+    """Runs informers, probes, metrics and (while leading) controllers until stopped.
+
+    Build it, declare controllers, then ``await run()``; call :meth:`stop` (signal-safe: it only
+    sets an event) to shut down. ``run()`` returns after a clean stop and raises
+    :class:`LeaderElectionLost` if leadership ended otherwise. A manager runs once.
+    """
+
+    def __init__(
+        self,
+        api: ApiClient,
+        options: ManagerOptions | None = None,
+        *,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.api = api
+        self.options = options if options is not None else ManagerOptions()
+        if registry is None:
+            registry = CollectorRegistry()
+            ProcessCollector(registry=registry)
+            PlatformCollector(registry=registry)
+            GCCollector(registry=registry)
+        self.registry = registry
+        self.factory = InformerFactory(
+            api,
+            namespace=self.options.namespace,
+            resync_period=self.options.resync_period,
+            metrics_registry=registry,
+        )
+        self._workqueue_metrics = PrometheusWorkqueueMetrics(registry)
+        self._controller_metrics = PrometheusControllerMetrics(registry)
+        self._leader_gauge = Gauge(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, "
+            "1 indicates master. 'name' is the string used to identify the lease.",
+            ["name"],
+            registry=registry,
+        )
+        self._builders: dict[str, ControllerBuilder] = {}
+        self._controllers: list[Controller] = []
+        self._handlers: list[tuple[SharedInformer, _Enqueuer]] = []
+        self._stop = asyncio.Event()
+        self._serving = asyncio.Event()
+        self._ran = False
+        self._stopping = False
+        self._leading = False
+        self._elector: LeaderElector | None = None
+        self._servers: list[HttpServer] = []
+        self._readiness: list[ReadinessCheck] = [("informer-sync", self._informers_synced)]
+        self._log = structlog.get_logger("pko.manager")
+
+    # --- declaration -------------------------------------------------------------------------
+
+    def informer(
+        self, resource: Resource, *, indexers: Mapping[str, IndexFunc] | None = None
+    ) -> SharedInformer:
+        """The shared informer (and cache) of ``resource``, with ``indexers`` added."""
+        return self.factory.informer(resource, indexers=indexers)
+
+    def controller(
+        self,
+        name: str,
+        reconciler: Reconciler,
+        *,
+        workers: int | None = None,
+        rate_limiter: Callable[[], RateLimiter] | None = None,
+    ) -> ControllerBuilder:
+        """Declare a controller; chain ``for_``/``owns``/``watches``/``watches_by_index`` on the result.
+
+        ``workers`` defaults to ``options.max_concurrent_reconciles[name]``, else the Go
+        operator's default for that name, else 1. ``rate_limiter`` makes a fresh limiter per
+        run (default: controller-runtime's).
+        """
+        if self._ran:
+            raise RuntimeError("declare controllers before the manager runs")
+        if name in self._builders:
+            raise ValueError(f"a controller named {name!r} is already declared")
+        if workers is not None:
+            count = workers
+        else:
+            count = self.options.max_concurrent_reconciles.get(name) or DEFAULT_WORKERS.get(name, 1)
+        if count < 1:
+            raise ValueError(f"controller {name!r} needs at least one worker, got {count}")
+        builder = ControllerBuilder(self, name, reconciler, count, rate_limiter)
+        self._builders[name] = builder
+        return builder
+
+    def add_readiness_check(self, name: str, check: Callable[[], str | None]) -> None:
+        """Another ``/readyz`` check: ``check()`` returns None when ready, else why not."""
+        self._readiness.append((name, check))
+
+    # --- state -------------------------------------------------------------------------------
+
+    @property
+    def controllers(self) -> list[Controller]:
+        """The running controllers (empty unless leading)."""
+        return list(self._controllers)
+
+    def is_leader(self) -> bool:
+        return self._leading
+
+    def is_ready(self) -> bool:
+        return all(check() is None for _, check in self._readiness)
+
+    def address(self, server: str) -> tuple[str, int] | None:
+        """``(host, port)`` a server (``"metrics"`` or ``"probes"``) listens on, once serving."""
+        for s in self._servers:
+            if s.name == server:
+                return s.host, s.port
+        return None
+
+    async def wait_serving(self) -> None:
+        """Until the HTTP servers listen (their ports are then known)."""
+        await self._serving.wait()
+
+    def _informers_synced(self) -> str | None:
+        if self._stopping or self._stop.is_set():
+            return "shutting down"
+        pending = [i.resource.name for i in self.factory.informers if not i.has_synced()]
+        return f"not synced: {', '.join(sorted(pending))}" if pending else None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Begin a graceful shutdown; :meth:`run` returns once it is complete."""
+        self._stop.set()
+
+    async def run(self) -> None:
+        if self._ran:
+            raise RuntimeError("a manager runs once; build a new one")
+        self._ran = True
+        try:
+            await self._start_servers()
+            self._serving.set()
+            self.factory.start()
+            self._log.info(
+                "manager started",
+                controllers=sorted(self._builders),
+                leader_election=self.options.leader_election is not None,
+            )
+            await self._run_until_stopped()
+        finally:
+            self._stopping = True
+            await self.factory.stop()
+            for server in reversed(self._servers):
+                await server.stop()
+            self._log.info("manager stopped")
+
+    async def _run_until_stopped(self) -> None:
+        le = self.options.leader_election
+        if le is None:
+            body: asyncio.Task[None] = asyncio.create_task(self._lead(), name="manager:lead")
+        else:
+            self._elector = LeaderElector(
+                self.api, le, on_started_leading=self._lead_elected, on_new_leader=self._new_leader
+            )
+            self._leader_gauge.labels(le.lease_name).set(0)
+            body = asyncio.create_task(self._elector.run(), name="manager:leader-election")
+        stopped = asyncio.create_task(self._stop.wait(), name="manager:stop")
+        try:
+            await asyncio.wait({body, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            self._stop.set()  # cancelling run() is a stop, just not a patient one
+            raise
+        finally:
+            stopped.cancel()
+            self._stopping = True
+            if not body.done():
+                self._log.info("shutting down", grace_period=self.options.shutdown_grace_period)
+                # Controllers first, while the elector still renews the Lease ...
+                await self._stop_controllers(self.options.shutdown_grace_period)
+                # ... then leave leadership (which releases the Lease) or cancel the leaderless body.
+                if self._elector is not None:
+                    self._elector.stop()
+                else:
+                    body.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await body
+        failure = body.exception() if body.done() and not body.cancelled() else None
+        if failure is not None:
+            raise failure
+        if not self._stop.is_set():
+            raise LeaderElectionLost("leadership ended while the manager was running")
+
+    async def _lead_elected(self) -> None:
+        assert self.options.leader_election is not None
+        gauge = self._leader_gauge.labels(self.options.leader_election.lease_name)
+        gauge.set(1)
+        try:
+            await self._lead()
+        finally:
+            gauge.set(0)
+
+    def _new_leader(self, identity: str) -> None:
+        self._log.info("leader is", leader=identity)
+
+    async def _lead(self) -> None:
+        """Run the controllers until cancelled (end of leadership or stop)."""
+        self._leading = True
+        try:
+            await self.factory.wait_for_cache_sync()
+            if not self._stopping:
+                self._start_controllers()
+            await asyncio.Future()  # until cancelled
+        finally:
+            self._leading = False
+            # A stop has already drained the controllers gracefully; getting here with controllers
+            # still running means leadership was lost: another replica may lead as soon as the
+            # lease expires, so in-flight reconciles are cancelled now.
+            await self._stop_controllers(0.0)
+
+    def _start_controllers(self) -> None:
+        for builder in self._builders.values():
+            limiter = builder.rate_limiter() if builder.rate_limiter is not None else None
+            queue: RateLimitingQueue[str] = RateLimitingQueue(
+                builder.name, rate_limiter=limiter, metrics=self._workqueue_metrics
+            )
+            controller = Controller(
+                builder.name,
+                builder.reconciler,
+                queue,
+                workers=builder.workers,
+                metrics=self._controller_metrics,
+            )
+            controller.start()
+            self._controllers.append(controller)
+            for watch in builder.sources:
+                handler = _Enqueuer(queue.add, watch)
+                # Replays the cache as adds, so the queue starts with every existing object.
+                watch.informer.add_event_handler(handler)
+                self._handlers.append((watch.informer, handler))
+
+    async def _stop_controllers(self, grace_period: float) -> None:
+        handlers, self._handlers = self._handlers, []
+        for informer, handler in handlers:
+            informer.remove_event_handler(handler)
+        controllers, self._controllers = self._controllers, []
+        if controllers:
+            await asyncio.gather(*(c.stop(grace_period) for c in controllers))
+
+    async def _start_servers(self) -> None:
+        opts = self.options
+        wanted: list[tuple[str, str, Callable[[], web.Application]]] = [
+            ("probes", opts.health_probe_bind_address, lambda: probes_app(_alive, self._readiness)),
+            ("metrics", opts.metrics_bind_address, lambda: metrics_app(self.registry)),
+        ]
+        for name, address, make_app in wanted:
+            bind = parse_bind_address(address)
+            if bind is None:
+                continue
+            server = HttpServer(name, make_app(), *bind)
+            await server.start()
+            self._servers.append(server)
+            self._log.info("serving", server=name, address=f"{server.host or '*'}:{server.port}")

@@ -1,0 +1,98 @@
+"""The self-contained agent executable (hack/build-agent.sh) serves without our Python or venv.
+
+Building takes minutes, so the test is marked slow; set PKO_AGENT_BINARY to a prebuilt executable
+to skip the build. The executable is copied to an empty directory and run from there with a minimal
+environment: no venv on PATH, no PYTHONPATH/PYTHONHOME, only the stand-in `pulumi` (a test
+double, never shipped) on PATH.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest_agent import free_port, spawn, stop_process
+from fakepulumi.fixtures import make_fake_pulumi
+from grpclib.client import Channel
+from grpclib.exceptions import GRPCError
+from grpclib.health.v1.health_grpc import HealthStub
+from grpclib.health.v1.health_pb2 import HealthCheckRequest
+from pko.api.generated.pko.agent import v1 as pb
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def agent_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    prebuilt = os.environ.get("PKO_AGENT_BINARY")
+    if prebuilt:
+        return Path(prebuilt)
+    out = tmp_path_factory.mktemp("agent-bin")
+    proc = subprocess.run(
+        ["bash", str(REPO / "hack" / "build-agent.sh"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+async def test_the_executable_serves_health_without_the_venv(agent_binary: Path, tmp_path: Path) -> None:
+    fake = make_fake_pulumi(tmp_path / "pulumi")
+    share = tmp_path / "share"
+    work = share / "workspace"
+    work.mkdir(parents=True)
+    (work / "Pulumi.yaml").write_text("name: frozen\nruntime: yaml\n")
+    run_dir = tmp_path / "elsewhere"
+    run_dir.mkdir()
+    exe = run_dir / "agent"
+    shutil.copy2(agent_binary, exe)
+    venv_bin = str(Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin")
+    env = {
+        "PATH": os.pathsep.join([str(fake.bin_dir), "/usr/bin", "/bin"]),
+        "HOME": str(tmp_path),
+        "TMPDIR": str(tmp_path),
+        "PULUMI_HOME": str(fake.home),
+        "PULUMI_BACKEND_URL": fake.backend_url,
+        "PULUMI_CONFIG_PASSPHRASE": fake.passphrase,
+    }
+    assert venv_bin not in env["PATH"]
+    port = free_port()
+    proc = spawn(
+        [str(exe), "--", "serve", "--workspace", str(work), "--skip-install", "--host", "127.0.0.1",
+         "--port", str(port)],
+        env,
+        cwd=run_dir,
+    )  # fmt: skip
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 180
+        while True:
+            if proc.poll() is not None:
+                err = proc.stderr.read().decode() if proc.stderr else ""
+                raise AssertionError(f"agent exited with {proc.returncode}:\n{err}")
+            channel = Channel("127.0.0.1", port)
+            try:
+                reply = await HealthStub(channel).Check(HealthCheckRequest(), timeout=5)
+                version = await pb.AutomationServiceStub(channel).pulumi_version(timeout=30)
+                break
+            except (TimeoutError, OSError, GRPCError):
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+            finally:
+                channel.close()
+        assert reply.status == reply.SERVING
+        assert version.version
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 120) == 0
+    finally:
+        stop_process(proc)
