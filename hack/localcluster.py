@@ -84,19 +84,67 @@ def _make_pki(d: Path) -> None:
     if (d / "apiserver.crt").exists():
         return
     d.mkdir(parents=True, exist_ok=True)
-    _run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
-          "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"), "-subj", "/CN=pko-local-ca"])
+    _run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "3650",
+            "-keyout",
+            str(d / "ca.key"),
+            "-out",
+            str(d / "ca.crt"),
+            "-subj",
+            "/CN=pko-local-ca",
+        ]
+    )
     (d / "san.cnf").write_text(
         "[req]\ndistinguished_name=dn\n[dn]\n[ext]\n"
         "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,"
         "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
         "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\n"
     )
-    _run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(d / "apiserver.key"),
-          "-out", str(d / "apiserver.csr"), "-subj", "/CN=kube-apiserver"])
-    _run(["openssl", "x509", "-req", "-in", str(d / "apiserver.csr"), "-CA", str(d / "ca.crt"),
-          "-CAkey", str(d / "ca.key"), "-CAcreateserial", "-days", "3650",
-          "-out", str(d / "apiserver.crt"), "-extfile", str(d / "san.cnf"), "-extensions", "ext"])
+    _run(
+        [
+            "openssl",
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(d / "apiserver.key"),
+            "-out",
+            str(d / "apiserver.csr"),
+            "-subj",
+            "/CN=kube-apiserver",
+        ]
+    )
+    _run(
+        [
+            "openssl",
+            "x509",
+            "-req",
+            "-in",
+            str(d / "apiserver.csr"),
+            "-CA",
+            str(d / "ca.crt"),
+            "-CAkey",
+            str(d / "ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "3650",
+            "-out",
+            str(d / "apiserver.crt"),
+            "-extfile",
+            str(d / "san.cnf"),
+            "-extensions",
+            "ext",
+        ]
+    )
     _run(["openssl", "genrsa", "-out", str(d / "sa.key"), "2048"])
     _run(["openssl", "rsa", "-in", str(d / "sa.key"), "-pubout", "-out", str(d / "sa.pub")])
 
@@ -238,8 +286,10 @@ class LocalCluster:
 
     # -- internals ------------------------------------------------------------------------
     def _spawn(self, name: str, args: list[str]) -> None:
-        log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
-        proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+        log = open(self.dir / f"{name}.log", "ab")
+        proc = subprocess.Popen(
+            args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         log.close()
         self._procs[name] = proc
         self._st.pids[name] = proc.pid
@@ -284,18 +334,21 @@ class LocalCluster:
         peer = f"http://127.0.0.1:{st.etcd_peer_port}"
         data = self.dir / "etcd-data"
         shutil.rmtree(data, ignore_errors=True)
-        self._spawn("etcd", [
-            shutil.which("etcd") or "/usr/bin/etcd",
-            "--name=pko",
-            f"--data-dir={data}",
-            f"--listen-client-urls={st.etcd_url}",
-            f"--advertise-client-urls={st.etcd_url}",
-            f"--listen-peer-urls={peer}",
-            f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=pko={peer}",
-            "--unsafe-no-fsync",
-            "--log-level=warn",
-        ])
+        self._spawn(
+            "etcd",
+            [
+                shutil.which("etcd") or "/usr/bin/etcd",
+                "--name=pko",
+                f"--data-dir={data}",
+                f"--listen-client-urls={st.etcd_url}",
+                f"--advertise-client-urls={st.etcd_url}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=pko={peer}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        )
 
     def _wait_etcd(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -339,21 +392,24 @@ class LocalCluster:
     def _start_kcm(self) -> None:
         st = self._st
         pki = self.dir / "pki"
-        self._spawn("kube-controller-manager", [
-            f"{st.bin_dir}/kube-controller-manager",
-            f"--kubeconfig={self.kubeconfig}",
-            f"--authentication-kubeconfig={self.kubeconfig}",
-            f"--authorization-kubeconfig={self.kubeconfig}",
-            f"--service-account-private-key-file={pki / 'sa.key'}",
-            f"--root-ca-file={pki / 'ca.crt'}",
-            "--controllers=*,-nodeipam,-ttl,-nodelifecycle,-csrsigning,-bootstrapsigner,-tokencleaner",
-            "--leader-elect=false",
-            "--use-service-account-credentials=false",
-            "--port=0",
-            f"--secure-port={free_port()}",
-            "--bind-address=127.0.0.1",
-            "--v=1",
-        ])
+        self._spawn(
+            "kube-controller-manager",
+            [
+                f"{st.bin_dir}/kube-controller-manager",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                "--controllers=*,-nodeipam,-ttl,-nodelifecycle,-csrsigning,-bootstrapsigner,-tokencleaner",
+                "--leader-elect=false",
+                "--use-service-account-credentials=false",
+                "--port=0",
+                f"--secure-port={free_port()}",
+                "--bind-address=127.0.0.1",
+                "--v=1",
+            ],
+        )
 
     def _write_kubeconfig(self) -> None:
         st = self._st
@@ -361,7 +417,9 @@ class LocalCluster:
         cfg = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "pko-local", "cluster": {"server": st.server, "certificate-authority-data": ca}}],
+            "clusters": [
+                {"name": "pko-local", "cluster": {"server": st.server, "certificate-authority-data": ca}}
+            ],
             "users": [{"name": "admin", "user": {"token": st.admin_token}}],
             "contexts": [{"name": "pko-local", "context": {"cluster": "pko-local", "user": "admin"}}],
             "current-context": "pko-local",

