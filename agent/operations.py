@@ -102,14 +102,15 @@ class Operation:
     result: pb.OperationResult | None = None
     cancel_reason: str | None = None
     task: asyncio.Task[None] | None = None
-    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set (and replaced) whenever events or the result change; watchers wait on the current one.
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def state(self) -> pb.OperationState:
         return self.result.state if self.result is not None else pb.OperationState.RUNNING
 
     def notify(self) -> None:
-        changed, self._changed = self._changed, asyncio.Event()
+        changed, self.changed = self.changed, asyncio.Event()
         changed.set()
 
     def status(self, attached: bool = False) -> pb.OperationStatus:
@@ -308,7 +309,7 @@ class OperationRegistry:
         op = self.get(operation_id)
         index = max(from_sequence, 1) - 1
         while True:
-            waiter = op._changed
+            waiter = op.changed
             while index < len(op.events):
                 yield op.events[index]
                 index += 1

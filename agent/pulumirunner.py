@@ -155,7 +155,8 @@ class TrackingPulumiCommand(auto.PulumiCommand):
         end = args.index("--") if "--" in args else len(args)
         if "--non-interactive" not in args[:end]:
             args.insert(0, "--non-interactive")
-        is_op = any(a in OPERATION_VERBS for a in args[:3])
+        verb = next((a for a in args if not a.startswith("-")), "")
+        is_op = verb in OPERATION_VERBS
         env = {**_child_environ(), **additional_env, "PULUMI_AUTOMATION_API": "true"}
         if os.path.isabs(self.command):
             env["PATH"] = os.pathsep.join([os.path.dirname(self.command), env.get("PATH", "")])

@@ -149,11 +149,13 @@ def _apply_constraints(schema: Schema, metadata: Sequence[Any], ctx: _Ctx) -> No
 
 def _type_schema(tp: Any, metadata: Sequence[Any], ctx: _Ctx) -> Schema:
     """The schema of one (possibly annotated, possibly optional) type."""
-    tp, inner = _split_annotated(_strip_optional(tp))
-    # Annotated may also sit inside the Optional: ``Annotated[X, m] | None``.
-    tp = _strip_optional(tp)
-    tp, inner2 = _split_annotated(tp)
-    meta = _flatten([*inner2, *inner, *metadata])
+    collected: list[Any] = list(metadata)
+    while True:  # ``Annotated[X, m] | None`` and ``Annotated[X | None, m]`` both occur
+        bare, inner = _split_annotated(_strip_optional(tp))
+        if bare is tp and not inner:
+            break
+        tp, collected = bare, [*inner, *collected]
+    meta = _flatten(collected)
 
     k8s = [m for m in meta if isinstance(m, K8sType)]
     apply_of = [m for m in meta if isinstance(m, ApplyConfigurationOf)]

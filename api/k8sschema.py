@@ -110,6 +110,35 @@ LIST_MAP_KEY_DEFAULTS: Final[Mapping[tuple[str, str], Any]] = {
     (_CORE + "ServicePort", "protocol"): "TCP",
 }
 
+# Closed value sets of the Kubernetes API: the Go `+enum` types, which a current apiserver lists as
+# `enum` in its OpenAPI v3 but the swagger v2 we import states only in prose ("One of Always, ...").
+# Without them a CRD accepts e.g. `restartPolicy: Sometimes`, and the user learns of it only when the
+# workspace StatefulSet is created. Only sets that are closed in every release since 1.20 are listed
+# (no `Container.restartPolicy`, whose set grows with sidecar restart rules).
+ENUMS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
+    (_CORE + "PodSpec", "restartPolicy"): ("Always", "OnFailure", "Never"),
+    (_CORE + "PodSpec", "dnsPolicy"): ("ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"),
+    (_CORE + "PodSpec", "preemptionPolicy"): ("PreemptLowerPriority", "Never"),
+    (_CORE + "Container", "imagePullPolicy"): ("Always", "Never", "IfNotPresent"),
+    (_CORE + "Container", "terminationMessagePolicy"): ("File", "FallbackToLogsOnError"),
+    (_CORE + "ContainerPort", "protocol"): ("TCP", "UDP", "SCTP"),
+    (_CORE + "ServicePort", "protocol"): ("TCP", "UDP", "SCTP"),
+    (_CORE + "ServiceSpec", "type"): ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName"),
+    (_CORE + "ServiceSpec", "sessionAffinity"): ("ClientIP", "None"),
+    (_CORE + "ServiceSpec", "externalTrafficPolicy"): ("Cluster", "Local"),
+    (_CORE + "ServiceSpec", "internalTrafficPolicy"): ("Cluster", "Local"),
+    (_CORE + "ServiceSpec", "ipFamilyPolicy"): ("SingleStack", "PreferDualStack", "RequireDualStack"),
+    (_CORE + "Toleration", "operator"): ("Exists", "Equal"),
+    (_CORE + "Toleration", "effect"): ("NoSchedule", "PreferNoSchedule", "NoExecute"),
+    (_CORE + "NodeSelectorRequirement", "operator"): ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"),
+    (_META + "LabelSelectorRequirement", "operator"): ("In", "NotIn", "Exists", "DoesNotExist"),
+    (_CORE + "SeccompProfile", "type"): ("Unconfined", "RuntimeDefault", "Localhost"),
+    (_CORE + "HTTPGetAction", "scheme"): ("HTTP", "HTTPS"),
+    (_CORE + "TopologySpreadConstraint", "whenUnsatisfiable"): ("DoNotSchedule", "ScheduleAnyway"),
+    (_CORE + "VolumeMount", "mountPropagation"): ("None", "HostToContainer", "Bidirectional"),
+    (_CORE + "PodSecurityContext", "fsGroupChangePolicy"): ("OnRootMismatch", "Always"),
+}
+
 # resource.Quantity's serialization grammar (<signedNumber><suffix>, with the decimal SI suffixes
 # n, u, m, k, M, G, T, P, E, the binary ones Ki..Ei, or an e/E exponent).
 QUANTITY_PATTERN: Final = (
@@ -213,7 +242,14 @@ class _Converter:
                 "type": "object",
                 "properties": {field: raw["properties"][field] for field in EMBEDDED_METADATA_FIELDS},
             }
-        return self.node(raw, stack, name)
+        schema = self.node(raw, stack, name)
+        for (owner, prop), values in ENUMS.items():
+            if owner == name:
+                target = schema.get("properties", {}).get(prop)
+                if target is None or target.get("type") != "string":
+                    raise K8sSchemaError(f"ENUMS names {name}.{prop}, which is not a string property")
+                target["enum"] = list(values)
+        return schema
 
     def node(self, raw: Mapping[str, Any], stack: tuple[str, ...], where: str) -> dict[str, Any]:
         if "$ref" in raw:

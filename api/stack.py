@@ -275,6 +275,9 @@ class StackSpec(KubeModel):
     when the source revision has not changed (drift detection)."""
     refresh: bool = False
     """(optional) Refresh the stack before it is updated."""
+    init_on_create: bool | None = None
+    """(deprecated, ignored) InitOnCreate was removed from the Stack API before v1.0. It is accepted
+    only so that older manifests, which still set it, apply unchanged."""
     expect_no_refresh_changes: bool = False
     """(optional) ExpectNoRefreshChanges: a refresh is not expected to find changes. Ignored in v2."""
     destroy_on_finalize: bool = False

@@ -329,6 +329,8 @@ def deprecation_warnings(spec: StackSpec) -> list[str]:
             warnings.append(f"spec.{field} is deprecated; use {instead}")
     if spec.expect_no_refresh_changes:
         warnings.append("spec.expectNoRefreshChanges is ignored")
+    if spec.init_on_create is not None:
+        warnings.append("spec.initOnCreate was removed before v1.0 and is ignored")
     return warnings
 
 

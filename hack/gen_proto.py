@@ -42,7 +42,7 @@ def _plugin_path() -> Path:
 
 def generate(dest: Path) -> None:
     """Run protoc (from grpcio-tools) with the betterproto2 plugin, writing into ``dest``."""
-    import grpc_tools  # the well-known .proto files ship inside grpcio-tools
+    import grpc_tools  # type: ignore[import-untyped]  # the well-known .proto files ship inside it
 
     well_known = Path(grpc_tools.__file__).parent / "_proto"
     cmd = [

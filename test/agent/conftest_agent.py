@@ -190,7 +190,8 @@ async def start_agent(
         bound=bound,
     )
     task = asyncio.create_task(serve(options, install_signal_handlers=False))
-    done, _ = await asyncio.wait({bound, task}, timeout=120, return_when=asyncio.FIRST_COMPLETED)
+    waits: set[asyncio.Future[Any]] = {bound, task}
+    done, _ = await asyncio.wait(waits, timeout=120, return_when=asyncio.FIRST_COMPLETED)
     if task in done:
         task.result()  # raises the startup error
         raise AssertionError("agent exited during startup")

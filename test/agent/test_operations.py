@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -91,8 +92,8 @@ def test_pending_operations_come_from_the_deployment() -> None:
 
 
 # -- config planning -----------------------------------------------------------------------------------
-def _env(values: dict[str, str]) -> object:
-    return values.get
+def _env(values: dict[str, str]) -> Callable[[str], str | None]:
+    return lambda name: values.get(name)
 
 
 def test_plain_config_uses_escaped_keys_and_paths() -> None:
@@ -102,7 +103,7 @@ def test_plain_config_uses_escaped_keys_and_paths() -> None:
         pb.ConfigItem(key="nested.list[0]", path=True, value=Value.from_dict("p")),
         pb.ConfigItem(key="aws:region", value_from=pb.ConfigValueFrom(env="REGION"), secret=True),
     ]
-    plan = stackconfig.plan("proj", items, {"REGION": "eu-west-1"}.get)
+    plan = stackconfig.plan("proj", items, _env({"REGION": "eu-west-1"}))
     assert isinstance(plan, stackconfig.PathConfig)
     assert {k: (v.value, v.secret) for k, v in plan.values.items()} == {
         'proj:["name"]': ("x", False),
@@ -120,7 +121,7 @@ def test_structured_config_becomes_one_json_document(tmp_path: Path) -> None:
         pb.ConfigItem(key="file", value_from=pb.ConfigValueFrom(path=str(doc), json=True), secret=True),
         pb.ConfigItem(key="plain", value=Value.from_dict("s")),
     ]
-    plan = stackconfig.plan("proj", items, {}.get)
+    plan = stackconfig.plan("proj", items, _env({}))
     assert isinstance(plan, stackconfig.JsonConfig)
     assert json.loads(plan.document) == {
         "proj:obj": {"value": '{"a":[1,"b"]}', "objectValue": {"a": [1, "b"]}, "secret": False},
@@ -149,7 +150,7 @@ def test_structured_config_becomes_one_json_document(tmp_path: Path) -> None:
 )
 def test_unusable_config_items_are_refused(item: pb.ConfigItem, message: str) -> None:
     with pytest.raises(stackconfig.ConfigError, match=message):
-        stackconfig.plan("proj", [item], {}.get)
+        stackconfig.plan("proj", [item], _env({}))
 
 
 # -- engine events --------------------------------------------------------------------------------------

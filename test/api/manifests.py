@@ -63,6 +63,7 @@ def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]
             "continueResyncOnCommitMatch": True,
             "refresh": True,
             "expectNoRefreshChanges": True,
+            "initOnCreate": True,
             "destroyOnFinalize": True,
             "runProgram": True,
             "retryOnUpdateConflict": True,

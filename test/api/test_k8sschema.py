@@ -805,3 +805,12 @@ def test_described_schema_installs_too(cluster: Any) -> None:
             pytest.fail(f"CRD {name} never became Established")
     finally:
         kubectl("delete", "--ignore-not-found", "--wait=true", f"crd/{name}")
+
+
+def test_closed_kubernetes_value_sets_become_enums() -> None:
+    pod = k8s_schema("io.k8s.api.core.v1.PodTemplateSpec")["properties"]["spec"]
+    assert pod["properties"]["restartPolicy"]["enum"] == ["Always", "OnFailure", "Never"]
+    container = pod["properties"]["containers"]["items"]
+    assert container["properties"]["imagePullPolicy"]["enum"] == ["Always", "Never", "IfNotPresent"]
+    # Open sets stay open: a sidecar's restartPolicy grows with new Kubernetes releases.
+    assert "enum" not in container["properties"]["restartPolicy"]

@@ -23,6 +23,7 @@ from pko.api.meta import (
 from pko.api.program import Program
 from pko.api.stack import Stack, StackSpec, StackStatus
 from pko.api.update import Update, UpdateStatus
+from pko.api.validation import deprecation_warnings
 from pko.api.workspace import Workspace, WorkspaceSpec, WorkspaceStatus
 from pydantic import BaseModel, ValidationError
 
@@ -132,10 +133,9 @@ def test_models_accept_python_names_and_emit_camel_case() -> None:
 
 def test_unknown_fields_are_ignored_not_fatal() -> None:
     obj = full_stack()
-    obj["spec"]["initOnCreate"] = True  # a pre-1.0 field the API no longer has
     obj["spec"]["futureField"] = {"x": 1}
     stack = Stack.model_validate(obj)
-    assert "initOnCreate" not in stack.spec.wire() and "futureField" not in stack.spec.wire()
+    assert "futureField" not in stack.spec.wire()
 
 
 def test_metadata_keeps_fields_it_does_not_model() -> None:
@@ -166,6 +166,9 @@ def test_legacy_v1alpha1_stack_with_deprecated_fields_parses() -> None:
     assert stack.api_version == "pulumi.com/v1alpha1"
     assert stack.spec.access_token_secret == "accesstoken"
     assert stack.spec.env_secrets == ["aws-creds"]
+    # Removed before 1.0, still in users' manifests: accepted (so they apply unchanged), ignored.
+    assert stack.spec.init_on_create is True
+    assert "spec.initOnCreate was removed before v1.0 and is ignored" in deprecation_warnings(stack.spec)
 
 
 def test_program_body_is_top_level_program_not_spec() -> None:

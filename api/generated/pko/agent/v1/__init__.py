@@ -611,7 +611,7 @@ default_message_pool.register_message(
 class PulumiVersionResult(betterproto2.Message):
     version: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
-    e.g. "v3.200.0"
+    e.g. "3.200.0"
     """
 
 
