@@ -24,6 +24,9 @@ sys.path.insert(0, str(REPO / "hack"))
 
 from localcluster import LocalCluster  # noqa: E402
 
+# The stand-in Pulumi CLI (test/fakepulumi): the `fake_pulumi` fixture for agent tests.
+pytest_plugins = ["fakepulumi.fixtures"]
+
 
 class ExternalCluster:
     """A cluster we did not start ($KUBECONFIG): same handle, no lifecycle control."""

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -120,7 +121,9 @@ def test_version_whoami_and_stack_selection(fake_pulumi: FakePulumi, tmp_path: P
 def test_config_plain_secret_and_structured(fake_pulumi: FakePulumi, tmp_path: Path) -> None:
     work = write_project(tmp_path / "proj", PROGRAM)
     stack = open_stack(fake_pulumi, work)
-    stack.set_all_config({"greeting": auto.ConfigValue("hi"), "token": auto.ConfigValue("s3cr3t", secret=True)})
+    stack.set_all_config(
+        {"greeting": auto.ConfigValue("hi"), "token": auto.ConfigValue("s3cr3t", secret=True)}
+    )
     stack.set_all_config(
         {
             "outer.inner": auto.ConfigValue("v"),
@@ -197,9 +200,12 @@ def test_up_streams_events_and_returns_outputs(fake_pulumi: FakePulumi, tmp_path
     pw_outputs = [
         e.res_outputs_event.metadata.new.outputs
         for e in events
-        if e.res_outputs_event and e.res_outputs_event.metadata.urn.endswith("::pw")
+        if e.res_outputs_event
+        and e.res_outputs_event.metadata.urn.endswith("::pw")
+        and e.res_outputs_event.metadata.new is not None
     ]
-    assert pw_outputs and pw_outputs[0]["result"]["ciphertext"] == "[secret]"
+    assert pw_outputs and pw_outputs[0] is not None
+    assert pw_outputs[0]["result"]["ciphertext"] == "[secret]"
 
     again = stack.up()
     assert again.summary.resource_changes == {"same": 4}
@@ -213,9 +219,9 @@ def test_preview_reports_changes_without_touching_state(fake_pulumi: FakePulumi,
     before = state_file(fake_pulumi)
     preview = stack.preview()
     assert preview.change_summary == {"create": 4}
-    assert state_file(fake_pulumi)["checkpoint"]["latest"].get("resources") == before["checkpoint"]["latest"].get(
-        "resources"
-    )
+    assert state_file(fake_pulumi)["checkpoint"]["latest"].get("resources") == before["checkpoint"][
+        "latest"
+    ].get("resources")
     stack.up()
     stack.set_config("length", auto.ConfigValue("9"))
     assert stack.preview().change_summary == {"same": 2, "replace": 1, "update": 1}
@@ -231,8 +237,12 @@ def test_replace_update_delete_refresh_destroy_and_history(fake_pulumi: FakePulu
     assert second.summary.resource_changes == {"same": 2, "replace": 1, "update": 1}
     assert len(second.outputs["name"].value) == 10 and second.outputs["name"].value != first
 
-    write_project(work, PROGRAM.replace("  pw:\n    type: random:RandomPassword\n    properties:\n      length: 16\n", "")
-                  .replace("  password: ${pw.result}\n", ""))
+    write_project(
+        work,
+        PROGRAM.replace(
+            "  pw:\n    type: random:RandomPassword\n    properties:\n      length: 16\n", ""
+        ).replace("  password: ${pw.result}\n", ""),
+    )
     third = stack.up()
     assert third.summary.resource_changes == {"same": 3, "delete": 1}
     assert set(third.outputs) == {"name", "text"}
@@ -250,10 +260,13 @@ def test_replace_update_delete_refresh_destroy_and_history(fake_pulumi: FakePulu
     assert history[-1].config["demo:length"].value == "8"
 
 
-def test_failing_resource_is_a_command_error_with_diagnostics(fake_pulumi: FakePulumi, tmp_path: Path) -> None:
+def test_failing_resource_is_a_command_error_with_diagnostics(
+    fake_pulumi: FakePulumi, tmp_path: Path
+) -> None:
     work = write_project(
         tmp_path / "proj",
-        "name: demo\nruntime: yaml\nresources:\n  ok:\n    type: test:index:Echo\n    properties:\n      a: 1\n"
+        "name: demo\nruntime: yaml\nresources:\n"
+        "  ok:\n    type: test:index:Echo\n    properties:\n      a: 1\n"
         "  bad:\n    type: test:index:Fail\n    properties:\n      message: the cloud said no\n",
     )
     stack = open_stack(fake_pulumi, work)
@@ -269,7 +282,9 @@ def test_failing_resource_is_a_command_error_with_diagnostics(fake_pulumi: FakeP
     assert lock_files(fake_pulumi) == []
     assert stack.history()[0].result == "failed"
     latest = state_file(fake_pulumi)["checkpoint"]["latest"]
-    assert [r["urn"].rsplit("::", 1)[1] for r in latest["resources"] if r["type"] == "test:index:Echo"] == ["ok"]
+    assert [r["urn"].rsplit("::", 1)[1] for r in latest["resources"] if r["type"] == "test:index:Echo"] == [
+        "ok"
+    ]
     assert not latest.get("pending_operations")
 
 
@@ -290,13 +305,27 @@ def _children_running_pulumi(command: Path) -> list[int]:
     return pids
 
 
+def _pending_types(fake: FakePulumi) -> list[str]:
+    latest = state_file(fake)["checkpoint"]["latest"]
+    return [op["type"] for op in latest.get("pending_operations") or []]
+
+
+def _eventually(check: Callable[[], bool], timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
+
+
 def _run_in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
     box: dict[str, Any] = {}
 
     def target() -> None:
         try:
             box["result"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+        except BaseException as exc:
             box["error"] = exc
 
     thread = threading.Thread(target=target, daemon=True)
@@ -304,7 +333,10 @@ def _run_in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, A
     return thread, box
 
 
-HANG = "name: demo\nruntime: yaml\nresources:\n  before:\n    type: test:index:Echo\n  wait:\n    type: test:index:Hang\n"
+HANG = (
+    "name: demo\nruntime: yaml\nresources:\n"
+    "  before:\n    type: test:index:Echo\n  wait:\n    type: test:index:Hang\n"
+)
 
 
 @pytest.mark.parametrize("version", ["", "3.202.0"], ids=["grpc-event-stream", "event-log-file"])
@@ -325,15 +357,20 @@ def test_sigint_cancels_a_hanging_update_gracefully(
             started.set()
 
     thread, box = _run_in_thread(lambda: stack.up(on_event=on_event))
-    assert started.wait(60), "the hanging resource never started"
-    assert lock_files(fake_pulumi), "an update in flight holds the lock"
-    pending = state_file(fake_pulumi)["checkpoint"]["latest"]["pending_operations"]
-    assert [p["type"] for p in pending] == ["creating"]
-    children = _children_running_pulumi(fake_pulumi.command)
-    assert len(children) == 1
-    os.kill(children[0], signal.SIGINT)
-    thread.join(60)
-    assert not thread.is_alive()
+    try:
+        assert started.wait(60), "the hanging resource never started"
+        assert lock_files(fake_pulumi), "an update in flight holds the lock"
+        # The pre-event precedes the checkpoint write that records the pending operation (as in the engine).
+        assert _eventually(lambda: _pending_types(fake_pulumi) == ["creating"])
+        children = _children_running_pulumi(fake_pulumi.command)
+        assert len(children) == 1
+        os.kill(children[0], signal.SIGINT)
+        thread.join(60)
+        assert not thread.is_alive()
+    finally:
+        for pid in _children_running_pulumi(fake_pulumi.command):
+            os.kill(pid, signal.SIGKILL)
+        thread.join(60)
 
     error = box.get("error")
     assert isinstance(error, auto.CommandError) and "update canceled" in str(error)
@@ -366,7 +403,9 @@ def test_crash_leaves_lock_and_pending_create(fake_pulumi: FakePulumi, tmp_path:
     with pytest.raises(auto.CommandError, match="code: -9"):
         stack.up()
     assert len(lock_files(fake_pulumi)) == 1
-    with pytest.raises(auto.ConcurrentUpdateError, match=r"the stack is currently locked by 1 lock\(s\)") as held:
+    with pytest.raises(
+        auto.ConcurrentUpdateError, match=r"the stack is currently locked by 1 lock\(s\)"
+    ) as held:
         stack.up()
     assert "pulumi cancel" in str(held.value) and "(pid " in str(held.value)
 
@@ -376,7 +415,11 @@ def test_crash_leaves_lock_and_pending_create(fake_pulumi: FakePulumi, tmp_path:
     events: list[auto.EngineEvent] = []
     result = stack.up(on_event=events.append)
     assert result.summary.result == "succeeded"
-    warnings = [e.diagnostic_event.message for e in events if e.diagnostic_event and e.diagnostic_event.severity == "warning"]
+    warnings = [
+        e.diagnostic_event.message
+        for e in events
+        if e.diagnostic_event and e.diagnostic_event.severity == "warning"
+    ]
     assert any(
         "with 1 pending operations from previous deployment" in w
         and "urn:pulumi:dev::demo::test:index:Crash::boom, interrupted while creating" in w
@@ -403,8 +446,7 @@ def test_service_style_conflict_message(
 def test_program_and_config_errors(fake_pulumi: FakePulumi, tmp_path: Path) -> None:
     work = write_project(
         tmp_path / "proj",
-        "name: demo\nruntime: yaml\nconfig:\n  required:\n    type: string\n"
-        "outputs:\n  out: ${required}\n",
+        "name: demo\nruntime: yaml\nconfig:\n  required:\n    type: string\noutputs:\n  out: ${required}\n",
     )
     stack = open_stack(fake_pulumi, work)
     with pytest.raises(auto.CommandError, match="Stack 'dev' is missing configuration value 'required'"):
@@ -415,16 +457,20 @@ def test_program_and_config_errors(fake_pulumi: FakePulumi, tmp_path: Path) -> N
         stack.up()
     write_project(work, "name: demo\nruntime: go\n")
     with pytest.raises(auto.CommandError, match="installing dependencies failed"):
-        stack.workspace.install()
+        auto.LocalWorkspace(
+            work_dir=str(work), pulumi_command=auto.PulumiCommand(root=str(fake_pulumi.root))
+        ).install()
 
 
-def test_export_import_roundtrip_and_environments_unsupported(fake_pulumi: FakePulumi, tmp_path: Path) -> None:
+def test_export_import_roundtrip_and_environments_unsupported(
+    fake_pulumi: FakePulumi, tmp_path: Path
+) -> None:
     work = write_project(tmp_path / "proj", PROGRAM)
     stack = open_stack(fake_pulumi, work)
     stack.set_config("length", auto.ConfigValue("6"))
     stack.up()
     exported = stack.export_stack()
-    assert exported.version == 3
+    assert exported.version == 3 and exported.deployment is not None
     secrets = [r for r in exported.deployment["resources"] if r["urn"].endswith("::pw")]
     assert json.loads(secrets[0]["outputs"]["result"]["plaintext"])  # --show-secrets decrypts
     stack.destroy()
