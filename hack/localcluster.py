@@ -149,6 +149,10 @@ def _make_pki(d: Path) -> None:
     _run(["openssl", "rsa", "-in", str(d / "sa.key"), "-pubout", "-out", str(d / "sa.pub")])
 
 
+class PortTaken(RuntimeError):
+    """A component could not bind the port picked for it."""
+
+
 @dataclass
 class ClusterState:
     dir: str
@@ -186,6 +190,8 @@ class LocalCluster:
         self.state: ClusterState | None = None
         # Children this instance started: kept so they are reaped (and Python does not warn).
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        # Where each child's output starts in its (appended) log, to read only this run's lines.
+        self._log_start: dict[str, int] = {}
 
     # -- public handles -------------------------------------------------------------------
     @property
@@ -215,10 +221,23 @@ class LocalCluster:
         return self.state
 
     # -- lifecycle ------------------------------------------------------------------------
-    def start(self, timeout: float = 120.0) -> LocalCluster:
+    def start(self, timeout: float = 120.0, attempts: int = 3) -> LocalCluster:
         bin_dir = ensure_binaries()
         self.dir.mkdir(parents=True, exist_ok=True)
         _make_pki(self.dir / "pki")
+        for attempt in range(1, attempts + 1):
+            try:
+                self._start_once(bin_dir, timeout)
+                return self
+            except PortTaken as e:
+                # free_port() cannot reserve a port: another process may bind it before we do.
+                self.stop()
+                if attempt == attempts:
+                    raise RuntimeError(f"could not bind the control plane's ports: {e}") from e
+                _log(f"{e}; retrying with new ports")
+        raise AssertionError("unreachable")
+
+    def _start_once(self, bin_dir: Path, timeout: float) -> None:
         self.state = ClusterState(
             dir=str(self.dir),
             bin_dir=str(bin_dir),
@@ -237,7 +256,6 @@ class LocalCluster:
         if self._with_kcm:
             self._start_kcm()
         self._save()
-        return self
 
     def stop(self) -> None:
         if self.state is None:
@@ -287,6 +305,7 @@ class LocalCluster:
     # -- internals ------------------------------------------------------------------------
     def _spawn(self, name: str, args: list[str]) -> None:
         log = open(self.dir / f"{name}.log", "ab")
+        self._log_start[name] = log.tell()
         proc = subprocess.Popen(
             args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
         )
@@ -386,7 +405,12 @@ class LocalCluster:
             return
         status = proc.poll()
         if status is not None:
-            tail = (self.dir / f"{name}.log").read_text(errors="replace")[-2000:]
+            with open(self.dir / f"{name}.log", "rb") as f:
+                f.seek(self._log_start.get(name, 0))
+                output = f.read().decode(errors="replace")
+            tail = output[-2000:]
+            if "address already in use" in output:
+                raise PortTaken(f"{name}: address already in use")
             raise RuntimeError(f"{name} exited with status {status}:\n{tail}")
 
     def _start_kcm(self) -> None:
