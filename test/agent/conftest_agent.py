@@ -27,12 +27,34 @@ from pko.agent.server import ServeOptions, serve
 from pko.api.generated.pko.agent import v1 as pb
 
 WORKSPACE = "ws1"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def agent_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The self-contained agent executable: ``$PKO_AGENT_BINARY``, else built once per session.
+
+    Building (hack/build-agent.sh, PyInstaller) takes minutes; every slow test that needs the
+    executable shares this one build.
+    """
+    prebuilt = os.environ.get("PKO_AGENT_BINARY")
+    if prebuilt:
+        return Path(prebuilt)
+    out = tmp_path_factory.mktemp("agent-bin")
+    proc = subprocess.run(
+        ["bash", str(REPO / "hack" / "build-agent.sh"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return Path(proc.stdout.strip().splitlines()[-1])
 
 
 # -- Kubernetes identities -------------------------------------------------------------------------

@@ -12,11 +12,10 @@ import asyncio
 import os
 import shutil
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest_agent import free_port, spawn, stop_process
+from conftest_agent import agent_binary, free_port, spawn, stop_process
 from fakepulumi.fixtures import make_fake_pulumi
 from grpclib.client import Channel
 from grpclib.exceptions import GRPCError
@@ -27,22 +26,7 @@ from pko.api.generated.pko.agent import v1 as pb
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def agent_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    prebuilt = os.environ.get("PKO_AGENT_BINARY")
-    if prebuilt:
-        return Path(prebuilt)
-    out = tmp_path_factory.mktemp("agent-bin")
-    proc = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-agent.sh"), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return Path(proc.stdout.strip().splitlines()[-1])
+__all__ = ["agent_binary"]  # session fixture from conftest_agent.py, shared with test_agent_image.py
 
 
 async def test_the_executable_serves_health_without_the_venv(agent_binary: Path, tmp_path: Path) -> None:

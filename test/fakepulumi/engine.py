@@ -31,7 +31,16 @@ from typing import Any
 from . import config as cfgmod
 from .errors import BailError, CliError
 from .eventlog import EventLog
-from .program import Evaluator, ProgramError, ResourceView, load_program, program_config, resource_order
+from .program import (
+    RESOURCE_LIST_OPTIONS,
+    RESOURCE_OPTIONS,
+    Evaluator,
+    ProgramError,
+    ResourceView,
+    load_program,
+    program_config,
+    resource_order,
+)
 from .providers import PACKAGE_VERSIONS, OpContext, ProviderError, canonical_type, provider_for
 from .stackctx import StackContext
 from .values import UNKNOWN, Secret, from_state, has_unknown, plain, to_event, to_state
@@ -500,9 +509,10 @@ class Engine:
             raise ProgramError(f"unknown resource type {token!r}: the fake pulumi CLI has no provider for it")
         inputs = evaluator.evaluate(props)
         protect = bool(plain(evaluator.evaluate(options.get("protect", False))))
-        depends = evaluator.evaluate(options.get("dependsOn", [])) if "dependsOn" in options else []
-        del depends  # references were resolved; ordering already honours them
-        urn = self.urn(type_, name)
+        refs = self._resource_options(evaluator, options)
+        parent = refs.get("parent")
+        qualified = f"{parent[0].qualified_type}${type_}" if parent else type_
+        urn = self.urn(qualified, name)
         provider_ref = self._ensure_provider(type_.split(":", 1)[0])
         old = self.olds.get(urn)
         old_inputs = self._decrypt_state(old.get("inputs") or {}) if old else None
@@ -523,10 +533,11 @@ class Engine:
             if old
             else None
         )
-        deps = [
-            self.urn(canonical_type(evaluator.spec.resources[d].type), d)
-            for d in evaluator.spec.resources[name].deps
-        ]
+        # As the Go SDK (which pulumi-yaml uses) does: implicit and dependsOn URNs, sorted, no duplicates.
+        deps = sorted(
+            {evaluator.resources[d].urn for d in evaluator.spec.resources[name].property_deps}
+            | {r.urn for r in refs.get("dependsOn", [])}
+        )
         new: dict[str, Any] = {
             "urn": urn,
             "custom": True,
@@ -534,11 +545,13 @@ class Engine:
             "type": type_,
             "inputs": {},
             "outputs": {},
-            "parent": self.stack_urn,
+            "parent": parent[0].urn if parent else self.stack_urn,
             "provider": provider_ref,
         }
         if protect:
             new["protect"] = True
+        if "deletedWith" in refs:
+            new["deletedWith"] = refs["deletedWith"][0].urn
         if deps:
             new["dependencies"] = deps
         short = type_
@@ -643,6 +656,28 @@ class Engine:
         self._finish(name, urn, new, inputs, outputs, evaluator)
         self.progress(op, short, name, done=True)
         self.count(op)
+
+    @staticmethod
+    def _resource_options(evaluator: Evaluator, options: dict[str, Any]) -> dict[str, list[ResourceView]]:
+        """Resource-valued options, by name; a single-resource option maps to a one-item list.
+
+        Explicit provider resources cannot exist here (no ``pulumi:providers:*`` resource type is
+        modelled), so ``provider``/``providers`` always fail, with pulumi-yaml's wording.
+        """
+        refs: dict[str, list[ResourceView]] = {}
+        for option in RESOURCE_OPTIONS:
+            if option in options:
+                refs[option] = [evaluator.resource_option(options[option], option)]
+        for option in RESOURCE_LIST_OPTIONS:
+            if option in options:
+                refs[option] = evaluator.resource_list_option(options[option], option)
+        for option in ("provider", "providers"):
+            for res in refs.get(option, []):
+                word = "Provider" if option == "provider" else "provider"  # pulumi-yaml's own capitalisation
+                raise ProgramError(
+                    f"resource passed as {word} was not a provider resource '{res.urn.rsplit('::', 1)[1]}'"
+                )
+        return refs
 
     def _emit_step(
         self,

@@ -1,12 +1,15 @@
 """A small Pulumi YAML evaluator: config, variables, resources, outputs and ``${...}`` references.
 
 Supported: ``config:`` / ``configuration:`` declarations (type, default, secret), ``variables:``,
-``resources:`` (``type``, ``properties``, ``options.dependsOn``/``protect``), ``outputs:``;
+``resources:`` (``type``, ``properties``, ``options`` ``dependsOn``/``parent``/``deletedWith``/``provider``/
+``providers``/``protect``), ``outputs:``;
 interpolation ``${name}``, ``${res.prop.sub[0]["k"]}``, ``${res.id}``, ``${res.urn}``, ``$${`` escapes;
 ``fn::secret``, ``fn::join``, ``fn::split``, ``fn::select``, ``fn::toJSON``, ``fn::toBase64``.
-A whole-string ``${x}`` keeps its type; anything else is a string. Secrets propagate; during preview
-unknown outputs propagate as :data:`UNKNOWN`. Resources are registered in dependency order (ties keep
-file order), as pulumi-yaml does.
+A whole-string ``${x}`` keeps its type; anything else is a string. A bare resource reference ``${res}``
+is a resource, as in pulumi-yaml: resource-valued options take it (and only it); the fake refuses it as a
+property or output value, where the real CLI would pass a resource reference. Secrets propagate; during
+preview unknown outputs propagate as :data:`UNKNOWN`. Resources are registered in dependency order (ties
+keep file order), as pulumi-yaml does.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ class ResourceDecl:
     properties: dict[str, Any]
     options: dict[str, Any]
     deps: list[str] = field(default_factory=list)
+    """Resources that must be registered first: everything referenced by properties and options."""
+    property_deps: list[str] = field(default_factory=list)
+    """Resources referenced by the properties (through variables too): the state's implicit dependencies."""
 
 
 @dataclass
@@ -53,6 +59,17 @@ class ResourceView:
     urn: str
     id: Any
     outputs: dict[str, Any]
+
+    @property
+    def qualified_type(self) -> str:
+        """The URN's type part (``Parent$Child`` chain), which a child's URN extends."""
+        return self.urn.split("::")[2]
+
+
+RESOURCE_OPTIONS = ("parent", "deletedWith", "provider")
+"""Options whose value is one resource (``${res}``)."""
+RESOURCE_LIST_OPTIONS = ("dependsOn", "providers")
+"""Options whose value is a list of resources."""
 
 
 def _refs_in(raw: Any, out: set[str]) -> None:
@@ -128,6 +145,8 @@ def resource_order(spec: ProgramSpec) -> list[str]:
         deps = resource_deps([decl.properties, decl.options], set())
         deps.discard(decl.name)
         decl.deps = [n for n in spec.resources if n in deps]
+        prop_deps = resource_deps(decl.properties, set())
+        decl.property_deps = [n for n in spec.resources if n in prop_deps and n != decl.name]
     order: list[str] = []
     state: dict[str, int] = {}
 
@@ -218,16 +237,38 @@ class Evaluator:
         self._evaluating: set[str] = set()
 
     def evaluate(self, raw: Any) -> Any:
+        """A plain value (property, output, ``protect``): a bare resource reference is refused."""
+        value = self._eval(raw)
+        _reject_resources(value)
+        return value
+
+    def resource_option(self, raw: Any, option: str) -> ResourceView:
+        """A resource-valued option (``parent: ${res}``); errors worded like pulumi-yaml's."""
+        value = self._eval(raw)
+        if has_unknown(value):
+            raise ProgramError(f"resource option {option}: resource cannot be an output")
+        return _as_resource(value, option)
+
+    def resource_list_option(self, raw: Any, option: str) -> list[ResourceView]:
+        """A list-of-resources option (``dependsOn: [${a}, ${b}]``)."""
+        value = self._eval(raw)
+        if has_unknown(value) or is_secret_value(value):
+            raise ProgramError(f"resource option {option} value must be a list of resource, not an output")
+        if not isinstance(value, list):
+            raise ProgramError(f"resource option {option} value must be a list of resources")
+        return [_as_resource(item, option) for item in value]
+
+    def _eval(self, raw: Any) -> Any:
         if isinstance(raw, str):
             return self._interpolate(raw)
         if isinstance(raw, list):
-            return [self.evaluate(v) for v in raw]
+            return [self._eval(v) for v in raw]
         if isinstance(raw, dict):
             if len(raw) == 1:
                 ((key, arg),) = raw.items()
                 if isinstance(key, str) and key.startswith("fn::"):
                     return self._call(key[4:], self.evaluate(arg))
-            return {str(k): self.evaluate(v) for k, v in raw.items()}
+            return {str(k): self._eval(v) for k, v in raw.items()}
         return raw
 
     def _interpolate(self, text: str) -> Any:
@@ -241,6 +282,7 @@ class Evaluator:
             parts.append("${" if match.group(1) is None else self._lookup(match.group(1).strip()))
             last = match.end()
         parts.append(text[last:])
+        _reject_resources(parts)
         if any(p is UNKNOWN or has_unknown(p) for p in parts):
             return UNKNOWN
         secret = any(is_secret_value(p) for p in parts)
@@ -250,32 +292,32 @@ class Evaluator:
     def _lookup(self, expr: str) -> Any:
         root = _root_name(expr)
         rest = parse_property_path(expr[len(root) :].lstrip(".")) if len(expr) > len(root) else []
+        value: Any
         if root in self.spec.variables:
             value = self._variable(root)
         elif root in self.resources:
-            view = self.resources[root]
-            if not rest:
-                raise ProgramError(
-                    f"cannot use resource {root!r} as a value; reference one of its properties"
-                )
-            head, rest = rest[0], rest[1:]
-            if head == "id":
-                value = view.id
-            elif head == "urn":
-                value = view.urn
-            elif view.outputs is UNKNOWN:  # type: ignore[comparison-overlap]
-                value = UNKNOWN
-            elif isinstance(head, str) and head in view.outputs:
-                value = view.outputs[head]
-            else:
-                return UNKNOWN if has_unknown(view.outputs) else self._missing(expr)
+            value = self.resources[root]
         elif root in self.spec.resources:
             raise ProgramError(f"resource {root!r} is referenced before it was registered")
         elif root in self.config:
             value = self.config[root]
         else:
             raise ProgramError(f'resource, variable, or config value "{root}" not found')
+        if isinstance(value, ResourceView) and rest:
+            head, rest = rest[0], rest[1:]
+            value = self._resource_property(value, head, expr)
         return _index(value, rest, expr)
+
+    def _resource_property(self, view: ResourceView, head: PathSegment, expr: str) -> Any:
+        if head == "id":
+            return view.id
+        if head == "urn":
+            return view.urn
+        if view.outputs is UNKNOWN:  # type: ignore[comparison-overlap]
+            return UNKNOWN
+        if isinstance(head, str) and head in view.outputs:
+            return view.outputs[head]
+        return UNKNOWN if has_unknown(view.outputs) else self._missing(expr)
 
     def _missing(self, expr: str) -> Any:
         raise ProgramError(f'property "{expr}" does not exist')
@@ -286,7 +328,7 @@ class Evaluator:
                 raise ProgramError(f"circular reference in variable {name!r}")
             self._evaluating.add(name)
             try:
-                self._variables[name] = self.evaluate(self.spec.variables[name])
+                self._variables[name] = self._eval(self.spec.variables[name])
             finally:
                 self._evaluating.discard(name)
         return self._variables[name]
@@ -310,6 +352,39 @@ class Evaluator:
         else:
             raise ProgramError(f"unsupported or malformed function fn::{name}")
         return Secret(result) if secret else result
+
+
+def _reject_resources(value: Any) -> None:
+    """Refuse a resource where the fake needs a plain value (see the module docstring)."""
+    if isinstance(value, ResourceView):
+        name = value.urn.rsplit("::", 1)[1]
+        raise ProgramError(f"cannot use resource {name!r} as a value; reference one of its properties")
+    if isinstance(value, list):
+        for item in value:
+            _reject_resources(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _reject_resources(item)
+
+
+_GO_TYPE_NAMES = {
+    str: "string",
+    bool: "bool",
+    int: "float64",
+    float: "float64",
+    list: "[]interface {}",
+    dict: "map[string]interface {}",
+}
+"""How pulumi-yaml's ``expected resource, got %v`` names a decoded YAML value's Go type."""
+
+
+def _as_resource(value: Any, option: str) -> ResourceView:
+    if isinstance(value, ResourceView):
+        return value
+    if is_secret_value(value):
+        raise ProgramError(f"resource option {option}: resource cannot be an output")
+    go_type = _GO_TYPE_NAMES.get(type(value), "<nil>")
+    raise ProgramError(f"resource option {option}: expected resource, got {go_type}")
 
 
 def _to_text(value: Any) -> str:

@@ -443,6 +443,78 @@ def test_service_style_conflict_message(
         stack.up()
 
 
+RESOURCE_OPTIONS_PROGRAM = """
+name: demo
+runtime: yaml
+variables:
+  base: ${first}
+resources:
+  later:
+    type: test:index:Echo
+    properties:
+      text: later
+    options:
+      dependsOn:
+        - ${first}
+        - ${base}
+  child:
+    type: test:Echo
+    properties:
+      text: ${base.text}-child
+    options:
+      parent: ${first}
+      deletedWith: ${base}
+  first:
+    type: test:index:Echo
+    properties:
+      text: first
+outputs:
+  child: ${child.text}
+"""
+
+
+def test_resource_references_in_options(fake_pulumi: FakePulumi, tmp_path: Path) -> None:
+    """``${res}`` is a resource in dependsOn/parent/deletedWith (as in pulumi-yaml), never a value."""
+    work = write_project(tmp_path / "proj", RESOURCE_OPTIONS_PROGRAM)
+    stack = open_stack(fake_pulumi, work)
+    assert stack.preview().change_summary == {"create": 4}
+    result = stack.up()
+    assert result.summary.resource_changes == {"create": 4}
+    assert result.outputs["child"].value == "first-child"
+
+    prefix = "urn:pulumi:dev::demo::"
+    first, later = f"{prefix}test:index:Echo::first", f"{prefix}test:index:Echo::later"
+    child = f"{prefix}test:index:Echo$test:index:Echo::child"
+    resources = {r["urn"]: r for r in state_file(fake_pulumi)["checkpoint"]["latest"]["resources"]}
+    urns = list(resources)
+    assert urns.index(first) < urns.index(later) and urns.index(first) < urns.index(child)
+    assert resources[later]["dependencies"] == [first]  # dependsOn, sorted and deduplicated
+    assert resources[later]["parent"] == f"{prefix}pulumi:pulumi:Stack::demo-dev"
+    assert resources[child]["parent"] == first and resources[child]["deletedWith"] == first
+    assert resources[child]["dependencies"] == [first]  # implicit, from ${base.text}; parent is not one
+    assert "dependencies" not in resources[first] and "deletedWith" not in resources[later]
+    assert stack.up().summary.resource_changes == {"same": 4}
+
+    def fails_with(replace: tuple[str, str], message: str) -> None:
+        write_project(work, RESOURCE_OPTIONS_PROGRAM.replace(*replace))
+        with pytest.raises(auto.CommandError, match=message):
+            stack.up()
+
+    fails_with(("- ${base}", "- ${base.id}"), "resource option dependsOn: expected resource, got string")
+    fails_with(("- ${first}", "- first"), "resource option dependsOn: expected resource, got string")
+    fails_with(
+        ("      dependsOn:\n        - ${first}\n        - ${base}", "      dependsOn: ${first}"),
+        "resource option dependsOn value must be a list of resources",
+    )
+    fails_with(("parent: ${first}", "parent: ${first.urn}"), "resource option parent: expected resource")
+    fails_with(("deletedWith: ${base}", "provider: ${base}"), "passed as Provider was not a provider")
+    fails_with(("text: later", "text: ${first}"), "cannot use resource 'first' as a value")
+    fails_with(("child: ${child.text}", "child: x-${child}"), "cannot use resource 'child' as a value")
+    # The failed updates changed nothing: the state still holds the four resources as before.
+    assert {r["urn"] for r in state_file(fake_pulumi)["checkpoint"]["latest"]["resources"]} == set(urns)
+    assert stack.destroy().summary.resource_changes == {"delete": 4}
+
+
 def test_program_and_config_errors(fake_pulumi: FakePulumi, tmp_path: Path) -> None:
     work = write_project(
         tmp_path / "proj",
