@@ -28,6 +28,7 @@ import structlog
 from kubernetes_asyncio import client, config
 
 from pko.logging import configure_logging
+from pko.machinery.apiclient import new_api_client
 from pko.machinery.leaderelection import LeaderElectionConfig
 from pko.machinery.manager import LeaderElectionLost, Manager, ManagerOptions
 
@@ -153,6 +154,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--kubeconfig",
+        metavar="FILE",
         default=env.get("KUBECONFIG") or None,
         help="kubeconfig file [KUBECONFIG]; without it: in-cluster config, else ~/.kube/config",
     )
@@ -160,6 +162,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     le = p.add_argument_group("leader election")
     le.add_argument(
         "--leader-elect",
+        metavar="BOOL",
         nargs="?",
         const=True,
         type=_bool_arg,
@@ -168,11 +171,13 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     le.add_argument(
         "--leader-election-id",
+        metavar="NAME",
         default=env_or("LEADER_ELECTION_ID", DEFAULT_LEADER_ELECTION_ID),
         help="name of the Lease (default %(default)s) [LEADER_ELECTION_ID]",
     )
     le.add_argument(
         "--leader-election-namespace",
+        metavar="NAME",
         default=env_or("LEADER_ELECTION_NAMESPACE", pod_namespace),
         help="namespace of the Lease (default $POD_NAMESPACE, else "
         f"{DEFAULT_NAMESPACE}) [LEADER_ELECTION_NAMESPACE]",
@@ -195,6 +200,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         le.add_argument(
             f"--leader-election-{flag}",
             type=_duration_arg,
+            metavar="DURATION",
             default=env_or(var, default),
             help=f"{what} (default {default}) [{var}]",
         )
@@ -202,22 +208,26 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     srv = p.add_argument_group("endpoints (host:port; ':PORT' = every interface; '0' disables)")
     srv.add_argument(
         "--metrics-bind-address",
+        metavar="ADDR",
         default=env_or("METRICS_BIND_ADDRESS", ":8383"),
         help="Prometheus /metrics (default %(default)s) [METRICS_BIND_ADDRESS]",
     )
     srv.add_argument(
         "--health-probe-bind-address",
+        metavar="ADDR",
         default=env_or("HEALTH_PROBE_BIND_ADDRESS", ":8081"),
         help="/healthz and /readyz (default %(default)s) [HEALTH_PROBE_BIND_ADDRESS]",
     )
     srv.add_argument(
         "--program-fs-addr",
+        metavar="ADDR",
         default=env_or("PROGRAM_FS_ADDR", ":9090"),
         help="Program artifact server (default %(default)s) [PROGRAM_FS_ADDR]. Accepted now; "
         "the server itself arrives with the Program controller and is not started yet",
     )
     srv.add_argument(
         "--program-fs-adv-addr",
+        metavar="ADDR",
         default=env_or("PROGRAM_FS_ADV_ADDR", ""),
         help="address workspaces use to reach the Program artifact server "
         "[PROGRAM_FS_ADV_ADDR] (not used yet, see --program-fs-addr)",
@@ -229,6 +239,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         conc.add_argument(
             f"--max-concurrent-reconciles-{kind}",
             type=_positive_int,
+            metavar="N",
             default=env.get(var) or env.get("MAX_CONCURRENT_RECONCILES") or str(workers),
             help=f"{kind} reconcile workers (default {workers}) [{var}, else MAX_CONCURRENT_RECONCILES]",
         )
@@ -251,12 +262,14 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     run.add_argument(
         "--kube-api-timeout",
         type=_duration_arg,
+        metavar="DURATION",
         default=env_or("KUBE_API_TIMEOUT", "30s"),
         help="timeout of Kubernetes API requests (default 30s) [KUBE_API_TIMEOUT]",
     )
     run.add_argument(
         "--shutdown-grace-period",
         type=_duration_arg,
+        metavar="DURATION",
         default=env_or("SHUTDOWN_GRACE_PERIOD", "30s"),
         help="on SIGTERM, how long in-flight reconciles may finish before they are cancelled "
         "(default 30s) [SHUTDOWN_GRACE_PERIOD]",
@@ -328,7 +341,7 @@ async def _serve(settings: Settings) -> int:
     from pko.controllers import register  # after logging is configured: reconcilers may log at import
 
     cfg = await load_client_configuration(settings.kubeconfig)
-    async with client.ApiClient(configuration=cfg) as api:
+    async with new_api_client(cfg) as api:
         manager = Manager(api, settings.manager_options(_identity()))
         register(manager)
         loop = asyncio.get_running_loop()

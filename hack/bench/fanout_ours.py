@@ -7,17 +7,22 @@ does nothing if the status is already written. The primary watch uses ``generati
 the Stack controller will, so our own status writes do not enqueue the objects again.
 
 Usage: fanout_ours.py KUBECONFIG NAMESPACE [WORKERS]   (runs until SIGTERM)
+With $PKO_BENCH_PROFILE=FILE the run is profiled (cProfile) into FILE.
 """
 
 from __future__ import annotations
 
 import asyncio
+import cProfile
+import functools
+import os
 import signal
 import sys
 
 from common import GROUP, KIND, PLURAL, VERSION, WORKERS, api_client, mark_start, patch_status
 from kubernetes_asyncio import client
 
+from pko.logging import configure_logging
 from pko.machinery.controller import Result
 from pko.machinery.manager import Manager, ManagerOptions, generation_changed
 from pko.machinery.resource import Resource
@@ -28,7 +33,8 @@ FANOUTS = Resource(GROUP, VERSION, PLURAL, KIND)
 
 async def main(kubeconfig: str, namespace: str, workers: int) -> None:
     mark_start()
-    async with await api_client(kubeconfig) as api:
+    configure_logging("info", "json")  # as the operator runs in a cluster
+    async with await api_client(kubeconfig, pko_client=True) as api:  # as pko.__main__ makes it
         objects = client.CustomObjectsApi(api)
         manager = Manager(
             api, ManagerOptions(metrics_bind_address="0", health_probe_bind_address="0", namespace=namespace)
@@ -54,4 +60,12 @@ async def main(kubeconfig: str, namespace: str, workers: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else WORKERS))
+    workers = int(sys.argv[3]) if len(sys.argv) > 3 else WORKERS
+    run = functools.partial(main, sys.argv[1], sys.argv[2], workers)
+    profile_to = os.environ.get("PKO_BENCH_PROFILE")  # a file name: cProfile the run, for hunting hot paths
+    if profile_to:
+        with cProfile.Profile() as profiler:
+            asyncio.run(run())
+        profiler.dump_stats(profile_to)
+    else:
+        asyncio.run(run())

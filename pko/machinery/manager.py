@@ -430,9 +430,7 @@ class Manager:
         if le is None:
             body: asyncio.Task[None] = asyncio.create_task(self._lead(), name="manager:lead")
         else:
-            self._elector = LeaderElector(
-                self.api, le, on_started_leading=self._lead_elected, on_new_leader=self._new_leader
-            )
+            self._elector = LeaderElector(self.api, le, on_started_leading=self._lead_elected)
             self._leader_gauge.labels(le.lease_name).set(0)
             body = asyncio.create_task(self._elector.run(), name="manager:leader-election")
         stopped = asyncio.create_task(self._stop.wait(), name="manager:stop")
@@ -469,9 +467,6 @@ class Manager:
             await self._lead()
         finally:
             gauge.set(0)
-
-    def _new_leader(self, identity: str) -> None:
-        self._log.info("leader is", leader=identity)
 
     async def _lead(self) -> None:
         """Run the controllers until cancelled (end of leadership or stop)."""

@@ -38,8 +38,8 @@ from pko.machinery.store import index_by_field
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False)
-# Short but valid (renew > 1.2 * retry < lease): handovers in seconds, not minutes.
-FAST_LEASE = {"lease_duration": 6.0, "renew_deadline": 4.0, "retry_period": 1.0}
+# Short but valid (lease > renew > 1.2 * retry): handovers in seconds, not minutes.
+LEASE_S, RENEW_S, RETRY_S = 6.0, 4.0, 1.0
 LOOPBACK = "127.0.0.1:0"
 
 
@@ -199,7 +199,9 @@ def options(namespace: str, **kw: Any) -> ManagerOptions:
 
 
 def lease_config(namespace: str, name: str, identity: str) -> LeaderElectionConfig:
-    return LeaderElectionConfig(name, namespace, identity, **FAST_LEASE)
+    return LeaderElectionConfig(
+        name, namespace, identity, lease_duration=LEASE_S, renew_deadline=RENEW_S, retry_period=RETRY_S
+    )
 
 
 def url(manager: Manager, server: str, path: str) -> str:

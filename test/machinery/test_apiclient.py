@@ -1,0 +1,50 @@
+"""The operator's ApiClient: proxies from the environment resolved once, no per-request look-ups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client, config
+
+from pko.machinery.apiclient import environment_proxy, new_api_client
+from pko.machinery.resource import NAMESPACES, ResourceClient
+
+
+def test_environment_proxy_honours_no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    assert environment_proxy("https://10.0.0.1:443") is None
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    assert environment_proxy("https://10.0.0.1:443") == "http://proxy.internal:3128"
+    assert environment_proxy("http://10.0.0.1:80") is None  # only HTTPS_PROXY is set
+    monkeypatch.setenv("NO_PROXY", "10.0.0.1,.svc")
+    assert environment_proxy("https://10.0.0.1:443") is None
+    assert environment_proxy("https://kubernetes.default.svc") is None
+    assert environment_proxy("https://example.com") == "http://proxy.internal:3128"
+
+
+async def test_an_explicit_proxy_is_kept_and_the_session_ignores_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://from-env:3128")
+    cfg = client.Configuration(host="https://127.0.0.1:6443")
+    cfg.proxy = "http://explicit:8080"
+    async with new_api_client(cfg) as api:
+        assert api.rest_client.proxy == "http://explicit:8080"
+        assert api.rest_client.pool_manager.trust_env is False
+    cfg = client.Configuration(host="https://127.0.0.1:6443")
+    async with new_api_client(cfg) as api:
+        assert api.rest_client.proxy == "http://from-env:3128"
+
+
+@pytest.mark.cluster
+async def test_it_talks_to_the_apiserver_and_closes_its_connections(cluster: Any) -> None:
+    cfg = client.Configuration()
+    await config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=cfg)
+    api = new_api_client(cfg)
+    async with api:
+        page = await ResourceClient(api, NAMESPACES).list()
+        assert "default" in [ns["metadata"]["name"] for ns in page.items]
+        connector = api.rest_client.pool_manager.connector
+    assert connector is not None and connector.closed

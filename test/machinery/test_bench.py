@@ -1,0 +1,27 @@
+"""The benchmark command runs end to end at tiny sizes and prints its tables (no timing asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_bench_command_prints_every_table_at_tiny_sizes() -> None:
+    out = subprocess.run(
+        [sys.executable, str(REPO / "hack/bench/run.py"), "--sizes", "20", "--stacks", "20",
+         "--contenders", "bare,ours", "--wq-rounds", "2"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    table = out.stdout
+    assert "## Workqueue" in table and "| batch |" in table
+    assert "| 20 | bare kubernetes-asyncio loop (anchor) |" in table
+    assert "| 20 | pko machinery (Manager, 25 workers) |" in table
+    assert "| pko informer (default transform) (20) |" in table
