@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
 
+from kubetest import kubectl  # noqa: E402
 from localcluster import LocalCluster  # noqa: E402
 
 # The stand-in Pulumi CLI (test/fakepulumi): the `fake_pulumi` fixture for agent tests.
@@ -52,19 +53,6 @@ class ExternalCluster:
 
     def restart_apiserver(self) -> None:
         pytest.skip("needs a control plane started by the tests (unset KUBECONFIG)")
-
-
-def kubectl(
-    cluster: Any, *args: str, input: str | None = None, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    """Run kubectl against the test cluster."""
-    return subprocess.run(
-        ["kubectl", f"--kubeconfig={cluster.kubeconfig}", *args],
-        input=input,
-        text=True,
-        capture_output=True,
-        check=check,
-    )
 
 
 @pytest.fixture(scope="session")
@@ -101,6 +89,21 @@ async def api_client(cluster: Any) -> AsyncIterator[Any]:
     await config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=cfg)
     async with client.ApiClient(configuration=cfg) as api:
         yield api
+
+
+@pytest.fixture(scope="module")
+async def namespace(request: pytest.FixtureRequest, api_client: Any, crds: list[str]) -> AsyncIterator[str]:
+    """A fresh namespace per test module (named after it), with the CRDs installed; deleted afterwards."""
+    from kubernetes_asyncio import client
+
+    module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_").replace("_", "-")
+    name = f"{module[:40]}-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(api_client)
+    await core.create_namespace({"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        await core.delete_namespace(name)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

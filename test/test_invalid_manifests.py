@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,19 +63,6 @@ def test_the_invalid_set_is_broad() -> None:
         assert top in ("metadata", "spec", "program"), f"{m.path.name}: first expect must name the field"
         if top != "metadata":
             assert m.body["metadata"]["name"] == m.path.stem, f"{m.path.name}: name the object after the file"
-
-
-@pytest.fixture(scope="module")
-async def namespace(api_client: Any, crds: list[str]) -> AsyncIterator[str]:
-    from kubernetes_asyncio import client
-
-    core = client.CoreV1Api(api_client)
-    name = f"invalid-{uuid.uuid4().hex[:8]}"
-    await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    try:
-        yield name
-    finally:
-        await core.delete_namespace(name)
 
 
 @pytest.mark.cluster

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import copy
 import re
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -69,19 +67,6 @@ def test_every_seed_file_names_its_seed_doc_and_kind() -> None:
         assert manifest["kind"] in PLURALS, path.name
         for dotted in pruned:
             assert has(manifest, dotted), f"{path.name}: declares {dotted} pruned but does not set it"
-
-
-@pytest.fixture(scope="module")
-async def namespace(api_client: Any, crds: list[str]) -> AsyncIterator[str]:
-    from kubernetes_asyncio import client
-
-    core = client.CoreV1Api(api_client)
-    name = f"seeds-{uuid.uuid4().hex[:8]}"
-    await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    try:
-        yield name
-    finally:
-        await core.delete_namespace(name)
 
 
 @pytest.mark.cluster

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubetest import kubectl
 
 from .manifests import (
     full_program,
@@ -36,24 +35,6 @@ CRD_NAMES = [
     "updates.auto.pulumi.com",
     "workspaces.auto.pulumi.com",
 ]
-
-
-@pytest.fixture(scope="module")
-async def namespace(api_client: Any, crds: list[str]) -> AsyncIterator[str]:
-    name = f"api-{uuid.uuid4().hex[:8]}"
-    core = client.CoreV1Api(api_client)
-    await core.create_namespace({"metadata": {"name": name}})
-    yield name
-    await core.delete_namespace(name)
-
-
-def kubectl(cluster: Any, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """kubectl against the test cluster; a timeout so a hung call fails the test, not the session."""
-    cmd = ["kubectl", f"--kubeconfig={cluster.kubeconfig}", *args]
-    proc = subprocess.run(cmd, text=True, capture_output=True, timeout=180, check=False)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}")
-    return proc
 
 
 def split(api_version: str) -> tuple[str, str]:

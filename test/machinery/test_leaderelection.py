@@ -103,7 +103,10 @@ def start_candidate(
         holder[0].stopped_leading += 1
 
     elector = LeaderElector(
-        api, cfg, on_started_leading=tracker.work(cfg.identity), on_stopped_leading=stopped,
+        api,
+        cfg,
+        on_started_leading=tracker.work(cfg.identity),
+        on_stopped_leading=stopped,
         on_new_leader=seen.append,
     )
     candidate = Candidate(cfg.identity, elector, asyncio.create_task(elector.run()), seen)
@@ -134,7 +137,9 @@ async def test_three_candidates_one_leader_at_a_time_and_clean_stop_hands_over_a
     lease_s, renew_s, retry_s = 45.0, 30.0, 0.5
     by_id = {
         ident: start_candidate(
-            api_client, tracker, candidates,
+            api_client,
+            tracker,
+            candidates,
             LeaderElectionConfig("le-three", namespace, ident, lease_s, renew_s, retry_s),
         )
         for ident in ("a", "b", "c")
@@ -179,9 +184,18 @@ async def test_killed_leader_is_replaced_after_lease_duration(
     lease_s, renew_s, retry_s = 4.0, 2.5, 0.5
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(CANDIDATE_SCRIPT), str(cluster.kubeconfig), namespace, "le-kill", "doomed",
-        str(lease_s), str(renew_s), str(retry_s),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env,
+        sys.executable,
+        str(CANDIDATE_SCRIPT),
+        str(cluster.kubeconfig),
+        namespace,
+        "le-kill",
+        "doomed",
+        str(lease_s),
+        str(renew_s),
+        str(retry_s),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=env,
     )
     try:
         async with asyncio.timeout(120):
@@ -192,7 +206,9 @@ async def test_killed_leader_is_replaced_after_lease_duration(
 
         tracker = Tracker()
         successor = start_candidate(
-            api_client, tracker, candidates,
+            api_client,
+            tracker,
+            candidates,
             LeaderElectionConfig("le-kill", namespace, "successor", lease_s, renew_s, retry_s),
         )
         await eventually(lambda: "doomed" in successor.seen_leaders, "the successor observing the leader")
@@ -218,7 +234,11 @@ async def test_killed_leader_is_replaced_after_lease_duration(
 
 @pytest.mark.cluster
 async def test_leader_that_loses_the_apiserver_stops_leading_before_another_takes_over(
-    cluster: Any, api_client: Any, namespace: str, make_client: Any, make_proxy: Any,
+    cluster: Any,
+    api_client: Any,
+    namespace: str,
+    make_client: Any,
+    make_proxy: Any,
     candidates: list[Candidate],
 ) -> None:
     lease_s, renew_s, retry_s = 6.0, 3.0, 0.5
@@ -228,11 +248,13 @@ async def test_leader_that_loses_the_apiserver_stops_leading_before_another_take
     api_a = await make_client(cluster.kubeconfig, server=proxy_a.url)
     api_b = await make_client(cluster.kubeconfig, server=proxy_b.url)
 
-    a = start_candidate(api_a, tracker, candidates, LeaderElectionConfig("le-cut", namespace, "a", lease_s,
-                                                                        renew_s, retry_s))
+    a = start_candidate(
+        api_a, tracker, candidates, LeaderElectionConfig("le-cut", namespace, "a", lease_s, renew_s, retry_s)
+    )
     await eventually(lambda: tracker.leading == ["a"], "a leading")
-    b = start_candidate(api_b, tracker, candidates, LeaderElectionConfig("le-cut", namespace, "b", lease_s,
-                                                                        renew_s, retry_s))
+    b = start_candidate(
+        api_b, tracker, candidates, LeaderElectionConfig("le-cut", namespace, "b", lease_s, renew_s, retry_s)
+    )
     await eventually(lambda: "a" in b.seen_leaders, "b observing a")
 
     await proxy_a.cut()
