@@ -19,7 +19,9 @@ Reflector rules (why each one exists):
 Invariants: ``has_synced()`` turns true once the first list is in the store and every handler
 has seen it; a handler added later first receives an ``on_add`` for every cached object; the
 cache holds transformed objects only (by default without managedFields and last-applied
-annotations).
+annotations), encoded (see :mod:`pko.machinery.store`). Each list page is transformed and encoded
+as it arrives, so a cold sync never holds more than one page of decoded objects; an update's
+``old`` object is decoded from the cache only when there are handlers to receive it.
 """
 
 from __future__ import annotations
@@ -38,13 +40,14 @@ import aiohttp
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
-from pko.machinery.resource import ObjectList, Resource, ResourceClient, api_error_status
+from pko.machinery.resource import Resource, ResourceClient, api_error_status
 from pko.machinery.store import (
     NAMESPACE_INDEX,
     DeletedFinalStateUnknown,
     Indexer,
     IndexFunc,
     Obj,
+    StoredObject,
     deletion_handling_key,
     index_by_namespace,
     resource_version,
@@ -295,8 +298,8 @@ class SharedInformer:
         Call on the event loop's thread (handlers are invoked there).
         """
         self._handlers.append(handler)
-        for obj in self.indexer.list():
-            self._call(handler, "on_add", obj)
+        for entry in self.indexer.list_entries():  # decoded one at a time
+            self._call(handler, "on_add", entry.decode())
         return handler
 
     def remove_event_handler(self, handler: EventHandler) -> None:
@@ -345,8 +348,10 @@ class SharedInformer:
                     await asyncio.sleep(self._backoff.next())
             except _RelistNeeded:
                 self._count("relists_gone")
-                self._log.info("watch resourceVersion expired (410 Gone); relisting",
-                               resource_version=self.last_sync_resource_version)
+                self._log.info(
+                    "watch resourceVersion expired (410 Gone); relisting",
+                    resource_version=self.last_sync_resource_version,
+                )
                 need_list, consistent = True, True
                 continue
             except asyncio.CancelledError:
@@ -361,32 +366,37 @@ class SharedInformer:
                 delay = self._backoff.next()
                 self._log.warning(
                     "list failed" if need_list else "watch failed",
-                    error=_describe(exc), status=status, retry_in=round(delay, 2),
+                    error=_describe(exc),
+                    status=status,
+                    retry_in=round(delay, 2),
                 )
                 await asyncio.sleep(delay)
 
     async def _list_and_replace(self, consistent: bool) -> None:
-        items = await self._list_all(consistent)
+        entries, list_rv = await self._list_all(consistent)
         self._count("lists")
-        result = self.indexer.replace(items.items)
-        self.last_sync_resource_version = items.resource_version
-        for obj in result.added:
-            self._notify_add(obj)
-        for old, new in result.updated:
-            self._notify_update(old, new)
-        for tombstone in result.deleted:
-            self._notify_delete(tombstone)
+        result = self.indexer.replace_entries(entries)
+        del entries
+        self.last_sync_resource_version = list_rv
+        added, updated, deleted = result.added_entries, result.updated_entries, result.deleted_entries
+        if self._handlers:  # decode one object at a time, and only for handlers
+            for entry in added:
+                self._notify_add(entry.decode())
+            for old, new in updated:
+                self._notify_update(old.decode(), new.decode())
+            for gone in deleted:
+                self._notify_delete(DeletedFinalStateUnknown(gone.key, gone.decode()))
         if not self._synced.is_set():
             self._synced.set()
-            self._log.info("synced", objects=len(items.items), resource_version=items.resource_version)
-        elif result.added or result.updated or result.deleted:
-            self._log.info("relist applied", added=len(result.added), updated=len(result.updated),
-                           deleted=len(result.deleted))
+            self._log.info("synced", objects=len(self.indexer), resource_version=list_rv)
+        elif added or updated or deleted:
+            self._log.info("relist applied", added=len(added), updated=len(updated), deleted=len(deleted))
 
-    async def _list_all(self, consistent: bool) -> ObjectList:
-        """Every page of one list. If a continue token expires mid-way, start over unpaged."""
+    async def _list_all(self, consistent: bool) -> tuple[list[StoredObject], str]:
+        """Every page of one list, transformed and encoded page by page, and the list's
+        resourceVersion. If a continue token expires mid-way, start over unpaged."""
         rv, match = (None, None) if consistent else (self.last_sync_resource_version, "NotOlderThan")
-        items: list[Obj] = []
+        items: list[StoredObject] = []
         token: str | None = None
         limit: int | None = self._page_size
         while True:
@@ -405,14 +415,15 @@ class SharedInformer:
                     items, token, limit = [], None, None
                     continue
                 raise
-            transform = self._transform
+            transform, encode = self._transform, self.indexer.encode
             if transform is not None:
-                items.extend(transform(obj) for obj in page.items)
+                items.extend(encode(transform(obj)) for obj in page.items)
             else:
-                items.extend(page.items)
+                items.extend(encode(obj) for obj in page.items)
             if not page.continue_token:
-                return ObjectList(items, page.resource_version, None)
+                return items, page.resource_version
             token = page.continue_token
+            del page
 
     async def _watch(self) -> bool:
         """Watch until the server ends the stream; False if it ended at once with no events."""
@@ -448,13 +459,13 @@ class SharedInformer:
         if self._transform is not None:
             obj = self._transform(obj)
         if etype in ("ADDED", "MODIFIED"):
-            old = self.indexer.add(obj)
+            old = self.indexer.put(self.indexer.encode(obj))
             if old is None:
                 self._notify_add(obj)
-            else:
-                self._notify_update(old, obj)
+            elif self._handlers:
+                self._notify_update(old.decode(), obj)
         elif etype == "DELETED":
-            self.indexer.delete(obj)
+            self.indexer.remove_key(self.indexer.key(obj))
             self._notify_delete(obj)
         else:
             self._log.warning("unknown watch event type", type=etype)
@@ -466,7 +477,8 @@ class SharedInformer:
         await self._synced.wait()
         while True:
             await asyncio.sleep(self.resync_period)
-            for obj in self.indexer.list():
+            for entry in self.indexer.list_entries():
+                obj = entry.decode()  # one copy serves as both old and new, as in client-go
                 self._notify_update(obj, obj)
 
 

@@ -1,21 +1,35 @@
 """A thread-safe keyed store of Kubernetes objects with secondary indexes (client-go's ``Indexer``).
 
-Objects are plain dicts exactly as decoded from the API's JSON (after the informer's transform):
-no model classes, so that a cache of thousands of objects stays small.
+Objects go in and come out as plain dicts exactly as decoded from the API's JSON (after the
+informer's transform), but are *kept* encoded: a decoded object costs about six times its JSON size
+in dicts and strings, which puts 10,000 Stacks well over the operator's memory budget, while the
+encoded bytes are about its JSON size. Reconcilers read a handful of objects per reconcile, so
+decoding on read is cheap where it matters.
+
+Encoding: :mod:`marshal`. Measured on a 2.6 KB (as JSON) Stack, per object: marshal 9 us to
+encode / 27-40 us to decode / 2.2 KB; pickle protocol 5 12 / 51 / 2.3 KB; compact JSON
+31 / 40-60 / 2.6 KB. marshal's known drawbacks do not apply here: the bytes never leave the process
+(so its version-specific format is irrelevant) and are only ever produced by us from our own data
+(so its lack of safety against hostile input is irrelevant). It accepts exactly the types JSON
+decodes to; a transform returning anything else fails loudly at insert time.
 
 Invariants:
-- ``_items`` maps key -> object; ``_indices[name][value]`` is the set of keys whose object yields
-  ``value`` from index function ``name``; both change together under ``_lock``.
+- ``_items`` maps key -> :class:`StoredObject`; ``_indices[name][value]`` is the set of keys whose
+  object yields ``value`` from index function ``name``; both change together under ``_lock``.
+- A stored entry carries its index values for *every* current indexer, computed from the object
+  before encoding (so indexed lookups and removals decode nothing), and its resourceVersion (so a
+  relist is diffed without decoding).
 - Index values for an object are computed *before* anything is mutated, so an index function
   that raises leaves the store unchanged.
-- The store hands out the stored dicts themselves, not copies. Callers must treat them as
-  read-only (copy before changing), as with client-go's cache.
+- Every read returns freshly decoded objects: callers own them and may change them freely; the
+  cache is unaffected. Two reads of one key give equal, never identical, objects.
 """
 
 from __future__ import annotations
 
 import builtins
 import functools
+import marshal
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +38,8 @@ from typing import Any
 Obj = dict[str, Any]
 KeyFunc = Callable[[Obj], str]
 IndexFunc = Callable[[Obj], Sequence[str]]
+IndexValues = tuple[tuple[str, tuple[str, ...]], ...]
+"""``(index name, values)`` for each indexer, in the store's indexer order."""
 
 NAMESPACE_INDEX = "namespace"
 OWNER_UID_INDEX = "owner-uid"
@@ -162,17 +178,54 @@ def resource_version(obj: Obj) -> str:
 # ----- the store ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    """One cached object as kept: encoded, with what the store and the reflector need undecoded."""
+
+    key: str
+    resource_version: str
+    data: bytes
+    index_values: IndexValues
+
+    def decode(self) -> Obj:
+        """A fresh copy of the object, owned by the caller."""
+        obj: Obj = marshal.loads(self.data)
+        return obj
+
+
 @dataclass(slots=True)
 class ReplaceResult:
-    """What :meth:`Indexer.replace` changed: the differences an informer emits after a relist."""
+    """What :meth:`Indexer.replace` changed: the differences an informer emits after a relist.
 
-    added: list[Obj] = field(default_factory=list)
-    updated: list[tuple[Obj, Obj]] = field(default_factory=list)
-    deleted: list[DeletedFinalStateUnknown] = field(default_factory=list)
+    Entries stay encoded; the ``added``/``updated``/``deleted`` views decode all of them at once,
+    so code handling many (an informer's cold sync) should iterate the entries and decode one at
+    a time.
+    """
+
+    added_entries: list[StoredObject] = field(default_factory=list)
+    updated_entries: list[tuple[StoredObject, StoredObject]] = field(default_factory=list)
+    deleted_entries: list[StoredObject] = field(default_factory=list)
+
+    @property
+    def added(self) -> list[Obj]:
+        return [e.decode() for e in self.added_entries]
+
+    @property
+    def updated(self) -> list[tuple[Obj, Obj]]:
+        return [(old.decode(), new.decode()) for old, new in self.updated_entries]
+
+    @property
+    def deleted(self) -> list[DeletedFinalStateUnknown]:
+        return [DeletedFinalStateUnknown(e.key, e.decode()) for e in self.deleted_entries]
 
 
 class Indexer:
-    """Thread-safe store keyed by ``key_func`` with named secondary indexes."""
+    """Thread-safe store keyed by ``key_func`` with named secondary indexes.
+
+    The object-level API (``add``, ``get_by_key``, ``by_index``...) encodes and decodes; the
+    entry-level API (``encode``, ``put``, ``remove_key``, ``replace_entries``, ``list_entries``)
+    lets an informer encode once, diff by resourceVersion and decode only what handlers need.
+    """
 
     def __init__(
         self,
@@ -181,23 +234,93 @@ class Indexer:
     ) -> None:
         self._key_func = key_func
         self._lock = threading.RLock()
-        self._items: dict[str, Obj] = {}
+        self._items: dict[str, StoredObject] = {}
         self._indexers: dict[str, IndexFunc] = dict(indexers or {})
         self._indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
+
+    # --- entries
+
+    def encode(self, obj: Obj) -> StoredObject:
+        """Key, index values and encoding of ``obj``, for :meth:`put` or :meth:`replace_entries`.
+
+        Raises what the key or an index function raises, or ``ValueError`` for an object holding
+        something other than JSON types.
+        """
+        key = self._key_func(obj)
+        with self._lock:
+            indexers = list(self._indexers.items())
+        values = tuple((name, tuple(func(obj))) for name, func in indexers)
+        return StoredObject(key, resource_version(obj), marshal.dumps(obj), values)
+
+    def key(self, obj: Obj) -> str:
+        """The store key of ``obj`` (by this store's key function)."""
+        return self._key_func(obj)
+
+    def put(self, entry: StoredObject) -> StoredObject | None:
+        """Insert or replace ``entry``; returns the entry it replaced, if any."""
+        with self._lock:
+            entry = self._complete(entry)
+            old = self._items.get(entry.key)
+            if old is not None:
+                self._unindex(old.key, old.index_values)
+            self._items[entry.key] = entry
+            self._index(entry.key, entry.index_values)
+            return old
+
+    def remove_key(self, key: str) -> StoredObject | None:
+        """Remove ``key``; returns its entry, if any."""
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._unindex(key, old.index_values)
+            return old
+
+    def replace_entries(self, entries: Iterable[StoredObject]) -> ReplaceResult:
+        """Make the store hold exactly ``entries`` and report the differences.
+
+        An entry counts as updated when its resourceVersion changed; keys that disappeared are
+        reported with their last known state.
+        """
+        new_items: dict[str, StoredObject] = {}
+        for entry in entries:
+            new_items[entry.key] = entry
+        result = ReplaceResult()
+        with self._lock:
+            new_items = {key: self._complete(entry) for key, entry in new_items.items()}
+            new_indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
+            for key, entry in new_items.items():
+                for name, vals in entry.index_values:
+                    index = new_indices[name]
+                    for value in vals:
+                        index.setdefault(value, set()).add(key)
+            old_items = self._items
+            for key, entry in new_items.items():
+                old = old_items.get(key)
+                if old is None:
+                    result.added_entries.append(entry)
+                elif old.resource_version != entry.resource_version:
+                    result.updated_entries.append((old, entry))
+            for key, old in old_items.items():
+                if key not in new_items:
+                    result.deleted_entries.append(old)
+            self._items = new_items
+            self._indices = new_indices
+        return result
+
+    def list_entries(self) -> builtins.list[StoredObject]:
+        with self._lock:
+            return list(self._items.values())
+
+    def get_entry(self, key: str) -> StoredObject | None:
+        with self._lock:
+            return self._items.get(key)
 
     # --- writes
 
     def add(self, obj: Obj) -> Obj | None:
-        """Insert or replace ``obj``; returns the object it replaced, if any."""
-        key = self._key_func(obj)
-        with self._lock:
-            values = self._index_values(obj)
-            old = self._items.get(key)
-            if old is not None:
-                self._unindex(key, self._index_values(old))
-            self._items[key] = obj
-            self._index(key, values)
-            return old
+        """Insert or replace ``obj``; returns (a decoded copy of) the object it replaced, if any."""
+        old = self.put(self.encode(obj))
+        return None if old is None else old.decode()
 
     update = add
 
@@ -207,43 +330,12 @@ class Indexer:
         return self.delete_key(key)
 
     def delete_key(self, key: str) -> Obj | None:
-        with self._lock:
-            old = self._items.pop(key, None)
-            if old is not None:
-                self._unindex(key, self._index_values(old))
-            return old
+        old = self.remove_key(key)
+        return None if old is None else old.decode()
 
     def replace(self, objs: Iterable[Obj]) -> ReplaceResult:
-        """Make the store hold exactly ``objs`` and report the differences.
-
-        An object counts as updated when its ``metadata.resourceVersion`` changed; keys that
-        disappeared are reported as tombstones carrying the last known state.
-        """
-        new_items: dict[str, Obj] = {}
-        for obj in objs:
-            new_items[self._key_func(obj)] = obj
-        new_indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
-        for key, obj in new_items.items():
-            for name, func in self._indexers.items():
-                for value in func(obj):
-                    new_indices[name].setdefault(value, set()).add(key)
-        result = ReplaceResult()
-        with self._lock:
-            old_items = self._items
-            for key, obj in new_items.items():
-                old = old_items.get(key)
-                if old is None:
-                    result.added.append(obj)
-                elif resource_version(old) != resource_version(obj):
-                    result.updated.append((old, obj))
-            for key, old in old_items.items():
-                if key not in new_items:
-                    result.deleted.append(DeletedFinalStateUnknown(key, old))
-            if self._indexers.keys() != new_indices.keys():  # indexers added concurrently
-                new_indices = self._build_indices(new_items, self._indexers)
-            self._items = new_items
-            self._indices = new_indices
-        return result
+        """:meth:`replace_entries` for plain objects (every one is encoded before anything changes)."""
+        return self.replace_entries([self.encode(obj) for obj in objs])
 
     def add_indexers(self, indexers: Mapping[str, IndexFunc]) -> None:
         """Add index functions; existing objects are indexed at once. Names must be new."""
@@ -251,22 +343,30 @@ class Indexer:
             clash = set(indexers) & set(self._indexers)
             if clash:
                 raise ValueError(f"indexers already exist: {sorted(clash)}")
-            built = self._build_indices(self._items, indexers)
+            built: dict[str, dict[str, set[str]]] = {name: {} for name in indexers}
+            items: dict[str, StoredObject] = {}
+            for key, entry in self._items.items():
+                obj = entry.decode()
+                extra = tuple((name, tuple(func(obj))) for name, func in indexers.items())
+                for name, vals in extra:
+                    for value in vals:
+                        built[name].setdefault(value, set()).add(key)
+                items[key] = StoredObject(key, entry.resource_version, entry.data, entry.index_values + extra)
             self._indexers.update(indexers)
             self._indices.update(built)
+            self._items = items
 
-    # --- reads
+    # --- reads (each returns freshly decoded objects; decoding happens outside the lock)
 
     def get(self, obj: Obj) -> Obj | None:
         return self.get_by_key(self._key_func(obj))
 
     def get_by_key(self, key: str) -> Obj | None:
-        with self._lock:
-            return self._items.get(key)
+        entry = self.get_entry(key)
+        return None if entry is None else entry.decode()
 
     def list(self) -> builtins.list[Obj]:
-        with self._lock:
-            return list(self._items.values())
+        return [entry.decode() for entry in self.list_entries()]
 
     def list_keys(self) -> builtins.list[str]:
         with self._lock:
@@ -295,13 +395,15 @@ class Indexer:
             keys: set[str] = set()
             for value in func(obj):
                 keys |= self._indices[index_name].get(value, set())
-            return [self._items[k] for k in sorted(keys)]
+            entries = [self._items[k] for k in sorted(keys)]
+        return [entry.decode() for entry in entries]
 
     def by_index(self, index_name: str, value: str) -> builtins.list[Obj]:
         """Objects whose index function ``index_name`` yields ``value``, ordered by key."""
         with self._lock:
             self._indexer(index_name)
-            return [self._items[k] for k in sorted(self._indices[index_name].get(value, ()))]
+            entries = [self._items[k] for k in sorted(self._indices[index_name].get(value, ()))]
+        return [entry.decode() for entry in entries]
 
     def index_keys(self, index_name: str, value: str) -> builtins.list[str]:
         with self._lock:
@@ -322,16 +424,31 @@ class Indexer:
             raise KeyError(f"no indexer named {index_name!r}")
         return func
 
-    def _index_values(self, obj: Obj) -> builtins.list[tuple[str, Sequence[str]]]:
-        return [(name, func(obj)) for name, func in self._indexers.items()]
+    def _complete(self, entry: StoredObject) -> StoredObject:
+        """``entry`` with values for exactly the current indexers (some may have been added since
+        it was encoded, e.g. by another controller asking the shared informer for an index)."""
+        names = tuple(name for name, _ in entry.index_values)
+        if names == tuple(self._indexers):
+            return entry
+        have = dict(entry.index_values)
+        obj: Obj | None = None
+        values: builtins.list[tuple[str, tuple[str, ...]]] = []
+        for name, func in self._indexers.items():
+            if name in have:
+                values.append((name, have[name]))
+                continue
+            if obj is None:
+                obj = entry.decode()
+            values.append((name, tuple(func(obj))))
+        return StoredObject(entry.key, entry.resource_version, entry.data, tuple(values))
 
-    def _index(self, key: str, values: builtins.list[tuple[str, Sequence[str]]]) -> None:
+    def _index(self, key: str, values: IndexValues) -> None:
         for name, vals in values:
             index = self._indices[name]
             for value in vals:
                 index.setdefault(value, set()).add(key)
 
-    def _unindex(self, key: str, values: builtins.list[tuple[str, Sequence[str]]]) -> None:
+    def _unindex(self, key: str, values: IndexValues) -> None:
         for name, vals in values:
             index = self._indices[name]
             for value in vals:
@@ -340,17 +457,6 @@ class Indexer:
                     keys.discard(key)
                     if not keys:
                         del index[value]
-
-    @staticmethod
-    def _build_indices(
-        items: Mapping[str, Obj], indexers: Mapping[str, IndexFunc]
-    ) -> dict[str, dict[str, set[str]]]:
-        built: dict[str, dict[str, set[str]]] = {name: {} for name in indexers}
-        for key, obj in items.items():
-            for name, func in indexers.items():
-                for value in func(obj):
-                    built[name].setdefault(value, set()).add(key)
-        return built
 
 
 def default_indexers() -> dict[str, IndexFunc]:

@@ -278,8 +278,12 @@ async def test_custom_resources_through_a_shared_factory_with_field_index(
         writer = ResourceClient(api_client, WIDGETS, namespace)
         for name, program in (("w1", "p1"), ("w2", "p1"), ("w3", "p2")):
             await writer.create(
-                {"apiVersion": WIDGETS.api_version, "kind": "Widget", "metadata": {"name": name},
-                 "spec": {"programRef": {"name": program}}}
+                {
+                    "apiVersion": WIDGETS.api_version,
+                    "kind": "Widget",
+                    "metadata": {"name": name},
+                    "spec": {"programRef": {"name": program}},
+                }
             )
         await eventually(lambda: len(informer.indexer) == 3, "three widgets cached")
         program_keys = informer.indexer.index_keys

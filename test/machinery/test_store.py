@@ -74,18 +74,18 @@ def test_add_update_delete_keep_indexes_consistent() -> None:
 
     # Moving a to another program removes it from the old index value entirely.
     a2 = obj("a", "ns1", rv="2", spec={"programRef": {"name": "p2"}})
-    assert store.update(a2) is a
+    assert store.update(a2) == a
     assert store.index_keys("program", "p1") == ["ns2/b"]
     assert store.index_keys("program", "p2") == ["ns1/a"]
     assert store.index_keys(CONTROLLER_UID_INDEX, "uid-s") == []
-    assert store.get_by_key("ns1/a") is a2
+    assert store.get_by_key("ns1/a") == a2
 
-    assert store.delete(b) is b
+    assert store.delete(b) == b
     assert store.index_keys("program", "p1") == []
     assert "p1" not in store.list_index_func_values("program")
     assert store.list_keys() == ["ns1/a"]
     assert store.delete(b) is None  # deleting twice is harmless
-    assert store.delete(DeletedFinalStateUnknown("ns1/a", a2)) is a2
+    assert store.delete(DeletedFinalStateUnknown("ns1/a", a2)) == a2
     assert len(store) == 0
     assert store.list_index_func_values(NAMESPACE_INDEX) == []
 
@@ -203,3 +203,56 @@ def test_concurrent_writers_and_readers_keep_indexes_consistent() -> None:
         current = store.get_by_key(key)
         assert current is not None
         assert store.index_keys("program", current["spec"]["programRef"]["name"]).count(key) == 1
+
+
+def test_reads_return_fresh_copies_callers_may_change() -> None:
+    store = Indexer(indexers={"program": index_by_field("spec.programRef.name")})
+    original = obj("a", spec={"programRef": {"name": "p1"}})
+    store.add(original)
+    original["spec"]["programRef"]["name"] = "changed-after-add"  # the store kept its own copy
+
+    first = store.get_by_key("default/a")
+    assert first is not None and first["spec"]["programRef"]["name"] == "p1"
+    first["spec"]["programRef"]["name"] = "mutated"
+    first["metadata"]["labels"] = {"x": "y"}
+    for read in (store.get_by_key("default/a"), store.list()[0], store.by_index("program", "p1")[0]):
+        assert read == obj("a", spec={"programRef": {"name": "p1"}})
+        assert read is not first
+    assert store.index_keys("program", "p1") == ["default/a"]
+    assert store.index_keys("program", "mutated") == []
+
+
+def test_entries_carry_key_resource_version_and_index_values_undecoded() -> None:
+    store = Indexer(indexers=default_indexers())
+    a = obj("a", "ns1", rv="7", owners=[owner("Stack", "s", "uid-s", controller=True)])
+    entry = store.encode(a)
+    assert entry.key == "ns1/a" and entry.resource_version == "7"
+    assert dict(entry.index_values) == {
+        NAMESPACE_INDEX: ("ns1",),
+        OWNER_UID_INDEX: ("uid-s",),
+        CONTROLLER_UID_INDEX: ("uid-s",),
+    }
+    assert entry.decode() == a and entry.decode() is not entry.decode()
+    assert store.put(entry) is None
+    assert store.put(store.encode(obj("a", "ns1", rv="8"))) == entry
+    assert store.index_keys(OWNER_UID_INDEX, "uid-s") == []
+    assert store.get_entry("ns1/a") is not None
+    removed = store.remove_key("ns1/a")
+    assert removed is not None and removed.resource_version == "8"
+    assert len(store) == 0 and store.list_index_func_values(NAMESPACE_INDEX) == []
+    with pytest.raises(ValueError):
+        store.encode({"metadata": {"name": "x"}, "spec": {"not-json": object()}})
+
+
+def test_entries_encoded_before_an_indexer_was_added_are_indexed_by_it() -> None:
+    store = Indexer(indexers={NAMESPACE_INDEX: default_indexers()[NAMESPACE_INDEX]})
+    early = store.encode(obj("a", spec={"programRef": {"name": "p"}}))
+    early_too = store.encode(obj("b", spec={"programRef": {"name": "q"}}))
+    store.add_indexers({"program": index_by_field("spec.programRef.name")})
+    store.put(early)
+    result = store.replace_entries([early, early_too])
+    assert [e.key for e in result.added_entries] == ["default/b"]
+    assert store.index_keys("program", "p") == ["default/a"]
+    assert store.index_keys("program", "q") == ["default/b"]
+    store.remove_key("default/a")
+    assert store.list_index_func_values("program") == ["q"]
