@@ -17,7 +17,7 @@ from __future__ import annotations
 import types
 import typing
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, TypeVar
 
@@ -98,11 +98,15 @@ def validation_errors(model: type[BaseModel], exc: ValidationError) -> list[Fiel
     return [FieldError(_loc_path(model, tuple(err["loc"])) or "<root>", err["msg"]) for err in exc.errors()]
 
 
-def _parse(model: type[M], obj: Mapping[str, Any]) -> tuple[M | None, list[FieldError]]:
+def _parse(
+    model: type[M], validate: Callable[[M], list[FieldError]], obj: Mapping[str, Any]
+) -> tuple[M | None, list[FieldError]]:
+    """Parse ``obj`` as ``model``, then run its cross-field checks; None only when it does not parse."""
     try:
-        return model.model_validate(obj), []
+        parsed = model.model_validate(obj)
     except ValidationError as exc:
         return None, validation_errors(model, exc)
+    return parsed, validate(parsed)
 
 
 # --- shared pieces ---------------------------------------------------------------------------
@@ -304,10 +308,7 @@ def validate_stack(stack: Stack) -> list[FieldError]:
 
 def parse_stack(obj: Mapping[str, Any]) -> tuple[Stack | None, list[FieldError]]:
     """Parse a raw Stack and check it; the Stack is None only when it does not parse at all."""
-    stack, errors = _parse(Stack, obj)
-    if stack is not None:
-        errors = validate_stack(stack)
-    return stack, errors
+    return _parse(Stack, validate_stack, obj)
 
 
 def deprecation_warnings(spec: StackSpec) -> list[str]:
@@ -397,10 +398,7 @@ def validate_workspace(ws: Workspace) -> list[FieldError]:
 
 def parse_workspace(obj: Mapping[str, Any]) -> tuple[Workspace | None, list[FieldError]]:
     """Parse a raw Workspace and check it; the Workspace is None only when it does not parse."""
-    ws, errors = _parse(Workspace, obj)
-    if ws is not None:
-        errors = validate_workspace(ws)
-    return ws, errors
+    return _parse(Workspace, validate_workspace, obj)
 
 
 # --- Update ----------------------------------------------------------------------------------
@@ -426,10 +424,7 @@ def validate_update(update: Update) -> list[FieldError]:
 
 def parse_update(obj: Mapping[str, Any]) -> tuple[Update | None, list[FieldError]]:
     """Parse a raw Update and check it; the Update is None only when it does not parse."""
-    update, errors = _parse(Update, obj)
-    if update is not None:
-        errors = validate_update(update)
-    return update, errors
+    return _parse(Update, validate_update, obj)
 
 
 # --- Program ---------------------------------------------------------------------------------
@@ -450,10 +445,7 @@ def validate_program(program: Program) -> list[FieldError]:
 
 def parse_program(obj: Mapping[str, Any]) -> tuple[Program | None, list[FieldError]]:
     """Parse a raw Program and check it; the Program is None only when it does not parse."""
-    program, errors = _parse(Program, obj)
-    if program is not None:
-        errors = validate_program(program)
-    return program, errors
+    return _parse(Program, validate_program, obj)
 
 
 __all__ = [
