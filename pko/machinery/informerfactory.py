@@ -36,8 +36,11 @@ class InformerFactory:
         metrics_registry: CollectorRegistry | None = None,
         page_size: int = 500,
         min_watch_timeout: int = 300,
+        request_timeout: float = 60.0,
     ) -> None:
         self._api = api
+        # Bounds each list page (watches have their own server-side timeout): --kube-api-timeout.
+        self._request_timeout = request_timeout
         self._namespace = namespace
         self._resync_period = resync_period
         self._transform = transform
@@ -55,7 +58,12 @@ class InformerFactory:
         key = (resource.group, resource.version, resource.plural)
         informer = self._informers.get(key)
         if informer is None:
-            client = ResourceClient(self._api, resource, self._namespace if resource.namespaced else None)
+            client = ResourceClient(
+                self._api,
+                resource,
+                self._namespace if resource.namespaced else None,
+                request_timeout=self._request_timeout,
+            )
             informer = SharedInformer(
                 client,
                 indexers=indexers,

@@ -305,6 +305,7 @@ class Manager:
             namespace=self.options.namespace,
             resync_period=self.options.resync_period,
             metrics_registry=registry,
+            request_timeout=self.options.kube_api_timeout,
         )
         self._workqueue_metrics = PrometheusWorkqueueMetrics(registry)
         self._controller_metrics = PrometheusControllerMetrics(registry)

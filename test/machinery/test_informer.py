@@ -462,3 +462,11 @@ async def test_informer_survives_apiserver_restart(
     # Whether the new apiserver's watch cache could replay the changes or answered 410 (then we
     # relisted), every missed change arrives exactly once.
     assert_missed_changes_delivered(rec, namespace, tombstones=informer.stats.relists_gone > 0)
+
+
+async def test_factory_bounds_list_requests_with_the_kube_api_timeout() -> None:
+    from kubernetes_asyncio.client import ApiClient, Configuration
+
+    async with ApiClient(Configuration()) as api:
+        factory = InformerFactory(api, request_timeout=7.5)
+        assert factory.informer(CONFIGMAPS).client.request_timeout == 7.5
