@@ -235,6 +235,9 @@ class LocalCluster:
                 if attempt == attempts:
                     raise RuntimeError(f"could not bind the control plane's ports: {e}") from e
                 _log(f"{e}; retrying with new ports")
+            except BaseException:
+                self.stop()  # never leave half a control plane running
+                raise
         raise AssertionError("unreachable")
 
     def _start_once(self, bin_dir: Path, timeout: float) -> None:
