@@ -365,6 +365,20 @@ async def seed(writer: ResourceClient) -> None:
         await writer.create(configmap(name, {"v": "0"}))
 
 
+async def start_recorded_informer(
+    client: ResourceClient, informers: list[SharedInformer]
+) -> tuple[SharedInformer, Recorder]:
+    """A synced informer (fast reconnect backoff) whose events from now on are recorded."""
+    informer = SharedInformer(client, label_selector=SELECTOR, backoff_initial=0.2, backoff_max=1.0)
+    informers.append(informer)
+    rec = Recorder()
+    informer.start()
+    assert await informer.wait_for_sync(60)
+    informer.add_event_handler(rec)
+    rec.clear()
+    return informer, rec
+
+
 async def change_while_disconnected(writer: ResourceClient) -> None:
     for name in ("change-1", "change-2"):
         obj = await writer.get(name)
@@ -398,18 +412,7 @@ async def test_informer_relists_after_410_gone_and_reports_missed_deletes_as_tom
     writer = ResourceClient(direct, CONFIGMAPS, namespace)
     await seed(writer)
 
-    informer = SharedInformer(
-        ResourceClient(via_proxy, CONFIGMAPS, namespace),
-        label_selector=SELECTOR,
-        backoff_initial=0.2,
-        backoff_max=1.0,
-    )
-    informers.append(informer)
-    rec = Recorder()
-    informer.start()
-    assert await informer.wait_for_sync(60)
-    informer.add_event_handler(rec)
-    rec.clear()
+    informer, rec = await start_recorded_informer(ResourceClient(via_proxy, CONFIGMAPS, namespace), informers)
     rv_before = informer.last_sync_resource_version
 
     await proxy.cut()
@@ -436,18 +439,7 @@ async def test_informer_survives_apiserver_restart(
     via_proxy = await make_client(cluster.kubeconfig, server=proxy.url)
     writer = ResourceClient(direct, CONFIGMAPS, namespace)
     await seed(writer)
-    informer = SharedInformer(
-        ResourceClient(via_proxy, CONFIGMAPS, namespace),
-        label_selector=SELECTOR,
-        backoff_initial=0.2,
-        backoff_max=1.0,
-    )
-    informers.append(informer)
-    rec = Recorder()
-    informer.start()
-    assert await informer.wait_for_sync(60)
-    informer.add_event_handler(rec)
-    rec.clear()
+    informer, rec = await start_recorded_informer(ResourceClient(via_proxy, CONFIGMAPS, namespace), informers)
 
     await asyncio.to_thread(cluster.stop_apiserver)
     await eventually(lambda: informer.stats.errors >= 1, "the informer noticing the apiserver is gone")
