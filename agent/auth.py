@@ -3,8 +3,10 @@
 A call must carry ``authorization: Bearer <token>``. The token is checked with a TokenReview that
 names the audiences the workspace was configured with (so a token minted for another workspace, or
 for the apiserver itself, is rejected), then a SubjectAccessReview asks whether that user may
-``use`` the ``workspaces/rpc`` subresource (group ``auto.pulumi.com``) of this Workspace. Failures
-map to ``UNAUTHENTICATED`` and ``PERMISSION_DENIED``.
+``use`` the ``workspaces/rpc`` subresource (group ``auto.pulumi.com``) of this Workspace. A token
+that fails review, or a review the agent may not make (its account lacks ``system:auth-delegator``),
+is ``UNAUTHENTICATED``; a SubjectAccessReview that says no is ``PERMISSION_DENIED``; any other
+apiserver error is ``INTERNAL`` and an unreachable apiserver ``UNAVAILABLE`` (README: Security).
 
 Decisions are cached like the Go agent's delegating authenticator/authorizer: TokenReview success
 1h, failure 1m; SubjectAccessReview allow 5m, deny 5s. Both caches are bounded LRUs. Tokens are

@@ -310,6 +310,17 @@ class StackSpec(KubeModel):
     update. Defaults to 86400 (24 hours)."""
     preview: bool = False
     """(optional) Preview runs only preview operations, never actual updates."""
+    suspend: Annotated[bool, Extension("issue9: spec.suspend, as Flux users know it")] = False
+    """(pko extension) Suspend: while true, no new operation (update, refresh, destroy) is started for
+    this stack; an operation already running completes and its result is recorded."""
+    max_update_failures: (
+        Annotated[NonNegativeInt64, Extension("issue9: classified retries, failure budget per Stack")] | None
+    ) = None
+    """(pko extension) MaxUpdateFailures is how many times a deterministic failure (program, config,
+    install or auth error) is retried before the stack is Stalled (UpdateFailed) until its spec or
+    source changes. Defaults to the operator's setting (3, as the Go operator). Transient failures
+    (network, 5xx, 429, update conflict, a held lock) are retried with a short backoff and do not
+    count."""
 
     def resync_frequency(self) -> int:
         """Effective resync period in seconds: the field, but never less than 60 (the Go rule)."""
@@ -382,6 +393,45 @@ class CurrentStackUpdate(KubeModel):
     """Commit is the commit SHA of the planned update."""
 
 
+FailureReason = Literal[
+    "ProgramError",
+    "ResourceOperationFailed",
+    "ConfigInvalid",
+    "InstallFailed",
+    "AuthFailed",
+    "PendingOperations",
+    "StackLocked",
+    "UpdateConflict",
+    "Transient",
+    "UpdateLost",
+    "OperationFailed",
+]
+"""The closed set of failure classes in ``status.lastFailure.reason``."""
+
+
+class StackFailure(KubeModel):
+    """(pko extension) Why the last operation failed, and what the operator does about it."""
+
+    reason: FailureReason
+    """Reason classifies the failure: ProgramError, ResourceOperationFailed, ConfigInvalid,
+    InstallFailed, AuthFailed, PendingOperations (deterministic: retried slowly, then Stalled) or
+    StackLocked, UpdateConflict, Transient, UpdateLost (transient: retried quickly)."""
+    message: str
+    """Message holds the last lines of the error."""
+    transient: bool
+    """Transient is true when the failure is expected to go away by itself."""
+    update_name: str | None = None
+    """UpdateName is the Update that failed."""
+    counted_failures: NonNegativeInt64 | None = None
+    """CountedFailures is how many deterministic failures in a row the stack had with its current spec
+    and source; when it exceeds the failure budget the stack is Stalled."""
+    lock_owner: str | None = None
+    """LockOwner names who holds the stack's lock (StackLocked), when the backend says."""
+    pending_operations: Annotated[list[str], ListAtomic()] | None = None
+    """PendingOperations lists the URNs of operations Pulumi started but did not finish (PendingOperations):
+    resolve them (pulumi refresh --clear-pending-creates, or stack export/import) before the next update."""
+
+
 class StackStatus(KubeModel):
     """The observed state of a Stack."""
 
@@ -404,6 +454,10 @@ class StackStatus(KubeModel):
     source."""
     next_retry_time: Annotated[Time, Extension("design.md: retries show status.nextRetryTime")] | None = None
     """(pko extension) NextRetryTime is when a failed update will next be retried."""
+    last_failure: (
+        Annotated[StackFailure, Extension("issue9: a closed classification of the last failure")] | None
+    ) = None
+    """(pko extension) LastFailure classifies the last failed operation (cleared by a success)."""
 
 
 class Stack(KubeModel):
@@ -435,6 +489,7 @@ __all__ = [
     "CurrentStackUpdate",
     "EnvSelector",
     "FSSelector",
+    "FailureReason",
     "FluxSource",
     "FluxSourceReference",
     "GitAuthConfig",
@@ -449,6 +504,7 @@ __all__ = [
     "SSHAuth",
     "SecretSelector",
     "Stack",
+    "StackFailure",
     "StackSpec",
     "StackStatus",
     "StackUpdateState",

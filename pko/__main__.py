@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import signal
 import socket
 import sys
@@ -22,40 +21,46 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 import structlog
 from kubernetes_asyncio import client, config
 
+from pko.api.meta import parse_go_duration
 from pko.logging import configure_logging
 from pko.machinery.apiclient import new_api_client
+from pko.machinery.controller import CONTROLLER_NAMES, DEFAULT_WORKERS
 from pko.machinery.leaderelection import LeaderElectionConfig
 from pko.machinery.manager import LeaderElectionLost, Manager, ManagerOptions
+
+if TYPE_CHECKING:
+    # Imported lazily at run time: importing pko.controllers imports the reconcilers, which may
+    # log at import, and logging is configured only after the settings are parsed.
+    from pko.controllers.options import AddressMode, ControllerOptions
 
 __all__ = ["Settings", "load_client_configuration", "main", "parse_duration", "parse_settings"]
 
 DEFAULT_LEADER_ELECTION_ID = "operator.pulumi.com"  # the Go operator's Lease name
 DEFAULT_NAMESPACE = "pulumi-kubernetes-operator"
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+# Defaults of the ControllerOptions (pko/controllers/options.py), repeated here so that parsing
+# the command line does not import the reconcilers; test_main checks they agree.
+DEFAULT_SERVICE_ACCOUNT = "controller-manager"
+DEFAULT_AGENT_IMAGE = "pko-agent:latest"
+ADDRESS_MODES = ("dns", "pod-ip", "static")
+_LOG_LEVELS = ["debug", "info", "warn", "warning", "error", "critical"]
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in a Go duration (``1m30s``, ``500ms``) or a plain number of seconds."""
+    """Seconds in a Go duration (``1m30s``, ``500ms``; :func:`pko.api.meta.parse_go_duration`)
+    or a plain number of seconds."""
     text = text.strip()
     try:
         seconds = float(text)
     except ValueError:
-        pos, seconds = 0, 0.0
-        if not text:
-            raise ValueError("empty duration") from None
-        while pos < len(text):
-            match = _DURATION_PART.match(text, pos)
-            if match is None:
-                raise ValueError(f"invalid duration {text!r} (use e.g. 45s, 1m30s, 500ms)") from None
-            seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-            pos = match.end()
+        try:
+            seconds = parse_go_duration(text).total_seconds()
+        except ValueError:
+            raise ValueError(f"invalid duration {text!r} (use e.g. 45s, 1m30s, 500ms)") from None
     if seconds < 0:
         raise ValueError(f"duration {text!r} is negative")
     return seconds
@@ -82,6 +87,10 @@ def _bool_arg(text: str) -> bool:
         return _parse_bool(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _optional_positive_int(text: str) -> int | None:
+    return _positive_int(text) if text.strip() else None
 
 
 def _positive_int(text: str) -> int:
@@ -114,6 +123,34 @@ class Settings:
     log_format: Literal["json", "console"]
     kube_api_timeout: float
     shutdown_grace_period: float
+    operator_namespace: str = DEFAULT_NAMESPACE
+    operator_service_account: str = DEFAULT_SERVICE_ACCOUNT
+    agent_image: str = DEFAULT_AGENT_IMAGE
+    agent_image_pull_policy: str = "IfNotPresent"
+    workspace_image: str | None = None
+    workspace_address_mode: str = "dns"
+    workspace_static_address: str | None = None
+    watch_namespace: str | None = None
+    engine_event_log_level: str = "debug"
+    flux_max_untar_size_bytes: int | None = None
+
+    def controller_options(self) -> ControllerOptions:
+        """What the reconcilers are told (``pko.controllers.register``)."""
+        from pko.controllers.options import ControllerOptions
+
+        return ControllerOptions(
+            operator_namespace=self.operator_namespace,
+            operator_service_account=self.operator_service_account,
+            agent_image=self.agent_image,
+            agent_image_pull_policy=self.agent_image_pull_policy,
+            default_workspace_image=self.workspace_image,
+            workspace_address_mode=cast("AddressMode", self.workspace_address_mode),
+            workspace_static_address=self.workspace_static_address,
+            engine_event_log_level=self.engine_event_log_level,
+            program_fs_adv_addr=self.program_fs_adv_addr,
+            flux_max_untar_size_bytes=self.flux_max_untar_size_bytes,
+            watch_namespace=self.watch_namespace,
+        )
 
     def manager_options(self, identity: str) -> ManagerOptions:
         le = None
@@ -132,12 +169,13 @@ class Settings:
             leader_election=le,
             shutdown_grace_period=self.shutdown_grace_period,
             max_concurrent_reconciles=dict(self.max_concurrent_reconciles),
+            namespace=self.watch_namespace,
             kube_api_timeout=self.kube_api_timeout,
         )
 
 
-# Reconcile workers per controller kind; the Go operator's defaults.
-_CONCURRENCY = (("stack", 25), ("workspace", 25), ("update", 10), ("program", 25))
+# Reconcile workers per controller kind (the flag's name): the Go operator's defaults.
+_CONCURRENCY = tuple((name.removesuffix("-controller"), DEFAULT_WORKERS[name]) for name in CONTROLLER_NAMES)
 
 
 def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -233,6 +271,75 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "[PROGRAM_FS_ADV_ADDR] (not used yet, see --program-fs-addr)",
     )
 
+    ops = p.add_argument_group("workspaces and the operator's identity")
+    ops.add_argument(
+        "--operator-namespace",
+        metavar="NAME",
+        default=pod_namespace,
+        help=f"the operator's namespace (default {DEFAULT_NAMESPACE}) [POD_NAMESPACE]",
+    )
+    ops.add_argument(
+        "--operator-service-account",
+        metavar="NAME",
+        default=env_or("POD_SA_NAME", DEFAULT_SERVICE_ACCOUNT),
+        help="the operator's ServiceAccount, the identity of the tokens it presents to workspace "
+        f"agents (default {DEFAULT_SERVICE_ACCOUNT}) [POD_SA_NAME]",
+    )
+    ops.add_argument(
+        "--agent-image",
+        metavar="IMAGE",
+        default=env_or("AGENT_IMAGE", DEFAULT_AGENT_IMAGE),
+        help="image of the workspace pods' bootstrap and fetch containers (default %(default)s) "
+        "[AGENT_IMAGE]",
+    )
+    ops.add_argument(
+        "--agent-image-pull-policy",
+        default=env_or("AGENT_IMAGE_PULL_POLICY", "IfNotPresent"),
+        choices=["Always", "IfNotPresent", "Never"],
+        help="pull policy of the agent image (default %(default)s) [AGENT_IMAGE_PULL_POLICY]",
+    )
+    ops.add_argument(
+        "--workspace-image",
+        metavar="IMAGE",
+        default=env.get("WORKSPACE_IMAGE") or None,
+        help="Pulumi image of Workspaces that name none (default: the official image for the "
+        "Workspace's security profile) [WORKSPACE_IMAGE]",
+    )
+    ops.add_argument(
+        "--workspace-address-mode",
+        default=env.get("WORKSPACE_ADDRESS_MODE") or None,
+        choices=ADDRESS_MODES,
+        help="how the operator reaches workspace agents: dns (the Service name, in a cluster), "
+        "pod-ip (the pod's IP, outside the cluster DNS) or static (--workspace-localhost for every "
+        "workspace) (default dns, static when --workspace-localhost is set) [WORKSPACE_ADDRESS_MODE]",
+    )
+    ops.add_argument(
+        "--workspace-localhost",
+        metavar="HOST:PORT",
+        default=env.get("WORKSPACE_LOCALHOST") or None,
+        help="the one agent address of static mode, e.g. a kubectl port-forward [WORKSPACE_LOCALHOST]",
+    )
+    ops.add_argument(
+        "--watch-namespace",
+        metavar="NAME",
+        default=env.get("WATCH_NAMESPACE") or None,
+        help="watch and reconcile only this namespace (default: all) [WATCH_NAMESPACE]",
+    )
+    ops.add_argument(
+        "--engine-event-log-level",
+        default=env_or("ENGINE_EVENT_LOG_LEVEL", "debug"),
+        choices=_LOG_LEVELS,
+        help="level at which Pulumi engine events are logged (default %(default)s) [ENGINE_EVENT_LOG_LEVEL]",
+    )
+    ops.add_argument(
+        "--flux-max-untar-size-bytes",
+        type=_optional_positive_int,
+        metavar="N",
+        default=env.get("FLUX_MAX_UNTAR_SIZE_BYTES") or None,
+        help="largest Flux artifact a workspace unpacks, passed to its fetch container "
+        "(default: the agent's) [FLUX_MAX_UNTAR_SIZE_BYTES]",
+    )
+
     conc = p.add_argument_group("concurrency")
     for kind, workers in _CONCURRENCY:
         var = f"MAX_CONCURRENT_RECONCILES_{kind.upper()}"
@@ -249,7 +356,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "--log-level",
         "--zap-log-level",
         default=env_or("LOG_LEVEL", "info"),
-        choices=["debug", "info", "warn", "warning", "error", "critical"],
+        choices=_LOG_LEVELS,
         help="lowest level logged (default %(default)s) [LOG_LEVEL]",
     )
     run.add_argument(
@@ -307,7 +414,27 @@ def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
             log_format=cast(Literal["json", "console"], args.log_format),
             kube_api_timeout=args.kube_api_timeout,
             shutdown_grace_period=args.shutdown_grace_period,
+            operator_namespace=args.operator_namespace,
+            operator_service_account=args.operator_service_account,
+            agent_image=args.agent_image,
+            agent_image_pull_policy=args.agent_image_pull_policy,
+            workspace_image=args.workspace_image,
+            workspace_address_mode=args.workspace_address_mode
+            or ("static" if args.workspace_localhost else "dns"),
+            workspace_static_address=args.workspace_localhost,
+            watch_namespace=args.watch_namespace,
+            engine_event_log_level=args.engine_event_log_level,
+            flux_max_untar_size_bytes=args.flux_max_untar_size_bytes,
         )
+        # argparse checks choices on the command line only; the environment's values are checked here.
+        for action in parser._actions:
+            value = getattr(args, action.dest, None)
+            if action.choices is not None and value is not None and value not in action.choices:
+                raise ValueError(f"{action.option_strings[0]}: invalid choice {value!r}")
+        if settings.workspace_address_mode == "static" and not settings.workspace_static_address:
+            raise ValueError(
+                "--workspace-address-mode=static needs --workspace-localhost (WORKSPACE_LOCALHOST)"
+            )
         if settings.leader_elect:
             settings.manager_options("validate")  # durations must be consistent
     except ValueError as exc:
@@ -343,7 +470,7 @@ async def _serve(settings: Settings) -> int:
     cfg = await load_client_configuration(settings.kubeconfig)
     async with new_api_client(cfg) as api:
         manager = Manager(api, settings.manager_options(_identity()))
-        register(manager)
+        register(manager, settings.controller_options())
         loop = asyncio.get_running_loop()
         signals_seen = 0
 
@@ -366,6 +493,8 @@ async def _serve(settings: Settings) -> int:
             "starting",
             server=cfg.host,
             leader_elect=settings.leader_elect,
+            watch_namespace=settings.watch_namespace or "*",
+            workspace_address_mode=settings.workspace_address_mode,
             program_fs_addr=settings.program_fs_addr,
             program_fs_note="the Program artifact server is not implemented yet",
         )

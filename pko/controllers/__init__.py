@@ -8,19 +8,27 @@ manager's options (``--max-concurrent-reconciles-*``), keyed by the Go operator'
 
 from __future__ import annotations
 
+from pko.controllers.options import ControllerOptions
+from pko.machinery.controller import CONTROLLER_NAMES  # the one list; defined with DEFAULT_WORKERS
 from pko.machinery.manager import Manager
 
 __all__ = ["CONTROLLER_NAMES", "register"]
 
-# Controller names, as the Go operator names them (they label metrics and logs).
-CONTROLLER_NAMES: tuple[str, ...] = (
-    "stack-controller",
-    "workspace-controller",
-    "update-controller",
-    "program-controller",
-)
 
+def register(manager: Manager, options: ControllerOptions | None = None) -> None:
+    """Declare every reconciler on ``manager``."""
+    from pko.controllers import program, stack, update, workspace
+    from pko.tokens import TokenSource
 
-def register(manager: Manager) -> None:
-    """Declare every reconciler on ``manager``. None exists yet: they arrive with their own issue."""
-    del manager
+    opts = options if options is not None else ControllerOptions()
+    # One token cache for the operator's identity, shared by every controller that calls agents.
+    tokens = TokenSource(
+        manager.api,
+        opts.operator_namespace,
+        opts.operator_service_account,
+        request_timeout=manager.options.kube_api_timeout,
+    )
+    workspace.setup(manager, opts, tokens)
+    update.setup(manager, opts, tokens=tokens)
+    program.setup(manager, opts)
+    stack.setup(manager, opts)

@@ -1,1 +1,22 @@
-"""."""
+"""Generic controller machinery: controller-runtime's ideas, asyncio-native, no pko semantics.
+
+Data flows one way: watch -> cache -> queue -> reconcile -> API writes. One line per module:
+
+* ``resource``: raw JSON requests for one resource type (list, watch, get, create, replace,
+  patch, server-side apply, delete with preconditions) and discovery (``served``).
+* ``apiclient``: the kubernetes-asyncio ``ApiClient`` without its per-request environment look-ups.
+* ``store``: the thread-safe indexed cache behind an informer, and key and index functions.
+* ``informer``: list+watch into a store (a reflector), fanned out to event handlers.
+* ``informerfactory``: one shared informer per resource type, with per-informer selectors.
+* ``workqueue`` / ``delayingqueue`` / ``ratelimitingqueue``: client-go's queue layers.
+* ``ratelimit``: per-item exponential and overall token-bucket rate limiters.
+* ``controller``: N workers reconciling keys from a queue (``Result``, ``TerminalError``).
+* ``predicates``: composable event filters (generation, annotation, conditions, ...).
+* ``objects``: owner references and finalizers.
+* ``conditions``: ``metav1.Condition`` list helpers.
+* ``events``: a Kubernetes Event recorder with client-go's aggregation and spam filter.
+* ``leaderelection``: a Lease-based elector, as client-go's.
+* ``manager``: wires informers, controllers, runnables, leader election, probes and metrics.
+* ``metrics``: controller-runtime's Prometheus series for queues and controllers.
+* ``serving``: the ``/healthz``, ``/readyz`` and ``/metrics`` HTTP servers.
+"""

@@ -39,6 +39,7 @@ from pko.machinery.ratelimitingqueue import RateLimitingQueue
 from pko.machinery.workqueue import ShutDown
 
 __all__ = [
+    "CONTROLLER_NAMES",
     "DEFAULT_WORKERS",
     "Controller",
     "Reconciler",
@@ -46,10 +47,16 @@ __all__ = [
     "TerminalError",
 ]
 
-# Workers per controller, as the Go operator runs them (names are its controller names).
-DEFAULT_WORKERS: Final[Mapping[str, int]] = MappingProxyType(
-    {"stack-controller": 25, "workspace-controller": 25, "update-controller": 10}
+# The operator's controller names, as the Go operator names them (they label metrics and logs).
+# Here rather than in pko.controllers so the machinery's defaults need no import of the reconcilers.
+CONTROLLER_NAMES: Final[tuple[str, ...]] = (
+    "stack-controller",
+    "workspace-controller",
+    "update-controller",
+    "program-controller",
 )
+# Workers per controller: the Go operator runs MAX_CONCURRENT_RECONCILES = 25 for every one.
+DEFAULT_WORKERS: Final[Mapping[str, int]] = MappingProxyType(dict.fromkeys(CONTROLLER_NAMES, 25))
 
 
 @dataclass(frozen=True, slots=True)

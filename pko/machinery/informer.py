@@ -32,7 +32,7 @@ import random
 import threading
 import weakref
 from collections import Counter as TallyCounter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -48,7 +48,6 @@ from pko.machinery.store import (
     IndexFunc,
     Obj,
     StoredObject,
-    deletion_handling_key,
     index_by_namespace,
     resource_version,
 )
@@ -101,38 +100,6 @@ class FuncHandler:
     def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         if self.delete:
             self.delete(obj)
-
-
-@dataclass(frozen=True, slots=True)
-class EnqueueHandler:
-    """Enqueue keys for every event: the object's own key, or the keys ``map_keys`` returns.
-
-    ``map_keys`` turns an object into the keys of what should be reconciled (e.g. an owned
-    object into its owner's key). Tombstones are unwrapped to their last known state.
-    """
-
-    enqueue: Callable[[str], None]
-    map_keys: Callable[[Obj], Iterable[str]] | None = None
-
-    def _keys(self, obj: Obj | DeletedFinalStateUnknown) -> Iterable[str]:
-        if self.map_keys is None:
-            return (deletion_handling_key(obj),)
-        return self.map_keys(obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj)
-
-    def on_add(self, obj: Obj) -> None:
-        for key in self._keys(obj):
-            self.enqueue(key)
-
-    def on_update(self, old: Obj, new: Obj) -> None:
-        keys = set(self._keys(new))
-        if self.map_keys is not None:
-            keys.update(self._keys(old))  # e.g. an owner reference that moved
-        for key in sorted(keys):
-            self.enqueue(key)
-
-    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
-        for key in self._keys(obj):
-            self.enqueue(key)
 
 
 # ----- statistics and metrics --------------------------------------------------------------------

@@ -4,12 +4,15 @@ Why: each informer is a watch connection and a full cache; two controllers watch
 share one (client-go's ``SharedInformerFactory``). Indexers requested by different controllers
 are merged into the one informer; two different functions under one index name are a bug and
 raise.
+
+Selectors are per informer and fixed when it is created: a cache of Pods is either every Pod or
+the workspace Pods, never a mix, so a later request for a different selector raises.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
@@ -49,15 +52,33 @@ class InformerFactory:
         self._page_size = page_size
         self._min_watch_timeout = min_watch_timeout
         self._informers: dict[tuple[str, str, str], SharedInformer] = {}
+        self._selectors: dict[tuple[str, str, str], tuple[str | None, str | None]] = {}
         self._started = False
 
+    @staticmethod
+    def _key(resource: Resource) -> tuple[str, str, str]:
+        return (resource.group, resource.version, resource.plural)
+
     def informer(
-        self, resource: Resource, *, indexers: Mapping[str, IndexFunc] | None = None
+        self,
+        resource: Resource,
+        *,
+        indexers: Mapping[str, IndexFunc] | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> SharedInformer:
-        """The shared informer for ``resource``, created on first use, with ``indexers`` added."""
-        key = (resource.group, resource.version, resource.plural)
+        """The shared informer for ``resource``, created on first use, with ``indexers`` added.
+
+        ``label_selector``/``field_selector`` limit what the informer caches; they take effect at
+        creation. Later calls may omit them (meaning "whatever the cache holds"); a different
+        selector raises ``ValueError``.
+        """
+        key = self._key(resource)
         informer = self._informers.get(key)
-        if informer is None:
+        if informer is not None:
+            self._check_selectors(resource, label_selector, field_selector)
+        else:
+            label_selector = label_selector if label_selector is not None else self._label_selector
             client = ResourceClient(
                 self._api,
                 resource,
@@ -69,12 +90,14 @@ class InformerFactory:
                 indexers=indexers,
                 resync_period=self._resync_period,
                 transform=self._transform,
-                label_selector=self._label_selector,
+                label_selector=label_selector,
+                field_selector=field_selector,
                 page_size=self._page_size,
                 min_watch_timeout=self._min_watch_timeout,
                 metrics_registry=self._metrics_registry,
             )
             self._informers[key] = informer
+            self._selectors[key] = (label_selector, field_selector)
             if self._started:
                 informer.start()
             return informer
@@ -90,19 +113,48 @@ class InformerFactory:
                 informer.add_indexers(new)
         return informer
 
+    def _check_selectors(self, resource: Resource, label: str | None, field: str | None) -> None:
+        have_label, have_field = self._selectors[self._key(resource)]
+        for what, wanted, have in (("label", label, have_label), ("field", field, have_field)):
+            if wanted is not None and wanted != have:
+                raise ValueError(
+                    f"the {resource.name} informer exists with {what} selector {have!r}, not {wanted!r}"
+                )
+
+    def get(self, resource: Resource) -> SharedInformer | None:
+        """The informer of ``resource`` if one was created."""
+        return self._informers.get(self._key(resource))
+
     @property
     def informers(self) -> list[SharedInformer]:
         return list(self._informers.values())
 
-    def start(self) -> None:
-        """Start every informer (needs a running event loop)."""
+    def _excluding(self, exclude: Collection[Resource]) -> list[SharedInformer]:
+        skip = {self._key(r) for r in exclude}
+        return [i for k, i in self._informers.items() if k not in skip]
+
+    def start(self, exclude: Collection[Resource] = ()) -> None:
+        """Start every informer but those of ``exclude`` (needs a running event loop).
+
+        Informers created later are started at once; excluded ones wait for :meth:`start_informer`.
+        """
         self._started = True
-        for informer in self._informers.values():
+        for informer in self._excluding(exclude):
             informer.start()
 
-    async def wait_for_cache_sync(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
-        """True when every informer has synced within ``timeout`` seconds."""
-        results = await asyncio.gather(*(i.wait_for_sync(timeout) for i in self._informers.values()))
+    def start_informer(self, resource: Resource) -> SharedInformer:
+        """Start the (existing) informer of ``resource``, e.g. once its CRD exists."""
+        informer = self._informers[self._key(resource)]
+        informer.start()
+        return informer
+
+    async def wait_for_cache_sync(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109
+        exclude: Collection[Resource] = (),
+    ) -> bool:
+        """True when every informer but those of ``exclude`` has synced within ``timeout`` seconds."""
+        results = await asyncio.gather(*(i.wait_for_sync(timeout) for i in self._excluding(exclude)))
         return all(results)
 
     async def stop(self) -> None:

@@ -24,6 +24,18 @@ What it wires, and the rules it keeps (controller-runtime's manager, asyncio-nat
   ``shutdown_grace_period`` seconds, then are cancelled; only then is the Lease released (renewals
   continue during the grace period, so nobody else leads while our reconciles still run), then
   informers and finally the HTTP servers stop.
+* **Runnables** (:meth:`Manager.add_runnable`): long-lived tasks beside the controllers, e.g. an
+  artifact server (every replica) or per-operation watch tasks (leader only: started with the
+  controllers, cancelled with them). A runnable that raises is logged and restarted with backoff.
+* **Scoped caches**: an informer may carry a label or field selector (fixed when it is created),
+  so Pods, StatefulSets and Services are cached only when they belong to a workspace.
+* **Optional watches** (``watches(..., optional=True)``) for kinds whose CRD may not be installed
+  (Flux sources): their informers never hold up ``/readyz`` or the leader's start. The manager
+  asks discovery every ``discovery_interval`` s until the kind is served, then starts the
+  informer; one that has not synced after ``optional_sync_timeout`` s is reported (a warning and
+  :meth:`Manager.optional_cache_status`), and its events flow whenever it does sync.
+* **Events**: :attr:`Manager.events` records Kubernetes Events as ``pulumi-kubernetes-operator``;
+  it runs from start to stop on every replica (only leaders' reconcilers use it).
 * **Observability**: one ``CollectorRegistry`` per manager, served on ``/metrics``, holding the
   workqueue, controller, reflector, process and ``leader_election_master_status`` series.
 """
@@ -32,9 +44,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import structlog
 from aiohttp import web
@@ -45,13 +57,15 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from pko.machinery.controller import DEFAULT_WORKERS, Controller, Reconciler
+from pko.machinery.events import EventRecorder
 from pko.machinery.informer import SharedInformer
 from pko.machinery.informerfactory import InformerFactory
 from pko.machinery.leaderelection import LeaderElectionConfig, LeaderElector
 from pko.machinery.metrics import PrometheusControllerMetrics, PrometheusWorkqueueMetrics
+from pko.machinery.predicates import Predicate, generation_changed
 from pko.machinery.ratelimit import RateLimiter
 from pko.machinery.ratelimitingqueue import RateLimitingQueue
-from pko.machinery.resource import Resource
+from pko.machinery.resource import Resource, served
 from pko.machinery.serving import HttpServer, ReadinessCheck, metrics_app, parse_bind_address, probes_app
 from pko.machinery.store import (
     DeletedFinalStateUnknown,
@@ -73,11 +87,18 @@ __all__ = [
 
 # Which keys an event on an object should enqueue.
 MapKeys = Callable[[Obj], Iterable[str]]
-# Whether an event passes: (old, new) is (None, obj) for an add, (old, new) for an update and
-# (last known state, None) for a delete.
-Predicate = Callable[[Obj | None, Obj | None], bool]
 
 DEFAULT_SHUTDOWN_GRACE_PERIOD: Final = 30.0
+# The component that signs the manager's Events, as the Go operator's recorder does.
+EVENT_COMPONENT: Final = "pulumi-kubernetes-operator"
+RUNNABLE_BACKOFF_INITIAL: Final = 1.0
+RUNNABLE_BACKOFF_MAX: Final = 60.0
+
+# The status of an optional informer (see Manager.optional_cache_status).
+CACHE_ABSENT: Final = "absent"  # the kind is not served (CRD not installed)
+CACHE_SYNCING: Final = "syncing"
+CACHE_SYNCED: Final = "synced"
+CACHE_STALLED: Final = "stalled"  # served, but not synced within optional_sync_timeout
 
 
 def _alive() -> str | None:
@@ -89,17 +110,6 @@ class LeaderElectionLost(RuntimeError):
     """This replica stopped leading before it was asked to stop; the process should exit."""
 
 
-def generation_changed(old: Obj | None, new: Obj | None) -> bool:
-    """controller-runtime's ``GenerationChangedPredicate``: skip updates that left the spec alone.
-
-    Adds and deletes pass. With a status subresource, status writes (including our own) and
-    metadata-only changes do not bump ``metadata.generation``, so they do not requeue.
-    """
-    if old is None or new is None:
-        return True
-    return (old.get("metadata") or {}).get("generation") != (new.get("metadata") or {}).get("generation")
-
-
 @dataclass(frozen=True, slots=True)
 class ManagerOptions:
     """How the manager runs. Durations are seconds.
@@ -107,6 +117,7 @@ class ManagerOptions:
     ``max_concurrent_reconciles`` maps controller names to worker counts (overriding
     :data:`~pko.machinery.controller.DEFAULT_WORKERS`); ``namespace`` limits every informer to one
     namespace (``None``: all). Bind addresses are ``host:port``; ``"0"`` disables that server.
+    ``discovery_interval`` and ``optional_sync_timeout`` govern optional watches.
     """
 
     metrics_bind_address: str = ":8383"
@@ -117,6 +128,8 @@ class ManagerOptions:
     namespace: str | None = None
     resync_period: float = 0.0
     kube_api_timeout: float = 30.0
+    discovery_interval: float = 30.0
+    optional_sync_timeout: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +137,14 @@ class _Watch:
     informer: SharedInformer
     map_keys: MapKeys | None  # None: the object's own key
     predicate: Predicate | None
+
+
+@dataclass(slots=True)
+class _Runnable:
+    name: str
+    fn: Callable[[], Awaitable[None]]
+    leader_only: bool
+    task: asyncio.Task[None] | None = None
 
 
 class _Enqueuer:
@@ -201,17 +222,31 @@ class ControllerBuilder:
         map_keys: MapKeys | None,
         predicate: Predicate | None,
         indexers: Mapping[str, IndexFunc] | None = None,
+        *,
+        optional: bool = False,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> SharedInformer:
-        informer = self._manager.informer(resource, indexers=indexers)
+        informer = self._manager.informer(
+            resource, indexers=indexers, label_selector=label_selector, field_selector=field_selector
+        )
+        self._manager._declare_watch(resource, optional=optional)
         self.sources.append(_Watch(informer, map_keys, predicate))
         return informer
 
-    def for_(self, resource: Resource, *, predicate: Predicate | None = None) -> ControllerBuilder:
+    def for_(
+        self,
+        resource: Resource,
+        *,
+        predicate: Predicate | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> ControllerBuilder:
         """Reconcile objects of ``resource``: each event enqueues the object's own key."""
         if self.primary is not None:
             raise ValueError(f"controller {self.name!r} already reconciles {self.primary.name}")
         self.primary = resource
-        self._add(resource, None, predicate)
+        self._add(resource, None, predicate, label_selector=label_selector, field_selector=field_selector)
         return self
 
     def owns(
@@ -220,15 +255,25 @@ class ControllerBuilder:
         *,
         controller_only: bool = True,
         predicate: Predicate | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> ControllerBuilder:
         """Events on ``resource`` enqueue the owner's key (an owner of the primary kind).
 
         The owned informer also gets the owner index (see :meth:`owner_index`), so a reconciler
-        can list what an object owns from the cache.
+        can list what an object owns from the cache. A selector scopes the owned informer's
+        cache (see :meth:`Manager.informer`).
         """
         owner = self._require_primary("owns")
         index_name, func = self.owner_index(owner, controller_only=controller_only)
-        self._add(resource, func, predicate, {index_name: func})
+        self._add(
+            resource,
+            func,
+            predicate,
+            {index_name: func},
+            label_selector=label_selector,
+            field_selector=field_selector,
+        )
         return self
 
     @staticmethod
@@ -239,10 +284,29 @@ class ControllerBuilder:
         return f"{prefix}:{owner.kind}.{owner.group}", func
 
     def watches(
-        self, resource: Resource, map_keys: MapKeys, *, predicate: Predicate | None = None
+        self,
+        resource: Resource,
+        map_keys: MapKeys,
+        *,
+        predicate: Predicate | None = None,
+        optional: bool = False,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> ControllerBuilder:
-        """Events on ``resource`` enqueue whatever keys ``map_keys(obj)`` returns."""
-        self._add(resource, map_keys, predicate)
+        """Events on ``resource`` enqueue whatever keys ``map_keys(obj)`` returns.
+
+        ``optional``: ``resource`` may not be served (a CRD not installed, e.g. Flux sources);
+        its informer starts once it is and never blocks readiness or the controllers' start. A
+        kind watched by any non-optional declaration is required.
+        """
+        self._add(
+            resource,
+            map_keys,
+            predicate,
+            optional=optional,
+            label_selector=label_selector,
+            field_selector=field_selector,
+        )
         return self
 
     def watches_by_index(
@@ -316,7 +380,15 @@ class Manager:
             ["name"],
             registry=registry,
         )
+        self.events = EventRecorder(api, EVENT_COMPONENT, registry=registry)
         self._builders: dict[str, ControllerBuilder] = {}
+        self._runnables: dict[str, _Runnable] = {}
+        # Watches declared optional / required, by (group, version, plural).
+        self._optional: dict[tuple[str, str, str], Resource] = {}
+        self._required: set[tuple[str, str, str]] = set()
+        self._optional_status: dict[tuple[str, str, str], str] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        self._controllers_started = False
         self._controllers: list[Controller] = []
         self._handlers: list[tuple[SharedInformer, _Enqueuer]] = []
         self._stop = asyncio.Event()
@@ -332,10 +404,62 @@ class Manager:
     # --- declaration -------------------------------------------------------------------------
 
     def informer(
-        self, resource: Resource, *, indexers: Mapping[str, IndexFunc] | None = None
+        self,
+        resource: Resource,
+        *,
+        indexers: Mapping[str, IndexFunc] | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> SharedInformer:
-        """The shared informer (and cache) of ``resource``, with ``indexers`` added."""
-        return self.factory.informer(resource, indexers=indexers)
+        """The shared informer (and cache) of ``resource``, with ``indexers`` added.
+
+        The first request creates it, with its selectors: e.g. Pods with
+        ``label_selector="auto.pulumi.com/component=workspace"`` caches only workspace Pods.
+        Later requests may omit the selectors; naming a different one raises ``ValueError``.
+        """
+        return self.factory.informer(
+            resource, indexers=indexers, label_selector=label_selector, field_selector=field_selector
+        )
+
+    def _declare_watch(self, resource: Resource, *, optional: bool) -> None:
+        key = (resource.group, resource.version, resource.plural)
+        if optional:
+            self._optional.setdefault(key, resource)
+        else:
+            self._required.add(key)
+
+    def _optional_resources(self) -> list[Resource]:
+        return [r for k, r in self._optional.items() if k not in self._required]
+
+    def add_runnable(self, name: str, fn: Callable[[], Awaitable[None]], *, leader_only: bool = True) -> None:
+        """Run ``fn()`` as a long-lived task under the manager.
+
+        ``leader_only`` runnables start with the controllers (caches synced, this replica leading)
+        and are cancelled when leadership ends or the manager stops; the others run on every
+        replica from start to stop. An exception is logged and ``fn`` is called again after a
+        backoff (1 s doubling to 60 s); returning ends the runnable. May be called while running.
+        """
+        if name in self._runnables:
+            raise ValueError(f"a runnable named {name!r} is already added")
+        runnable = _Runnable(name, fn, leader_only)
+        self._runnables[name] = runnable
+        if self._ran and not self._stopping:
+            if not leader_only or self._controllers_started:
+                self._start_runnable(runnable)
+
+    def optional_cache_status(self, resource: Resource) -> str:
+        """``absent`` (not served yet), ``syncing``, ``synced`` or ``stalled`` (not synced within
+        ``optional_sync_timeout``); for a required informer, ``syncing`` or ``synced``.
+
+        Raises ``KeyError`` for a resource no informer was created for.
+        """
+        key = (resource.group, resource.version, resource.plural)
+        if key in self._optional and key not in self._required:
+            return self._optional_status.get(key, CACHE_ABSENT)
+        informer = self.factory.get(resource)
+        if informer is None:
+            raise KeyError(resource.name)
+        return CACHE_SYNCED if informer.has_synced() else CACHE_SYNCING
 
     def controller(
         self,
@@ -396,7 +520,13 @@ class Manager:
     def _informers_synced(self) -> str | None:
         if self._stopping or self._stop.is_set():
             return "shutting down"
-        pending = [i.resource.name for i in self.factory.informers if not i.has_synced()]
+        optional = {(r.group, r.version, r.plural) for r in self._optional_resources()}
+        pending = [
+            i.resource.name
+            for i in self.factory.informers
+            if not i.has_synced()
+            and (i.resource.group, i.resource.version, i.resource.plural) not in optional
+        ]
         return f"not synced: {', '.join(sorted(pending))}" if pending else None
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -412,15 +542,30 @@ class Manager:
         try:
             await self._start_servers()
             self._serving.set()
-            self.factory.start()
+            self.events.start()
+            optional = self._optional_resources()
+            self.factory.start(exclude=optional)
+            if optional:
+                self._spawn(self._discover(optional), "manager:discovery")
+            for runnable in self._runnables.values():
+                if not runnable.leader_only:
+                    self._start_runnable(runnable)
             self._log.info(
                 "manager started",
                 controllers=sorted(self._builders),
+                runnables=sorted(self._runnables),
+                optional_watches=sorted(r.name for r in optional),
                 leader_election=self.options.leader_election is not None,
             )
             await self._run_until_stopped()
         finally:
             self._stopping = True
+            await self._stop_runnables(leader_only=False)
+            background, self._background = self._background, set()
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            await self.events.stop()
             await self.factory.stop()
             for server in reversed(self._servers):
                 await server.stop()
@@ -473,16 +618,110 @@ class Manager:
         """Run the controllers until cancelled (end of leadership or stop)."""
         self._leading = True
         try:
-            await self.factory.wait_for_cache_sync()
+            await self.factory.wait_for_cache_sync(exclude=self._optional_resources())
             if not self._stopping:
                 self._start_controllers()
+                self._controllers_started = True
+                for runnable in self._runnables.values():
+                    if runnable.leader_only:
+                        self._start_runnable(runnable)
             await asyncio.Future()  # until cancelled
         finally:
             self._leading = False
+            self._controllers_started = False
             # A stop has already drained the controllers gracefully; getting here with controllers
             # still running means leadership was lost: another replica may lead as soon as the
             # lease expires, so in-flight reconciles are cancelled now.
             await self._stop_controllers(0.0)
+            await self._stop_runnables(leader_only=True)
+
+    # --- runnables and optional informers ------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _start_runnable(self, runnable: _Runnable) -> None:
+        if runnable.task is None or runnable.task.done():
+            runnable.task = asyncio.create_task(self._supervise(runnable), name=f"runnable:{runnable.name}")
+
+    async def _stop_runnables(self, *, leader_only: bool) -> None:
+        tasks = []
+        for runnable in self._runnables.values():
+            if runnable.leader_only == leader_only and runnable.task is not None:
+                runnable.task.cancel()
+                tasks.append(runnable.task)
+                runnable.task = None
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _supervise(self, runnable: _Runnable) -> None:
+        log = self._log.bind(runnable=runnable.name)
+        loop = asyncio.get_running_loop()
+        delay = RUNNABLE_BACKOFF_INITIAL
+        while True:
+            started = loop.time()
+            try:
+                await runnable.fn()
+            except Exception as exc:
+                if loop.time() - started > RUNNABLE_BACKOFF_MAX:
+                    delay = RUNNABLE_BACKOFF_INITIAL  # it ran well for a while: not a crash loop
+                log.error("runnable failed; restarting", retry_in=delay, exc_info=exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RUNNABLE_BACKOFF_MAX)
+                continue
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
+                log.error("runnable failed (cancelled from within); restarting", retry_in=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RUNNABLE_BACKOFF_MAX)
+                continue
+            log.info("runnable finished")
+            return
+
+    async def _discover(self, resources: list[Resource]) -> None:
+        """Start each optional informer once discovery says its kind is served."""
+        pending = {(r.group, r.version, r.plural): r for r in resources}
+        for key in pending:
+            self._optional_status[key] = CACHE_ABSENT
+        reported: set[tuple[str, str, str]] = set()
+        while pending:
+            for key, resource in list(pending.items()):
+                try:
+                    ok = await served(self.api, resource, request_timeout=self.options.kube_api_timeout)
+                except Exception as exc:
+                    self._log.warning("discovery failed", resource=resource.name, error=str(exc))
+                    continue
+                if not ok:
+                    if key not in reported:
+                        reported.add(key)
+                        self._log.info(
+                            "optional watch: kind not served; checking again periodically",
+                            resource=resource.name,
+                            interval=self.options.discovery_interval,
+                        )
+                    continue
+                del pending[key]
+                self._optional_status[key] = CACHE_SYNCING
+                informer = self.factory.start_informer(resource)
+                self._spawn(self._await_optional_sync(key, informer), f"manager:sync:{resource.name}")
+            if pending:
+                await asyncio.sleep(self.options.discovery_interval)
+
+    async def _await_optional_sync(self, key: tuple[str, str, str], informer: SharedInformer) -> None:
+        timeout = self.options.optional_sync_timeout
+        if not await informer.wait_for_sync(timeout):
+            self._optional_status[key] = CACHE_STALLED
+            self._log.warning(
+                "optional watch: cache not synced in time; its events flow once it does",
+                resource=informer.resource.name,
+                timeout=timeout,
+            )
+            await informer.wait_for_sync()
+        self._optional_status[key] = CACHE_SYNCED
+        self._log.info("optional watch: cache synced", resource=informer.resource.name)
 
     def _start_controllers(self) -> None:
         for builder in self._builders.values():

@@ -1,4 +1,9 @@
-"""Raw JSON access to one Kubernetes resource type: list pages, watch streams, get/create/replace.
+"""Raw JSON access to one Kubernetes resource type: list pages, watch streams, and every write.
+
+Writes are what controllers need, with the apiserver doing the merging: ``patch`` (merge, JSON or
+strategic), ``apply`` (server-side apply with a field manager, also on ``/status``) and ``delete``
+with preconditions. Optimistic concurrency is the caller's: put ``metadata.resourceVersion`` in a
+merge patch or a replaced body, or a precondition on a delete, and a stale write fails with 409.
 
 Why not the generated ``*Api`` classes: they deserialize into model objects (a second copy of
 every object, and slow) and their watch helper re-encodes each event. Informers and leader
@@ -15,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 import aiohttp
@@ -25,6 +30,19 @@ Obj = dict[str, Any]
 
 _AUTH = ["BearerToken"]
 _JSON_HEADERS = {"Accept": "application/json", "Content-Type": "application/json"}
+
+PatchType = Literal["merge", "json", "strategic"]
+# A merge or strategic patch is an object; a JSON patch a list of operations.
+PatchBody = Obj | list[Obj]
+PropagationPolicy = Literal["Foreground", "Background", "Orphan"]
+
+_PATCH_CONTENT_TYPES: dict[str, str] = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+# Server-side apply takes YAML, and JSON is YAML: the body is sent as JSON under this type.
+_APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +84,8 @@ PODS = Resource("", "v1", "pods", "Pod")
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+EVENTS = Resource("", "v1", "events", "Event")
+SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 
 
 @dataclass(slots=True)
@@ -114,6 +134,20 @@ async def _raise_for_status(resp: aiohttp.ClientResponse) -> None:
     raise exc
 
 
+async def served(api: ApiClient, resource: Resource, *, request_timeout: float = 30.0) -> bool:
+    """Whether the apiserver serves ``resource`` (discovery of its group/version), e.g. whether a
+    CRD is installed and established. Errors other than 404 are raised."""
+    prefix = f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
+    client = ResourceClient(api, resource, request_timeout=request_timeout)
+    try:
+        data = await client._json("GET", prefix)
+    except ApiException as exc:
+        if api_error_status(exc) == 404:
+            return False
+        raise
+    return any(r.get("name") == resource.plural for r in data.get("resources") or [])
+
+
 class ResourceClient:
     """Requests for one resource type, optionally limited to one namespace.
 
@@ -142,14 +176,18 @@ class ResourceClient:
         path: str,
         *,
         query: list[tuple[str, str]] | None = None,
-        body: Obj | None = None,
+        body: PatchBody | None = None,
         client_timeout: aiohttp.ClientTimeout | None = None,
+        content_type: str | None = None,
     ) -> aiohttp.ClientResponse:
+        headers = dict(_JSON_HEADERS)
+        if content_type:
+            headers["Content-Type"] = content_type
         resp: aiohttp.ClientResponse = await self.api.call_api(
             path,
             method,
             query_params=query or [],
-            header_params=dict(_JSON_HEADERS),
+            header_params=headers,
             body=body,
             auth_settings=_AUTH,
             _preload_content=False,
@@ -251,8 +289,77 @@ class ResourceClient:
         path = self.resource.object_path(self._ns(None, body), str(meta["name"]))
         return await self._json("PUT", path, body=body)
 
-    async def delete(self, name: str, namespace: str | None = None) -> Obj:
-        return await self._json("DELETE", self.resource.object_path(self._ns(namespace), name))
+    async def delete(
+        self,
+        name: str,
+        namespace: str | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        propagation_policy: PropagationPolicy | None = None,
+    ) -> Obj:
+        """DELETE; ``uid``/``resource_version`` are preconditions (409 when the object is another
+        incarnation or changed since it was read), ``propagation_policy`` how dependents go.
+
+        Returns what the server returns: the object (still there while finalizers or foreground
+        deletion hold it) or a Status.
+        """
+        options: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
+        if preconditions:
+            options["preconditions"] = preconditions
+        if propagation_policy:
+            options["propagationPolicy"] = propagation_policy
+        body = options if len(options) > 2 else None
+        return await self._json("DELETE", self.resource.object_path(self._ns(namespace), name), body=body)
+
+    async def patch(
+        self,
+        name: str,
+        body: PatchBody,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = "merge",
+        field_manager: str | None = None,
+        subresource: str | None = None,
+    ) -> Obj:
+        """PATCH ``name`` (or its ``subresource``, e.g. ``"status"``).
+
+        ``merge`` is RFC 7386 (lists are replaced whole; ``None`` deletes a key; put
+        ``metadata.resourceVersion`` in the body for an optimistic-concurrency write), ``json`` is
+        RFC 6902 (``body`` is the list of operations), ``strategic`` is Kubernetes' merge by list
+        keys (built-in types only; custom resources answer 415).
+        """
+        path = self._subresource_path(name, self._ns(namespace), subresource)
+        query = [("fieldManager", field_manager)] if field_manager else []
+        return await self._json(
+            "PATCH", path, query=query, body=body, content_type=_PATCH_CONTENT_TYPES[patch_type]
+        )
+
+    async def apply(
+        self, body: Obj, *, field_manager: str, force: bool = True, subresource: str | None = None
+    ) -> Obj:
+        """Server-side apply ``body`` (``apiVersion``, ``kind``, ``metadata.name``, what this
+        manager owns) as ``field_manager``: fields it applied before and leaves out now are removed.
+
+        ``force`` takes over fields another manager owns instead of failing with 409, which is
+        what a controller wants for the fields it is the authority on (controller-runtime's
+        ``client.ForceOwnership``). Creates the object if it does not exist (not for subresources).
+        """
+        meta = body.get("metadata") or {}
+        path = self._subresource_path(str(meta["name"]), self._ns(None, body), subresource)
+        query = [("fieldManager", field_manager)]
+        if force:
+            query.append(("force", "true"))
+        return await self._json("PATCH", path, query=query, body=body, content_type=_APPLY_CONTENT_TYPE)
+
+    async def apply_status(self, body: Obj, *, field_manager: str, force: bool = True) -> Obj:
+        """Server-side apply of the ``/status`` subresource (only ``status`` is taken from ``body``)."""
+        return await self.apply(body, field_manager=field_manager, force=force, subresource="status")
+
+    def _subresource_path(self, name: str, namespace: str | None, subresource: str | None) -> str:
+        path = self.resource.object_path(namespace, name)
+        return f"{path}/{quote(subresource, safe='')}" if subresource else path
 
 
 @dataclass(slots=True)

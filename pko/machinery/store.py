@@ -42,8 +42,6 @@ IndexValues = tuple[tuple[str, tuple[str, ...]], ...]
 """``(index name, values)`` for each indexer, in the store's indexer order."""
 
 NAMESPACE_INDEX = "namespace"
-OWNER_UID_INDEX = "owner-uid"
-CONTROLLER_UID_INDEX = "controller-uid"
 
 
 class ObjectKeyError(ValueError):
@@ -99,18 +97,6 @@ def object_key(namespace: str | None, name: str) -> str:
 def index_by_namespace(obj: Obj) -> list[str]:
     namespace = (obj.get("metadata") or {}).get("namespace")
     return [namespace] if namespace else []
-
-
-def index_by_owner_uid(obj: Obj) -> list[str]:
-    """UIDs of every owner reference."""
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return [ref["uid"] for ref in refs if ref.get("uid")]
-
-
-def index_by_controller_uid(obj: Obj) -> list[str]:
-    """UID of the controlling owner reference (``controller: true``), if any."""
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return [ref["uid"] for ref in refs if ref.get("controller") and ref.get("uid")]
 
 
 @functools.cache  # the same arguments give the same function, so shared informers can compare them
@@ -457,12 +443,3 @@ class Indexer:
                     keys.discard(key)
                     if not keys:
                         del index[value]
-
-
-def default_indexers() -> dict[str, IndexFunc]:
-    """Indexes most controllers want: by namespace, owner UID and controller UID."""
-    return {
-        NAMESPACE_INDEX: index_by_namespace,
-        OWNER_UID_INDEX: index_by_owner_uid,
-        CONTROLLER_UID_INDEX: index_by_controller_uid,
-    }

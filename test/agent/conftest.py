@@ -4,6 +4,10 @@
 - `git_http`: dulwich's smart-HTTP WSGI app under wsgiref; ``/private/`` requires basic auth.
 - `git_ssh`: a paramiko SSH server that runs dulwich's upload-pack for ``git-upload-pack`` requests.
 - `artifact_http`: a plain HTTP server serving byte strings (tarballs) by path.
+
+It also registers the session fixtures of conftest_agent.py (`agent_binary`, `auth_world`) for every
+test in this directory. A session fixture imported into two test modules is two fixtures, each run
+once per session: importing `agent_binary` into both image tests built the agent twice.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import paramiko
 import pytest
+from conftest_agent import agent_binary, auth_world
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from dulwich import porcelain
@@ -38,6 +43,8 @@ from paramiko.common import (
     OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED,
     OPEN_SUCCEEDED,
 )
+
+__all__ = ["agent_binary", "auth_world"]
 
 USER = "alice"
 PASSWORD = "correct-horse-battery"

@@ -1,8 +1,9 @@
 """Fixtures and helpers for the agent's RPC tests (auth, server, operations, CLI).
 
 Not a conftest: test/agent/conftest.py belongs to the source-fetching tests, and ``pytest_plugins``
-is not allowed below the root conftest, so tests import what they use from here explicitly
-(importing a fixture into a test module registers it for that module).
+is not allowed below the root conftest. Tests import helpers from here; the session fixtures
+(``agent_binary``, ``auth_world``) are registered once, in test/agent/conftest.py: imported into a
+test module instead, each importing module would get its own instance (the agent built twice).
 """
 
 from __future__ import annotations

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest_agent import agent_binary
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "docker.io/library/pko-agent:dev"
@@ -36,7 +35,6 @@ LAYER_TYPES = ("application/vnd.oci.image.layer.v1.tar+gzip", "application/vnd.o
 GOARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 
 pytestmark = pytest.mark.slow
-__all__ = ["agent_binary"]  # session fixture from conftest_agent.py, shared with test_selfcontained.py
 
 
 @dataclass(frozen=True)

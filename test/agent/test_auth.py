@@ -12,7 +12,7 @@ import logging
 from collections.abc import AsyncIterator
 
 import pytest
-from conftest_agent import AuthWorld, auth_world
+from conftest_agent import AuthWorld
 from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
@@ -21,8 +21,6 @@ from grpclib.health.v1.health_pb2 import HealthCheckRequest
 from grpclib.server import Server
 from pko.agent.auth import CacheTTLs, KubeAuthorizer, TTLCache, bearer_token
 from pko.api.generated.pko.agent import v1 as pb
-
-__all__ = ["auth_world"]
 
 PASSED = Status.UNIMPLEMENTED  # the gate let the call through to the (empty) service
 

@@ -15,7 +15,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest_agent import agent_binary, free_port, spawn, stop_process
+from conftest_agent import free_port, spawn, stop_process
 from fakepulumi.fixtures import make_fake_pulumi
 from grpclib.client import Channel
 from grpclib.exceptions import GRPCError
@@ -26,7 +26,6 @@ from pko.api.generated.pko.agent import v1 as pb
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
-__all__ = ["agent_binary"]  # session fixture from conftest_agent.py, shared with test_agent_image.py
 
 
 async def test_the_executable_serves_health_without_the_venv(agent_binary: Path, tmp_path: Path) -> None:

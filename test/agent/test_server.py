@@ -21,7 +21,6 @@ from conftest_agent import (
     AuthWorld,
     RunningAgent,
     agent_env,
-    auth_world,
     collect,
     free_port,
     spawn,
@@ -34,8 +33,6 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
-
-__all__ = ["auth_world"]
 
 FLOW_PROGRAM = """\
 name: agentflow

@@ -141,6 +141,8 @@ def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]
             },
             "retryMaxBackoffDurationSeconds": 600,
             "preview": True,
+            "suspend": True,
+            "maxUpdateFailures": 5,
         },
     }
 
@@ -182,6 +184,15 @@ def full_stack_status() -> dict[str, Any]:
         },
         "projectInfo": {"name": "random", "runtime": "yaml"},
         "nextRetryTime": "2024-10-17T21:00:00Z",
+        "lastFailure": {
+            "reason": "StackLocked",
+            "message": "the stack is locked by alice@host (pid 42)",
+            "transient": True,
+            "updateName": "random-yaml-abc",
+            "countedFailures": 1,
+            "lockOwner": "alice@host (pid 42)",
+            "pendingOperations": ["urn:pulumi:dev::random::random:index:RandomPet::a"],
+        },
     }
 
 
@@ -354,4 +365,14 @@ def full_program_status() -> dict[str, Any]:
             "size": 1024,
             "metadata": {"k": "v"},
         },
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "ArtifactReady",
+                "message": "artifact for generation 1 is available",
+                "lastTransitionTime": "2024-10-17T20:41:49Z",
+                "observedGeneration": 1,
+            }
+        ],
     }

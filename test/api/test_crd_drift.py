@@ -284,8 +284,28 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
     assert sorted(go - ours) == []
     # spec.config: Go leaves the whole map schemaless; ours is a map of arbitrary JSON values.
     # spec.initOnCreate: removed before Go's v1.0 but still in users' manifests; accepted, ignored.
+    # Program status.conditions: ours (issue 9: an invalid Program gets a condition); Go has none.
     assert sorted(ours - go) == [
+        ("Program", "status.conditions"),
+        ("Program", "status.conditions[]"),
+        ("Program", "status.conditions[].lastTransitionTime"),
+        ("Program", "status.conditions[].message"),
+        ("Program", "status.conditions[].observedGeneration"),
+        ("Program", "status.conditions[].reason"),
+        ("Program", "status.conditions[].status"),
+        ("Program", "status.conditions[].type"),
         ("Stack", "spec.config{}"),
         ("Stack", "spec.initOnCreate"),
+        ("Stack", "spec.maxUpdateFailures"),
+        ("Stack", "spec.suspend"),
+        ("Stack", "status.lastFailure"),
+        ("Stack", "status.lastFailure.countedFailures"),
+        ("Stack", "status.lastFailure.lockOwner"),
+        ("Stack", "status.lastFailure.message"),
+        ("Stack", "status.lastFailure.pendingOperations"),
+        ("Stack", "status.lastFailure.pendingOperations[]"),
+        ("Stack", "status.lastFailure.reason"),
+        ("Stack", "status.lastFailure.transient"),
+        ("Stack", "status.lastFailure.updateName"),
         ("Stack", "status.nextRetryTime"),
     ]

@@ -17,8 +17,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
+import pko.controllers
 from pko.logging import configure_logging
-from pko.machinery.controller import DEFAULT_WORKERS, Controller, Result, TerminalError
+from pko.machinery.controller import CONTROLLER_NAMES, DEFAULT_WORKERS, Controller, Result, TerminalError
 from pko.machinery.metrics import PrometheusControllerMetrics
 from pko.machinery.ratelimit import ItemExponentialFailureRateLimiter
 from pko.machinery.ratelimitingqueue import RateLimitingQueue
@@ -397,7 +398,15 @@ def test_a_controller_needs_a_worker() -> None:
 
 
 def test_default_worker_counts_match_the_go_operator() -> None:
-    assert DEFAULT_WORKERS == {"stack-controller": 25, "workspace-controller": 25, "update-controller": 10}
+    # MAX_CONCURRENT_RECONCILES: 25 for every controller, keyed by the one list of names.
+    assert DEFAULT_WORKERS == {
+        "stack-controller": 25,
+        "workspace-controller": 25,
+        "update-controller": 25,
+        "program-controller": 25,
+    }
+    assert tuple(DEFAULT_WORKERS) == CONTROLLER_NAMES
+    assert pko.controllers.CONTROLLER_NAMES is CONTROLLER_NAMES
 
 
 # --- result ---------------------------------------------------------------------------------------

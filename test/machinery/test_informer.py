@@ -18,7 +18,6 @@ from prometheus_client import CollectorRegistry
 from pko.machinery.informer import (
     LAST_APPLIED_ANNOTATION,
     Backoff,
-    EnqueueHandler,
     FuncHandler,
     SharedInformer,
     strip_managed_fields,
@@ -26,12 +25,11 @@ from pko.machinery.informer import (
 from pko.machinery.informerfactory import InformerFactory
 from pko.machinery.resource import CONFIGMAPS, Resource, ResourceClient
 from pko.machinery.store import (
-    OWNER_UID_INDEX,
     DeletedFinalStateUnknown,
     Obj,
     deletion_handling_key,
     index_by_field,
-    index_by_owner_uid,
+    index_by_owner,
     meta_namespace_key,
 )
 
@@ -101,28 +99,6 @@ def test_default_transform_drops_managed_fields_and_last_applied_only() -> None:
     assert strip_managed_fields({"metadata": {"name": "b"}}) == {"metadata": {"name": "b"}}
 
 
-def test_enqueue_handler_maps_objects_tombstones_and_moved_owners_to_keys() -> None:
-    queued: list[str] = []
-    own = EnqueueHandler(queued.append)
-    own.on_add(configmap("a", {}, namespace="ns"))
-    own.on_delete(DeletedFinalStateUnknown("ns/gone", configmap("gone", {}, namespace="ns")))
-    assert queued == ["ns/a", "ns/gone"]
-
-    queued.clear()
-
-    def owner_keys(obj: Obj) -> list[str]:
-        return [f"ns/{ref['name']}" for ref in obj["metadata"].get("ownerReferences", [])]
-
-    to_owner = EnqueueHandler(queued.append, owner_keys)
-    old = configmap("u", {}, namespace="ns", ownerReferences=[{"name": "s1"}])
-    new = configmap("u", {}, namespace="ns", ownerReferences=[{"name": "s2"}])
-    to_owner.on_update(old, new)
-    assert queued == ["ns/s1", "ns/s2"]  # both the old and the new owner reconcile
-    queued.clear()
-    to_owner.on_delete(DeletedFinalStateUnknown("ns/u", new))
-    assert queued == ["ns/s2"]
-
-
 def test_backoff_doubles_to_a_cap_with_jitter_and_resets() -> None:
     backoff = Backoff(1.0, 8.0, jitter=0.2)
     delays = [backoff.next() for _ in range(6)]
@@ -154,7 +130,7 @@ async def test_informer_sees_creates_updates_deletes_and_indexes_answer(
     )
     informer = SharedInformer(
         ResourceClient(api_client, CONFIGMAPS, namespace),
-        indexers={OWNER_UID_INDEX: index_by_owner_uid, "app": index_by_field("metadata.labels.app")},
+        indexers={"owner": index_by_owner("ConfigMap"), "app": index_by_field("metadata.labels.app")},
         label_selector=SELECTOR,
     )
     informers.append(informer)
@@ -184,7 +160,7 @@ async def test_informer_sees_creates_updates_deletes_and_indexes_answer(
     await writer.create(configmap("b", {"n": "1"}, labels={"app": "y"}, ownerReferences=[ref]))
     await eventually(lambda: len(informer.indexer) == 3, "adds of a and b")
     assert [o["metadata"]["name"] for o in informer.indexer.by_index("app", "x")] == ["a"]
-    assert informer.indexer.index_keys(OWNER_UID_INDEX, owner["metadata"]["uid"]) == [f"{namespace}/b"]
+    assert informer.indexer.index_keys("owner", f"{namespace}/owner") == [f"{namespace}/b"]
 
     a = await writer.get("a")
     a["data"] = {"n": "2"}
@@ -200,7 +176,7 @@ async def test_informer_sees_creates_updates_deletes_and_indexes_answer(
     assert isinstance(deleted, dict) and deleted["metadata"]["name"] == "b"  # a real delete, not a tombstone
     assert [o["metadata"]["name"] for o in informer.indexer.by_index("app", "y")] == ["a"]
     assert informer.indexer.by_index("app", "x") == []
-    assert informer.indexer.index_keys(OWNER_UID_INDEX, owner["metadata"]["uid"]) == []
+    assert informer.indexer.index_keys("owner", f"{namespace}/owner") == []
     assert await cache_matches(informer, writer)
 
     late = Recorder()

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -20,19 +19,22 @@ import aiohttp
 import pytest
 from kube_helpers import eventually
 from kubernetes_asyncio import client
+from localcluster import free_port  # the one helper (hack/ is on sys.path: test/conftest.py)
 from prometheus_client.parser import text_string_to_metric_families
 
 from pko.__main__ import parse_duration, parse_settings
+from pko.controllers.options import ControllerOptions
 from pko.machinery.controller import Result
 from pko.machinery.leaderelection import LeaderElectionConfig, micro_time
 from pko.machinery.manager import (
+    EVENT_COMPONENT,
     ControllerBuilder,
     LeaderElectionLost,
     Manager,
     ManagerOptions,
     generation_changed,
 )
-from pko.machinery.resource import CONFIGMAPS, LEASES, SECRETS, Resource, ResourceClient
+from pko.machinery.resource import CONFIGMAPS, EVENTS, LEASES, SECRETS, Resource, ResourceClient
 from pko.machinery.serving import parse_bind_address
 from pko.machinery.store import index_by_field
 
@@ -76,7 +78,7 @@ def test_the_deployment_flags_parse_to_the_go_operator_defaults() -> None:
     assert dict(s.max_concurrent_reconciles) == {
         "stack-controller": 25,
         "workspace-controller": 25,
-        "update-controller": 10,
+        "update-controller": 25,
         "program-controller": 25,
     }
     assert (s.log_level, s.log_format) == ("info", "json")
@@ -85,6 +87,54 @@ def test_the_deployment_flags_parse_to_the_go_operator_defaults() -> None:
     assert opts.leader_election is not None and opts.leader_election.identity == "me"
     assert parse_settings([], env={}).leader_election_namespace == "pulumi-kubernetes-operator"
     assert not parse_settings([], env={}).leader_elect
+
+
+def test_workspace_and_identity_settings_reach_the_controller_options() -> None:
+    defaults = parse_settings([], env={})
+    assert defaults.controller_options() == ControllerOptions(workspace_address_mode="dns")
+    assert defaults.manager_options("me").namespace is None
+    env = {
+        "POD_NAMESPACE": "ops",
+        "POD_SA_NAME": "pko",
+        "AGENT_IMAGE": "agent:1",
+        "AGENT_IMAGE_PULL_POLICY": "Always",
+        "WORKSPACE_IMAGE": "pulumi/pulumi:3",
+        "WORKSPACE_LOCALHOST": "localhost:50051",
+        "WATCH_NAMESPACE": "team",
+        "ENGINE_EVENT_LOG_LEVEL": "info",
+        "FLUX_MAX_UNTAR_SIZE_BYTES": "1048576",
+    }
+    s = parse_settings(["--program-fs-adv-addr=pko.ops:80"], env=env)
+    assert s.controller_options() == ControllerOptions(
+        operator_namespace="ops",
+        operator_service_account="pko",
+        agent_image="agent:1",
+        agent_image_pull_policy="Always",
+        default_workspace_image="pulumi/pulumi:3",
+        workspace_address_mode="static",  # implied by WORKSPACE_LOCALHOST
+        workspace_static_address="localhost:50051",
+        engine_event_log_level="info",
+        program_fs_adv_addr="pko.ops:80",
+        flux_max_untar_size_bytes=1048576,
+        watch_namespace="team",
+    )
+    assert s.manager_options("me").namespace == "team"
+    explicit = parse_settings(["--workspace-address-mode=pod-ip", "--watch-namespace=x"], env=env)
+    assert explicit.workspace_address_mode == "pod-ip" and explicit.watch_namespace == "x"
+
+
+def test_settings_defaults_agree_with_the_controller_options() -> None:
+    s = parse_settings([], env={})
+    d = ControllerOptions()
+    assert (s.operator_namespace, s.operator_service_account, s.agent_image) == (
+        d.operator_namespace,
+        d.operator_service_account,
+        d.agent_image,
+    )
+    assert (s.agent_image_pull_policy, s.engine_event_log_level) == (
+        d.agent_image_pull_policy,
+        d.engine_event_log_level,
+    )
 
 
 def test_flags_win_over_environment_which_wins_over_defaults() -> None:
@@ -110,6 +160,10 @@ def test_invalid_flags_and_environment_exit_with_usage_errors() -> None:
         ([], {"SHUTDOWN_GRACE_PERIOD": "forever"}),
         # renew deadline not shorter than the lease duration
         (["--leader-elect", "--leader-election-renew-deadline=90s"], {}),
+        ([], {"WORKSPACE_ADDRESS_MODE": "carrier-pigeon"}),  # choices hold for the environment too
+        ([], {"LOG_LEVEL": "loud"}),
+        (["--workspace-address-mode=static"], {}),  # static needs an address
+        ([], {"FLUX_MAX_UNTAR_SIZE_BYTES": "-1"}),
     ):
         with pytest.raises(SystemExit) as exc:
             parse_settings(argv, env=env)
@@ -517,12 +571,6 @@ async def test_losing_the_lease_cancels_reconciles_and_run_raises(
 # ----- the process -------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class PkoProcess:
     def __init__(self, cluster: Any, namespace: str, lease: str, *extra: str) -> None:
         self.probe_port, self.metrics_port = free_port(), free_port()
@@ -617,3 +665,182 @@ async def test_a_process_that_loses_its_lease_exits_non_zero(
     assert code == 1, out
     assert "leader election lost" in out
     assert await lease_holder(api_client, namespace, lease) == "intruder"
+
+
+# ----- runnables, scoped and optional informers, events ------------------------------------------
+
+
+def gizmo_crd(group: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"gizmos.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                    },
+                }
+            ],
+        },
+    }
+
+
+class RunnableLog:
+    """Runnables that record when they start and when they are cancelled."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.cancelled: list[str] = []
+
+    def runnable(self, name: str) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            self.started.append(name)
+            try:
+                await asyncio.Future()
+            except asyncio.CancelledError:
+                self.cancelled.append(name)
+                raise
+
+        return run
+
+
+@pytest.mark.cluster
+async def test_leader_only_runnables_run_while_leading_and_others_everywhere(
+    api_client: client.ApiClient, namespace: str, start_manager: StartManager
+) -> None:
+    lease = f"runnables-{uuid.uuid4().hex[:6]}"
+    log = RunnableLog()
+    managers: dict[str, Manager] = {}
+    tasks: dict[str, asyncio.Task[None]] = {}
+    for who in ("first", "second"):
+        cfg = LeaderElectionConfig(
+            lease, namespace, who, lease_duration=60.0, renew_deadline=4.0, retry_period=1.0
+        )
+        m = Manager(api_client, options(namespace, leader_election=cfg))
+        m.controller("configmap-controller", RecordingReconciler()).for_(CONFIGMAPS)
+        m.add_runnable("watcher", log.runnable(f"{who}:watcher"))
+        m.add_runnable("server", log.runnable(f"{who}:server"), leader_only=False)
+        with pytest.raises(ValueError):
+            m.add_runnable("server", log.runnable("dup"))
+        managers[who] = m
+        tasks[who] = await start_manager(m)
+        if who == "first":
+            await eventually(lambda: "first:watcher" in log.started, "the leader's runnable to start")
+
+    await eventually(lambda: "second:server" in log.started, "the follower's every-replica runnable")
+    await eventually(managers["second"].is_ready, "the follower's caches to sync")
+    await asyncio.sleep(2.5)
+    assert "second:watcher" not in log.started
+
+    # A runnable added while leading starts at once.
+    managers["first"].add_runnable("late", log.runnable("first:late"))
+    await eventually(lambda: "first:late" in log.started, "a late runnable to start")
+
+    managers["first"].stop()
+    await asyncio.wait_for(tasks["first"], 30)
+    assert {"first:watcher", "first:late", "first:server"} <= set(log.cancelled)
+    await eventually(lambda: "second:watcher" in log.started, "the successor's runnable", within=20)
+    assert log.started.count("second:watcher") == 1
+
+
+@pytest.mark.cluster
+async def test_a_failing_runnable_is_restarted_with_backoff(
+    api_client: client.ApiClient, namespace: str, start_manager: StartManager
+) -> None:
+    calls: list[float] = []
+
+    async def flaky() -> None:
+        calls.append(asyncio.get_running_loop().time())
+        if len(calls) < 3:
+            raise RuntimeError("boom")
+        await asyncio.Future()
+
+    manager = Manager(api_client, options(namespace))
+    manager.add_runnable("flaky", flaky)
+    await start_manager(manager)
+    await eventually(lambda: len(calls) == 3, "two restarts", within=20)
+    assert calls[1] - calls[0] >= 0.9 and calls[2] - calls[1] >= 1.9  # 1 s, then 2 s
+
+
+@pytest.mark.cluster
+async def test_scoped_informers_cache_only_what_their_selector_selects(
+    api_client: client.ApiClient, namespace: str, start_manager: StartManager
+) -> None:
+    writer = ResourceClient(api_client, CONFIGMAPS, namespace)
+    await writer.create({"metadata": {"name": "mine", "labels": {"app": "pko"}}})
+    await writer.create({"metadata": {"name": "theirs", "labels": {"app": "other"}}})
+    await writer.create({"metadata": {"name": "named"}})
+    manager = Manager(api_client, options(namespace))
+    labelled = manager.informer(CONFIGMAPS, label_selector="app=pko")
+    assert manager.informer(CONFIGMAPS) is labelled  # omitting the selector: whatever exists
+    with pytest.raises(ValueError, match="selector"):
+        manager.informer(CONFIGMAPS, label_selector="app=other")
+    by_field = manager.informer(SECRETS, field_selector="metadata.name=wanted")
+    await ResourceClient(api_client, SECRETS, namespace).create({"metadata": {"name": "wanted"}})
+    await ResourceClient(api_client, SECRETS, namespace).create({"metadata": {"name": "unwanted"}})
+    await start_manager(manager)
+    await eventually(manager.is_ready, "caches to sync")
+    assert labelled.indexer.list_keys() == [f"{namespace}/mine"]
+    assert by_field.indexer.list_keys() == [f"{namespace}/wanted"]
+
+
+@pytest.mark.cluster
+async def test_an_optional_watch_waits_for_its_crd_without_blocking_readiness(
+    api_client: client.ApiClient, namespace: str, start_manager: StartManager
+) -> None:
+    group = f"m{uuid.uuid4().hex[:8]}.pko.test"
+    gizmos = Resource(group, "v1", "gizmos", "Gizmo")
+    reconciler = RecordingReconciler()
+    manager = Manager(api_client, options(namespace, discovery_interval=0.5, optional_sync_timeout=30.0))
+    (
+        manager.controller("configmap-controller", reconciler)
+        .for_(CONFIGMAPS)
+        .watches(gizmos, lambda g: [f"{namespace}/{g['spec']['target']}"], optional=True)
+    )
+    await create_configmaps(api_client, namespace, ["x"])
+    await start_manager(manager)
+
+    # Ready and reconciling although the Gizmo kind does not exist.
+    await eventually(lambda: ours(reconciler.finished, namespace, ["x"]), "x reconciled", within=30)
+    assert manager.is_ready() and (await http_get(url(manager, "probes", "/readyz")))[0] == 200
+    assert manager.optional_cache_status(gizmos) == "absent"
+    assert manager.optional_cache_status(CONFIGMAPS) == "synced"
+
+    crds = ResourceClient(api_client, CRDS)
+    await crds.create(gizmo_crd(group))
+    try:
+        await eventually(
+            lambda: manager.optional_cache_status(gizmos) == "synced", "the gizmo cache", within=60
+        )
+        gizmo = {
+            "apiVersion": f"{group}/v1",
+            "kind": "Gizmo",
+            "metadata": {"name": "g"},
+            "spec": {"target": "y"},
+        }
+        await ResourceClient(api_client, gizmos, namespace).create(gizmo)
+        await eventually(lambda: ours(reconciler.finished, namespace, ["y"]), "the gizmo's key reconciled")
+    finally:
+        await crds.delete(f"gizmos.{group}")
+
+
+@pytest.mark.cluster
+async def test_the_managers_event_recorder_runs_with_it(
+    api_client: client.ApiClient, namespace: str, start_manager: StartManager
+) -> None:
+    manager = Manager(api_client, options(namespace))
+    await start_manager(manager)
+    cm = await ResourceClient(api_client, CONFIGMAPS, namespace).create({"metadata": {"name": "ev"}})
+    manager.events.event(cm, "Normal", "Tested", "hello")
+
+    async def recorded() -> bool:
+        items = (await ResourceClient(api_client, EVENTS, namespace).list()).items
+        return any(e["reason"] == "Tested" and e["source"]["component"] == EVENT_COMPONENT for e in items)
+
+    await eventually(recorded, "the event")

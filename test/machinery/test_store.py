@@ -8,15 +8,14 @@ from typing import Any
 import pytest
 
 from pko.machinery.store import (
-    CONTROLLER_UID_INDEX,
     NAMESPACE_INDEX,
-    OWNER_UID_INDEX,
     DeletedFinalStateUnknown,
     Indexer,
+    IndexFunc,
     ObjectKeyError,
-    default_indexers,
     deletion_handling_key,
     index_by_field,
+    index_by_namespace,
     index_by_owner,
     meta_namespace_key,
     split_key,
@@ -44,6 +43,18 @@ def owner(
     return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": controller}
 
 
+OWNER_INDEX, CONTROLLER_INDEX = "owner", "controller"
+
+
+def indexers() -> dict[str, IndexFunc]:
+    """By namespace, by owning Stack and by controlling Stack."""
+    return {
+        NAMESPACE_INDEX: index_by_namespace,
+        OWNER_INDEX: index_by_owner("Stack"),
+        CONTROLLER_INDEX: index_by_owner("Stack", controller_only=True),
+    }
+
+
 def test_keys_are_namespace_slash_name_or_name() -> None:
     assert meta_namespace_key(obj("a")) == "default/a"
     assert meta_namespace_key(obj("n1", namespace=None)) == "n1"
@@ -58,7 +69,7 @@ def test_keys_are_namespace_slash_name_or_name() -> None:
 
 
 def test_add_update_delete_keep_indexes_consistent() -> None:
-    store = Indexer(indexers={**default_indexers(), "program": index_by_field("spec.programRef.name")})
+    store = Indexer(indexers={**indexers(), "program": index_by_field("spec.programRef.name")})
     program_p1 = {"programRef": {"name": "p1"}}
     a = obj("a", "ns1", owners=[owner("Stack", "s", "uid-s", controller=True)], spec=program_p1)
     b = obj("b", "ns2", owners=[owner("Stack", "s2", "uid-s2")], spec={"programRef": {"name": "p1"}})
@@ -67,9 +78,9 @@ def test_add_update_delete_keep_indexes_consistent() -> None:
 
     assert [o["metadata"]["name"] for o in store.by_index(NAMESPACE_INDEX, "ns1")] == ["a"]
     assert [o["metadata"]["name"] for o in store.by_index("program", "p1")] == ["a", "b"]
-    assert store.index_keys(OWNER_UID_INDEX, "uid-s2") == ["ns2/b"]
-    assert store.index_keys(CONTROLLER_UID_INDEX, "uid-s") == ["ns1/a"]
-    assert store.index_keys(CONTROLLER_UID_INDEX, "uid-s2") == []  # not a controller reference
+    assert store.index_keys(OWNER_INDEX, "ns2/s2") == ["ns2/b"]
+    assert store.index_keys(CONTROLLER_INDEX, "ns1/s") == ["ns1/a"]
+    assert store.index_keys(CONTROLLER_INDEX, "ns2/s2") == []  # not a controller reference
     assert [o["metadata"]["name"] for o in store.index("program", a)] == ["a", "b"]
 
     # Moving a to another program removes it from the old index value entirely.
@@ -77,7 +88,7 @@ def test_add_update_delete_keep_indexes_consistent() -> None:
     assert store.update(a2) == a
     assert store.index_keys("program", "p1") == ["ns2/b"]
     assert store.index_keys("program", "p2") == ["ns1/a"]
-    assert store.index_keys(CONTROLLER_UID_INDEX, "uid-s") == []
+    assert store.index_keys(CONTROLLER_INDEX, "ns1/s") == []
     assert store.get_by_key("ns1/a") == a2
 
     assert store.delete(b) == b
@@ -91,7 +102,7 @@ def test_add_update_delete_keep_indexes_consistent() -> None:
 
 
 def test_replace_reports_adds_changed_updates_and_tombstones() -> None:
-    store = Indexer(indexers=default_indexers())
+    store = Indexer(indexers=indexers())
     keep, change, gone = obj("keep", rv="1"), obj("change", rv="1"), obj("gone", rv="1")
     for o in (keep, change, gone):
         store.add(o)
@@ -223,19 +234,19 @@ def test_reads_return_fresh_copies_callers_may_change() -> None:
 
 
 def test_entries_carry_key_resource_version_and_index_values_undecoded() -> None:
-    store = Indexer(indexers=default_indexers())
+    store = Indexer(indexers=indexers())
     a = obj("a", "ns1", rv="7", owners=[owner("Stack", "s", "uid-s", controller=True)])
     entry = store.encode(a)
     assert entry.key == "ns1/a" and entry.resource_version == "7"
     assert dict(entry.index_values) == {
         NAMESPACE_INDEX: ("ns1",),
-        OWNER_UID_INDEX: ("uid-s",),
-        CONTROLLER_UID_INDEX: ("uid-s",),
+        OWNER_INDEX: ("ns1/s",),
+        CONTROLLER_INDEX: ("ns1/s",),
     }
     assert entry.decode() == a and entry.decode() is not entry.decode()
     assert store.put(entry) is None
     assert store.put(store.encode(obj("a", "ns1", rv="8"))) == entry
-    assert store.index_keys(OWNER_UID_INDEX, "uid-s") == []
+    assert store.index_keys(OWNER_INDEX, "ns1/s") == []
     assert store.get_entry("ns1/a") is not None
     removed = store.remove_key("ns1/a")
     assert removed is not None and removed.resource_version == "8"
@@ -245,7 +256,7 @@ def test_entries_carry_key_resource_version_and_index_values_undecoded() -> None
 
 
 def test_entries_encoded_before_an_indexer_was_added_are_indexed_by_it() -> None:
-    store = Indexer(indexers={NAMESPACE_INDEX: default_indexers()[NAMESPACE_INDEX]})
+    store = Indexer(indexers={NAMESPACE_INDEX: index_by_namespace})
     early = store.encode(obj("a", spec={"programRef": {"name": "p"}}))
     early_too = store.encode(obj("b", spec={"programRef": {"name": "q"}}))
     store.add_indexers({"program": index_by_field("spec.programRef.name")})

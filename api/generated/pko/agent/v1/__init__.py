@@ -278,8 +278,10 @@ class Failure(betterproto2.Message):
 
     reason: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
-    A CamelCase reason: UpdateConflict, InvalidAccessToken, StackLocked, Cancelled, ProgramError,
-    ExpectedNoChanges, AgentRestarted, OperationFailed.
+    A CamelCase reason (agent/failures.py, agent/operations.py): UpdateConflict, InvalidAccessToken,
+    StackLocked, PendingOperations, ProgramError, ResourceOperationFailed, OperationFailed; and for an
+    operation the agent ended: Cancelled (CancelOperation), Terminated (agent shutdown),
+    AgentRestarted (the agent stopped before the operation finished).
     """
 
     message: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)

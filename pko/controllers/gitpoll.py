@@ -1,0 +1,135 @@
+"""Resolve a git branch to its head commit without a clone, one remote lookup per interval.
+
+The Go operator lists the remote's refs (``git ls-remote``) on every reconcile of every Stack
+that tracks a branch. Here Stacks tracking the same repository, branch and credentials share one
+lookup per polling interval: a cached answer younger than the interval is reused, and concurrent
+callers await the same in-flight lookup. Credentials are part of the cache key (as a digest, so
+two tenants with different tokens never share an answer) and never appear in a log or an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from dulwich import porcelain
+
+__all__ = ["BranchResolver", "GitCredentials", "GitLookupError", "match_ref"]
+
+_HASH: Final = re.compile(r"^[0-9a-f]{40}$")
+LOOKUP_TIMEOUT: Final = 30.0
+
+
+class GitLookupError(Exception):
+    """The remote could not be listed, or has no such ref (message safe to show: no secrets)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GitCredentials:
+    """Credentials for a remote lookup (values never printed: ``repr`` hides them)."""
+
+    username: str | None = field(default=None, repr=False)
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    ssh_private_key: str | None = field(default=None, repr=False)
+
+    def fingerprint(self) -> str:
+        text = "\0".join(v or "" for v in (self.username, self.password, self.token, self.ssh_private_key))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def match_ref(refs: Mapping[bytes, Any], ref: str) -> str | None:
+    """The commit ``ref`` names among ``refs`` (full name, or short: branch, tag, remote), as go-git."""
+    want = ref.encode()
+    candidates = [want, b"refs/heads/" + want, b"refs/tags/" + want, b"refs/remotes/" + want]
+    for name in candidates:
+        value = refs.get(name)
+        if isinstance(value, bytes) and value:
+            return value.decode()
+    return None
+
+
+Lister = Callable[[str, GitCredentials], Mapping[bytes, Any]]
+
+
+def ls_remote(url: str, creds: GitCredentials) -> Mapping[bytes, Any]:
+    """The remote's refs (blocking: run it in a thread)."""
+    username, password = creds.username, creds.password
+    if creds.token and not username:
+        username, password = "git", creds.token
+    key_file: str | None = None
+    try:
+        if creds.ssh_private_key:
+            fd, key_file = tempfile.mkstemp(prefix="pko-git-key-")
+            with os.fdopen(fd, "w") as handle:
+                handle.write(creds.ssh_private_key)
+        result: Any = porcelain.ls_remote(url, username=username, password=password, key_filename=key_file)
+    finally:
+        if key_file:
+            os.unlink(key_file)
+    refs = getattr(result, "refs", result)
+    return dict(refs)
+
+
+class BranchResolver:
+    """Shared, interval-cached branch head lookups."""
+
+    def __init__(self, lister: Lister = ls_remote, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._lister = lister
+        self._clock = clock
+        self._cache: dict[tuple[str, str, str], tuple[float, str]] = {}
+        self._inflight: dict[tuple[str, str, str], asyncio.Future[str]] = {}
+        self.lookups = 0
+
+    async def head(self, url: str, ref: str, creds: GitCredentials, interval: float) -> str:
+        """The commit ``ref`` points at, at most ``interval`` seconds old."""
+        if _HASH.match(ref):
+            return ref
+        key = (url, ref, creds.fingerprint())
+        cached = self._cache.get(key)
+        now = self._clock()
+        if cached is not None and now - cached[0] < interval:
+            return cached[1]
+        pending = self._inflight.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            commit = await self._lookup(url, ref, creds)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: nobody else may be waiting
+            raise
+        finally:
+            del self._inflight[key]
+        self._cache[key] = (self._clock(), commit)
+        future.set_result(commit)
+        self._prune(now, interval)
+        return commit
+
+    async def _lookup(self, url: str, ref: str, creds: GitCredentials) -> str:
+        self.lookups += 1
+        try:
+            refs = await asyncio.wait_for(asyncio.to_thread(self._lister, url, creds), LOOKUP_TIMEOUT)
+        except TimeoutError as exc:
+            raise GitLookupError(f"listing {url}: timed out after {LOOKUP_TIMEOUT:.0f}s") from exc
+        except Exception as exc:  # dulwich raises many kinds: report the kind and message
+            raise GitLookupError(f"listing {url}: {type(exc).__name__}: {exc}") from exc
+        commit = match_ref(refs, ref)
+        if commit is None:
+            raise GitLookupError(f"no commits found for ref {ref!r}")
+        return commit
+
+    def _prune(self, now: float, interval: float) -> None:
+        """Forget answers far older than any interval in use, so the cache stays small."""
+        horizon = max(interval, 3600.0) * 2
+        for key in [k for k, (at, _) in self._cache.items() if now - at > horizon]:
+            del self._cache[key]

@@ -1,0 +1,45 @@
+"""Operator-wide settings the reconcilers share (flags and environment, parsed in ``pko.__main__``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+AddressMode = Literal["dns", "pod-ip", "static"]
+
+DEFAULT_AGENT_IMAGE: Final = "pko-agent:latest"
+DEFAULT_OPERATOR_NAMESPACE: Final = "pulumi-kubernetes-operator"
+DEFAULT_OPERATOR_SERVICE_ACCOUNT: Final = "controller-manager"
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerOptions:
+    """What every reconciler may need to know about the operator it runs in.
+
+    ``workspace_address_mode`` says how the operator reaches a workspace agent: ``dns`` (the Service
+    name ``<ws>-workspace.<ns>:50051``, what runs in a cluster), ``pod-ip`` (the workspace pod's IP,
+    for an operator outside the cluster network's DNS, e.g. on a developer machine or a cluster
+    without DNS) or ``static`` (one fixed ``host:port`` for every workspace, the Go operator's
+    ``WORKSPACE_LOCALHOST``, e.g. with ``kubectl port-forward``).
+    """
+
+    operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE
+    # The operator's own identity: TokenRequest tokens for the agents are minted for it (POD_SA_NAME).
+    operator_service_account: str = DEFAULT_OPERATOR_SERVICE_ACCOUNT
+    agent_image: str = DEFAULT_AGENT_IMAGE
+    agent_image_pull_policy: str = "IfNotPresent"
+    # The Pulumi image of a Workspace that names none (None: the Go operator's default per profile).
+    default_workspace_image: str | None = None
+    workspace_address_mode: AddressMode = "dns"
+    workspace_static_address: str | None = None
+    # Level at which Pulumi engine events are written to the operator's log.
+    engine_event_log_level: str = "debug"
+    # Where the Program artifact server listens (--program-fs-addr; "0" disables it).
+    program_fs_addr: str = ":9090"
+    # Where workspace pods fetch Program artifacts from (the Program artifact server's advertised
+    # address, --program-fs-adv-addr; empty: this host's name and the bound port).
+    program_fs_adv_addr: str = ""
+    # Passed through to the fetch init container (FLUX_MAX_UNTAR_SIZE_BYTES), when set.
+    flux_max_untar_size_bytes: int | None = None
+    # Limit every informer to one namespace (None: the whole cluster).
+    watch_namespace: str | None = None

@@ -1,0 +1,104 @@
+"""The Update a Stack creates for one operation (pure, no I/O).
+
+As the Go operator's ``newUp``/``newDestroy``: named ``<stack>-<hex unix ms>``, labelled like the
+Workspace, controlled by the Workspace and owned (non-controller, blocking deletion) by the Stack,
+so the Update survives a Workspace reclaimed after success and a Stack watch still sees it. The
+Stack's finalizer on the Update keeps it (and its outputs Secret) until the Stack has recorded its
+result; it is part of the created object, so no second write is needed to add it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from pko.api.stack import Stack
+from pko.api.update import API_VERSION as UPDATE_API_VERSION
+from pko.api.update import KIND as UPDATE_KIND
+from pko.api.update import UpdateType
+from pko.controllers.resources import STACK_FINALIZER
+from pko.controllers.stackworkspace import stack_labels, stack_owner_reference
+from pko.controllers.strategicmerge import strategic_merge
+
+__all__ = ["TTL_AFTER_COMPLETED", "build_update", "update_name", "update_type_for"]
+
+TTL_AFTER_COMPLETED: Final = "24h0m0s"
+"""Go's ``metav1.Duration{24h}`` as it serialises."""
+
+Obj = dict[str, Any]
+
+
+def update_name(stack_name: str, now: datetime | None = None) -> str:
+    """``<stack>-<lowercase hex of unix milliseconds>`` (Go: makeUpdateName)."""
+    when = now or datetime.now(UTC)
+    return f"{stack_name}-{int(when.timestamp() * 1000):x}"
+
+
+def update_type_for(stack: Stack, *, deleting: bool) -> UpdateType:
+    """destroy when finalizing, preview for a preview-only Stack, else up."""
+    if deleting:
+        return "destroy"
+    return "preview" if stack.spec.preview else "up"
+
+
+def _workspace_controller_reference(workspace: Obj) -> Obj:
+    meta = workspace.get("metadata") or {}
+    if not meta.get("uid") or not meta.get("name"):
+        raise ValueError("the Workspace needs metadata.name and metadata.uid (use the applied object)")
+    return {
+        "apiVersion": workspace.get("apiVersion", "auto.pulumi.com/v1alpha1"),
+        "kind": workspace.get("kind", "Workspace"),
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def build_update(
+    stack: Stack,
+    workspace: Obj,
+    type_: UpdateType,
+    message: str,
+    *,
+    now: datetime | None = None,
+) -> Obj:
+    """The Update to create for ``stack`` in ``workspace`` (both as read from or written to the API)."""
+    spec = stack.spec
+    name = stack.metadata.name or ""
+    update_spec: Obj = {
+        "workspaceName": (workspace.get("metadata") or {}).get("name"),
+        "stackName": spec.stack,
+        "type": type_,
+        "ttlAfterCompleted": TTL_AFTER_COMPLETED,
+        "message": message,
+    }
+    if type_ == "destroy":
+        update_spec["runProgram"] = spec.run_program
+    else:
+        if spec.targets:
+            update_spec["target"] = list(spec.targets)
+        update_spec["targetDependents"] = spec.target_dependents
+        update_spec["refresh"] = spec.refresh
+    update: Obj = {
+        "apiVersion": UPDATE_API_VERSION,
+        "kind": UPDATE_KIND,
+        "metadata": {
+            "name": update_name(name, now),
+            "namespace": stack.metadata.namespace,
+            "labels": stack_labels(name),
+        },
+        "spec": update_spec,
+    }
+    template = spec.update_template or {}
+    if template:
+        update = strategic_merge(update, {k: v for k, v in template.items() if k in ("metadata", "spec")})
+    meta = update["metadata"]
+    meta["name"] = update_name(name, now)
+    meta["namespace"] = stack.metadata.namespace
+    meta["ownerReferences"] = [
+        _workspace_controller_reference(workspace),
+        stack_owner_reference(stack, controller=False),
+    ]
+    meta["finalizers"] = [STACK_FINALIZER]
+    return update

@@ -1,0 +1,283 @@
+"""What wakes the Stack reconciler, and the gauges kept from Stack events (pure helpers).
+
+The indexes (Stacks by Program, by prerequisite, by Flux source; Updates by Stack) and the
+predicates mirror the Go operator's SetupWithManager: a Stack reconciles on a new generation
+(not the one its own finalizer causes), a changed reconciliation request or a deletion; on its
+Workspace becoming Ready or Stalled; on its Update completing (or vanishing); on its Program or
+Flux source getting a new artifact; and on a prerequisite becoming Ready.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Final
+
+from prometheus_client import Gauge
+
+from pko.controllers.resources import RECONCILIATION_REQUEST_ANNOTATION, STACK_FINALIZER, STACK_NAME_LABEL
+from pko.controllers.stackstatus import reconcile_request
+from pko.machinery.conditions import is_true
+from pko.machinery.manager import Manager
+from pko.machinery.objects import has_finalizer
+from pko.machinery.predicates import and_, annotation_changed, deletion_started, not_, or_
+from pko.machinery.resource import Obj, Resource
+from pko.machinery.store import DeletedFinalStateUnknown, object_key, split_key
+
+__all__ = [
+    "FLUX_SOURCES",
+    "INDEX_FLUX",
+    "INDEX_PREREQUISITE",
+    "INDEX_PROGRAM",
+    "INDEX_UPDATES_BY_STACK",
+    "STACK_PREDICATE",
+    "StackMetrics",
+    "artifact_of",
+    "artifact_predicate",
+    "flux_key",
+    "index_flux",
+    "index_prerequisites",
+    "index_program",
+    "index_updates_by_stack",
+    "metadata_of",
+    "namespace_of",
+    "stack_became_ready",
+    "stack_ready",
+    "update_complete",
+    "update_predicate",
+    "workspace_predicate",
+    "workspace_ready",
+]
+
+FLUX_GROUP: Final = "source.toolkit.fluxcd.io"
+FLUX_SOURCES: Final[tuple[Resource, ...]] = (
+    Resource(FLUX_GROUP, "v1", "gitrepositories", "GitRepository"),
+    Resource(FLUX_GROUP, "v1", "ocirepositories", "OCIRepository"),
+    Resource(FLUX_GROUP, "v1beta2", "ocirepositories", "OCIRepository"),
+    Resource(FLUX_GROUP, "v1", "buckets", "Bucket"),
+    Resource(FLUX_GROUP, "v1beta2", "buckets", "Bucket"),
+)
+
+INDEX_PROGRAM: Final = "stack-program"
+INDEX_PREREQUISITE: Final = "stack-prerequisite"
+INDEX_FLUX: Final = "stack-flux-source"
+INDEX_UPDATES_BY_STACK: Final = "update-stack"
+
+
+# --- indexes ---------------------------------------------------------------------------------
+
+
+def metadata_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+    value: dict[str, Any] = obj.get("metadata") or {}
+    return value
+
+
+def namespace_of(obj: Mapping[str, Any]) -> str | None:
+    value = metadata_of(obj).get("namespace")
+    return str(value) if value else None
+
+
+def index_program(obj: Obj) -> list[str]:
+    name = ((obj.get("spec") or {}).get("programRef") or {}).get("name")
+    return [object_key(namespace_of(obj), str(name))] if name else []
+
+
+def index_prerequisites(obj: Obj) -> list[str]:
+    prereqs = (obj.get("spec") or {}).get("prerequisites") or []
+    return [
+        object_key(namespace_of(obj), str(p["name"]))
+        for p in prereqs
+        if isinstance(p, dict) and p.get("name")
+    ]
+
+
+def flux_key(namespace: str | None, api_version: str, kind: str, name: str) -> str:
+    group = api_version.partition("/")[0]
+    return f"{namespace or ''}/{group}/{kind}/{name}"
+
+
+def index_flux(obj: Obj) -> list[str]:
+    ref = ((obj.get("spec") or {}).get("fluxSource") or {}).get("sourceRef") or {}
+    if not ref.get("name") or not ref.get("kind"):
+        return []
+    return [flux_key(namespace_of(obj), str(ref.get("apiVersion", "")), str(ref["kind"]), str(ref["name"]))]
+
+
+def index_updates_by_stack(obj: Obj) -> list[str]:
+    name = (metadata_of(obj).get("labels") or {}).get(STACK_NAME_LABEL)
+    return [object_key(namespace_of(obj), str(name))] if name else []
+
+
+def _finalizer_added(old: Obj | None, new: Obj | None) -> bool:
+    return (
+        old is not None
+        and new is not None
+        and not has_finalizer(old, STACK_FINALIZER)
+        and has_finalizer(new, STACK_FINALIZER)
+    )
+
+
+def _generation_changed(old: Obj | None, new: Obj | None) -> bool:
+    if old is None or new is None:
+        return True
+    return metadata_of(old).get("generation") != metadata_of(new).get("generation")
+
+
+STACK_PREDICATE: Final = or_(
+    and_(_generation_changed, not_(_finalizer_added)),
+    annotation_changed(RECONCILIATION_REQUEST_ANNOTATION),
+    deletion_started,
+)
+
+
+def _observed(obj: Obj) -> bool:
+    return metadata_of(obj).get("generation") == (obj.get("status") or {}).get("observedGeneration")
+
+
+def workspace_ready(ws: Obj | None) -> bool:
+    """Ready for this generation and not being deleted (Go: isWorkspaceReady)."""
+    if ws is None or metadata_of(ws).get("deletionTimestamp") or not _observed(ws):
+        return False
+    return is_true((ws.get("status") or {}).get("conditions"), "Ready")
+
+
+def _workspace_stalled(ws: Obj | None) -> bool:
+    return ws is not None and is_true((ws.get("status") or {}).get("conditions"), "Stalled")
+
+
+def workspace_predicate(old: Obj | None, new: Obj | None) -> bool:
+    """A Workspace became Ready or Stalled; deletes pass."""
+    if new is None:
+        return True
+    if old is None:
+        return workspace_ready(new)
+    return (not workspace_ready(old) and workspace_ready(new)) or (
+        not _workspace_stalled(old) and _workspace_stalled(new)
+    )
+
+
+def update_complete(update: Obj | None) -> bool:
+    return (
+        update is not None
+        and _observed(update)
+        and is_true((update.get("status") or {}).get("conditions"), "Complete")
+    )
+
+
+def update_predicate(old: Obj | None, new: Obj | None) -> bool:
+    """An Update became Complete; deletes pass (a lost Update must not wedge its Stack)."""
+    if new is None:
+        return True
+    if old is None:
+        return update_complete(new)
+    return not update_complete(old) and update_complete(new)
+
+
+def artifact_of(obj: Obj | None) -> Obj | None:
+    artifact = ((obj or {}).get("status") or {}).get("artifact")
+    return artifact if isinstance(artifact, dict) and artifact.get("url") else None
+
+
+def artifact_predicate(old: Obj | None, new: Obj | None) -> bool:
+    """A source got its first artifact or a new revision (Go: SourceRevisionChangePredicate)."""
+    if old is None or new is None:
+        return True
+    before, after = artifact_of(old), artifact_of(new)
+    if after is None:
+        return False
+    return (
+        before is None
+        or before.get("revision") != after.get("revision")
+        or before.get("digest") != after.get("digest")
+    )
+
+
+def stack_ready(obj: Obj | None) -> bool:
+    """Ready for its generation and reconcile request (Go: isStackReady)."""
+    if obj is None or not _observed(obj):
+        return False
+    status = obj.get("status") or {}
+    if (status.get("observedReconcileRequest") or "") != reconcile_request(obj):
+        return False
+    return is_true(status.get("conditions"), "Ready")
+
+
+def stack_became_ready(old: Obj | None, new: Obj | None) -> bool:
+    if new is None:
+        return True
+    if old is None:
+        return stack_ready(new)
+    return not stack_ready(old) and stack_ready(new)
+
+
+# --- metrics ---------------------------------------------------------------------------------
+
+
+class StackMetrics:
+    """``stacks_active``, ``stacks_failing``, ``stacks_reconciling`` (as upstream names them) and the
+    next retry time of each failing stack, kept from the Stack informer's events."""
+
+    def __init__(self, manager: Manager) -> None:
+        registry = manager.registry
+        self.active = Gauge(
+            "stacks_active",
+            "Number of stacks currently tracked by the Pulumi Kubernetes Operator",
+            registry=registry,
+        )
+        self.failing = Gauge(
+            "stacks_failing",
+            "Number of stacks currently registered where the last reconcile failed",
+            ["namespace", "name"],
+            registry=registry,
+        )
+        self.reconciling = Gauge(
+            "stacks_reconciling",
+            "Number of stacks currently registered where the last reconcile is in progress",
+            ["namespace", "name"],
+            registry=registry,
+        )
+        self.next_retry = Gauge(
+            "stacks_next_retry_timestamp_seconds",
+            "When a failing stack's update is retried next (unix seconds); absent when none is scheduled",
+            ["namespace", "name"],
+            registry=registry,
+        )
+        self._keys: set[str] = set()
+
+    def observe(self, obj: Obj) -> None:
+        key = object_key(namespace_of(obj), str(metadata_of(obj).get("name")))
+        self._keys.add(key)
+        self.active.set(len(self._keys))
+        labels = {"namespace": namespace_of(obj) or "", "name": str(metadata_of(obj).get("name"))}
+        status = obj.get("status") or {}
+        state = (status.get("lastUpdate") or {}).get("state")
+        if state == "failed":
+            self.failing.labels(**labels).set(1)
+        elif state == "succeeded":
+            self.failing.labels(**labels).set(0)
+        self.reconciling.labels(**labels).set(1 if is_true(status.get("conditions"), "Reconciling") else 0)
+        retry = status.get("nextRetryTime")
+        when = datetime.fromisoformat(str(retry).replace("Z", "+00:00")) if retry else None
+        if when is not None and state == "failed":
+            self.next_retry.labels(**labels).set(when.timestamp())
+        else:
+            self._remove(self.next_retry, labels)
+
+    def forget(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        if isinstance(obj, DeletedFinalStateUnknown):
+            namespace, name = split_key(obj.key)
+        else:
+            namespace, name = namespace_of(obj), str(metadata_of(obj).get("name"))
+        self._keys.discard(object_key(namespace, name))
+        self.active.set(len(self._keys))
+        labels = {"namespace": namespace or "", "name": name}
+        self.failing.labels(**labels).set(0)
+        self.reconciling.labels(**labels).set(0)
+        self._remove(self.next_retry, labels)
+
+    @staticmethod
+    def _remove(gauge: Gauge, labels: dict[str, str]) -> None:
+        try:
+            gauge.remove(labels["namespace"], labels["name"])
+        except KeyError:
+            pass

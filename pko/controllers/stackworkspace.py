@@ -1,0 +1,301 @@
+"""The Workspace a Stack owns, built from the Stack's spec and its resolved source (pure, no I/O).
+
+Follows the Go operator's ``stackReconcilerSession`` (NewWorkspace, setupWorkspace,
+setupWorkspaceFromGitSource/FluxSource, UpdateConfig, SetEnvs, SetSecretEnvs): same name (the
+Stack's), labels, owner reference, env order, mount paths and config items, so a user's
+``workspaceTemplate`` written for the Go operator merges the same way.
+
+Secret *values* never enter the Workspace: Secret-backed env vars are ``secretKeyRef``\\ s, and
+Secret- or ConfigMap-backed config values are files the pod mounts (``valueFrom.path``), read
+inside the workspace pod. The deprecated inline ``spec.secrets`` (and ``Literal`` secret refs) are
+values the user wrote into the Stack itself; they are passed on as the Go operator does.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pko.api.stack import ConfigMapRef, GitAuthConfig, ResourceRef, Stack, StackSpec
+from pko.api.workspace import API_VERSION as WORKSPACE_API_VERSION
+from pko.api.workspace import KIND as WORKSPACE_KIND
+from pko.controllers.resources import STACK_COMPONENT, STACK_COMPONENT_LABEL, STACK_NAME_LABEL
+from pko.controllers.strategicmerge import strategic_merge
+
+__all__ = [
+    "CONFIGMAP_MOUNT_ROOT",
+    "PULUMI_CONTAINER",
+    "SECRET_MOUNT_ROOT",
+    "ArtifactRevision",
+    "GitRevision",
+    "ProjectInfoRevision",
+    "ResolvedSource",
+    "build_workspace",
+    "stack_labels",
+    "workspace_name",
+]
+
+SECRET_MOUNT_ROOT: Final = "/var/run/secrets/stacks.pulumi.com/secrets"
+CONFIGMAP_MOUNT_ROOT: Final = "/var/run/configmaps/stacks.pulumi.com/configmaps"
+PULUMI_CONTAINER: Final = "pulumi"
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class GitRevision:
+    """A git source pinned to one commit (a branch is resolved to its head first)."""
+
+    url: str
+    commit: str
+    dir: str | None = None
+    shallow: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactRevision:
+    """A Flux source's or a Program's artifact."""
+
+    url: str
+    digest: str
+    revision: str
+    dir: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectInfoRevision:
+    """No source: a minimal Pulumi.yaml from ``status.projectInfo`` (destroy after the source is gone)."""
+
+    name: str
+    runtime: str
+
+
+ResolvedSource = GitRevision | ArtifactRevision | ProjectInfoRevision
+
+
+def workspace_name(stack_name: str) -> str:
+    """The Workspace of a Stack has the Stack's name (Go: nameForWorkspace)."""
+    return stack_name
+
+
+def stack_labels(stack_name: str) -> dict[str, str]:
+    """Labels of a Stack's Workspace and Updates (Go: labelsForWorkspace)."""
+    return {STACK_COMPONENT_LABEL: STACK_COMPONENT, STACK_NAME_LABEL: stack_name}
+
+
+def stack_owner_reference(stack: Stack, *, controller: bool) -> Obj:
+    """An ownerReference to ``stack`` (read from the API: it needs the uid), blocking owner deletion."""
+    meta = stack.metadata
+    if not meta.name or not meta.uid:
+        raise ValueError("the Stack needs metadata.name and metadata.uid")
+    return {
+        "apiVersion": stack.api_version,
+        "kind": stack.kind,
+        "name": meta.name,
+        "uid": meta.uid,
+        "controller": controller,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _secret_key(name: str, key: str, *, optional: bool = False) -> Obj:
+    selector: Obj = {"name": name, "key": key}
+    if optional:
+        selector["optional"] = True
+    return selector
+
+
+def _ref_secret_key(ref: ResourceRef) -> Obj:
+    if ref.secret is None:
+        raise ValueError(f"a {ref.type} reference cannot be mapped to a Secret key")
+    return _secret_key(ref.secret.name, ref.secret.key)
+
+
+def _git_auth(spec: StackSpec) -> Obj | None:
+    """The Workspace's git auth: Secret key selectors only (the fetch step reads the values)."""
+    auth: Obj = {}
+    if spec.git_auth_secret:
+        name = spec.git_auth_secret
+        auth["sshPrivateKey"] = _secret_key(name, "sshPrivateKey", optional=True)
+        auth["password"] = _secret_key(name, "password", optional=True)
+        auth["username"] = _secret_key(name, "username", optional=True)
+        auth["token"] = _secret_key(name, "accessToken", optional=True)
+    ga: GitAuthConfig | None = spec.git_auth
+    if ga is not None:
+        if ga.ssh_auth is not None:
+            auth["sshPrivateKey"] = _ref_secret_key(ga.ssh_auth.ssh_private_key)
+            if ga.ssh_auth.password is not None:
+                auth["password"] = _ref_secret_key(ga.ssh_auth.password)
+        if ga.basic_auth is not None:
+            auth["username"] = _ref_secret_key(ga.basic_auth.user_name)
+            auth["password"] = _ref_secret_key(ga.basic_auth.password)
+        if ga.access_token is not None:
+            auth["token"] = _ref_secret_key(ga.access_token)
+        app = ga.github_app
+        if app is not None and all(r.secret for r in (app.app_id, app.installation_id, app.private_key)):
+            auth["githubApp"] = {
+                "appID": _ref_secret_key(app.app_id),
+                "installationID": _ref_secret_key(app.installation_id),
+                "privateKey": _ref_secret_key(app.private_key),
+            }
+    return auth or None
+
+
+def _source_spec(spec: StackSpec, source: ResolvedSource | None) -> Obj:
+    if isinstance(source, GitRevision):
+        git: Obj = {"url": source.url, "ref": source.commit}
+        if source.dir:
+            git["dir"] = source.dir
+        if source.shallow:
+            git["shallow"] = True
+        auth = _git_auth(spec)
+        if auth is not None:
+            git["auth"] = auth
+        return {"git": git}
+    if isinstance(source, ArtifactRevision):
+        flux: Obj = {"url": source.url, "digest": source.digest}
+        if source.dir:
+            flux["dir"] = source.dir
+        return {"flux": flux}
+    if isinstance(source, ProjectInfoRevision):
+        return {"projectInfo": {"name": source.name, "runtime": source.runtime}}
+    return {}
+
+
+class _PodMounts:
+    """Volumes of the workspace pod and mounts of its ``pulumi`` container, each added once."""
+
+    def __init__(self) -> None:
+        self.volumes: list[Obj] = []
+        self.mounts: list[Obj] = []
+
+    def add(self, volume: Obj, mount_path: str) -> None:
+        if any(v["name"] == volume["name"] for v in self.volumes):
+            return
+        self.volumes.append(volume)
+        self.mounts.append({"name": volume["name"], "mountPath": mount_path})
+
+    def secret_path(self, name: str, key: str) -> str:
+        mount = f"{SECRET_MOUNT_ROOT}/{name}"
+        self.add({"name": f"secret-{name}", "secret": {"secretName": name}}, mount)
+        return posixpath.join(mount, key)
+
+    def configmap_path(self, ref: ConfigMapRef) -> str:
+        mount = f"{CONFIGMAP_MOUNT_ROOT}/{ref.name}"
+        self.add({"name": f"configmap-{ref.name}", "configMap": {"name": ref.name}}, mount)
+        return posixpath.join(mount, ref.key)
+
+
+def _env(spec: StackSpec) -> list[Obj]:
+    env: list[Obj] = []
+    if spec.backend:
+        env.append({"name": "PULUMI_BACKEND_URL", "value": spec.backend})
+    if spec.access_token_secret:
+        env.append(
+            {
+                "name": "PULUMI_ACCESS_TOKEN",
+                "valueFrom": {"secretKeyRef": _secret_key(spec.access_token_secret, "accessToken")},
+            }
+        )
+    for name in sorted(spec.env_refs or {}):
+        ref = (spec.env_refs or {})[name]
+        if ref.type == "Literal" and ref.literal is not None:
+            env.append({"name": name, "value": ref.literal.value})
+        elif ref.type == "Secret":
+            env.append({"name": name, "valueFrom": {"secretKeyRef": _ref_secret_key(ref)}})
+        else:
+            raise ValueError(f'spec.envRefs[{name}]: ref type "{ref.type}" is not supported')
+    return env
+
+
+def _config(spec: StackSpec, mounts: _PodMounts) -> list[Obj]:
+    items: list[Obj] = []
+    for key in sorted(spec.config or {}):
+        items.append({"key": key, "value": (spec.config or {})[key], "secret": False})
+    for key in sorted(spec.config_ref or {}):
+        cm_ref = (spec.config_ref or {})[key]
+        value_from: Obj = {"path": mounts.configmap_path(cm_ref)}
+        if cm_ref.json_ is not None:
+            value_from["json"] = cm_ref.json_
+        items.append({"key": key, "valueFrom": value_from, "secret": False})
+    for key in sorted(spec.secrets or {}):
+        items.append({"key": key, "value": (spec.secrets or {})[key], "secret": True})
+    for key in sorted(spec.secrets_ref or {}):
+        ref = (spec.secrets_ref or {})[key]
+        if ref.type == "Literal" and ref.literal is not None:
+            items.append({"key": key, "value": ref.literal.value, "secret": True})
+        elif ref.type == "Secret" and ref.secret is not None:
+            path = mounts.secret_path(ref.secret.name, ref.secret.key)
+            items.append({"key": key, "valueFrom": {"path": path}, "secret": True})
+        else:
+            raise ValueError(f'spec.secretsRef[{key}]: ref type "{ref.type}" is not supported')
+    return items
+
+
+def _workspace_stack(spec: StackSpec, mounts: _PodMounts) -> Obj:
+    wss: Obj = {"name": spec.stack, "create": not spec.use_local_stack_only}
+    if spec.secrets_provider:
+        # Set before any config, or the provider silently resets (Go operator issue 135).
+        wss["secretsProvider"] = spec.secrets_provider
+    config = _config(spec, mounts)
+    if config:
+        wss["config"] = config
+    if spec.environment is not None:
+        wss["environment"] = list(spec.environment)
+    return wss
+
+
+def build_workspace(stack: Stack, source: ResolvedSource | None) -> Obj:
+    """The Workspace to apply for ``stack`` with ``source`` (None: the template brings the program).
+
+    ``stack`` must come from the API (the owner reference needs its uid). Raises ValueError for a
+    reference the Go operator refuses (Env/FS refs): ``pko.api.validation`` reports those first.
+    """
+    spec = stack.spec
+    name = stack.metadata.name or ""
+    mounts = _PodMounts()
+    wss = _workspace_stack(spec, mounts)
+    container: Obj = {"name": PULUMI_CONTAINER}
+    if mounts.mounts:
+        container["volumeMounts"] = mounts.mounts
+    pod_spec: Obj = {"containers": [container]}
+    if mounts.volumes:
+        pod_spec["volumes"] = mounts.volumes
+    ws_spec: Obj = {"podTemplate": {"spec": pod_spec}, **_source_spec(spec, source)}
+    if spec.service_account_name:
+        ws_spec["serviceAccountName"] = spec.service_account_name
+    env = _env(spec)
+    if env:
+        ws_spec["env"] = env
+    workspace: Obj = {
+        "apiVersion": WORKSPACE_API_VERSION,
+        "kind": WORKSPACE_KIND,
+        "metadata": {
+            "name": workspace_name(name),
+            "namespace": stack.metadata.namespace,
+            "labels": stack_labels(name),
+            "ownerReferences": [stack_owner_reference(stack, controller=True)],
+        },
+        "spec": ws_spec,
+    }
+    template: Mapping[str, Any] = spec.workspace_template or {}
+    if template:
+        merged = strategic_merge(workspace, {k: v for k, v in template.items() if k in ("metadata", "spec")})
+        # The template customises; it does not rename, re-home or re-own the Workspace.
+        merged["metadata"].update(
+            {k: workspace["metadata"][k] for k in ("name", "namespace", "ownerReferences")}
+        )
+        workspace = merged
+    ws_spec = workspace["spec"]
+    if isinstance(source, ProjectInfoRevision):
+        for key in ("git", "flux", "local"):
+            ws_spec.pop(key, None)
+    env_from: list[Obj] = list(ws_spec.get("envFrom") or [])
+    env_from += [{"configMapRef": {"name": n}} for n in spec.envs or []]
+    env_from += [{"secretRef": {"name": n}} for n in spec.env_secrets or []]
+    if env_from:
+        ws_spec["envFrom"] = env_from
+    ws_spec["stacks"] = [wss]
+    return workspace

@@ -1,0 +1,377 @@
+"""What an Update's status and outputs Secret say, as pure functions of the Update and the agent's answer.
+
+Kept apart from the reconciler so the mapping (reasons, messages, conditions, the Secret's shape)
+is tested without a cluster. Names follow the Go operator (``upstream-api-facts.md``): conditions
+``Progressing``/``Complete``/``Failed``; a finished operation is ``Complete`` ``Updated`` whatever
+its result, and ``Failed`` says how it went (``UpdateSucceeded``, ``UpdateFailed`` or the agent's
+``Failure.reason``); an Update ended by the operator without a result (orphaned, deleted, its
+operation lost) is ``Complete`` ``Failed``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from pko.api.generated.pko.agent import v1 as pb
+from pko.api.update import CONDITION_COMPLETE, CONDITION_FAILED, CONDITION_PROGRESSING
+from pko.controllers.resources import (
+    SECRETS_ANNOTATION,
+    UPDATE_COMPONENT,
+    UPDATE_NAME_LABEL,
+    WORKSPACE_COMPONENT_LABEL,
+)
+from pko.machinery.conditions import format_time, get_condition, set_condition
+from pko.machinery.objects import set_controller_reference
+from pko.machinery.resource import Obj
+
+__all__ = [
+    "REASON_CANCELED",
+    "REASON_COMPLETE",
+    "REASON_FAILED",
+    "REASON_OPERATION_LOST",
+    "REASON_PROGRESSING",
+    "REASON_TRANSIENT_FAILURE",
+    "REASON_UNREACHABLE",
+    "REASON_UPDATED",
+    "REASON_UPDATE_FAILED",
+    "REASON_UPDATE_SUCCEEDED",
+    "REASON_WORKSPACE_NOT_FOUND",
+    "REASON_WORKSPACE_NOT_READY",
+    "ended_status",
+    "failed_reason",
+    "is_complete",
+    "is_running",
+    "operation_request",
+    "outputs_secret",
+    "outputs_secret_name",
+    "result_message",
+    "result_status",
+    "sanitize_output_key",
+    "started_status",
+    "status_body",
+    "waiting_status",
+]
+
+# Progressing reasons.
+REASON_PROGRESSING: Final = "Progressing"
+REASON_COMPLETE: Final = "Complete"
+REASON_WORKSPACE_NOT_FOUND: Final = "WorkspaceNotFound"
+REASON_WORKSPACE_NOT_READY: Final = "WorkspaceNotReady"
+REASON_TRANSIENT_FAILURE: Final = "TransientFailure"
+# Complete reasons: the operation finished (whatever its result), or the operator ended it.
+REASON_UPDATED: Final = "Updated"
+REASON_FAILED: Final = "Failed"
+# Failed reasons (besides the agent's Failure.reason).
+REASON_UPDATE_SUCCEEDED: Final = "UpdateSucceeded"
+REASON_UPDATE_FAILED: Final = "UpdateFailed"
+REASON_CANCELED: Final = "Canceled"
+# The agent no longer knows the operation (its pod was replaced, or its journal lost).
+REASON_OPERATION_LOST: Final = "OperationLost"
+# The agent could not be reached for longer than the controller waits.
+REASON_UNREACHABLE: Final = "AgentUnreachable"
+
+# The agent says "Cancelled"; the Go operator's reason is "Canceled".
+_REASON_ALIASES: Final = {"Cancelled": REASON_CANCELED}
+_UNSAFE_KEY: Final = re.compile(r"[^-._a-zA-Z0-9]")
+MESSAGE_LINES: Final = 10
+MESSAGE_MAX_CHARS: Final = 4096
+_MAX_PENDING_LISTED: Final = 10
+
+
+def is_complete(update: Obj) -> bool:
+    """The result is recorded: nothing will run again for this Update."""
+    conditions = (update.get("status") or {}).get("conditions")
+    c = get_condition(conditions, CONDITION_COMPLETE)
+    return c is not None and c.get("status") == "True"
+
+
+def is_running(update: Obj) -> bool:
+    """An operation was started in the agent and its result is not recorded yet."""
+    if is_complete(update):
+        return False
+    conditions = (update.get("status") or {}).get("conditions")
+    c = get_condition(conditions, CONDITION_PROGRESSING)
+    return c is not None and c.get("status") == "True" and c.get("reason") == REASON_PROGRESSING
+
+
+def sanitize_output_key(key: str) -> str:
+    """A Secret data key for output ``key``: every character outside ``[-._a-zA-Z0-9]`` becomes ``_``."""
+    return _UNSAFE_KEY.sub("_", key)
+
+
+def outputs_secret_name(update_name: str) -> str:
+    return f"{update_name}-stack-outputs"
+
+
+def outputs_secret(update: Obj, outputs: Mapping[str, pb.OutputValue]) -> Obj:
+    """The immutable Secret holding ``outputs`` (JSON values), controlled by ``update``.
+
+    The keys of secret outputs are listed (sanitised, sorted) in the ``pulumi.com/secrets``
+    annotation, so the Stack can keep them secret in its own status.
+    """
+    meta = update.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    data: dict[str, str] = {}
+    secret_keys: list[str] = []
+    for key, value in outputs.items():
+        safe = sanitize_output_key(key)
+        data[safe] = base64.b64encode(bytes(value.value)).decode("ascii")
+        if value.secret:
+            secret_keys.append(safe)
+    secret: Obj = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": outputs_secret_name(name),
+            "namespace": meta.get("namespace"),
+            "labels": {WORKSPACE_COMPONENT_LABEL: UPDATE_COMPONENT, UPDATE_NAME_LABEL: name},
+            "annotations": {SECRETS_ANNOTATION: json.dumps(sorted(set(secret_keys)))},
+        },
+        "immutable": True,
+        "type": "Opaque",
+        "data": data,
+    }
+    set_controller_reference(update, secret, block_owner_deletion=True)
+    return secret
+
+
+def failed_reason(result: pb.OperationResult) -> str:
+    """The ``Failed`` condition's reason for a finished operation."""
+    if result.state == pb.OperationState.SUCCEEDED:
+        return REASON_UPDATE_SUCCEEDED
+    reason = result.failure.reason if result.failure is not None else ""
+    if not reason:
+        return REASON_CANCELED if result.state == pb.OperationState.CANCELLED else REASON_UPDATE_FAILED
+    return _REASON_ALIASES.get(reason, reason)
+
+
+def _tail(text: str, lines: int = MESSAGE_LINES) -> list[str]:
+    return [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
+
+
+def _cap(message: str) -> str:
+    if len(message) <= MESSAGE_MAX_CHARS:
+        return message
+    return "..." + message[-(MESSAGE_MAX_CHARS - 3) :]
+
+
+def result_message(result: pb.OperationResult) -> str:
+    """``status.message``: for a failure, its message, the lock owner and pending operations the agent
+    reported, then the last lines of Pulumi's error output (never the whole log)."""
+    failure = result.failure
+    if result.state == pb.OperationState.SUCCEEDED or failure is None:
+        summary = result.summary.message if result.summary is not None else ""
+        if result.state == pb.OperationState.SUCCEEDED:
+            return summary
+        return _cap("\n".join(_tail(result.stderr)) or summary or "the operation failed")
+    lines: list[str] = [failure.message] if failure.message else []
+    if failure.lock is not None and (failure.lock.owner or failure.lock.location):
+        held = f"lock held by {failure.lock.owner or 'an unknown owner'}"
+        if failure.lock.location:
+            held += f" at {failure.lock.location}"
+        lines.append(held)
+    pending = list(failure.pending_operations)
+    if pending:
+        listed = ", ".join(f"{op.type} {op.urn}" for op in pending[:_MAX_PENDING_LISTED])
+        more = f" and {len(pending) - _MAX_PENDING_LISTED} more" if len(pending) > _MAX_PENDING_LISTED else ""
+        lines.append(f"pending operations: {listed}{more}")
+    detail = [line for line in _tail(failure.detail or result.stderr) if line not in lines]
+    lines.extend(detail)
+    return _cap("\n".join(lines) or "the operation failed")
+
+
+def _conditions(
+    update: Obj,
+    generation: int | None,
+    now: datetime,
+    *entries: tuple[str, str, str, str],
+) -> list[Obj]:
+    conditions: list[Obj] | None = (update.get("status") or {}).get("conditions")
+    for type_, status, reason, message in entries:
+        conditions = set_condition(conditions, type_, status, reason, message, generation, now)  # type: ignore[arg-type]
+    return conditions or []
+
+
+def _base(update: Obj) -> tuple[Obj, int | None]:
+    """The status fields this controller owns, carried over (every apply restates all of them)."""
+    old: Obj = update.get("status") or {}
+    generation = (update.get("metadata") or {}).get("generation")
+    status: Obj = {
+        k: old[k]
+        for k in ("startTime", "endTime", "permalink", "message", "outputs", "projectInfo")
+        if k in old
+    }
+    if generation is not None:
+        status["observedGeneration"] = generation
+    return status, generation
+
+
+def waiting_status(update: Obj, reason: str, message: str, now: datetime | None = None) -> Obj:
+    """Not started yet: ``Progressing`` False with why (workspace missing or not ready, agent unreachable)."""
+    now = now or datetime.now(UTC)
+    status, gen = _base(update)
+    status["conditions"] = _conditions(
+        update,
+        gen,
+        now,
+        (CONDITION_PROGRESSING, "False", reason, message),
+        (CONDITION_COMPLETE, "False", REASON_PROGRESSING, ""),
+        (CONDITION_FAILED, "False", REASON_PROGRESSING, ""),
+    )
+    return status
+
+
+def started_status(update: Obj, now: datetime | None = None) -> Obj:
+    """The operation runs in the agent."""
+    now = now or datetime.now(UTC)
+    status, gen = _base(update)
+    status.setdefault("startTime", format_time(now))
+    status["conditions"] = _conditions(
+        update,
+        gen,
+        now,
+        (CONDITION_PROGRESSING, "True", REASON_PROGRESSING, "the operation is running"),
+        (CONDITION_COMPLETE, "False", REASON_PROGRESSING, ""),
+        (CONDITION_FAILED, "False", REASON_PROGRESSING, ""),
+    )
+    return status
+
+
+def _timestamp(value: datetime | None) -> str | None:
+    if value is None or value.year <= 1970:
+        return None
+    return format_time(value)
+
+
+def result_status(
+    update: Obj, result: pb.OperationResult, outputs: str | None, now: datetime | None = None
+) -> Obj:
+    """The recorded result of a finished operation."""
+    now = now or datetime.now(UTC)
+    status, gen = _base(update)
+    summary = result.summary
+    start = _timestamp(summary.start_time) if summary is not None else None
+    end = _timestamp(summary.end_time) if summary is not None else None
+    status.setdefault("startTime", start or format_time(now))
+    status["endTime"] = end or format_time(now)
+    message = result_message(result)
+    if message:
+        status["message"] = message
+    if result.permalink:
+        status["permalink"] = result.permalink
+    if outputs:
+        status["outputs"] = outputs
+    info = result.project_info
+    if info is not None and info.name:
+        status["projectInfo"] = {"name": info.name, "runtime": info.runtime}
+    reason = failed_reason(result)
+    succeeded = result.state == pb.OperationState.SUCCEEDED
+    failed_message = "" if succeeded else (message.splitlines()[0] if message else "")
+    status["conditions"] = _conditions(
+        update,
+        gen,
+        now,
+        (CONDITION_PROGRESSING, "False", REASON_COMPLETE, ""),
+        (CONDITION_COMPLETE, "True", REASON_UPDATED, ""),
+        (CONDITION_FAILED, "False" if succeeded else "True", reason, failed_message),
+    )
+    return status
+
+
+def ended_status(update: Obj, reason: str, message: str, now: datetime | None = None) -> Obj:
+    """Ended by the operator without a result from the agent: orphaned, deleted, or its operation lost."""
+    now = now or datetime.now(UTC)
+    status, gen = _base(update)
+    status["endTime"] = format_time(now)
+    status["message"] = _cap(message)
+    status["conditions"] = _conditions(
+        update,
+        gen,
+        now,
+        (CONDITION_PROGRESSING, "False", REASON_COMPLETE, ""),
+        (CONDITION_COMPLETE, "True", REASON_FAILED, message.splitlines()[0] if message else ""),
+        (CONDITION_FAILED, "True", reason, message.splitlines()[0] if message else ""),
+    )
+    return status
+
+
+def status_body(update: Obj, status: Obj, *, precondition: bool = True) -> Obj:
+    """The server-side apply body for ``status``; with ``precondition`` the write fails (409) when
+    the Update changed since it was read, which is what makes recording a result happen once."""
+    meta = update.get("metadata") or {}
+    body_meta: dict[str, Any] = {"name": meta.get("name"), "namespace": meta.get("namespace")}
+    if precondition and meta.get("resourceVersion"):
+        body_meta["resourceVersion"] = meta["resourceVersion"]
+    return {
+        "apiVersion": update.get("apiVersion"),
+        "kind": update.get("kind"),
+        "metadata": body_meta,
+        "status": status,
+    }
+
+
+def operation_request(update: Obj) -> pb.StartOperationRequest:
+    """``StartOperation`` for ``update``: its uid is the operation id, every spec option is passed on.
+
+    Raises ValueError for an Update without a known type (the CRD normally refuses it).
+    """
+    spec: Obj = update.get("spec") or {}
+    op_id = str((update.get("metadata") or {}).get("uid", ""))
+    type_ = spec.get("type")
+    common: dict[str, Any] = {
+        "operation_id": op_id,
+        "parallel": spec.get("parallel"),
+        "message": spec.get("message"),
+    }
+    target = list(spec.get("target") or [])
+    replace = list(spec.get("replace") or [])
+    if type_ == "preview":
+        return pb.StartOperationRequest(
+            preview=pb.PreviewRequest(
+                **common,
+                expect_no_changes=spec.get("expectNoChanges"),
+                replace=replace,
+                target=target,
+                target_dependents=spec.get("targetDependents"),
+                refresh=spec.get("refresh"),
+            )
+        )
+    if type_ == "up":
+        return pb.StartOperationRequest(
+            up=pb.UpRequest(
+                **common,
+                expect_no_changes=spec.get("expectNoChanges"),
+                replace=replace,
+                target=target,
+                target_dependents=spec.get("targetDependents"),
+                refresh=spec.get("refresh"),
+                continue_on_error=spec.get("continueOnError"),
+            )
+        )
+    if type_ == "refresh":
+        return pb.StartOperationRequest(
+            refresh=pb.RefreshRequest(
+                **common,
+                expect_no_changes=spec.get("expectNoChanges"),
+                target=target,
+                run_program=spec.get("runProgram"),
+            )
+        )
+    if type_ == "destroy":
+        return pb.StartOperationRequest(
+            destroy=pb.DestroyRequest(
+                **common,
+                target=target,
+                target_dependents=spec.get("targetDependents"),
+                refresh=spec.get("refresh"),
+                continue_on_error=spec.get("continueOnError"),
+                remove=spec.get("remove"),
+                run_program=spec.get("runProgram"),
+            )
+        )
+    raise ValueError(f"unsupported update type {type_!r}")

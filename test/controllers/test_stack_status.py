@@ -1,0 +1,378 @@
+"""Stack status rules and the "what next" decision: upstream's reasons and messages, classified retries."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pko.api.stack import StackSpec
+
+from pko.controllers.retry import (
+    RetrySettings,
+    classify_failure,
+    deterministic_delay,
+    jitter_fraction,
+    tail_lines,
+    transient_delay,
+)
+from pko.controllers.stackstatus import (
+    go_duration,
+    mark_ready,
+    mark_reconciling,
+    mark_result,
+    mark_stalled,
+    mark_suspended,
+    outputs_from_secret,
+    plan_sync,
+    record_failed,
+    record_lost,
+    record_succeeded,
+    requirement_error,
+)
+from pko.machinery.conditions import format_time, get_condition
+
+T0 = datetime(2024, 10, 17, 20, 0, 0, tzinfo=UTC)
+SETTINGS = RetrySettings()
+
+
+def spec(**fields: Any) -> StackSpec:
+    return StackSpec.model_validate({"stack": "dev", "programRef": {"name": "p"}, **fields})
+
+
+def stack_obj(generation: int = 1, request: str | None = None, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "s", "namespace": "ns", "generation": generation}
+    if request is not None:
+        meta["annotations"] = {"pulumi.com/reconciliation-request": request}
+    if deleting:
+        meta["deletionTimestamp"] = format_time(T0)
+    return {"metadata": meta}
+
+
+def update(
+    name: str, type_: str = "up", failed: str | None = None, message: str = "", **status: Any
+) -> dict[str, Any]:
+    conditions = [{"type": "Complete", "status": "True", "reason": "Updated"}]
+    if failed is not None:
+        conditions.append({"type": "Failed", "status": "True", "reason": failed})
+    return {
+        "metadata": {"name": name},
+        "spec": {"type": type_},
+        "status": {"message": message, "conditions": conditions, **status},
+    }
+
+
+def current(name: str, generation: int = 1, commit: str = "r1", request: str = "") -> dict[str, Any]:
+    return {"name": name, "generation": generation, "commit": commit, "reconcileRequest": request}
+
+
+def types(status: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
+    return {c["type"]: (c["status"], c["reason"], c["message"]) for c in status["conditions"]}
+
+
+# --- conditions ------------------------------------------------------------------------------
+
+
+def test_conditions_are_exclusive_as_upstream() -> None:
+    status: dict[str, Any] = {}
+    mark_reconciling(status, "StackProcessing", "waiting for workspace readiness", 1, T0)
+    assert types(status) == {
+        "Ready": ("False", "NotReadyInProgress", "reconciliation is in progress"),
+        "Reconciling": ("True", "StackProcessing", "waiting for workspace readiness"),
+    }
+    mark_stalled(status, "SpecInvalid", "bad", 1, T0)
+    assert types(status) == {
+        "Ready": ("False", "NotReadyStalled", "reconciliation is stalled"),
+        "Stalled": ("True", "SpecInvalid", "bad"),
+    }
+    mark_ready(status, 2, T0)
+    assert types(status) == {
+        "Ready": ("True", "ProcessingCompleted", "the stack has been processed and is up to date")
+    }
+    assert status["conditions"][0]["observedGeneration"] == 2
+
+
+def test_suspended_condition_comes_and_goes_and_keeps_ready() -> None:
+    status: dict[str, Any] = {}
+    mark_ready(status, 1, T0)
+    mark_suspended(status, True, 1, T0)
+    assert types(status)["Ready"][0] == "True" and types(status)["Suspended"][0] == "True"
+    mark_suspended(status, False, 1, T0)
+    assert "Suspended" not in types(status)
+
+
+# --- recording results -----------------------------------------------------------------------
+
+
+def test_success_records_last_update_outputs_and_project_info() -> None:
+    status: dict[str, Any] = {"lastFailure": {"reason": "Transient"}}
+    upd = update("s-1", permalink="https://app/1", projectInfo={"name": "proj", "runtime": "yaml"})
+    record_succeeded(status, current("s-1", request="r"), upd, {"password": "[secret]"}, T0)
+    assert status["lastUpdate"] == {
+        "generation": 1,
+        "reconcileRequest": "r",
+        "name": "s-1",
+        "type": "up",
+        "state": "succeeded",
+        "lastAttemptedCommit": "r1",
+        "lastSuccessfulCommit": "r1",
+        "permalink": "https://app/1",
+        "lastResyncTime": "2024-10-17T20:00:00Z",
+        "failures": 0,
+    }
+    assert status["outputs"] == {"password": "[secret]"}
+    assert status["projectInfo"] == {"name": "proj", "runtime": "yaml"}
+    assert "lastFailure" not in status
+
+
+def test_outputs_secret_values_are_json_and_secret_keys_are_masked() -> None:
+    def b64(value: Any) -> str:
+        return base64.b64encode(json.dumps(value).encode()).decode()
+
+    secret = {
+        "metadata": {"annotations": {"pulumi.com/secrets": '["password"]'}},
+        "data": {"password": b64("hunter2"), "count": b64(3), "obj": b64({"a": [1]})},
+    }
+    assert outputs_from_secret(secret) == {"count": 3, "obj": {"a": [1]}, "password": "[secret]"}
+
+
+def test_failures_count_only_for_the_same_generation_request_and_revision() -> None:
+    status: dict[str, Any] = {}
+    record_failed(status, current("s-1"), update("s-1", failed="ProgramError", message="boom"), T0)
+    assert status["lastUpdate"]["failures"] == 0 and status["lastUpdate"]["state"] == "failed"
+    assert status["lastFailure"] == {
+        "reason": "ProgramError",
+        "message": "boom",
+        "transient": False,
+        "updateName": "s-1",
+        "countedFailures": 1,
+    }
+    record_failed(status, current("s-2"), update("s-2", failed="ProgramError"), T0)
+    assert status["lastUpdate"]["failures"] == 1 and status["lastFailure"]["countedFailures"] == 2
+    # a new source revision resets (the Go operator kept counting: a new commit could stall at once)
+    record_failed(status, current("s-3", commit="r2"), update("s-3", failed="ProgramError"), T0)
+    assert status["lastUpdate"]["failures"] == 0 and status["lastFailure"]["countedFailures"] == 1
+    record_failed(status, current("s-4", commit="r2", generation=2), update("s-4", failed="ProgramError"), T0)
+    assert status["lastUpdate"]["failures"] == 0
+
+
+def test_last_successful_commit_survives_a_failure() -> None:
+    status: dict[str, Any] = {}
+    record_succeeded(status, current("s-1", commit="c1"), update("s-1"), None, T0)
+    record_failed(status, current("s-2", commit="c2"), update("s-2", failed="ProgramError"), T0)
+    assert status["lastUpdate"]["lastSuccessfulCommit"] == "c1"
+    assert status["lastUpdate"]["lastAttemptedCommit"] == "c2"
+
+
+def test_transient_failures_do_not_spend_the_budget() -> None:
+    status: dict[str, Any] = {}
+    record_failed(status, current("s-1"), update("s-1", failed="ProgramError"), T0)
+    record_failed(status, current("s-2"), update("s-2", failed="UpdateConflict"), T0)
+    assert status["lastFailure"]["transient"] is True and status["lastFailure"]["countedFailures"] == 1
+
+
+def test_lost_update_is_a_transient_failure() -> None:
+    status: dict[str, Any] = {}
+    record_lost(status, current("s-1"), T0)
+    assert status["lastUpdate"]["state"] == "failed"
+    assert status["lastFailure"]["reason"] == "UpdateLost" and status["lastFailure"]["transient"] is True
+    assert "deleted before it completed" in status["lastFailure"]["message"]
+
+
+# --- result conditions and retries -----------------------------------------------------------
+
+
+def failed_status(times: int, reason: str = "ProgramError", type_: str = "up") -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    for i in range(times):
+        record_failed(status, current(f"s-{i}"), update(f"s-{i}", type_=type_, failed=reason), T0)
+    return status
+
+
+def test_deterministic_failure_retries_with_the_go_cooldown_then_stalls() -> None:
+    s = spec()
+    delays = []
+    for n in (1, 2, 3):
+        status = failed_status(n)
+        mark_result(status, s, SETTINGS, 1, T0)
+        assert types(status)["Reconciling"] == ("True", "RetryingAfterFailure", f"{n - 1} update failure(s)")
+        delays.append(
+            (datetime.fromisoformat(status["nextRetryTime"].replace("Z", "+00:00")) - T0).total_seconds()
+        )
+    assert delays == [10, 30, 90]
+    status = failed_status(4)
+    mark_result(status, s, SETTINGS, 1, T0)
+    assert types(status)["Stalled"] == (
+        "True",
+        "UpdateFailed",
+        "up failed 3 times; not retrying until the spec or source changes",
+    )
+    assert "nextRetryTime" not in status and "Reconciling" not in types(status)
+
+
+def test_per_stack_failure_budget_and_backoff_cap() -> None:
+    status = failed_status(2)
+    mark_result(status, spec(maxUpdateFailures=1), SETTINGS, 1, T0)
+    assert types(status)["Stalled"][1] == "UpdateFailed"
+    assert deterministic_delay(5, spec(retryMaxBackoffDurationSeconds=60), SETTINGS) == 60
+    assert deterministic_delay(20, spec(), SETTINGS) == 24 * 3600
+
+
+def test_transient_failures_back_off_fast_with_jitter_and_never_stall() -> None:
+    status = failed_status(8, reason="Unavailable")
+    mark_result(status, spec(), SETTINGS, 1, T0)
+    assert types(status)["Reconciling"][1] == "RetryingAfterFailure"
+    retry_in = (datetime.fromisoformat(status["nextRetryTime"].replace("Z", "+00:00")) - T0).total_seconds()
+    assert 240 <= retry_in <= 360  # the 5 min cap, +-20%
+    first = transient_delay(0, spec(), SETTINGS, "a")
+    assert 4 <= first <= 6
+    assert {round(transient_delay(0, spec(), SETTINGS, f"s-{i}"), 3) for i in range(20)} != {5.0}
+    assert jitter_fraction("x", 0.2) == jitter_fraction("x", 0.2)
+
+
+def test_preview_stack_ends_failed_instead_of_retrying_a_deterministic_failure() -> None:
+    status = failed_status(1, type_="preview")
+    mark_result(status, spec(preview=True), SETTINGS, 1, T0)
+    assert types(status)["Stalled"] == (
+        "True",
+        "UpdateFailed",
+        "preview failed 1 times; not retrying until the spec or source changes",
+    )
+    status = failed_status(1, reason="Unavailable", type_="preview")
+    mark_result(status, spec(preview=True), SETTINGS, 1, T0)
+    assert types(status)["Reconciling"] == ("True", "PreviewFailed", "preview failed (0 attempt(s))")
+
+
+def test_success_is_ready_and_clears_next_retry_time() -> None:
+    status = failed_status(1)
+    status["nextRetryTime"] = "x"
+    record_succeeded(status, current("ok"), update("ok"), None, T0)
+    mark_result(status, spec(), SETTINGS, 1, T0)
+    assert types(status) == {
+        "Ready": ("True", "ProcessingCompleted", "the stack has been processed and is up to date")
+    }
+    assert "nextRetryTime" not in status
+
+
+# --- plan_sync (Go: isSynced) ----------------------------------------------------------------
+
+
+def succeeded(
+    commit: str = "r1", generation: int = 1, request: str = "", at: datetime = T0
+) -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    record_succeeded(status, current("s-1", generation, commit, request), update("s-1"), None, at)
+    return status
+
+
+def test_plan_runs_first_update_new_generation_request_and_commit() -> None:
+    s = spec()
+    assert plan_sync(stack_obj(), s, {}, "r1", T0, SETTINGS).message == "Initial stack update"
+    assert plan_sync(stack_obj(2), s, succeeded(), "r1", T0, SETTINGS).message == "New stack generation: 2"
+    assert plan_sync(stack_obj(1, "now"), s, succeeded(), "r1", T0, SETTINGS).message == 'Sync request: "now"'
+    assert plan_sync(stack_obj(), s, succeeded(), "r2", T0, SETTINGS).message == 'New commit detected: "r2"'
+    decision = plan_sync(stack_obj(), s, succeeded(), "r1", T0, SETTINGS)
+    assert decision.synced and decision.requeue_after is None
+
+
+def test_plan_resyncs_with_continue_resync_on_commit_match() -> None:
+    s = spec(continueResyncOnCommitMatch=True, resyncFrequencySeconds=300)
+    early = plan_sync(stack_obj(), s, succeeded(), "r1", T0 + timedelta(seconds=100), SETTINGS)
+    assert early.synced and early.requeue_after == 200
+    late = plan_sync(stack_obj(), s, succeeded(), "r1", T0 + timedelta(seconds=300), SETTINGS)
+    assert not late.synced and late.message == "Resync time elapsed: 5m0s"
+
+
+def test_plan_polls_a_branch_at_the_resync_frequency_at_least_a_minute() -> None:
+    s = spec(resyncFrequencySeconds=10)
+    decision = plan_sync(stack_obj(), s, succeeded(), "r1", T0, SETTINGS, polls_branch=True)
+    assert decision.synced and decision.requeue_after == 60
+
+
+def test_plan_retries_after_the_backoff_and_stops_when_stalled() -> None:
+    s = spec()
+    status = failed_status(1)
+    waiting = plan_sync(stack_obj(), s, status, "r1", T0 + timedelta(seconds=4), SETTINGS)
+    assert waiting.synced and waiting.requeue_after == 6
+    due = plan_sync(stack_obj(), s, status, "r1", T0 + timedelta(seconds=10), SETTINGS)
+    assert not due.synced and due.message == "Backoff time elapsed: 10s"
+    stalled = plan_sync(stack_obj(), s, failed_status(4), "r1", T0 + timedelta(days=2), SETTINGS)
+    assert stalled.synced and stalled.requeue_after is None
+    new_commit = plan_sync(stack_obj(), s, failed_status(4), "r2", T0, SETTINGS)
+    assert not new_commit.synced
+
+
+def test_plan_on_deletion_destroys_once() -> None:
+    s = spec(destroyOnFinalize=True)
+    assert plan_sync(stack_obj(2, deleting=True), s, succeeded(), "r1", T0, SETTINGS).message == (
+        "Stack marked for deletion"
+    )
+    destroyed: dict[str, Any] = {}
+    record_succeeded(destroyed, current("d", generation=2), update("d", type_="destroy"), None, T0)
+    assert plan_sync(stack_obj(2, deleting=True), s, destroyed, "r1", T0, SETTINGS).synced
+
+
+# --- prerequisites ---------------------------------------------------------------------------
+
+
+def prereq(status: dict[str, Any], generation: int = 1, request: str | None = None) -> dict[str, Any]:
+    obj = stack_obj(generation, request)
+    obj["status"] = status
+    return obj
+
+
+def test_prerequisite_requirements() -> None:
+    def message(obj: dict[str, Any], within: timedelta | None = None, now: datetime = T0) -> str | None:
+        error = requirement_error(obj, within, now)
+        return None if error is None else error.message
+
+    assert message(prereq({})) == "prerequisite has not run to completion"
+    assert message(prereq(succeeded(), 2)) == "prerequisite has not run to completion"
+    assert message(prereq(succeeded(), 1, "again")) == "prerequisite has not run to completion"
+    assert message(prereq(failed_status(1))) == "prerequisite failed"
+    assert message(prereq(succeeded())) is None
+    old = requirement_error(prereq(succeeded()), timedelta(minutes=5), T0 + timedelta(hours=1))
+    assert old is not None and old.message == "prerequisite is out of date" and old.touch == "after-s-1"
+
+
+# --- classification --------------------------------------------------------------------------
+
+
+def test_failure_classification_is_closed_and_reads_lock_owner_and_pending_urns() -> None:
+    assert classify_failure("UpdateConflict", "").transient
+    assert classify_failure("InvalidAccessToken", "").reason == "AuthFailed"
+    assert classify_failure("InstallationFailed", "").reason == "InstallFailed"
+    locked = classify_failure("StackLocked", "the stack is locked by alice@host (pid 42)")
+    assert locked.transient and locked.lock_owner == "alice@host (pid 42)"
+    pending = classify_failure(
+        "PendingOperations",
+        "the stack has 1 pending operation(s): urn:pulumi:dev::p::random:index:RandomPet::a",
+    )
+    assert not pending.transient and pending.pending_operations == (
+        "urn:pulumi:dev::p::random:index:RandomPet::a",
+    )
+    assert classify_failure("UpdateFailed", "error: 503 Service Unavailable").reason == "Transient"
+    assert (
+        classify_failure("UpdateFailed", "Missing required configuration variable 'x'").reason
+        == "ConfigInvalid"
+    )
+    assert classify_failure("UpdateFailed", "error: something odd").reason == "OperationFailed"
+    assert classify_failure(None, "").reason == "OperationFailed"
+
+
+def test_message_keeps_the_last_lines() -> None:
+    text = "\n".join(f"line {i}" for i in range(30))
+    assert tail_lines(text).splitlines() == [f"line {i}" for i in range(20, 30)]
+    assert len(tail_lines("x" * 5000)) == 2000
+
+
+def test_go_duration_format() -> None:
+    assert [go_duration(s) for s in (10, 90, 3600, 86400)] == ["10s", "1m30s", "1h0m0s", "24h0m0s"]
+
+
+def test_status_fields_are_recorded_with_get_condition_helpers() -> None:
+    status: dict[str, Any] = {}
+    mark_reconciling(status, "StackProcessing", "stack is being processed", 3, T0)
+    condition = get_condition(status["conditions"], "Reconciling")
+    assert condition is not None and condition["lastTransitionTime"] == "2024-10-17T20:00:00Z"

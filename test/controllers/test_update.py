@@ -1,0 +1,464 @@
+"""The Update reconciler end to end: the real operator, apiserver, kube-controller-manager, the
+play-kubelet running real agents with the stand-in Pulumi CLI.
+
+Each workspace holds one program (written into ``/share/workspace`` by an init container from the
+Workspace's pod template); Updates are created as the Stack controller creates them: controlled by
+the Workspace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import signal
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient, ApiException
+
+from pko.agentclient import AgentClient, AgentError, resolve_address
+from pko.controllers.resources import STACK_FINALIZER, STACKS, UPDATES, WORKSPACES
+from pko.controllers.updatestatus import is_complete
+from pko.machinery.conditions import get_condition
+from pko.machinery.resource import EVENTS, PODS, SECRETS, ResourceClient
+from pko.tokens import TokenSource
+
+from .conftest import Operator
+from .kubelet import PlayKubelet
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+
+# The Program artifact server on a free port (its default port may be taken by another test run).
+OPERATOR_OPTIONS = {"engine_event_log_level": "info", "program_fs_addr": "127.0.0.1:0"}
+Obj = dict[str, Any]
+
+GOOD_PROGRAM = """\
+name: outputs
+runtime: yaml
+resources:
+  pw:
+    type: random:RandomPassword
+    properties:
+      length: 16
+  echo:
+    type: test:index:Echo
+    properties:
+      value: hello
+outputs:
+  greeting: ${echo.value}
+  password: ${pw.result}
+  "weird key/1": ${echo.value}
+"""
+
+SLOW_PROGRAM = """\
+name: {name}
+runtime: yaml
+resources:
+  wait:
+    type: test:index:Hang
+    properties:
+      seconds: {seconds}
+outputs:
+  done: yes
+"""
+
+BAD_PROGRAM = """\
+name: bad
+runtime: yaml
+outputs:
+  broken: ${nothing.here}
+"""
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def program_init_container(program: str) -> Obj:
+    encoded = base64.b64encode(program.encode()).decode()
+    script = f"mkdir -p /share/workspace && echo {encoded} | base64 -d > /share/workspace/Pulumi.yaml"
+    return {
+        "name": "program",
+        "image": "busybox",
+        "command": ["sh", "-c", script],
+        "volumeMounts": [{"name": "share", "mountPath": "/share"}],
+    }
+
+
+async def wait_until(
+    what: str, probe: Callable[[], Awaitable[Any]], *, within: float = 120.0, interval: float = 0.25
+) -> Any:
+    deadline = time.monotonic() + within
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await probe()
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(f"{what}: not reached within {within}s (last: {last!r})")
+
+
+async def get_or_none(rc: ResourceClient, name: str, namespace: str) -> Obj | None:
+    try:
+        return await rc.get(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def condition(obj: Obj | None, type_: str) -> Obj:
+    return get_condition(((obj or {}).get("status") or {}).get("conditions"), type_) or {}
+
+
+class Env:
+    """The module's handles: admin API, namespace, operator, kubelet."""
+
+    def __init__(self, api: ApiClient, namespace: str, operator: Operator, kubelet: PlayKubelet) -> None:
+        self.api = api
+        self.ns = namespace
+        self.operator = operator
+        self.kubelet = kubelet
+        self.updates = ResourceClient(api, UPDATES)
+        self.workspaces = ResourceClient(api, WORKSPACES)
+        self.secrets = ResourceClient(api, SECRETS)
+        self.events = ResourceClient(api, EVENTS)
+        self.stacks = ResourceClient(api, STACKS)
+        self._workspaces: dict[str, Obj] = {}
+
+    async def workspace(self, name: str, program: str) -> Obj:
+        """A Ready Workspace running ``program`` (created once per name)."""
+        if name in self._workspaces:
+            return self._workspaces[name]
+        body = {
+            "apiVersion": "auto.pulumi.com/v1alpha1",
+            "kind": "Workspace",
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": {
+                "podTemplate": {
+                    "spec": {
+                        "containers": [{"name": "pulumi"}],
+                        "initContainers": [program_init_container(program)],
+                    }
+                }
+            },
+        }
+        await self.workspaces.apply(body, field_manager="pko-tests")
+
+        async def ready() -> Obj | None:
+            ws = await self.workspaces.get(name, self.ns)
+            return ws if condition(ws, "Ready").get("status") == "True" else None
+
+        try:
+            ws: Obj = await wait_until(f"workspace {name} Ready", ready, within=180)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.kubelet.describe()}") from None
+        self._workspaces[name] = ws
+        return ws
+
+    async def create_update(
+        self,
+        ws: Obj,
+        type_: str = "up",
+        *,
+        owner: bool = True,
+        workspace_name: str | None = None,
+        **spec: Any,
+    ) -> Obj:
+        """An Update controlled by ``ws`` (as the Stack controller makes them) running in ``ws`` or in
+        ``workspace_name``."""
+        target = workspace_name or ws["metadata"]["name"]
+        name = f"{target}-{uuid.uuid4().hex[:8]}"
+        meta: Obj = {
+            "name": name,
+            "namespace": self.ns,
+            "labels": {"pulumi.com/stack-name": ws["metadata"]["name"]},
+        }
+        if owner:
+            meta["ownerReferences"] = [
+                {
+                    "apiVersion": "auto.pulumi.com/v1alpha1",
+                    "kind": "Workspace",
+                    "name": ws["metadata"]["name"],
+                    "uid": ws["metadata"]["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ]
+        body: Obj = {
+            "apiVersion": "auto.pulumi.com/v1alpha1",
+            "kind": "Update",
+            "metadata": meta,
+            "spec": {"workspaceName": target, "stackName": "dev", "type": type_, **spec},
+        }
+        return await self.updates.create(body)
+
+    async def wait_complete(self, update: Obj, within: float = 180.0) -> Obj:
+        name = update["metadata"]["name"]
+
+        async def done() -> Obj | None:
+            u = await get_or_none(self.updates, name, self.ns)
+            return u if u is not None and is_complete(u) else None
+
+        try:
+            result: Obj = await wait_until(f"update {name} complete", done, within=within)
+        except AssertionError as exc:
+            current = await get_or_none(self.updates, name, self.ns)
+            raise AssertionError(
+                f"{exc}\nstatus: {json.dumps((current or {}).get('status'), indent=1)}"
+            ) from None
+        return result
+
+    async def wait_running(self, update: Obj, within: float = 120.0) -> Obj:
+        name = update["metadata"]["name"]
+
+        async def running() -> Obj | None:
+            u = await get_or_none(self.updates, name, self.ns)
+            return u if condition(u, "Progressing").get("reason") == "Progressing" else None
+
+        result: Obj = await wait_until(f"update {name} running", running, within=within)
+        return result
+
+    async def events_for(self, name: str, *, reason: str | None = None, within: float = 20.0) -> list[Obj]:
+        """The Events about ``name`` once there is one (with ``reason``, if given): they are sent
+        asynchronously, after the status write the test saw."""
+
+        async def listed() -> list[Obj] | None:
+            listing = await ResourceClient(self.api, EVENTS, self.ns).list(
+                field_selector=f"involvedObject.name={name}"
+            )
+            if any(reason is None or e.get("reason") == reason for e in listing.items):
+                return listing.items
+            return None
+
+        events: list[Obj] = await wait_until(f"events of {name}", listed, within=within)
+        return events
+
+
+@pytest.fixture(scope="module")
+async def env(
+    api_client: ApiClient,
+    namespace: str,
+    operator: Operator,
+    kubelet: PlayKubelet,
+    auth_delegator: Callable[..., Awaitable[str]],
+) -> Env:
+    await auth_delegator("default")
+    return Env(api_client, namespace, operator, kubelet)
+
+
+def assert_succeeded(update: Obj) -> None:
+    assert condition(update, "Complete")["reason"] == "Updated", update["status"]
+    failed = condition(update, "Failed")
+    assert (failed["status"], failed["reason"]) == ("False", "UpdateSucceeded"), update["status"]
+    assert condition(update, "Progressing")["status"] == "False"
+    status = update["status"]
+    assert status["startTime"] and status["endTime"]
+    assert status["observedGeneration"] == update["metadata"]["generation"]
+
+
+# --- tests ---------------------------------------------------------------------------------------
+
+
+async def test_up_records_outputs_in_an_immutable_secret(env: Env) -> None:
+    ws = await env.workspace("good", GOOD_PROGRAM)
+    update = await env.wait_complete(await env.create_update(ws, "up", message="first up"))
+    assert_succeeded(update)
+    status = update["status"]
+    assert status["projectInfo"] == {"name": "outputs", "runtime": "yaml"}
+    name = update["metadata"]["name"]
+    assert status["outputs"] == f"{name}-stack-outputs"
+    secret = await env.secrets.get(status["outputs"], env.ns)
+    assert secret["immutable"] is True
+    assert secret["metadata"]["labels"] == {
+        "auto.pulumi.com/component": "update",
+        "auto.pulumi.com/update-name": name,
+    }
+    (ref,) = secret["metadata"]["ownerReferences"]
+    assert (ref["kind"], ref["name"], ref["controller"]) == ("Update", name, True)
+    data = {k: json.loads(base64.b64decode(v)) for k, v in secret["data"].items()}
+    assert data["greeting"] == "hello"
+    assert data["weird_key_1"] == "hello"
+    assert isinstance(data["password"], str) and len(data["password"]) == 16
+    # The secret output is listed as secret, and never leaks into the status.
+    assert json.loads(secret["metadata"]["annotations"]["pulumi.com/secrets"]) == ["password"]
+    assert data["password"] not in json.dumps(update)
+    events = await env.events_for(name, reason="UpdateSucceeded")
+    assert [(e["type"], e["reason"]) for e in events] == [("Normal", "UpdateSucceeded")]
+
+
+@pytest.mark.parametrize("type_", ["preview", "refresh", "destroy"])
+async def test_other_operation_types(env: Env, type_: str) -> None:
+    ws = await env.workspace("good", GOOD_PROGRAM)
+    update = await env.wait_complete(await env.create_update(ws, type_))
+    assert_succeeded(update)
+    if type_ == "destroy":
+        # Put the stack back for the other tests.
+        assert_succeeded(await env.wait_complete(await env.create_update(ws, "up")))
+
+
+async def test_program_error_fails_with_the_message(env: Env) -> None:
+    ws = await env.workspace("bad", BAD_PROGRAM)
+    update = await env.wait_complete(await env.create_update(ws, "up"))
+    failed = condition(update, "Failed")
+    assert failed["status"] == "True"
+    assert failed["reason"] not in ("UpdateSucceeded", "")
+    message = update["status"]["message"]
+    assert "nothing" in message, message
+    assert len(message.splitlines()) <= 12
+    assert condition(update, "Complete")["reason"] == "Updated"
+    events = await env.events_for(update["metadata"]["name"], reason="UpdateFailed")
+    assert [(e["type"], e["reason"]) for e in events] == [("Warning", "UpdateFailed")]
+
+
+async def test_orphaned_update_is_canceled(env: Env) -> None:
+    ws = await env.workspace("good", GOOD_PROGRAM)
+    update = await env.wait_complete(await env.create_update(ws, "up", owner=False))
+    failed = condition(update, "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "Canceled")
+    assert condition(update, "Complete")["reason"] == "Failed"
+
+
+async def test_missing_workspace_waits_without_failing(env: Env) -> None:
+    # Owned by a real Workspace (an owner that does not exist would get it garbage-collected).
+    owner = await env.workspace("good", GOOD_PROGRAM)
+    update = await env.create_update(owner, "up", workspace_name="nowhere")
+
+    async def waiting() -> Obj | None:
+        u = await get_or_none(env.updates, update["metadata"]["name"], env.ns)
+        return u if condition(u, "Progressing").get("reason") == "WorkspaceNotFound" else None
+
+    u = await wait_until("WorkspaceNotFound", waiting, within=60)
+    assert condition(u, "Complete")["status"] == "False"
+    assert condition(u, "Failed")["status"] == "False"
+    # The Workspace appears and becomes Ready: its watch starts the waiting Update.
+    # (Its own project: the file backend is shared, and each workspace has its own passphrase salt.)
+    await env.workspace("nowhere", GOOD_PROGRAM.replace("name: outputs", "name: later"))
+    assert_succeeded(await env.wait_complete(update))
+
+
+async def test_agent_killed_mid_up_fails_with_a_clear_reason(env: Env) -> None:
+    ws = await env.workspace("killed", SLOW_PROGRAM.format(name="killed", seconds=30))
+    update = await env.wait_running(await env.create_update(ws, "up"))
+    pod_key = f"{env.ns}/killed-workspace-0"
+    await asyncio.sleep(1.0)
+    assert env.kubelet.kill(pod_key, "pulumi", signal.SIGKILL), env.kubelet.describe()
+    update = await env.wait_complete(update, within=240)
+    failed = condition(update, "Failed")
+    assert failed["status"] == "True"
+    # The container restarts (same pod, same journal): the agent reports the operation it lost.
+    assert failed["reason"] == "AgentRestarted", update["status"]
+    assert update["status"]["message"]
+
+
+async def test_operator_restart_mid_up_reattaches_and_records_once(env: Env) -> None:
+    ws = await env.workspace("restart", SLOW_PROGRAM.format(name="restart", seconds=15))
+    update = await env.wait_running(await env.create_update(ws, "up"), within=180)
+    await asyncio.sleep(2.0)
+    await env.operator.restart()
+    update = await env.wait_complete(update, within=240)
+    assert_succeeded(update)
+    assert update["status"]["outputs"]
+    events = await env.events_for(update["metadata"]["name"], reason="UpdateSucceeded")
+    await asyncio.sleep(2.0)  # a second (wrong) recording would have sent its Event by now
+    events = await env.events_for(update["metadata"]["name"], reason="UpdateSucceeded")
+    succeeded = [e for e in events if e["reason"] == "UpdateSucceeded"]
+    assert len(succeeded) == 1 and succeeded[0].get("count", 1) == 1, events
+    assert not [e for e in events if e["reason"] == "UpdateFailed"]
+
+
+async def test_deleting_a_running_update_cancels_it(env: Env) -> None:
+    ws = await env.workspace("cancel", SLOW_PROGRAM.format(name="cancel", seconds=60))
+    created = await env.create_update(ws, "up")
+    await env.updates.patch(
+        created["metadata"]["name"], {"metadata": {"finalizers": [STACK_FINALIZER]}}, namespace=env.ns
+    )
+    update = await env.wait_running(created, within=180)
+    await asyncio.sleep(1.0)
+    await env.updates.delete(update["metadata"]["name"], env.ns)
+    name = update["metadata"]["name"]
+    # Canceled, recorded, then (no Stack owns it) the finalizer is dropped and the Update goes.
+    seen: dict[str, Obj] = {}
+
+    async def gone() -> bool:
+        u = await get_or_none(env.updates, name, env.ns)
+        if u is not None and is_complete(u):
+            seen["last"] = u
+        return u is None
+
+    await wait_until("cancelled update deleted", gone, within=120)
+    if "last" in seen:
+        assert condition(seen["last"], "Failed")["reason"] == "Canceled", seen["last"]["status"]
+
+
+async def test_ttl_deletes_after_the_stack_recorded_it(env: Env) -> None:
+    ws = await env.workspace("good", GOOD_PROGRAM)
+    # No Stack: deleted once the TTL passed, with an UpdateExpired event.
+    plain = await env.wait_complete(await env.create_update(ws, "preview", ttlAfterCompleted="2s"))
+    name = plain["metadata"]["name"]
+    await wait_until("expired update deleted", lambda: _gone(env, name), within=60)
+    events = await env.events_for(name, reason="UpdateExpired")
+    assert ("Normal", "UpdateExpired", "ttl expired and was deleted") in [
+        (e["type"], e["reason"], e["message"]) for e in events
+    ]
+
+    # Owned by a Stack that has not recorded it: kept; recorded: deleted (and the Stack's
+    # finalizer does not keep it).
+    stack = await env.stacks.create(
+        {
+            "apiVersion": "pulumi.com/v1",
+            "kind": "Stack",
+            "metadata": {"name": f"ttl-{uuid.uuid4().hex[:6]}", "namespace": env.ns},
+            "spec": {"stack": "dev", "programRef": {"name": "none"}},
+        }
+    )
+    update = await env.create_update(ws, "preview", ttlAfterCompleted="1s")
+    uname = update["metadata"]["name"]
+    refs = [
+        *update["metadata"]["ownerReferences"],
+        {
+            "apiVersion": "pulumi.com/v1",
+            "kind": "Stack",
+            "name": stack["metadata"]["name"],
+            "uid": stack["metadata"]["uid"],
+            "blockOwnerDeletion": True,
+        },
+    ]
+    await env.updates.patch(
+        uname, {"metadata": {"ownerReferences": refs, "finalizers": [STACK_FINALIZER]}}, namespace=env.ns
+    )
+    await env.wait_complete(update)
+    await asyncio.sleep(4.0)
+    assert await get_or_none(env.updates, uname, env.ns) is not None, "deleted before the Stack recorded it"
+    await env.stacks.patch(
+        stack["metadata"]["name"],
+        {"status": {"lastUpdate": {"name": uname, "type": "preview", "state": "succeeded"}}},
+        namespace=env.ns,
+        subresource="status",
+    )
+    await wait_until("recorded update deleted", lambda: _gone(env, uname), within=90)
+
+
+async def _gone(env: Env, name: str) -> bool:
+    return await get_or_none(env.updates, name, env.ns) is None
+
+
+async def test_wrong_audience_token_is_refused(env: Env) -> None:
+    ws = await env.workspace("good", GOOD_PROGRAM)
+    pod = await ResourceClient(env.api, PODS).get("good-workspace-0", env.ns)
+    address = resolve_address("good", env.ns, mode="pod-ip", pod=pod, static=None)
+    assert address is not None
+    op = env.operator
+    assert op.api is not None
+    tokens = TokenSource(op.api, op.namespace, op.service_account)
+    async with AgentClient(address, f"other.{env.ns}", tokens, retry_budget=2.0) as client:
+        with pytest.raises(AgentError) as info:
+            await client.pulumi_version()
+    assert info.value.code == "UNAUTHENTICATED"
+    # The right audience works (the same operator identity).
+    async with AgentClient(address, f"good.{env.ns}", tokens) as client:
+        assert await client.pulumi_version()
+    del ws

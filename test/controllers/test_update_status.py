@@ -1,0 +1,259 @@
+"""The Update's status, outputs Secret and operation request as pure functions (no cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pko.api.generated.pko.agent import v1 as pb
+
+from pko.controllers import updatestatus as us
+from pko.controllers.updatewatch import UpdateWatches
+from pko.machinery.conditions import get_condition
+
+NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def make_update(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "auto.pulumi.com/v1alpha1",
+        "kind": "Update",
+        "metadata": {
+            "name": "s-18f",
+            "namespace": "ns",
+            "uid": "0b6c1f4e-1111-2222-3333-444455556666",
+            "generation": 3,
+            "resourceVersion": "42",
+        },
+        "spec": {"workspaceName": "s", "stackName": "dev", "type": "up", **spec},
+    }
+
+
+def cond(status: dict[str, Any], type_: str) -> tuple[str, str]:
+    c = get_condition(status["conditions"], type_)
+    assert c is not None
+    return c["status"], c["reason"]
+
+
+def test_sanitize_output_key() -> None:
+    assert us.sanitize_output_key("simple-key_1.x") == "simple-key_1.x"
+    assert us.sanitize_output_key("a b/c:d$é") == "a_b_c_d__"
+
+
+def test_outputs_secret_shape() -> None:
+    update = make_update()
+    outputs = {
+        "url": pb.OutputValue(value=b'"http://x"', secret=False),
+        "db password": pb.OutputValue(value=b'"hunter2"', secret=True),
+        "a/token": pb.OutputValue(value=b'{"k": 1}', secret=True),
+    }
+    secret = us.outputs_secret(update, outputs)
+    meta = secret["metadata"]
+    assert meta["name"] == "s-18f-stack-outputs"
+    assert meta["namespace"] == "ns"
+    assert meta["labels"] == {"auto.pulumi.com/component": "update", "auto.pulumi.com/update-name": "s-18f"}
+    assert json.loads(meta["annotations"]["pulumi.com/secrets"]) == ["a_token", "db_password"]
+    assert secret["immutable"] is True
+    decoded = {k: json.loads(base64.b64decode(v)) for k, v in secret["data"].items()}
+    assert decoded == {"url": "http://x", "db_password": "hunter2", "a_token": {"k": 1}}
+    (ref,) = meta["ownerReferences"]
+    assert ref["kind"] == "Update" and ref["controller"] is True and ref["uid"] == update["metadata"]["uid"]
+
+
+def test_outputs_secret_no_secrets_annotation_is_empty_list() -> None:
+    secret = us.outputs_secret(make_update(), {})
+    assert secret["metadata"]["annotations"]["pulumi.com/secrets"] == "[]"
+    assert secret["data"] == {}
+
+
+def succeeded(**kw: Any) -> pb.OperationResult:
+    return pb.OperationResult(
+        operation_id="x",
+        type=pb.OperationType.UP,
+        state=pb.OperationState.SUCCEEDED,
+        summary=pb.UpdateSummary(
+            start_time=datetime(2025, 1, 2, 3, 0, 0, tzinfo=UTC),
+            end_time=datetime(2025, 1, 2, 3, 1, 0, tzinfo=UTC),
+            result="succeeded",
+            message="deploy it",
+        ),
+        permalink="file:///x",
+        project_info=pb.ProjectInfo(name="proj", runtime="yaml"),
+        **kw,
+    )
+
+
+def test_result_status_success() -> None:
+    update = make_update()
+    update["status"] = us.started_status(update, NOW)
+    status = us.result_status(update, succeeded(), "s-18f-stack-outputs", NOW)
+    assert cond(status, "Progressing") == ("False", "Complete")
+    assert cond(status, "Complete") == ("True", "Updated")
+    assert cond(status, "Failed") == ("False", "UpdateSucceeded")
+    assert status["outputs"] == "s-18f-stack-outputs"
+    assert status["permalink"] == "file:///x"
+    assert status["projectInfo"] == {"name": "proj", "runtime": "yaml"}
+    assert status["observedGeneration"] == 3
+    assert status["startTime"] == "2025-01-02T03:04:05Z"  # kept from the start
+    assert status["endTime"] == "2025-01-02T03:01:00Z"
+    assert status["message"] == "deploy it"
+
+
+def failed(reason: str, **failure: Any) -> pb.OperationResult:
+    return pb.OperationResult(
+        operation_id="x",
+        type=pb.OperationType.UP,
+        state=pb.OperationState.FAILED,
+        failure=pb.Failure(reason=reason, **failure),
+    )
+
+
+def test_result_status_program_error_message_is_the_tail() -> None:
+    detail = "\n".join(f"line {i}" for i in range(100)) + "\nerror: boom"
+    status = us.result_status(make_update(), failed("ProgramError", message="boom", detail=detail), None, NOW)
+    assert cond(status, "Complete") == ("True", "Updated")
+    assert cond(status, "Failed") == ("True", "ProgramError")
+    lines = status["message"].splitlines()
+    assert lines[0] == "boom"
+    assert lines[-1] == "error: boom"
+    assert len(lines) <= 1 + us.MESSAGE_LINES
+    assert "line 0" not in status["message"]
+    assert "outputs" not in status
+    assert status["endTime"] == "2025-01-02T03:04:05Z"
+
+
+def test_result_message_lock_and_pending_operations() -> None:
+    result = failed(
+        "StackLocked",
+        message="the stack is locked by me@host (pid 42)",
+        lock=pb.LockInfo(owner="me@host (pid 42)", location="file:///locks/x.json"),
+        pending_operations=[
+            pb.PendingOperation(urn="urn:pulumi:dev::p::test:index:Echo::a", type="creating")
+        ],
+    )
+    message = us.result_message(result)
+    assert "lock held by me@host (pid 42) at file:///locks/x.json" in message
+    assert "pending operations: creating urn:pulumi:dev::p::test:index:Echo::a" in message
+    assert us.failed_reason(result) == "StackLocked"
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "expected"),
+    [
+        (pb.OperationState.SUCCEEDED, "", "UpdateSucceeded"),
+        (pb.OperationState.FAILED, "", "UpdateFailed"),
+        (pb.OperationState.FAILED, "PendingOperations", "PendingOperations"),
+        (pb.OperationState.CANCELLED, "Cancelled", "Canceled"),
+        (pb.OperationState.CANCELLED, "Terminated", "Terminated"),
+        (pb.OperationState.FAILED, "AgentRestarted", "AgentRestarted"),
+        (pb.OperationState.CANCELLED, "", "Canceled"),
+    ],
+)
+def test_failed_reason(state: pb.OperationState, reason: str, expected: str) -> None:
+    result = pb.OperationResult(state=state, failure=pb.Failure(reason=reason) if reason else None)
+    assert us.failed_reason(result) == expected
+
+
+def test_message_is_capped() -> None:
+    result = failed("OperationFailed", message="x" * 10000)
+    assert len(us.result_message(result)) == us.MESSAGE_MAX_CHARS
+
+
+def test_waiting_and_started_status() -> None:
+    update = make_update()
+    waiting = us.waiting_status(update, us.REASON_WORKSPACE_NOT_READY, "workspace 's' is not ready", NOW)
+    assert cond(waiting, "Progressing") == ("False", "WorkspaceNotReady")
+    assert cond(waiting, "Complete") == ("False", "Progressing")
+    assert cond(waiting, "Failed") == ("False", "Progressing")
+    assert "startTime" not in waiting
+    update["status"] = waiting
+    started = us.started_status(update, NOW)
+    assert cond(started, "Progressing") == ("True", "Progressing")
+    assert started["startTime"] == "2025-01-02T03:04:05Z"
+    update["status"] = started
+    assert us.is_running(update) and not us.is_complete(update)
+    update["status"] = us.result_status(update, succeeded(), None, NOW)
+    assert us.is_complete(update) and not us.is_running(update)
+
+
+def test_ended_status() -> None:
+    update = make_update()
+    status = us.ended_status(update, us.REASON_CANCELED, "orphaned", NOW)
+    assert cond(status, "Progressing") == ("False", "Complete")
+    assert cond(status, "Complete") == ("True", "Failed")
+    assert cond(status, "Failed") == ("True", "Canceled")
+    assert status["message"] == "orphaned"
+
+
+def test_status_body_carries_the_resource_version() -> None:
+    update = make_update()
+    body = us.status_body(update, {"message": "m"})
+    assert body["metadata"] == {"name": "s-18f", "namespace": "ns", "resourceVersion": "42"}
+    assert body["kind"] == "Update" and body["status"] == {"message": "m"}
+    assert "resourceVersion" not in us.status_body(update, {}, precondition=False)["metadata"]
+
+
+def test_operation_request_up_maps_every_option() -> None:
+    update = make_update(
+        parallel=4,
+        message="msg",
+        expectNoChanges=True,
+        replace=["urn:a"],
+        target=["urn:b"],
+        targetDependents=True,
+        refresh=True,
+        continueOnError=True,
+    )
+    req = us.operation_request(update).up
+    assert req is not None
+    assert req.operation_id == update["metadata"]["uid"]
+    assert (req.parallel, req.message, req.expect_no_changes) == (4, "msg", True)
+    assert (req.replace, req.target, req.target_dependents) == (["urn:a"], ["urn:b"], True)
+    assert (req.refresh, req.continue_on_error) == (True, True)
+
+
+def test_operation_request_other_types() -> None:
+    preview = us.operation_request(make_update(type="preview", expectNoChanges=True)).preview
+    assert preview is not None and preview.expect_no_changes is True
+    refresh = us.operation_request(make_update(type="refresh", runProgram=True)).refresh
+    assert refresh is not None and refresh.run_program is True
+    destroy = us.operation_request(make_update(type="destroy", remove=True, runProgram=False)).destroy
+    assert destroy is not None and destroy.remove is True and destroy.run_program is False
+    assert destroy.parallel is None
+    with pytest.raises(ValueError, match="unsupported update type"):
+        us.operation_request(make_update(type="nope"))
+
+
+async def test_watch_registry_one_task_per_update() -> None:
+    watches = UpdateWatches()
+    runner = asyncio.create_task(watches.run())
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def follow() -> None:
+        started.set()
+        await release.wait()
+
+    assert watches.start("ns/a", "uid1", follow, info={"x": 1})
+    assert not watches.start("ns/a", "uid1", follow)
+    await started.wait()
+    assert watches.running("ns/a", "uid1") and len(watches) == 1
+    assert watches.info("ns/a") == {"x": 1}
+    watches.set_sequence("uid1", 7)
+    assert watches.last_sequence("uid1") == 7
+    release.set()
+    await asyncio.sleep(0.01)
+    assert not watches.running("ns/a", "uid1") and watches.info("ns/a") is None
+    # A task still running when the registry stops is cancelled; later starts are refused.
+    release.clear()
+    assert watches.start("ns/b", "uid2", follow)
+    await asyncio.sleep(0.01)
+    runner.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await runner
+    assert len(watches) == 0
+    assert not watches.start("ns/c", "uid3", follow)
