@@ -262,6 +262,8 @@ async def operator(
         agent_image_pull_policy="IfNotPresent",
         default_workspace_image=None,
         workspace_address_mode="pod-ip",
+        # The Program artifact server on a free loopback port (the default :9090 collides between runs).
+        program_fs_addr="127.0.0.1:0",
     )
     options = replace(options, **getattr(request.module, "OPERATOR_OPTIONS", {}))
     op = Operator(api_client, cluster, options, rbac=getattr(request.module, "OPERATOR_RBAC", True))

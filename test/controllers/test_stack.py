@@ -33,7 +33,6 @@ from .kubelet import PlayKubelet
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
-OPERATOR_OPTIONS = {"program_fs_addr": "127.0.0.1:0"}
 Obj = dict[str, Any]
 
 PROGRAM_BODY: Obj = {

@@ -33,7 +33,7 @@ from .kubelet import PlayKubelet
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
 # The Program artifact server on a free port (its default port may be taken by another test run).
-OPERATOR_OPTIONS = {"engine_event_log_level": "info", "program_fs_addr": "127.0.0.1:0"}
+OPERATOR_OPTIONS = {"engine_event_log_level": "info"}
 Obj = dict[str, Any]
 
 GOOD_PROGRAM = """\
