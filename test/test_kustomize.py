@@ -133,8 +133,13 @@ def test_manager_flags_match_the_operator_cli(manager_container: dict[str, Any])
     assert "--program-fs-addr=:9090" in args
     assert "--program-fs-adv-addr=pulumi-kubernetes-operator.$(POD_NAMESPACE):80" in args
     assert "--log-level=info" in args and "--log-format=json" in args
-    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in manager_container["env"]}
-    assert env == {"POD_NAMESPACE": "metadata.namespace", "POD_SA_NAME": "spec.serviceAccountName"}
+    env = {e["name"]: e.get("value") or e["valueFrom"]["fieldRef"]["fieldPath"] for e in manager_container["env"]}
+    assert env == {
+        "POD_NAMESPACE": "metadata.namespace",
+        "POD_SA_NAME": "spec.serviceAccountName",
+        "AGENT_IMAGE": "pko-agent:latest",
+        "AGENT_IMAGE_PULL_POLICY": "IfNotPresent",
+    }
     ports = {p["name"]: p["containerPort"] for p in manager_container["ports"]}
     assert ports == {"http-metrics": 8383, "http-fileserver": 9090, "http-probes": 8081}
     assert manager_container["livenessProbe"]["httpGet"]["path"] == "/healthz"
