@@ -418,13 +418,14 @@ OPERATOR_MAY = [
     Access("watch", "gitrepositories", FLUX),
     Access("watch", "ocirepositories", FLUX),
     Access("watch", "buckets", FLUX),
-    Access("create", "tokenreviews", "authentication.k8s.io"),
-    Access("create", "subjectaccessreviews", "authorization.k8s.io"),
     Access("create", "leases", "coordination.k8s.io", namespace=NAMESPACE),
     Access("update", "leases", "coordination.k8s.io", namespace=NAMESPACE),
     Access("create", "serviceaccounts", "", "token", "controller-manager", NAMESPACE),
 ]
 OPERATOR_MAY_NOT = [
+    # The operator authenticates nobody (its /metrics is plain HTTP), so it needs no auth delegation.
+    Access("create", "tokenreviews", "authentication.k8s.io"),
+    Access("create", "subjectaccessreviews", "authorization.k8s.io"),
     # Users own Stacks and Programs; the operator never creates or deletes them.
     Access("create", "stacks", "pulumi.com"),
     Access("delete", "stacks", "pulumi.com"),
