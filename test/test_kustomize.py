@@ -133,7 +133,9 @@ def test_manager_flags_match_the_operator_cli(manager_container: dict[str, Any])
     assert "--program-fs-addr=:9090" in args
     assert "--program-fs-adv-addr=pulumi-kubernetes-operator.$(POD_NAMESPACE):80" in args
     assert "--log-level=info" in args and "--log-format=json" in args
-    env = {e["name"]: e.get("value") or e["valueFrom"]["fieldRef"]["fieldPath"] for e in manager_container["env"]}
+    env = {
+        e["name"]: e.get("value") or e["valueFrom"]["fieldRef"]["fieldPath"] for e in manager_container["env"]
+    }
     assert env == {
         "POD_NAMESPACE": "metadata.namespace",
         "POD_SA_NAME": "spec.serviceAccountName",
