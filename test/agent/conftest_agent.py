@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -22,6 +21,9 @@ from typing import Any
 import pytest
 from grpclib.client import Channel
 from kubernetes_asyncio import client
+
+# Re-exported for the agent tests: the one free-port helper (hack/ is on sys.path: test/conftest.py).
+from localcluster import free_port  # noqa: F401
 from pko.agent.auth import CacheTTLs, KubeAuthorizer
 from pko.agent.pulumirunner import RunnerSettings
 from pko.agent.server import ServeOptions, serve
@@ -29,12 +31,6 @@ from pko.api.generated.pko.agent import v1 as pb
 
 WORKSPACE = "ws1"
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
