@@ -147,6 +147,7 @@ class Settings:
             workspace_address_mode=cast("AddressMode", self.workspace_address_mode),
             workspace_static_address=self.workspace_static_address,
             engine_event_log_level=self.engine_event_log_level,
+            program_fs_addr=self.program_fs_addr,
             program_fs_adv_addr=self.program_fs_adv_addr,
             flux_max_untar_size_bytes=self.flux_max_untar_size_bytes,
             watch_namespace=self.watch_namespace,
@@ -260,15 +261,15 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "--program-fs-addr",
         metavar="ADDR",
         default=env_or("PROGRAM_FS_ADDR", ":9090"),
-        help="Program artifact server (default %(default)s) [PROGRAM_FS_ADDR]. Accepted now; "
-        "the server itself arrives with the Program controller and is not started yet",
+        help="where the Program artifact server listens, on every replica (default %(default)s; "
+        '"0" disables it) [PROGRAM_FS_ADDR]',
     )
     srv.add_argument(
         "--program-fs-adv-addr",
         metavar="ADDR",
         default=env_or("PROGRAM_FS_ADV_ADDR", ""),
-        help="address workspaces use to reach the Program artifact server "
-        "[PROGRAM_FS_ADV_ADDR] (not used yet, see --program-fs-addr)",
+        help="address workspaces use to reach the Program artifact server, host[:port] "
+        "(default: this pod's name and the bound port) [PROGRAM_FS_ADV_ADDR]",
     )
 
     ops = p.add_argument_group("workspaces and the operator's identity")
@@ -496,7 +497,6 @@ async def _serve(settings: Settings) -> int:
             watch_namespace=settings.watch_namespace or "*",
             workspace_address_mode=settings.workspace_address_mode,
             program_fs_addr=settings.program_fs_addr,
-            program_fs_note="the Program artifact server is not implemented yet",
         )
         try:
             await manager.run()

@@ -114,6 +114,7 @@ def test_workspace_and_identity_settings_reach_the_controller_options() -> None:
         workspace_address_mode="static",  # implied by WORKSPACE_LOCALHOST
         workspace_static_address="localhost:50051",
         engine_event_log_level="info",
+        program_fs_addr=":9090",
         program_fs_adv_addr="pko.ops:80",
         flux_max_untar_size_bytes=1048576,
         watch_namespace="team",
@@ -585,7 +586,7 @@ class PkoProcess:
             "--leader-election-retry-period=1s",
             f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
             f"--health-probe-bind-address=127.0.0.1:{self.probe_port}",
-            "--program-fs-addr=:9090",
+            "--program-fs-addr=127.0.0.1:0",
             "--log-format=json",
             *extra,
         ]  # fmt: skip
@@ -620,7 +621,11 @@ def pko_processes() -> Any:
 
 @pytest.mark.cluster
 async def test_sigterm_stops_the_process_within_the_grace_period_and_releases_its_lease(
-    cluster: Any, api_client: client.ApiClient, namespace: str, pko_processes: list[PkoProcess]
+    cluster: Any,
+    crds: list[str],
+    api_client: client.ApiClient,
+    namespace: str,
+    pko_processes: list[PkoProcess],
 ) -> None:
     lease = f"proc-{uuid.uuid4().hex[:6]}"
     pko = PkoProcess(cluster, namespace, lease, "--shutdown-grace-period=20s")
@@ -634,8 +639,12 @@ async def test_sigterm_stops_the_process_within_the_grace_period_and_releases_it
             return (await http_get(f"http://127.0.0.1:{pko.probe_port}/readyz"))[0] == 200
         return False
 
-    await eventually(leading, "the process to take its Lease", within=120, interval=0.5)
-    await eventually(ready, "the process to be ready", within=60, interval=0.5)
+    try:
+        await eventually(leading, "the process to take its Lease", within=120, interval=0.5)
+        await eventually(ready, "the process to be ready", within=60, interval=0.5)
+    except AssertionError as exc:
+        pko.kill()
+        raise AssertionError(f"{exc}\n{pko.output()}") from None
     status, text = await http_get(f"http://127.0.0.1:{pko.metrics_port}/metrics")
     assert status == 200 and f'leader_election_master_status{{name="{lease}"}} 1.0' in text
 
@@ -649,7 +658,11 @@ async def test_sigterm_stops_the_process_within_the_grace_period_and_releases_it
 
 @pytest.mark.cluster
 async def test_a_process_that_loses_its_lease_exits_non_zero(
-    cluster: Any, api_client: client.ApiClient, namespace: str, pko_processes: list[PkoProcess]
+    cluster: Any,
+    crds: list[str],
+    api_client: client.ApiClient,
+    namespace: str,
+    pko_processes: list[PkoProcess],
 ) -> None:
     lease = f"proc-{uuid.uuid4().hex[:6]}"
     pko = PkoProcess(cluster, namespace, lease)
