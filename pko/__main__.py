@@ -93,6 +93,16 @@ def _optional_positive_int(text: str) -> int | None:
     return _positive_int(text) if text.strip() else None
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -133,10 +143,15 @@ class Settings:
     watch_namespace: str | None = None
     engine_event_log_level: str = "debug"
     flux_max_untar_size_bytes: int | None = None
+    agent_unreachable_timeout: float = 300.0
+    max_update_failures: int = 3
+    transient_retry_cap: float = 300.0
+    max_retry_backoff: float = 24 * 3600.0
 
     def controller_options(self) -> ControllerOptions:
         """What the reconcilers are told (``pko.controllers.register``)."""
         from pko.controllers.options import ControllerOptions
+        from pko.controllers.retry import RetrySettings
 
         return ControllerOptions(
             operator_namespace=self.operator_namespace,
@@ -151,6 +166,12 @@ class Settings:
             program_fs_adv_addr=self.program_fs_adv_addr,
             flux_max_untar_size_bytes=self.flux_max_untar_size_bytes,
             watch_namespace=self.watch_namespace,
+            agent_unreachable_timeout=self.agent_unreachable_timeout,
+            retry=RetrySettings(
+                max_update_failures=self.max_update_failures,
+                transient_cap=self.transient_retry_cap,
+                max_backoff=self.max_retry_backoff,
+            ),
         )
 
     def manager_options(self, identity: str) -> ManagerOptions:
@@ -341,6 +362,40 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "(default: the agent's) [FLUX_MAX_UNTAR_SIZE_BYTES]",
     )
 
+    stk = p.add_argument_group("stacks and updates (pko extensions; a Stack may override budget and cap)")
+    stk.add_argument(
+        "--agent-unreachable-timeout",
+        type=_duration_arg,
+        metavar="DURATION",
+        default=env_or("AGENT_UNREACHABLE_TIMEOUT", "5m"),
+        help="how long a running Update waits for its workspace agent to answer again before it "
+        "ends Failed/AgentUnreachable (default %(default)s) [AGENT_UNREACHABLE_TIMEOUT]",
+    )
+    stk.add_argument(
+        "--stack-max-update-failures",
+        type=_non_negative_int,
+        metavar="N",
+        default=env_or("STACK_MAX_UPDATE_FAILURES", "3"),
+        help="retries of a deterministic failure (program, config, install, auth) before the Stack "
+        "is Stalled; spec.maxUpdateFailures overrides (default %(default)s) [STACK_MAX_UPDATE_FAILURES]",
+    )
+    stk.add_argument(
+        "--stack-transient-retry-cap",
+        type=_duration_arg,
+        metavar="DURATION",
+        default=env_or("STACK_TRANSIENT_RETRY_CAP", "5m"),
+        help="longest wait before retrying a transient failure (network, 5xx, 429, lock, conflict) "
+        "(default %(default)s) [STACK_TRANSIENT_RETRY_CAP]",
+    )
+    stk.add_argument(
+        "--stack-max-retry-backoff",
+        type=_duration_arg,
+        metavar="DURATION",
+        default=env_or("STACK_MAX_RETRY_BACKOFF", "24h"),
+        help="longest wait before any retry; spec.retryMaxBackoffDurationSeconds overrides "
+        "(default %(default)s) [STACK_MAX_RETRY_BACKOFF]",
+    )
+
     conc = p.add_argument_group("concurrency")
     for kind, workers in _CONCURRENCY:
         var = f"MAX_CONCURRENT_RECONCILES_{kind.upper()}"
@@ -426,6 +481,10 @@ def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
             watch_namespace=args.watch_namespace,
             engine_event_log_level=args.engine_event_log_level,
             flux_max_untar_size_bytes=args.flux_max_untar_size_bytes,
+            agent_unreachable_timeout=args.agent_unreachable_timeout,
+            max_update_failures=args.stack_max_update_failures,
+            transient_retry_cap=args.stack_transient_retry_cap,
+            max_retry_backoff=args.stack_max_retry_backoff,
         )
         # argparse checks choices on the command line only; the environment's values are checked here.
         for action in parser._actions:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Literal
+
+from pko.controllers.retry import RetrySettings
 
 AddressMode = Literal["dns", "pod-ip", "static"]
 
@@ -43,3 +45,7 @@ class ControllerOptions:
     flux_max_untar_size_bytes: int | None = None
     # Limit every informer to one namespace (None: the whole cluster).
     watch_namespace: str | None = None
+    # How long a running Update waits for its unreachable agent before it ends AgentUnreachable.
+    agent_unreachable_timeout: float = 300.0
+    # Operator-wide retry defaults for failed Stack operations (a Stack overrides budget and cap).
+    retry: RetrySettings = field(default_factory=RetrySettings)

@@ -180,10 +180,11 @@ def deterministic_delay(failures: int, spec: StackSpec, settings: RetrySettings)
 
 
 def transient_delay(failures: int, spec: StackSpec, settings: RetrySettings, seed: str) -> float:
-    """``base x factor^failures`` with stable jitter, capped by the transient cap and the Stack's cap."""
+    """``base x factor^failures`` with stable jitter, capped by the transient cap and the Stack's cap
+    (after the jitter: a cap the user set is never exceeded)."""
     cap = min(settings.transient_cap, _cap(spec, settings))
     delay = settings.transient_base * settings.transient_factor ** min(max(failures, 0), 30)
-    return min(delay, cap) * jitter_fraction(seed, settings.jitter)
+    return min(delay * jitter_fraction(seed, settings.jitter), cap)
 
 
 def retry_delay(

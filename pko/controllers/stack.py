@@ -165,7 +165,7 @@ class StackReconciler:
     ) -> None:
         self.manager = manager
         self.options = options or ControllerOptions()
-        self.retry = retry or RetrySettings()
+        self.retry = retry or self.options.retry
         self.branches = branches or BranchResolver()
         self.history_limit = history_limit
         self.stacks = manager.informer(

@@ -70,7 +70,6 @@ CONTROLLER_NAME: Final = "update-controller"
 WORKSPACE_INDEX: Final = "update-workspace"
 TRANSIENT_REQUEUE: Final = 5.0  # the Go operator's requeue after a TransientFailure
 STACK_RECORD_RECHECK: Final = 60.0  # a fallback: the Stack watch normally wakes a waiting TTL
-LOST_AGENT_BUDGET: Final = 300.0  # how long a running Update waits for an unreachable agent
 RECORD_ATTEMPTS: Final = 40
 
 _log = structlog.get_logger("pko.controllers.update")
@@ -135,8 +134,8 @@ def _stack_last_update_changed(old: Obj | None, new: Obj | None) -> bool:
 class UpdateReconciler:
     """Reconciles Updates from the caches; see the module docstring.
 
-    ``lost_agent_budget`` (seconds) bounds how long a running Update waits for its agent to answer
-    again before it ends ``AgentUnreachable``.
+    ``options.agent_unreachable_timeout`` (seconds) bounds how long a running Update waits for its
+    agent to answer again before it ends ``AgentUnreachable``.
     """
 
     def __init__(
@@ -146,7 +145,6 @@ class UpdateReconciler:
         *,
         tokens: TokenSource | None = None,
         events: Recorder | None = None,
-        lost_agent_budget: float = LOST_AGENT_BUDGET,
         connect_timeout: float = 10.0,
     ) -> None:
         self.options = options
@@ -162,7 +160,7 @@ class UpdateReconciler:
         )
         self.events: Recorder = events if events is not None else manager.events
         self.watches = UpdateWatches()
-        self.lost_agent_budget = lost_agent_budget
+        self.lost_agent_budget = options.agent_unreachable_timeout
         self.connect_timeout = connect_timeout
         self._update_client = ResourceClient(manager.api, UPDATES)
         self._secrets = ResourceClient(manager.api, SECRETS)

@@ -297,9 +297,11 @@ class ResourceClient:
         uid: str | None = None,
         resource_version: str | None = None,
         propagation_policy: PropagationPolicy | None = None,
+        grace_period_seconds: int | None = None,
     ) -> Obj:
         """DELETE; ``uid``/``resource_version`` are preconditions (409 when the object is another
-        incarnation or changed since it was read), ``propagation_policy`` how dependents go.
+        incarnation or changed since it was read), ``propagation_policy`` how dependents go,
+        ``grace_period_seconds`` overrides a pod's termination grace (0: force, as ``--force``).
 
         Returns what the server returns: the object (still there while finalizers or foreground
         deletion hold it) or a Status.
@@ -310,6 +312,8 @@ class ResourceClient:
             options["preconditions"] = preconditions
         if propagation_policy:
             options["propagationPolicy"] = propagation_policy
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
         body = options if len(options) > 2 else None
         return await self._json("DELETE", self.resource.object_path(self._ns(namespace), name), body=body)
 

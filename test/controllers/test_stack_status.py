@@ -224,7 +224,11 @@ def test_transient_failures_back_off_fast_with_jitter_and_never_stall() -> None:
     mark_result(status, spec(), SETTINGS, 1, T0)
     assert types(status)["Reconciling"][1] == "RetryingAfterFailure"
     retry_in = (datetime.fromisoformat(status["nextRetryTime"].replace("Z", "+00:00")) - T0).total_seconds()
-    assert 240 <= retry_in <= 360  # the 5 min cap, +-20%
+    assert 240 <= retry_in <= 300  # jittered (+-20%), and never beyond the 5 min cap
+    capped = {
+        transient_delay(12, spec(retryMaxBackoffDurationSeconds=60), SETTINGS, f"c-{i}") for i in range(20)
+    }
+    assert max(capped) <= 60  # the Stack's cap holds after the jitter
     first = transient_delay(0, spec(), SETTINGS, "a")
     assert 4 <= first <= 6
     assert {round(transient_delay(0, spec(), SETTINGS, f"s-{i}"), 3) for i in range(20)} != {5.0}

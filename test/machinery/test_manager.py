@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pko.__main__ import parse_duration, parse_settings
 from pko.controllers.options import ControllerOptions
+from pko.controllers.retry import RetrySettings
 from pko.machinery.controller import Result
 from pko.machinery.leaderelection import LeaderElectionConfig, micro_time
 from pko.machinery.manager import (
@@ -103,6 +104,10 @@ def test_workspace_and_identity_settings_reach_the_controller_options() -> None:
         "WATCH_NAMESPACE": "team",
         "ENGINE_EVENT_LOG_LEVEL": "info",
         "FLUX_MAX_UNTAR_SIZE_BYTES": "1048576",
+        "AGENT_UNREACHABLE_TIMEOUT": "1m30s",
+        "STACK_MAX_UPDATE_FAILURES": "0",
+        "STACK_TRANSIENT_RETRY_CAP": "1m",
+        "STACK_MAX_RETRY_BACKOFF": "1h",
     }
     s = parse_settings(["--program-fs-adv-addr=pko.ops:80"], env=env)
     assert s.controller_options() == ControllerOptions(
@@ -118,6 +123,8 @@ def test_workspace_and_identity_settings_reach_the_controller_options() -> None:
         program_fs_adv_addr="pko.ops:80",
         flux_max_untar_size_bytes=1048576,
         watch_namespace="team",
+        agent_unreachable_timeout=90.0,
+        retry=RetrySettings(max_update_failures=0, transient_cap=60.0, max_backoff=3600.0),
     )
     assert s.manager_options("me").namespace == "team"
     explicit = parse_settings(["--workspace-address-mode=pod-ip", "--watch-namespace=x"], env=env)
