@@ -319,6 +319,46 @@ async def test_failing_fetch_reports_its_log_and_stalls(env: Env) -> None:
     await env.workspaces.delete("badgit")
 
 
+async def test_install_failure_stalls_with_the_cli_message(env: Env) -> None:
+    # The stand-in CLI installs only YAML projects: a Python project's `pulumi install` fails.
+    await env.create("noinstall", {"projectInfo": {"name": "p", "runtime": "python"}})
+
+    async def stalled() -> Obj | None:
+        current = await env.get(env.workspaces, "noinstall")
+        return current if stalled_of(current).get("status") == "True" else None
+
+    ws = await env.until("Stalled", stalled, within=180)
+    assert (ready_of(ws)["status"], ready_of(ws)["reason"]) == ("False", "InstallationFailed"), ws["status"]
+    assert stalled_of(ws)["reason"] == "InstallationFailed"
+    assert "installing dependencies failed" in ready_of(ws)["message"]
+    assert "InstallationFailure" in await env.event_reasons("noinstall")
+    await env.workspaces.delete("noinstall")
+
+
+async def test_stack_initialization_failure_stalls_with_the_reason(env: Env) -> None:
+    spec: Obj = {
+        "projectInfo": {"name": "p", "runtime": "yaml"},
+        "stacks": [
+            {
+                "name": "dev",
+                "create": True,
+                "config": [{"key": "token", "valueFrom": {"path": "/nonexistent/token"}, "secret": True}],
+            }
+        ],
+    }
+    await env.create("noinit", spec)
+
+    async def stalled() -> Obj | None:
+        current = await env.get(env.workspaces, "noinit")
+        return current if stalled_of(current).get("status") == "True" else None
+
+    ws = await env.until("Stalled", stalled, within=180)
+    assert (ready_of(ws)["status"], ready_of(ws)["reason"]) == ("False", "InitializationFailed"), ws["status"]
+    assert "/nonexistent/token" in ready_of(ws)["message"]
+    assert "StackInitializationFailure" in await env.event_reasons("noinit")
+    await env.workspaces.delete("noinit")
+
+
 async def test_unschedulable(env: Env) -> None:
     env.kubelet.unschedulable(f"{env.ns}/pending-workspace-0", "0/1 nodes are available: 1 Insufficient cpu.")
     try:
