@@ -48,6 +48,7 @@ DEFAULT_RESYNC_FREQUENCY_SECONDS: Final = 60
 DEFAULT_RETRY_MAX_BACKOFF_SECONDS: Final = 24 * 3600
 
 ResourceSelectorType = Literal["Env", "FS", "Secret", "Literal"]
+EnvSelectorType = Literal["Env", "FS", "Secret", "Literal", "ConfigMap"]
 WorkspaceReclaimPolicy = Literal["Retain", "Delete"]
 StackUpdateStateMessage = Literal["succeeded", "failed"]
 
@@ -77,6 +78,15 @@ class SecretSelector(KubeModel):
     """Key within the Secret to use."""
 
 
+class ConfigMapSelector(KubeModel):
+    """A key of a ConfigMap in the Stack's namespace (pko extension, for envRefs)."""
+
+    name: str
+    """Name of the ConfigMap."""
+    key: str
+    """Key within the ConfigMap to use."""
+
+
 class LiteralRef(KubeModel):
     """A literal value."""
 
@@ -101,6 +111,19 @@ class ResourceRef(KubeModel):
     """SecretRef refers to a Kubernetes Secret."""
     literal: LiteralRef | None = None
     """LiteralRef refers to a literal value."""
+
+
+class EnvRef(ResourceRef):
+    """Where an environment variable's value comes from: a ResourceRef, or a ConfigMap key (pko
+    extension: upstream has no way to take a plain setting from a ConfigMap)."""
+
+    type: EnvSelectorType  # type: ignore[assignment]
+    """SelectorType is required and signifies the type of selector. Must be one of: Env, FS, Secret,
+    Literal, ConfigMap."""
+    config_map: Annotated[
+        ConfigMapSelector | None, Field(alias="configMap"), Extension("issue9: envRefs from a ConfigMap")
+    ] = None
+    """(pko extension) ConfigMap refers to a key of a ConfigMap in the Stack's namespace."""
 
 
 class ConfigMapRef(KubeModel):
@@ -217,7 +240,7 @@ class StackSpec(KubeModel):
     envs: list[str] | None = None
     """(optional) Envs is a list of ConfigMap names whose entries are set as environment variables.
     Deprecated: use envRefs."""
-    env_refs: dict[str, ResourceRef] | None = None
+    env_refs: dict[str, EnvRef] | None = None
     """(optional) EnvRefs maps environment variable names to where their values come from (a literal or a
     Secret key)."""
     env_secrets: list[str] | None = None

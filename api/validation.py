@@ -32,6 +32,7 @@ _UNION_KEYS: Final[Mapping[str, str]] = {
     "FS": "filesystem",
     "Secret": "secret",
     "Literal": "literal",
+    "ConfigMap": "config_map",
 }
 
 # Messages the Go operator uses for the same problems (users search for them).
@@ -119,12 +120,17 @@ def _duplicates(values: Iterable[str]) -> list[str]:
 def _ref_union_errors(ref: ResourceRef, path: str) -> Iterator[FieldError]:
     """``type`` names exactly one union member, and that member is the one set."""
     expected = _UNION_KEYS[ref.type]
-    present = [key for key in _UNION_KEYS.values() if getattr(ref, key) is not None]
+    present = [key for key in _UNION_KEYS.values() if getattr(ref, key, None) is not None]
     if expected not in present:
-        yield FieldError(f"{path}.{expected}", f"required when type is {ref.type!r}")
+        yield FieldError(f"{path}.{_wire(expected)}", f"required when type is {ref.type!r}")
     for key in present:
         if key != expected:
-            yield FieldError(f"{path}.{key}", f"must not be set when type is {ref.type!r}")
+            yield FieldError(f"{path}.{_wire(key)}", f"must not be set when type is {ref.type!r}")
+
+
+def _wire(attribute: str) -> str:
+    head, *rest = attribute.split("_")
+    return head + "".join(part.title() for part in rest)
 
 
 def _namespace_errors(ref: ResourceRef, path: str, namespace: str | None) -> Iterator[FieldError]:
@@ -133,7 +139,8 @@ def _namespace_errors(ref: ResourceRef, path: str, namespace: str | None) -> Ite
 
 
 def _value_ref_errors(ref: ResourceRef, path: str, namespace: str | None) -> Iterator[FieldError]:
-    """A ref used for an env var or a config value: Secret or Literal (Env/FS are refused in v2)."""
+    """A ref used for an env var (Secret, Literal, ConfigMap) or a secret config value (Secret,
+    Literal: the schema allows ConfigMap for envRefs only); Env/FS are refused in v2."""
     yield from _ref_union_errors(ref, path)
     if ref.type in ("Env", "FS"):
         yield FieldError(f"{path}.type", f'ref type "{ref.type}" is deprecated')
@@ -279,8 +286,8 @@ def _stack_env_errors(spec: StackSpec, namespace: str | None) -> Iterator[FieldE
         yield from _value_ref_errors(ref, path, namespace)
         if implied.get(key):
             yield FieldError(path, f"conflicts with {implied[key]}, which also sets {key}")
-    for key, ref in sorted((spec.secrets_ref or {}).items()):
-        yield from _value_ref_errors(ref, f"spec.secretsRef[{key}]", namespace)
+    for key, secret_ref in sorted((spec.secrets_ref or {}).items()):
+        yield from _value_ref_errors(secret_ref, f"spec.secretsRef[{key}]", namespace)
 
 
 def _stack_prerequisite_errors(stack: Stack) -> Iterator[FieldError]:

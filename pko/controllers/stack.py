@@ -113,6 +113,9 @@ __all__ = [
 
 CONTROLLER_NAME: Final = "stack-controller"
 SOURCE_UNAVAILABLE_REQUEUE: Final = 30.0
+# Secrets are not watched (never cached cluster-wide): a missing one is looked for again this often,
+# so creating it later un-stalls the Stack without a spec change.
+SECRET_RECHECK: Final = 120.0
 HISTORY_LIMIT: Final = 5
 """Completed Updates kept per Stack (their outputs Secrets go with them): no pile-up (Go issue 1163)."""
 
@@ -162,12 +165,14 @@ class StackReconciler:
         retry: RetrySettings | None = None,
         branches: BranchResolver | None = None,
         history_limit: int = HISTORY_LIMIT,
+        secret_recheck: float = SECRET_RECHECK,
     ) -> None:
         self.manager = manager
         self.options = options or ControllerOptions()
         self.retry = retry or self.options.retry
         self.branches = branches or BranchResolver()
         self.history_limit = history_limit
+        self.secret_recheck = secret_recheck
         self.stacks = manager.informer(
             STACKS,
             indexers={
@@ -451,9 +456,12 @@ class StackReconciler:
                     "SourceUnavailable", f"Flux source has no artifact{detail}", SOURCE_UNAVAILABLE_REQUEUE
                 )
             revision = str(artifact.get("revision") or "")
+            digest = str(artifact.get("digest") or "")
+            # The digest is what changed (Flux may keep the revision for new content, e.g. a new
+            # ignore rule), so it is the "commit" compared and recorded, as upstream does.
             return ArtifactRevision(
-                str(artifact["url"]), str(artifact.get("digest") or ""), revision, spec.flux_source.dir
-            ), revision
+                str(artifact["url"]), digest, revision, spec.flux_source.dir
+            ), digest or revision
         if spec.program_ref is not None:
             program = self.programs.indexer.get_by_key(object_key(namespace, spec.program_ref.name))
             if program is None:
@@ -464,9 +472,8 @@ class StackReconciler:
             if artifact is None:
                 raise _Stall("SourceUnavailable", "Program has no artifact", SOURCE_UNAVAILABLE_REQUEUE)
             revision = str(artifact.get("revision") or "")
-            return ArtifactRevision(
-                str(artifact["url"]), str(artifact.get("digest") or ""), revision
-            ), revision
+            digest = str(artifact.get("digest") or "")
+            return ArtifactRevision(str(artifact["url"]), digest, revision), digest or revision
         return None, ""
 
     def _flux_resource(self, api_version: str, kind: str) -> Resource | None:
@@ -480,11 +487,17 @@ class StackReconciler:
         secret = await self._get(self._secrets, name, namespace)
         if secret is None:
             raise _Stall(
-                "SpecInvalid", f'{what}: unable to get secret {namespace}/{name}: secrets "{name}" not found'
+                "SpecInvalid",
+                f'{what}: unable to get secret {namespace}/{name}: secrets "{name}" not found',
+                self.secret_recheck,
             )
         value = _decode(secret, key)
         if value is None:
-            raise _Stall("SpecInvalid", f'{what}: no key "{key}" found in secret {namespace}/{name}')
+            raise _Stall(
+                "SpecInvalid",
+                f'{what}: no key "{key}" found in secret {namespace}/{name}',
+                self.secret_recheck,
+            )
         return value
 
     async def _git_credentials(self, stack: Stack) -> GitCredentials:
@@ -496,7 +509,9 @@ class StackReconciler:
             secret = await self._get(self._secrets, name, namespace)
             if secret is None:
                 raise _Stall(
-                    "SpecInvalid", f'unable to get secret {namespace}/{name}: secrets "{name}" not found'
+                    "SpecInvalid",
+                    f'unable to get secret {namespace}/{name}: secrets "{name}" not found',
+                    self.secret_recheck,
                 )
             if _decode(secret, "sshPrivateKey") is not None:
                 return GitCredentials(
@@ -510,6 +525,7 @@ class StackReconciler:
                     raise _Stall(
                         "SpecInvalid",
                         f'creating gitAuth: no key "password" found in secret {namespace}/{name}',
+                        self.secret_recheck,
                     )
                 return GitCredentials(username=_decode(secret, "username"), password=password)
             return GitCredentials()

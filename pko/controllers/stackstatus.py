@@ -131,9 +131,11 @@ def mark_ready(status: Obj, generation: int | None, now: datetime) -> None:
 
 
 def mark_suspended(status: Obj, suspended: bool, generation: int | None, now: datetime) -> None:
-    """(extension) A ``Suspended`` condition while ``spec.suspend`` holds; nothing is reconciling then."""
+    """(extension) A ``Suspended`` condition while ``spec.suspend`` holds; nothing is reconciling then,
+    and no retry is due (``nextRetryTime`` and its metric go until the Stack is resumed)."""
     conditions = _conditions(status)
     if suspended:
+        status.pop("nextRetryTime", None)
         conditions = remove_condition(conditions, RECONCILING)
         if not is_true(conditions, READY) and get_condition(conditions, STALLED) is None:
             conditions = set_condition(

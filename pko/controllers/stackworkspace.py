@@ -205,6 +205,9 @@ def _env(spec: StackSpec) -> list[Obj]:
             env.append({"name": name, "value": ref.literal.value})
         elif ref.type == "Secret":
             env.append({"name": name, "valueFrom": {"secretKeyRef": _ref_secret_key(ref)}})
+        elif ref.type == "ConfigMap" and ref.config_map is not None:
+            selector = {"name": ref.config_map.name, "key": ref.config_map.key}
+            env.append({"name": name, "valueFrom": {"configMapKeyRef": selector}})
         else:
             raise ValueError(f'spec.envRefs[{name}]: ref type "{ref.type}" is not supported')
     return env

@@ -202,7 +202,8 @@ class LeaderElector:
             while True:
                 remaining = last_renew + cfg.renew_deadline - loop.time()
                 await asyncio.wait(
-                    {leading, stopped}, timeout=min(cfg.retry_period, max(remaining, 0.0)),
+                    {leading, stopped},
+                    timeout=min(cfg.retry_period, max(remaining, 0.0)),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 if stopped.done():
@@ -225,8 +226,10 @@ class LeaderElector:
                     self._log.warning("lease taken by another candidate", holder=self.leader)
                     return False
                 if loop.time() - last_renew >= cfg.renew_deadline:
-                    self._log.error("failed to renew lease before the deadline; stopping leading",
-                                    renew_deadline=cfg.renew_deadline)
+                    self._log.error(
+                        "failed to renew lease before the deadline; stopping leading",
+                        renew_deadline=cfg.renew_deadline,
+                    )
                     return False
         finally:
             stopped.cancel()

@@ -188,6 +188,7 @@ def test_enums_minimums_and_required_fields() -> None:
         "FS",
         "Secret",
         "Literal",
+        "ConfigMap",
     ]
     for field in ("resyncFrequencySeconds", "retryMaxBackoffDurationSeconds"):
         assert spec["properties"][field]["minimum"] == 0
@@ -295,6 +296,9 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Program", "status.conditions[].status"),
         ("Program", "status.conditions[].type"),
         ("Stack", "spec.config{}"),
+        ("Stack", "spec.envRefs{}.configMap"),
+        ("Stack", "spec.envRefs{}.configMap.key"),
+        ("Stack", "spec.envRefs{}.configMap.name"),
         ("Stack", "spec.initOnCreate"),
         ("Stack", "spec.maxUpdateFailures"),
         ("Stack", "spec.suspend"),

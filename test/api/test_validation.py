@@ -213,6 +213,13 @@ def test_resource_ref_union_member_must_match_type(
     assert stack_errors({**GIT, "envRefs": {"X": ref}}) == [FieldError(p, m) for p, m in expected]
 
 
+def test_config_map_refs_are_for_env_refs() -> None:
+    ref = {"type": "ConfigMap", "configMap": {"name": "settings", "key": "region"}}
+    assert stack_errors({**GIT, "envRefs": {"REGION": ref}}) == []
+    missing = stack_errors({**GIT, "envRefs": {"REGION": {"type": "ConfigMap"}}})
+    assert missing == [FieldError("spec.envRefs[REGION].configMap", "required when type is 'ConfigMap'")]
+
+
 @pytest.mark.parametrize("kind", ["Env", "FS"])
 def test_env_and_fs_refs_are_deprecated_in_v2(kind: str) -> None:
     ref = (

@@ -33,6 +33,7 @@ from pko.machinery.conditions import format_time
 from pko.machinery.manager import Manager, ManagerOptions
 from pko.machinery.resource import SECRETS, Obj, Resource, ResourceClient, api_error_status
 
+SECRET_RECHECK = 4.0
 FAST = RetrySettings(deterministic_base=1.0, deterministic_factor=2.0, transient_base=1.0, transient_cap=2.0)
 
 
@@ -287,7 +288,9 @@ async def env(api_client: Any, namespace: str) -> AsyncIterator[Env]:
         ),
     )
     clock = FakeClock()
-    reconciler = stack_controller.setup(manager, retry=FAST, branches=BranchResolver(clock=clock))
+    reconciler = stack_controller.setup(
+        manager, retry=FAST, branches=BranchResolver(clock=clock), secret_recheck=SECRET_RECHECK
+    )
     reconciler.clock = clock  # type: ignore[attr-defined]
     task = asyncio.create_task(manager.run())
     yield Env(api_client, namespace, reconciler)
@@ -321,7 +324,9 @@ async def test_program_stack_reaches_ready_with_secret_outputs_masked(env: Env) 
     assert status["outputs"] == {"count": 3, "password": "[secret]"}
     last = status["lastUpdate"]
     assert last["state"] == "succeeded" and last["type"] == "up" and last["failures"] == 0
-    assert last["lastSuccessfulCommit"] == "1" and last["permalink"].endswith(update["metadata"]["name"])
+    assert last["lastSuccessfulCommit"] == "sha256:" + f"{1:064x}" and last["permalink"].endswith(
+        update["metadata"]["name"]
+    )
     assert status["projectInfo"] == {"name": "proj", "runtime": "yaml"}
     assert "currentUpdate" not in status and "nextRetryTime" not in status
     recorded = await env.get(env.updates, update["metadata"]["name"])
@@ -336,7 +341,9 @@ async def test_program_stack_reaches_ready_with_secret_outputs_masked(env: Env) 
     await env.complete(update)
 
     async def recorded_r2() -> bool:
-        return (await env.stack("prog-stack"))["status"]["lastUpdate"].get("lastSuccessfulCommit") == "2"
+        return (await env.stack("prog-stack"))["status"]["lastUpdate"].get(
+            "lastSuccessfulCommit"
+        ) == "sha256:" + f"{2:064x}"
 
     await eventually(recorded_r2, "revision 2 recorded")
 
@@ -752,6 +759,24 @@ async def test_schema_valid_but_wrong_stacks_end_with_a_clear_reason_and_stay_qu
     assert env.reconciles() - reconciles <= len(WRONG)
 
 
+async def test_a_missing_secret_created_later_unstalls_the_stack(env: Env) -> None:
+    spec = {"projectRepo": "http://127.0.0.1:9/late.git", "branch": "main", "gitAuthSecret": "late"}
+    await env.create_stack("late-secret", spec)
+    conditions = await env.wait_condition("late-secret", "Stalled", "SpecInvalid")
+    assert 'secrets "late" not found' in conditions["Stalled"][2]
+    # Secrets are not watched: the operator looks again (every SECRET_RECHECK s here) and moves on.
+    await env.secrets.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "late", "namespace": env.ns},
+            "stringData": {"accessToken": "t"},
+        }
+    )
+    conditions = await env.wait_condition("late-secret", "Stalled", "SourceUnavailable")
+    assert "listing http://127.0.0.1:9/late.git" in conditions["Stalled"][2]
+
+
 async def test_history_is_bounded_and_recorded_updates_are_released(env: Env) -> None:
     await env.program("prog")
     await env.create_stack("history", {"programRef": {"name": "prog"}})
@@ -949,12 +974,14 @@ async def test_flux_source_artifact_is_deployed_and_a_new_revision_redeploys(
         seen: set[str] = set()
         await env.complete(await env.next_update("fluxed", seen))
         await env.wait_condition("fluxed", "Ready", "ProcessingCompleted")
-        assert (await env.stack("fluxed"))["status"]["lastUpdate"]["lastSuccessfulCommit"] == "main@sha1:aaaa"
+        assert (await env.stack("fluxed"))["status"]["lastUpdate"][
+            "lastSuccessfulCommit"
+        ] == "sha256:" + "aaaa" * 16
 
         generation = int(ws["metadata"]["generation"])
         await write_status("bbbb", ("True", "Succeeded", "stored artifact"))
         await env.make_ready("fluxed", newer_than=generation)
         update = await env.next_update("fluxed", seen)
-        assert update["spec"]["message"] == 'New commit detected: "main@sha1:bbbb"'
+        assert update["spec"]["message"] == f'New commit detected: "sha256:{"bbbb" * 16}"'
     finally:
         await crds.delete("gitrepositories.source.toolkit.fluxcd.io")

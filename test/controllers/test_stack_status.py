@@ -102,6 +102,17 @@ def test_suspended_condition_comes_and_goes_and_keeps_ready() -> None:
     assert "Suspended" not in types(status)
 
 
+def test_a_suspended_stack_has_no_retry_due() -> None:
+    status = failed_status(1, reason="Unavailable")
+    mark_result(status, spec(), SETTINGS, 1, T0)
+    assert status["nextRetryTime"]
+    mark_suspended(status, True, 1, T0)
+    assert "nextRetryTime" not in status and "Reconciling" not in types(status)
+    mark_suspended(status, False, 1, T0)
+    mark_result(status, spec(), SETTINGS, 1, T0)  # resumed: the retry is planned again
+    assert status["nextRetryTime"]
+
+
 # --- recording results -----------------------------------------------------------------------
 
 

@@ -111,6 +111,7 @@ def test_env_backend_and_access_token_come_first_then_env_refs_sorted() -> None:
             "envRefs": {
                 "ZED": {"type": "Literal", "literal": {"value": "z"}},
                 "AWS_KEY": {"type": "Secret", "secret": {"name": "aws", "key": "key"}},
+                "REGION": {"type": "ConfigMap", "configMap": {"name": "settings", "key": "region"}},
             },
             "serviceAccountName": "pulumi",
         }
@@ -121,6 +122,7 @@ def test_env_backend_and_access_token_come_first_then_env_refs_sorted() -> None:
         {"name": "PULUMI_BACKEND_URL", "value": "file:///state"},
         {"name": "PULUMI_ACCESS_TOKEN", "valueFrom": {"secretKeyRef": {"name": "tok", "key": "accessToken"}}},
         {"name": "AWS_KEY", "valueFrom": {"secretKeyRef": {"name": "aws", "key": "key"}}},
+        {"name": "REGION", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "region"}}},
         {"name": "ZED", "value": "z"},
     ]
 
