@@ -3,12 +3,17 @@ play-kubelet running real agents with the stand-in Pulumi CLI.
 
 The seed walkthroughs at control-plane level: a Program-sourced Stack reaches Ready with its
 secret output shown as ``[secret]``; a git branch is deployed, then a pushed commit is picked up;
-a program error is classified and retried; ``destroyOnFinalize`` destroys before the Stack goes.
+a program error is classified and retried; ``destroyOnFinalize`` destroys before the Stack goes; a
+Flux source (the test plays source-controller) is fetched by the agent and a new digest redeploys.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
+import io
+import tarfile
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -26,7 +31,8 @@ from kubernetes_asyncio.client import ApiClient, ApiException
 from pko.controllers.resources import PROGRAMS, STACKS, UPDATES, WORKSPACES
 from pko.controllers.stack import StackReconciler
 from pko.machinery.conditions import get_condition
-from pko.machinery.resource import EVENTS, ResourceClient
+from pko.machinery.resource import EVENTS, Resource, ResourceClient
+from pko.programartifact import project_yaml
 
 from .conftest import Operator
 from .kubelet import PlayKubelet
@@ -302,3 +308,152 @@ async def test_structured_config_round_trips_with_json_types(env: Env) -> None:
         "password": "[secret]",
         "settings": {"a": [1, 2], "b": True},
     }
+
+
+# --- Flux source: the test plays source-controller (serves the artifact, writes the status) ---------
+
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False)
+GITREPOSITORIES = Resource("source.toolkit.fluxcd.io", "v1", "gitrepositories", "GitRepository")
+FLUX_CRD: Obj = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "gitrepositories.source.toolkit.fluxcd.io"},
+    "spec": {
+        "group": "source.toolkit.fluxcd.io",
+        "scope": "Namespaced",
+        "names": {
+            "plural": "gitrepositories",
+            "singular": "gitrepository",
+            "kind": "GitRepository",
+            "listKind": "GitRepositoryList",
+        },
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
+            }
+        ],
+    },
+}
+
+
+def flux_artifact(greeting: str) -> tuple[bytes, str]:
+    """A source-controller-style tarball holding ``app/Pulumi.yaml`` (the Stack's ``dir``)."""
+    project = project_yaml("fluxed", {"outputs": {"greeting": greeting}}).encode()
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        info = tarfile.TarInfo("app/Pulumi.yaml")
+        info.size = len(project)
+        tar.addfile(info, io.BytesIO(project))
+    data = raw.getvalue()
+    return data, "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def artifact_server() -> Iterator[tuple[str, dict[str, bytes]]]:
+    """An HTTP server on loopback serving ``files`` (path -> bytes), as source-controller does."""
+    files: dict[str, bytes] = {}
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        data = files.get(environ.get("PATH_INFO", ""))
+        if data is None:
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found"]
+        start_response("200 OK", [("Content-Type", "application/gzip"), ("Content-Length", str(len(data)))])
+        return [data]
+
+    server = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}", files
+    server.shutdown()
+    server.server_close()
+
+
+async def test_flux_source_is_fetched_deployed_and_a_new_digest_redeploys(
+    env: Env, artifact_server: tuple[str, dict[str, bytes]]
+) -> None:
+    base, files = artifact_server
+    crds = ResourceClient(env.api, CRDS)
+    sources = ResourceClient(env.api, GITREPOSITORIES, env.ns)
+    await crds.apply(FLUX_CRD, field_manager="pko-tests")
+
+    async def publish(greeting: str, revision: str) -> str:
+        data, digest = flux_artifact(greeting)
+        path = f"/gitrepository/{env.ns}/repo/{digest[7:19]}.tar.gz"
+        files[path] = data
+        body = {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "GitRepository",
+            "metadata": {"name": "repo", "namespace": env.ns},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "Succeeded",
+                        "message": "stored artifact",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    }
+                ],
+                "artifact": {
+                    "url": base + path,
+                    "digest": digest,
+                    "revision": revision,
+                    "lastUpdateTime": "2026-01-01T00:00:00Z",
+                },
+            },
+        }
+        await sources.apply_status(body, field_manager="source-controller")
+        return digest
+
+    try:
+        await wait_until("the GitRepository kind served", lambda: _served(env), within=60)
+        await sources.apply(
+            {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+             "metadata": {"name": "repo", "namespace": env.ns}, "spec": {"url": "https://example.invalid/r"}},
+            field_manager="pko-tests",
+        )  # fmt: skip
+        first = await publish("one", "main@sha1:1111")
+        ref = {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository", "name": "repo"}
+        await env.create_stack("fluxed", {"fluxSource": {"sourceRef": ref, "dir": "app"}})
+        stack = await env.condition("fluxed", "Ready", "ProcessingCompleted", within=300)
+        assert stack["status"]["outputs"] == {"greeting": "one"}
+        assert stack["status"]["lastUpdate"]["lastSuccessfulCommit"] == first
+
+        # New content under the same revision (e.g. a changed ignore rule): the digest decides.
+        second = await publish("two", "main@sha1:1111")
+
+        async def redeployed() -> Obj | None:
+            current = await env.get(env.stacks, "fluxed")
+            last = ((current or {}).get("status") or {}).get("lastUpdate") or {}
+            return current if last.get("lastSuccessfulCommit") == second else None
+
+        stack = await wait_until("the new digest deployed", redeployed, within=300)
+        assert stack["status"]["outputs"] == {"greeting": "two"}
+    finally:
+        await env.stacks.delete("fluxed")
+        with contextlib.suppress(ApiException):
+            await crds.delete(FLUX_CRD["metadata"]["name"])
+
+        async def crd_gone() -> bool:
+            try:
+                await crds.get(FLUX_CRD["metadata"]["name"])
+            except ApiException as exc:
+                return exc.status == 404
+            return False
+
+        await wait_until("the Flux CRD removed", crd_gone, within=120)
+
+
+async def _served(env: Env) -> bool:
+    try:
+        await ResourceClient(env.api, GITREPOSITORIES, env.ns).list()
+    except ApiException:
+        return False
+    return True
