@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Build every image a local node needs, offline from any image registry, as OCI archives that a node's
+# containerd imports (`ctr -n k8s.io images import`):
+#
+#   localhost/pko-base-python:bookworm  Debian bookworm + python3 (mmdebstrap from Debian packages): the
+#                                       PYTHON_IMAGE build argument of the top-level Dockerfile, so the
+#                                       very Dockerfile users build with Docker builds here too
+#   pko:dev                             the operator (top-level Dockerfile, buildah bud)
+#   pko-agent:dev                       the agent (hack/build-agent-image.sh)
+#   pko-workspace-standin:dev           TEST-ONLY workspace image: the base + the stand-in Pulumi CLI
+#                                       (test/fakepulumi). It never ships; its name says so.
+#
+# Usage: hack/build-images.sh [OUTPUT_DIR]   (default ~/.cache/pko/images; prints the archive paths)
+#
+# Each image is rebuilt only when its inputs changed (a content hash stored beside the archive), so a
+# second run with no change takes seconds. buildah uses vfs storage under ~/.cache/pko/buildah.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/pko"
+OUT="${1:-$CACHE/images}"
+STORE="$CACHE/buildah"
+BASE_IMAGE="localhost/pko-base-python:bookworm"
+mkdir -p "$OUT" "$STORE/tmp"
+
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+missing=()
+for pkg in buildah mmdebstrap tini busybox-static; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "build-images: installing ${missing[*]}" >&2
+    $SUDO apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+# RUN steps reach PyPI through whatever TLS setup this host has (a proxy with its own CA, say):
+# lend them the host's CA bundle and a pip.conf that uses it. Nothing of it stays in an image.
+printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' > "$STORE/pip.conf"
+RUN_MOUNTS=(-v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro -v "$STORE/pip.conf:/etc/pip.conf:ro")
+
+bah() {
+    TMPDIR="$STORE/tmp" buildah --storage-driver vfs --root "$STORE/root" --runroot "$STORE/run" "$@"
+}
+
+# A digest of the files (and extra strings) an image is built from.
+inputs_hash() {
+    local extra="$1"; shift
+    { printf '%s\n' "$extra"; (cd "$REPO" && git ls-files -s -- "$@" 2>/dev/null || find "$@" -type f -exec sha256sum {} +);
+      (cd "$REPO" && git diff --no-ext-diff HEAD -- "$@" 2>/dev/null || true); } | sha256sum | cut -c1-16
+}
+
+# up_to_date NAME HASH: the archive exists and was built from HASH.
+up_to_date() {
+    [ -f "$OUT/$1.oci.tar" ] && [ "$(cat "$OUT/$1.hash" 2>/dev/null)" = "$2" ]
+}
+
+export_archive() {  # IMAGE NAME HASH
+    rm -f "$OUT/$2.oci.tar.partial"
+    bah push --quiet "$1" "oci-archive:$OUT/$2.oci.tar.partial:$1" >&2
+    mv -f "$OUT/$2.oci.tar.partial" "$OUT/$2.oci.tar"
+    echo "$3" > "$OUT/$2.hash"
+}
+
+# --- the base: Debian bookworm with python3, from Debian packages ---------------------------------------
+MIRROR="${PKO_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+BASE_PACKAGES="python3,python3-venv,python-is-python3,ca-certificates"
+base_hash="$(printf 'bookworm %s %s v1' "$MIRROR" "$BASE_PACKAGES" | sha256sum | cut -c1-16)"
+if ! up_to_date pko-base-python "$base_hash" || ! bah inspect --type image "$BASE_IMAGE" >/dev/null 2>&1; then
+    echo "build-images: building $BASE_IMAGE (mmdebstrap)" >&2
+    work="$(mktemp -d "$STORE/tmp/base.XXXXXX")"
+    mmdebstrap --quiet --variant=minbase --include="$BASE_PACKAGES" \
+        --aptopt='Acquire::Retries "3"' \
+        --customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*' \
+        bookworm "$work/rootfs.tar" "$MIRROR" >&2
+    ctr="$(bah from --quiet scratch)"
+    bah add --quiet "$ctr" "$work/rootfs.tar" / >&2
+    bah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        --env LANG=C.UTF-8 --cmd '["python3"]' "$ctr" >&2
+    bah commit --quiet --rm "$ctr" "$BASE_IMAGE" >/dev/null
+    rm -rf "$work"
+    export_archive "$BASE_IMAGE" pko-base-python "$base_hash"
+fi
+
+# --- the operator: the top-level Dockerfile, on that base --------------------------------------------
+op_hash="$(inputs_hash "$base_hash" Dockerfile .dockerignore pyproject.toml README.md pko api agent)"
+if ! up_to_date pko "$op_hash"; then
+    echo "build-images: building pko:dev (Dockerfile)" >&2
+    bah bud --quiet --isolation chroot --layers=false --build-arg "PYTHON_IMAGE=$BASE_IMAGE" "${RUN_MOUNTS[@]}" \
+        -f "$REPO/Dockerfile" -t localhost/pko:dev "$REPO" >&2
+    bah tag localhost/pko:dev docker.io/library/pko:dev >&2
+    export_archive docker.io/library/pko:dev pko "$op_hash"
+fi
+
+# --- the agent ----------------------------------------------------------------------------------------
+agent_hash="$(inputs_hash "" agent api pko/__init__.py pyproject.toml hack/build-agent.sh hack/build-agent-image.sh)"
+if ! up_to_date pko-agent "$agent_hash"; then
+    echo "build-images: building pko-agent:dev" >&2
+    PKO_AGENT_IMAGE=docker.io/library/pko-agent:dev bash "$REPO/hack/build-agent-image.sh" "$OUT" >&2
+    echo "$agent_hash" > "$OUT/pko-agent.hash"
+fi
+
+# --- the TEST-ONLY workspace image: the stand-in Pulumi CLI ----------------------------------------------
+ws_hash="$(inputs_hash "$base_hash" images/workspace-standin test/fakepulumi pyproject.toml)"
+if ! up_to_date pko-workspace-standin "$ws_hash"; then
+    echo "build-images: building pko-workspace-standin:dev (test-only)" >&2
+    bah bud --quiet --isolation chroot --layers=false --build-arg "PYTHON_IMAGE=$BASE_IMAGE" "${RUN_MOUNTS[@]}" \
+        --ignorefile "$REPO/images/workspace-standin/Dockerfile.dockerignore" \
+        -f "$REPO/images/workspace-standin/Dockerfile" -t docker.io/library/pko-workspace-standin:dev "$REPO" >&2
+    export_archive docker.io/library/pko-workspace-standin:dev pko-workspace-standin "$ws_hash"
+fi
+
+ls -1 "$OUT"/pko.oci.tar "$OUT"/pko-agent.oci.tar "$OUT"/pko-workspace-standin.oci.tar

@@ -1,0 +1,559 @@
+#!/usr/bin/env python3
+"""A whole single-node Kubernetes on this machine: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, kubelet, containerd + runc, a CNI bridge, kube-proxy and cluster DNS.
+
+    python3 hack/localnode.py up [--import FILE.oci.tar ...]   # prints the kubeconfig path
+    python3 hack/localnode.py down                             # everything goes, nothing is left
+    python3 hack/localnode.py status
+
+Standard library only (it runs before the project's virtualenv exists). Needs root, cgroups and
+the kube binaries `hack/build-kube.sh` builds (cached in ~/.cache/pko). Every trap of these
+machines is handled here: containerd with ``restrict_oom_score_adj`` and the ``native`` snapshotter,
+runc on cgroup v1 with the ``cgroupfs`` driver, a pause image compiled from the kube source tree,
+a node IP on a veth pair of our own (no ``dummy`` module), ``--kubelet-preferred-address-types``
+so the apiserver never resolves the node name through an outside DNS server.
+
+Network: the node IP ``10.87.0.1`` (veth ``pkonode0``), pods on the bridge ``pkobr0``
+(``10.88.0.0/24``), Services in ``10.0.0.0/24``. Nothing is masqueraded and DNS never forwards:
+traffic stays on loopback and on the devices created here. Cluster DNS is dnsmasq (Debian) fed by
+``hack/clusterdns.py`` from the API's Services and Endpoints, so ``<svc>.<ns>.svc.cluster.local``
+resolves in pods as in a real cluster.
+
+State lives in ``.node/`` (gitignored); images are imported from ``~/.cache/pko/images/*.oci.tar``
+(``hack/build-images.sh``) on every ``up``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import secrets
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from localcluster import _apt_install, _log, ensure_binaries, free_port  # noqa: E402
+
+HACK = Path(__file__).resolve().parent
+REPO = HACK.parent
+STATE = REPO / ".node"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pko"
+IMAGES = CACHE / "images"
+
+NODE_NAME = "pko-node"
+NODE_IP = "10.87.0.1"
+VETH, VETH_PEER = "pkonode0", "pkonode1"
+BRIDGE = "pkobr0"
+POD_SUBNET = "10.88.0.0/24"
+SERVICE_CIDR = "10.0.0.0/24"
+APISERVER_PORT = 6443
+PAUSE_IMAGE = "docker.io/library/pko-pause:3.4.1"
+PACKAGES = ("etcd-server", "containerd", "runc", "containernetworking-plugins", "iptables", "conntrack",
+            "dnsmasq-base", "buildah", "gcc", "libc6-dev", "openssl", "iproute2")  # fmt: skip
+# Start order; `down` stops them in reverse.
+COMPONENTS = ("containerd", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+              "dnsmasq", "clusterdns", "kube-proxy", "kubelet")  # fmt: skip
+
+
+def sh(*cmd: str, check: bool = True, capture: bool = True) -> str:
+    proc = subprocess.run(list(cmd), capture_output=capture, text=True)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout if capture else ""
+
+
+# --- PKI, tokens, kubeconfigs -------------------------------------------------------------------------
+
+
+def _pki(d: Path) -> None:
+    if (d / "kubelet-client.crt").exists():
+        return
+    d.mkdir(parents=True, exist_ok=True)
+    sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
+       "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"), "-subj", "/CN=pko-node-ca")  # fmt: skip
+    sans = (
+        f"IP:{NODE_IP},IP:10.0.0.1,IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+        "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    )
+    for name, subject, usage, san in (
+        ("apiserver", "/CN=kube-apiserver", "serverAuth", sans),
+        ("kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client", "clientAuth", ""),
+        ("kubelet", f"/CN={NODE_NAME}", "serverAuth", f"IP:{NODE_IP},DNS:{NODE_NAME}"),
+    ):
+        ext = d / f"{name}.cnf"
+        ext.write_text(
+            "[ext]\nkeyUsage=digitalSignature,keyEncipherment\n"
+            f"extendedKeyUsage={usage}\n" + (f"subjectAltName={san}\n" if san else "")
+        )
+        sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(d / f"{name}.key"),
+           "-out", str(d / f"{name}.csr"), "-subj", subject)  # fmt: skip
+        sh("openssl", "x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / "ca.crt"),
+           "-CAkey", str(d / "ca.key"), "-CAcreateserial", "-days", "3650",
+           "-out", str(d / f"{name}.crt"), "-extfile", str(ext), "-extensions", "ext")  # fmt: skip
+    sh("openssl", "genrsa", "-out", str(d / "sa.key"), "2048")
+    sh("openssl", "rsa", "-in", str(d / "sa.key"), "-pubout", "-out", str(d / "sa.pub"))
+
+
+def _kubeconfig(path: Path, token: str, server: str) -> None:
+    ca = base64.b64encode((STATE / "pki" / "ca.crt").read_bytes()).decode()
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "pko-node", "cluster": {"server": server, "certificate-authority-data": ca}}],
+                "users": [{"name": "admin", "user": {"token": token}}],
+                "contexts": [{"name": "pko-node", "context": {"cluster": "pko-node", "user": "admin"}}],
+                "current-context": "pko-node",
+            },
+            indent=2,
+        )
+    )
+    path.chmod(0o600)
+
+
+# --- processes ----------------------------------------------------------------------------------------
+
+
+def _pids() -> dict[str, int]:
+    try:
+        return dict(json.loads((STATE / "pids.json").read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_pid(name: str, pid: int) -> None:
+    pids = _pids()
+    pids[name] = pid
+    (STATE / "pids.json").write_text(json.dumps(pids, indent=1))
+
+
+def _spawn(name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    log = open(STATE / "logs" / f"{name}.log", "ab")
+    proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, **(env or {})})  # fmt: skip
+    log.close()
+    _save_pid(name, proc.pid)
+    return proc
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie child of ours counts as gone
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True
+
+
+def _stop(name: str, pid: int, timeout: float = 20.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                return
+        deadline = time.monotonic() + (timeout if sig == signal.SIGTERM else 5)
+        while time.monotonic() < deadline:
+            if not _alive(pid):
+                return
+            time.sleep(0.1)
+    _log(f"{name} (pid {pid}) did not exit")
+
+
+def _wait(what: str, probe: object, timeout: float, log: str | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if probe():  # type: ignore[operator]
+                return
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        time.sleep(0.5)
+    hint = f"; see {STATE / 'logs' / log}" if log else ""
+    raise TimeoutError(f"{what} not ready within {timeout:.0f}s{hint}")
+
+
+def _https_ok(path: str, token: str) -> bool:
+    ctx = ssl.create_default_context(cafile=str(STATE / "pki" / "ca.crt"))
+    req = urllib.request.Request(f"https://{NODE_IP}:{APISERVER_PORT}{path}", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=3, context=ctx) as r:
+        return bool(r.status == 200)
+
+
+def _kubectl(*args: str, check: bool = True) -> str:
+    return sh("kubectl", f"--kubeconfig={STATE / 'kubeconfig'}", *args, check=check)
+
+
+# --- host network -------------------------------------------------------------------------------------
+
+
+def _sysctl(key: str, value: str) -> None:
+    path = Path("/proc/sys") / key.replace(".", "/")
+    saved = STATE / "sysctl.json"
+    old = json.loads(saved.read_text()) if saved.exists() else {}
+    if key not in old:
+        old[key] = path.read_text().strip()
+        saved.write_text(json.dumps(old))
+    path.write_text(value)
+
+
+def _network_up() -> None:
+    if sh("ip", "link", "show", VETH, check=False).strip() == "":
+        sh("ip", "link", "add", VETH, "type", "veth", "peer", "name", VETH_PEER)
+    sh("ip", "addr", "replace", f"{NODE_IP}/32", "dev", VETH)
+    sh("ip", "link", "set", VETH, "up")
+    sh("ip", "link", "set", VETH_PEER, "up")
+    _sysctl("net.ipv4.ip_forward", "1")
+    # Service traffic between pods on one bridge must pass iptables (kube-proxy's DNAT).
+    if Path("/proc/sys/net/bridge/bridge-nf-call-iptables").exists():
+        _sysctl("net.bridge.bridge-nf-call-iptables", "1")
+
+
+def _network_down() -> None:
+    # Pod sandboxes' namespaces (their veths on the bridge die with them).
+    before = set(json.loads((STATE / "netns-before.json").read_text())) if (STATE / "netns-before.json").exists() else None
+    netns_dir = Path("/run/netns")
+    if before is not None and netns_dir.is_dir():
+        for ns in netns_dir.iterdir():
+            if ns.name.startswith("cni-") and ns.name not in before:
+                subprocess.run(["umount", "-l", str(ns)], capture_output=True)
+                ns.unlink(missing_ok=True)
+    for dev in (BRIDGE, VETH):
+        subprocess.run(["ip", "link", "delete", dev], capture_output=True)
+    saved = STATE / "sysctl.json"
+    if saved.exists():
+        for key, value in json.loads(saved.read_text()).items():
+            Path("/proc/sys", key.replace(".", "/")).write_text(value)
+        saved.unlink()
+
+
+def _iptables_clean() -> None:
+    """Remove every rule and chain kube-proxy, kubelet and CNI created (KUBE-*, CNI-*); keep the rest."""
+    for table in ("filter", "nat", "mangle"):
+        saved = subprocess.run(["iptables-save", "-t", table], capture_output=True, text=True)
+        if saved.returncode != 0:
+            continue
+        kept = [line for line in saved.stdout.splitlines() if "KUBE-" not in line and "CNI-" not in line and f"{POD_SUBNET}" not in line]
+        if kept != saved.stdout.splitlines():
+            subprocess.run(["iptables-restore", "-T", table], input="\n".join(kept) + "\n", text=True, check=False)
+
+
+def _unmount_all(root: Path) -> None:
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    for mount in sorted((m for m in mounts if m.startswith(str(root) + "/") or m == str(root)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", mount], capture_output=True)
+
+
+# --- images -------------------------------------------------------------------------------------------
+
+
+def _pause_archive() -> Path:
+    """The pause image, compiled from the kube source tree (no image can be pulled here)."""
+    archive = IMAGES / "pko-pause.oci.tar"
+    if archive.exists():
+        return archive
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    work = STATE / "pause-build"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    source = next((CACHE / "build-1.20.2").glob("kubernetes_*.orig.tar.gz"))
+    with tarfile.open(source) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("build/pause/linux/pause.c"))
+        (work / "pause.c").write_bytes(tar.extractfile(member).read())  # type: ignore[union-attr]
+    (work / "rootfs").mkdir()
+    sh("gcc", "-Os", "-static", "-DVERSION=v3.4.1-pko", "-o", str(work / "rootfs" / "pause"), str(work / "pause.c"))
+    store = ["--storage-driver", "vfs", "--root", str(work / "store"), "--runroot", str(work / "run")]
+    ctr = sh("buildah", *store, "from", "--quiet", "scratch").strip()
+    sh("buildah", *store, "copy", "--quiet", ctr, str(work / "rootfs" / "pause"), "/pause")
+    sh("buildah", *store, "config", "--entrypoint", '["/pause"]', "--user", "65535:65535", ctr)
+    sh("buildah", *store, "commit", "--quiet", ctr, PAUSE_IMAGE)
+    sh("buildah", *store, "push", "--quiet", PAUSE_IMAGE, f"oci-archive:{archive}.partial:{PAUSE_IMAGE}")
+    os.replace(f"{archive}.partial", archive)
+    shutil.rmtree(work, ignore_errors=True)
+    return archive
+
+
+def _ctr(*args: str, check: bool = True) -> str:
+    return sh("ctr", "--address", str(STATE / "run" / "containerd.sock"), "--namespace", "k8s.io", *args, check=check)
+
+
+def import_images(paths: list[Path]) -> None:
+    for path in paths:
+        _log(f"importing {path.name}")
+        _ctr("images", "import", "--snapshotter", "native", "--no-unpack=false", str(path))
+
+
+# --- up / down ----------------------------------------------------------------------------------------
+
+
+def _containerd_config() -> Path:
+    cni = STATE / "cni"
+    (cni / "net.d").mkdir(parents=True, exist_ok=True)
+    (cni / "net.d" / "10-pko.conflist").write_text(
+        json.dumps(
+            {
+                "cniVersion": "0.4.0",
+                "name": "pko",
+                "plugins": [
+                    {
+                        "type": "bridge",
+                        "bridge": BRIDGE,
+                        "isGateway": True,
+                        "ipMasq": False,
+                        "hairpinMode": True,
+                        "ipam": {
+                            "type": "host-local",
+                            "ranges": [[{"subnet": POD_SUBNET}]],
+                            "routes": [{"dst": "0.0.0.0/0"}],
+                            "dataDir": str(cni / "ipam"),
+                        },
+                    },
+                    {"type": "loopback"},
+                ],
+            },
+            indent=1,
+        )
+    )
+    config = STATE / "containerd.toml"
+    config.write_text(
+        f"""version = 2
+root = "{STATE / 'containerd'}"
+state = "{STATE / 'run' / 'containerd-state'}"
+[grpc]
+  address = "{STATE / 'run' / 'containerd.sock'}"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "native"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{cni / 'net.d'}"
+"""
+    )
+    return config
+
+
+def _kubelet_config() -> Path:
+    pki = STATE / "pki"
+    (STATE / "resolv.conf").write_text(f"nameserver {NODE_IP}\n")
+    config = STATE / "kubelet.json"
+    config.write_text(
+        json.dumps(
+            {
+                "apiVersion": "kubelet.config.k8s.io/v1beta1",
+                "kind": "KubeletConfiguration",
+                "address": NODE_IP,
+                "port": 10250,
+                "readOnlyPort": 0,
+                "healthzBindAddress": "127.0.0.1",
+                "healthzPort": free_port(),
+                "cgroupDriver": "cgroupfs",
+                "clusterDNS": [NODE_IP],
+                "clusterDomain": "cluster.local",
+                "resolvConf": str(STATE / "resolv.conf"),
+                "failSwapOn": False,
+                "tlsCertFile": str(pki / "kubelet.crt"),
+                "tlsPrivateKeyFile": str(pki / "kubelet.key"),
+                "authentication": {
+                    "anonymous": {"enabled": False},
+                    "webhook": {"enabled": False},
+                    "x509": {"clientCAFile": str(pki / "ca.crt")},
+                },
+                "authorization": {"mode": "AlwaysAllow"},
+                "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+                "imageGCHighThresholdPercent": 100,
+                "serializeImagePulls": False,
+                "maxPods": 110,
+            },
+            indent=1,
+        )
+    )
+    return config
+
+
+def up(imports: list[Path], timeout: float = 180.0) -> Path:
+    if os.geteuid() != 0:
+        raise SystemExit("localnode: a node needs root (containerd, kubelet, network devices)")
+    if not Path("/sys/fs/cgroup/memory").exists() and not Path("/sys/fs/cgroup/cgroup.controllers").exists():
+        raise SystemExit("localnode: no cgroup hierarchy: a kubelet cannot run on this machine")
+    if _pids():
+        down()
+    _apt_install(*PACKAGES)
+    bins = ensure_binaries()
+    for sub in ("logs", "run"):
+        (STATE / sub).mkdir(parents=True, exist_ok=True)
+    _pki(STATE / "pki")
+    pki = STATE / "pki"
+    netns = sorted(p.name for p in Path("/run/netns").iterdir()) if Path("/run/netns").is_dir() else []
+    (STATE / "netns-before.json").write_text(json.dumps(netns))
+    _network_up()
+    admin = secrets.token_hex(24)
+    (STATE / "tokens.csv").write_text(f'{admin},admin,admin,"system:masters"\n')
+    server = f"https://{NODE_IP}:{APISERVER_PORT}"
+    _kubeconfig(STATE / "kubeconfig", admin, server)
+
+    # containerd, then the images (pause first)
+    _spawn("containerd", ["containerd", "--config", str(_containerd_config())])
+    _wait("containerd", lambda: _ctr("version") != "", 30, "containerd.log")
+    import_images([_pause_archive(), *imports])
+
+    etcd_port, etcd_peer = free_port(), free_port()
+    shutil.rmtree(STATE / "etcd", ignore_errors=True)
+    _spawn("etcd", ["etcd", "--name=pko-node", f"--data-dir={STATE / 'etcd'}",
+                    f"--listen-client-urls=http://127.0.0.1:{etcd_port}", f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+                    f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
+                    f"--initial-cluster=pko-node=http://127.0.0.1:{etcd_peer}", "--unsafe-no-fsync", "--log-level=warn"])  # fmt: skip
+    _spawn("kube-apiserver", [
+        f"{bins}/kube-apiserver", f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+        f"--secure-port={APISERVER_PORT}", f"--bind-address={NODE_IP}", f"--advertise-address={NODE_IP}",
+        f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+        f"--client-ca-file={pki / 'ca.crt'}", f"--token-auth-file={STATE / 'tokens.csv'}",
+        "--authorization-mode=Node,RBAC", "--service-account-issuer=https://kubernetes.default.svc",
+        f"--service-account-signing-key-file={pki / 'sa.key'}", f"--service-account-key-file={pki / 'sa.pub'}",
+        "--api-audiences=https://kubernetes.default.svc", f"--service-cluster-ip-range={SERVICE_CIDR}",
+        f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}", f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+        "--kubelet-preferred-address-types=InternalIP", "--allow-privileged=true", "--profiling=false", "--v=1",
+    ])  # fmt: skip
+    _wait("kube-apiserver", lambda: _https_ok("/readyz", admin), timeout, "kube-apiserver.log")
+    kubeconfig = str(STATE / "kubeconfig")
+    _spawn("kube-controller-manager", [
+        f"{bins}/kube-controller-manager", f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+        f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
+        "--controllers=*,-nodeipam,-ttl,-csrsigning,-bootstrapsigner,-tokencleaner",
+        "--use-service-account-credentials=true", "--leader-elect=false", "--port=0",
+        f"--secure-port={free_port()}", "--bind-address=127.0.0.1", "--v=1",
+    ])  # fmt: skip
+    _spawn("kube-scheduler", [
+        f"{bins}/kube-scheduler", f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false", "--port=0",
+        f"--secure-port={free_port()}", "--bind-address=127.0.0.1", "--v=1",
+    ])  # fmt: skip
+    (STATE / "dns").mkdir(exist_ok=True)
+    _spawn("clusterdns", [sys.executable, str(HACK / "clusterdns.py"), f"--kubeconfig={kubeconfig}",
+                          f"--hosts-dir={STATE / 'dns'}"])  # fmt: skip
+    _spawn("dnsmasq", ["dnsmasq", "--keep-in-foreground", "--no-resolv", "--no-hosts", "--no-poll",
+                       f"--listen-address={NODE_IP}", "--bind-interfaces", "--port=53",
+                       f"--hostsdir={STATE / 'dns'}", "--local=/cluster.local/", "--domain-needed",
+                       f"--pid-file={STATE / 'run' / 'dnsmasq.pid'}", "--log-facility=-"])  # fmt: skip
+    _spawn("kube-proxy", [
+        f"{bins}/kube-proxy", f"--kubeconfig={kubeconfig}", "--proxy-mode=iptables",
+        f"--cluster-cidr={POD_SUBNET}", f"--hostname-override={NODE_NAME}", "--conntrack-max-per-core=0",
+        f"--metrics-bind-address=127.0.0.1:{free_port()}", f"--healthz-bind-address=127.0.0.1:{free_port()}", "--v=1",
+    ])  # fmt: skip
+    _spawn("kubelet", [
+        f"{bins}/kubelet", f"--config={_kubelet_config()}", f"--kubeconfig={kubeconfig}",
+        "--container-runtime=remote", f"--container-runtime-endpoint=unix://{STATE / 'run' / 'containerd.sock'}",
+        f"--node-ip={NODE_IP}", f"--hostname-override={NODE_NAME}", f"--root-dir={STATE / 'kubelet'}",
+        f"--cert-dir={STATE / 'kubelet-pki'}", "--v=1",
+    ])  # fmt: skip
+
+    def node_ready() -> bool:
+        node = json.loads(_kubectl("get", "node", NODE_NAME, "-o", "json"))
+        ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+        taints = [t for t in node["spec"].get("taints") or [] if t["key"].startswith("node.kubernetes.io/not-ready")]
+        return bool(ready and ready[0]["status"] == "True" and not taints)
+
+    _wait("the node", node_ready, timeout, "kubelet.log")
+    _log(f"node {NODE_NAME} Ready at {NODE_IP}; KUBECONFIG={kubeconfig}")
+    return STATE / "kubeconfig"
+
+
+def _kill_containers() -> None:
+    sock = STATE / "run" / "containerd.sock"
+    if not sock.exists():
+        return
+    tasks = _ctr("tasks", "ls", "-q", check=False).split()
+    for task in tasks:
+        _ctr("tasks", "kill", "-s", "SIGKILL", task, check=False)
+    time.sleep(1 if tasks else 0)
+    for task in tasks:
+        _ctr("tasks", "rm", "-f", task, check=False)
+    for container in _ctr("containers", "ls", "-q", check=False).split():
+        _ctr("containers", "rm", container, check=False)
+
+
+def down() -> None:
+    pids = _pids()
+    for name in ("kubelet", "kube-proxy"):
+        if name in pids:
+            _stop(name, pids.pop(name))
+    _kill_containers()
+    for name in reversed(COMPONENTS):
+        if name in pids:
+            _stop(name, pids.pop(name))
+    # containerd shims of our socket that outlived containerd
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if "containerd-shim" in cmdline and str(STATE) in cmdline:
+                _stop("shim", int(proc.name), timeout=3)
+    (STATE / "pids.json").unlink(missing_ok=True)
+    _unmount_all(STATE)
+    _iptables_clean()
+    _network_down()
+    for sub in ("kubelet", "run", "containerd", "cni", "etcd", "dns", "kubelet-pki"):
+        shutil.rmtree(STATE / sub, ignore_errors=True)
+    _log("node down")
+
+
+def status() -> int:
+    pids = _pids()
+    if not pids:
+        print("down")
+        return 1
+    for name in COMPONENTS:
+        pid = pids.get(name)
+        print(f"{name:25} {'running' if pid and _alive(pid) else 'STOPPED'} {pid or ''}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("command", choices=("up", "down", "status"))
+    p.add_argument("--import", dest="imports", action="append", type=Path, default=[],
+                   help="an OCI archive to import (default: every ~/.cache/pko/images/*.oci.tar)")  # fmt: skip
+    args = p.parse_args(argv)
+    if args.command == "up":
+        imports = args.imports or sorted(p for p in IMAGES.glob("*.oci.tar") if p.name not in ("pko-pause.oci.tar", "pko-base-python.oci.tar"))
+        try:
+            print(up(imports))
+        except BaseException:
+            _log("up failed; tearing down (logs in .node/logs)")
+            down()
+            raise
+        return 0
+    if args.command == "down":
+        down()
+        return 0
+    return status()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
