@@ -108,8 +108,9 @@ _BACKOFF_MAX: Final = 2.0
 
 # -- addresses -------------------------------------------------------------------------------------
 def service_address(ws_name: str, namespace: str) -> str:
-    """The agent behind the workspace's headless Service (the Go operator's address, ``status.address``)."""
-    return f"{ws_name}-workspace.{namespace}:{WORKSPACE_PORT}"
+    """The agent behind the workspace's headless Service: ``status.address``, as the seed's ADDRESS
+    column shows it (the Go operator's fully qualified Service name)."""
+    return f"{ws_name}-workspace.{namespace}.svc.cluster.local:{WORKSPACE_PORT}"
 
 
 def audience(ws_name: str, namespace: str) -> str:

@@ -19,14 +19,14 @@ from pko.tokens import TokenError
 
 
 def test_the_service_address_and_audience_follow_the_go_operator() -> None:
-    assert service_address("ws", "ns") == "ws-workspace.ns:50051"
+    assert service_address("ws", "ns") == "ws-workspace.ns.svc.cluster.local:50051"
     assert audience("ws", "ns") == "ws.ns"
     assert WORKSPACE_PORT == 50051
 
 
 def test_each_address_mode() -> None:
     pod = {"status": {"podIP": "10.1.2.3"}}
-    assert resolve_address("ws", "ns", mode="dns") == "ws-workspace.ns:50051"
+    assert resolve_address("ws", "ns", mode="dns") == "ws-workspace.ns.svc.cluster.local:50051"
     assert resolve_address("ws", "ns", mode="pod-ip", pod=pod) == "10.1.2.3:50051"
     assert (
         resolve_address("ws", "ns", mode="pod-ip", pod={"status": {"podIP": "fd00::5"}}) == "[fd00::5]:50051"
