@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             endpoints = _get(server, token, ctx, "/api/v1/endpoints")["items"]
             if write_if_changed(target, records(services, endpoints)):
                 print(f"clusterdns: {len(services)} services written", flush=True)
-        except Exception as exc:  # noqa: BLE001 - the apiserver may restart; keep serving the last file
+        except Exception as exc:
             print(f"clusterdns: {exc}", file=sys.stderr, flush=True)
         time.sleep(args.interval)
 

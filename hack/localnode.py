@@ -42,7 +42,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from localcluster import _apt_install, _log, ensure_binaries, free_port  # noqa: E402
+from localcluster import _apt_install, _log, ensure_binaries, free_port
 
 HACK = Path(__file__).resolve().parent
 REPO = HACK.parent
@@ -58,11 +58,32 @@ POD_SUBNET = "10.88.0.0/24"
 SERVICE_CIDR = "10.0.0.0/24"
 APISERVER_PORT = 6443
 PAUSE_IMAGE = "docker.io/library/pko-pause:3.4.1"
-PACKAGES = ("etcd-server", "containerd", "runc", "containernetworking-plugins", "iptables", "conntrack",
-            "dnsmasq-base", "buildah", "gcc", "libc6-dev", "openssl", "iproute2")  # fmt: skip
+PACKAGES = (
+    "etcd-server",
+    "containerd",
+    "runc",
+    "containernetworking-plugins",
+    "iptables",
+    "conntrack",
+    "dnsmasq-base",
+    "buildah",
+    "gcc",
+    "libc6-dev",
+    "openssl",
+    "iproute2",
+)
 # Start order; `down` stops them in reverse.
-COMPONENTS = ("containerd", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-              "dnsmasq", "clusterdns", "kube-proxy", "kubelet")  # fmt: skip
+COMPONENTS = (
+    "containerd",
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "dnsmasq",
+    "clusterdns",
+    "kube-proxy",
+    "kubelet",
+)
 
 
 def sh(*cmd: str, check: bool = True, capture: bool = True) -> str:
@@ -79,8 +100,22 @@ def _pki(d: Path) -> None:
     if (d / "kubelet-client.crt").exists():
         return
     d.mkdir(parents=True, exist_ok=True)
-    sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
-       "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"), "-subj", "/CN=pko-node-ca")  # fmt: skip
+    sh(
+        "openssl",
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "3650",
+        "-keyout",
+        str(d / "ca.key"),
+        "-out",
+        str(d / "ca.crt"),
+        "-subj",
+        "/CN=pko-node-ca",
+    )
     sans = (
         f"IP:{NODE_IP},IP:10.0.0.1,IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
         "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
@@ -95,11 +130,39 @@ def _pki(d: Path) -> None:
             "[ext]\nkeyUsage=digitalSignature,keyEncipherment\n"
             f"extendedKeyUsage={usage}\n" + (f"subjectAltName={san}\n" if san else "")
         )
-        sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(d / f"{name}.key"),
-           "-out", str(d / f"{name}.csr"), "-subj", subject)  # fmt: skip
-        sh("openssl", "x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / "ca.crt"),
-           "-CAkey", str(d / "ca.key"), "-CAcreateserial", "-days", "3650",
-           "-out", str(d / f"{name}.crt"), "-extfile", str(ext), "-extensions", "ext")  # fmt: skip
+        sh(
+            "openssl",
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(d / f"{name}.key"),
+            "-out",
+            str(d / f"{name}.csr"),
+            "-subj",
+            subject,
+        )
+        sh(
+            "openssl",
+            "x509",
+            "-req",
+            "-in",
+            str(d / f"{name}.csr"),
+            "-CA",
+            str(d / "ca.crt"),
+            "-CAkey",
+            str(d / "ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "3650",
+            "-out",
+            str(d / f"{name}.crt"),
+            "-extfile",
+            str(ext),
+            "-extensions",
+            "ext",
+        )
     sh("openssl", "genrsa", "-out", str(d / "sa.key"), "2048")
     sh("openssl", "rsa", "-in", str(d / "sa.key"), "-pubout", "-out", str(d / "sa.pub"))
 
@@ -111,7 +174,9 @@ def _kubeconfig(path: Path, token: str, server: str) -> None:
             {
                 "apiVersion": "v1",
                 "kind": "Config",
-                "clusters": [{"name": "pko-node", "cluster": {"server": server, "certificate-authority-data": ca}}],
+                "clusters": [
+                    {"name": "pko-node", "cluster": {"server": server, "certificate-authority-data": ca}}
+                ],
                 "users": [{"name": "admin", "user": {"token": token}}],
                 "contexts": [{"name": "pko-node", "context": {"cluster": "pko-node", "user": "admin"}}],
                 "current-context": "pko-node",
@@ -140,8 +205,14 @@ def _save_pid(name: str, pid: int) -> None:
 
 def _spawn(name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     log = open(STATE / "logs" / f"{name}.log", "ab")
-    proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
-                            env={**os.environ, **(env or {})})  # fmt: skip
+    proc = subprocess.Popen(
+        args,
+        stdout=log,
+        stderr=log,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, **(env or {})},
+    )
     log.close()
     _save_pid(name, proc.pid)
     return proc
@@ -182,7 +253,7 @@ def _wait(what: str, probe: object, timeout: float, log: str | None = None) -> N
         try:
             if probe():  # type: ignore[operator]
                 return
-        except Exception:  # noqa: BLE001 - not up yet
+        except Exception:
             pass
         time.sleep(0.5)
     hint = f"; see {STATE / 'logs' / log}" if log else ""
@@ -191,7 +262,9 @@ def _wait(what: str, probe: object, timeout: float, log: str | None = None) -> N
 
 def _https_ok(path: str, token: str) -> bool:
     ctx = ssl.create_default_context(cafile=str(STATE / "pki" / "ca.crt"))
-    req = urllib.request.Request(f"https://{NODE_IP}:{APISERVER_PORT}{path}", headers={"Authorization": f"Bearer {token}"})
+    req = urllib.request.Request(
+        f"https://{NODE_IP}:{APISERVER_PORT}{path}", headers={"Authorization": f"Bearer {token}"}
+    )
     with urllib.request.urlopen(req, timeout=3, context=ctx) as r:
         return bool(r.status == 200)
 
@@ -227,7 +300,11 @@ def _network_up() -> None:
 
 def _network_down() -> None:
     # Pod sandboxes' namespaces (their veths on the bridge die with them).
-    before = set(json.loads((STATE / "netns-before.json").read_text())) if (STATE / "netns-before.json").exists() else None
+    before = (
+        set(json.loads((STATE / "netns-before.json").read_text()))
+        if (STATE / "netns-before.json").exists()
+        else None
+    )
     netns_dir = Path("/run/netns")
     if before is not None and netns_dir.is_dir():
         for ns in netns_dir.iterdir():
@@ -249,14 +326,22 @@ def _iptables_clean() -> None:
         saved = subprocess.run(["iptables-save", "-t", table], capture_output=True, text=True)
         if saved.returncode != 0:
             continue
-        kept = [line for line in saved.stdout.splitlines() if "KUBE-" not in line and "CNI-" not in line and f"{POD_SUBNET}" not in line]
+        kept = [
+            line
+            for line in saved.stdout.splitlines()
+            if "KUBE-" not in line and "CNI-" not in line and f"{POD_SUBNET}" not in line
+        ]
         if kept != saved.stdout.splitlines():
-            subprocess.run(["iptables-restore", "-T", table], input="\n".join(kept) + "\n", text=True, check=False)
+            subprocess.run(
+                ["iptables-restore", "-T", table], input="\n".join(kept) + "\n", text=True, check=False
+            )
 
 
 def _unmount_all(root: Path) -> None:
     mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
-    for mount in sorted((m for m in mounts if m.startswith(str(root) + "/") or m == str(root)), key=len, reverse=True):
+    for mount in sorted(
+        (m for m in mounts if m.startswith(str(root) + "/") or m == str(root)), key=len, reverse=True
+    ):
         subprocess.run(["umount", "-l", mount], capture_output=True)
 
 
@@ -277,7 +362,15 @@ def _pause_archive() -> Path:
         member = next(m for m in tar.getmembers() if m.name.endswith("build/pause/linux/pause.c"))
         (work / "pause.c").write_bytes(tar.extractfile(member).read())  # type: ignore[union-attr]
     (work / "rootfs").mkdir()
-    sh("gcc", "-Os", "-static", "-DVERSION=v3.4.1-pko", "-o", str(work / "rootfs" / "pause"), str(work / "pause.c"))
+    sh(
+        "gcc",
+        "-Os",
+        "-static",
+        "-DVERSION=v3.4.1-pko",
+        "-o",
+        str(work / "rootfs" / "pause"),
+        str(work / "pause.c"),
+    )
     store = ["--storage-driver", "vfs", "--root", str(work / "store"), "--runroot", str(work / "run")]
     ctr = sh("buildah", *store, "from", "--quiet", "scratch").strip()
     sh("buildah", *store, "copy", "--quiet", ctr, str(work / "rootfs" / "pause"), "/pause")
@@ -290,7 +383,15 @@ def _pause_archive() -> Path:
 
 
 def _ctr(*args: str, check: bool = True) -> str:
-    return sh("ctr", "--address", str(STATE / "run" / "containerd.sock"), "--namespace", "k8s.io", *args, check=check)
+    return sh(
+        "ctr",
+        "--address",
+        str(STATE / "run" / "containerd.sock"),
+        "--namespace",
+        "k8s.io",
+        *args,
+        check=check,
+    )
 
 
 def import_images(paths: list[Path]) -> None:
@@ -333,10 +434,10 @@ def _containerd_config() -> Path:
     config = STATE / "containerd.toml"
     config.write_text(
         f"""version = 2
-root = "{STATE / 'containerd'}"
-state = "{STATE / 'run' / 'containerd-state'}"
+root = "{STATE / "containerd"}"
+state = "{STATE / "run" / "containerd-state"}"
 [grpc]
-  address = "{STATE / 'run' / 'containerd.sock'}"
+  address = "{STATE / "run" / "containerd.sock"}"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{PAUSE_IMAGE}"
   restrict_oom_score_adj = true
@@ -350,7 +451,7 @@ state = "{STATE / 'run' / 'containerd-state'}"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "{cni / 'net.d'}"
+    conf_dir = "{cni / "net.d"}"
 """
     )
     return config
@@ -383,7 +484,11 @@ def _kubelet_config() -> Path:
                     "x509": {"clientCAFile": str(pki / "ca.crt")},
                 },
                 "authorization": {"mode": "AlwaysAllow"},
-                "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+                "evictionHard": {
+                    "memory.available": "100Mi",
+                    "nodefs.available": "1%",
+                    "imagefs.available": "1%",
+                },
                 "imageGCHighThresholdPercent": 100,
                 "serializeImagePulls": False,
                 "maxPods": 110,
@@ -422,59 +527,145 @@ def up(imports: list[Path], timeout: float = 180.0) -> Path:
 
     etcd_port, etcd_peer = free_port(), free_port()
     shutil.rmtree(STATE / "etcd", ignore_errors=True)
-    _spawn("etcd", ["etcd", "--name=pko-node", f"--data-dir={STATE / 'etcd'}",
-                    f"--listen-client-urls=http://127.0.0.1:{etcd_port}", f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
-                    f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
-                    f"--initial-cluster=pko-node=http://127.0.0.1:{etcd_peer}", "--unsafe-no-fsync", "--log-level=warn"])  # fmt: skip
-    _spawn("kube-apiserver", [
-        f"{bins}/kube-apiserver", f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-        f"--secure-port={APISERVER_PORT}", f"--bind-address={NODE_IP}", f"--advertise-address={NODE_IP}",
-        f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
-        f"--client-ca-file={pki / 'ca.crt'}", f"--token-auth-file={STATE / 'tokens.csv'}",
-        "--authorization-mode=Node,RBAC", "--service-account-issuer=https://kubernetes.default.svc",
-        f"--service-account-signing-key-file={pki / 'sa.key'}", f"--service-account-key-file={pki / 'sa.pub'}",
-        "--api-audiences=https://kubernetes.default.svc", f"--service-cluster-ip-range={SERVICE_CIDR}",
-        f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}", f"--kubelet-client-key={pki / 'kubelet-client.key'}",
-        "--kubelet-preferred-address-types=InternalIP", "--allow-privileged=true", "--profiling=false", "--v=1",
-    ])  # fmt: skip
+    _spawn(
+        "etcd",
+        [
+            "etcd",
+            "--name=pko-node",
+            f"--data-dir={STATE / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
+            f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+            f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
+            f"--initial-cluster=pko-node=http://127.0.0.1:{etcd_peer}",
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        ],
+    )
+    _spawn(
+        "kube-apiserver",
+        [
+            f"{bins}/kube-apiserver",
+            f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+            f"--secure-port={APISERVER_PORT}",
+            f"--bind-address={NODE_IP}",
+            f"--advertise-address={NODE_IP}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--token-auth-file={STATE / 'tokens.csv'}",
+            "--authorization-mode=Node,RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            "--api-audiences=https://kubernetes.default.svc",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+            "--kubelet-preferred-address-types=InternalIP",
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--v=1",
+        ],
+    )
     _wait("kube-apiserver", lambda: _https_ok("/readyz", admin), timeout, "kube-apiserver.log")
     kubeconfig = str(STATE / "kubeconfig")
-    _spawn("kube-controller-manager", [
-        f"{bins}/kube-controller-manager", f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
-        f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
-        "--controllers=*,-nodeipam,-ttl,-csrsigning,-bootstrapsigner,-tokencleaner",
-        "--use-service-account-credentials=true", "--leader-elect=false", "--port=0",
-        f"--secure-port={free_port()}", "--bind-address=127.0.0.1", "--v=1",
-    ])  # fmt: skip
-    _spawn("kube-scheduler", [
-        f"{bins}/kube-scheduler", f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false", "--port=0",
-        f"--secure-port={free_port()}", "--bind-address=127.0.0.1", "--v=1",
-    ])  # fmt: skip
+    _spawn(
+        "kube-controller-manager",
+        [
+            f"{bins}/kube-controller-manager",
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            "--controllers=*,-nodeipam,-ttl,-csrsigning,-bootstrapsigner,-tokencleaner",
+            "--use-service-account-credentials=true",
+            "--leader-elect=false",
+            "--port=0",
+            f"--secure-port={free_port()}",
+            "--bind-address=127.0.0.1",
+            "--v=1",
+        ],
+    )
+    _spawn(
+        "kube-scheduler",
+        [
+            f"{bins}/kube-scheduler",
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--port=0",
+            f"--secure-port={free_port()}",
+            "--bind-address=127.0.0.1",
+            "--v=1",
+        ],
+    )
     (STATE / "dns").mkdir(exist_ok=True)
-    _spawn("clusterdns", [sys.executable, str(HACK / "clusterdns.py"), f"--kubeconfig={kubeconfig}",
-                          f"--hosts-dir={STATE / 'dns'}"])  # fmt: skip
-    _spawn("dnsmasq", ["dnsmasq", "--keep-in-foreground", "--no-resolv", "--no-hosts", "--no-poll",
-                       f"--listen-address={NODE_IP}", "--bind-interfaces", "--port=53",
-                       f"--hostsdir={STATE / 'dns'}", "--local=/cluster.local/", "--domain-needed",
-                       f"--pid-file={STATE / 'run' / 'dnsmasq.pid'}", "--log-facility=-"])  # fmt: skip
-    _spawn("kube-proxy", [
-        f"{bins}/kube-proxy", f"--kubeconfig={kubeconfig}", "--proxy-mode=iptables",
-        f"--cluster-cidr={POD_SUBNET}", f"--hostname-override={NODE_NAME}", "--conntrack-max-per-core=0",
-        f"--metrics-bind-address=127.0.0.1:{free_port()}", f"--healthz-bind-address=127.0.0.1:{free_port()}", "--v=1",
-    ])  # fmt: skip
-    _spawn("kubelet", [
-        f"{bins}/kubelet", f"--config={_kubelet_config()}", f"--kubeconfig={kubeconfig}",
-        "--container-runtime=remote", f"--container-runtime-endpoint=unix://{STATE / 'run' / 'containerd.sock'}",
-        f"--node-ip={NODE_IP}", f"--hostname-override={NODE_NAME}", f"--root-dir={STATE / 'kubelet'}",
-        f"--cert-dir={STATE / 'kubelet-pki'}", "--v=1",
-    ])  # fmt: skip
+    _spawn(
+        "clusterdns",
+        [
+            sys.executable,
+            str(HACK / "clusterdns.py"),
+            f"--kubeconfig={kubeconfig}",
+            f"--hosts-dir={STATE / 'dns'}",
+        ],
+    )
+    _spawn(
+        "dnsmasq",
+        [
+            "dnsmasq",
+            "--keep-in-foreground",
+            "--no-resolv",
+            "--no-hosts",
+            "--no-poll",
+            f"--listen-address={NODE_IP}",
+            "--bind-interfaces",
+            "--port=53",
+            f"--hostsdir={STATE / 'dns'}",
+            "--local=/cluster.local/",
+            "--domain-needed",
+            f"--pid-file={STATE / 'run' / 'dnsmasq.pid'}",
+            "--log-facility=-",
+        ],
+    )
+    _spawn(
+        "kube-proxy",
+        [
+            f"{bins}/kube-proxy",
+            f"--kubeconfig={kubeconfig}",
+            "--proxy-mode=iptables",
+            f"--cluster-cidr={POD_SUBNET}",
+            f"--hostname-override={NODE_NAME}",
+            "--conntrack-max-per-core=0",
+            f"--metrics-bind-address=127.0.0.1:{free_port()}",
+            f"--healthz-bind-address=127.0.0.1:{free_port()}",
+            "--v=1",
+        ],
+    )
+    _spawn(
+        "kubelet",
+        [
+            f"{bins}/kubelet",
+            f"--config={_kubelet_config()}",
+            f"--kubeconfig={kubeconfig}",
+            "--container-runtime=remote",
+            f"--container-runtime-endpoint=unix://{STATE / 'run' / 'containerd.sock'}",
+            f"--node-ip={NODE_IP}",
+            f"--hostname-override={NODE_NAME}",
+            f"--root-dir={STATE / 'kubelet'}",
+            f"--cert-dir={STATE / 'kubelet-pki'}",
+            "--v=1",
+        ],
+    )
 
     def node_ready() -> bool:
         node = json.loads(_kubectl("get", "node", NODE_NAME, "-o", "json"))
         ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
-        taints = [t for t in node["spec"].get("taints") or [] if t["key"].startswith("node.kubernetes.io/not-ready")]
+        taints = [
+            t for t in node["spec"].get("taints") or [] if t["key"].startswith("node.kubernetes.io/not-ready")
+        ]
         return bool(ready and ready[0]["status"] == "True" and not taints)
 
     _wait("the node", node_ready, timeout, "kubelet.log")
@@ -537,11 +728,21 @@ def status() -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("command", choices=("up", "down", "status"))
-    p.add_argument("--import", dest="imports", action="append", type=Path, default=[],
-                   help="an OCI archive to import (default: every ~/.cache/pko/images/*.oci.tar)")  # fmt: skip
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        type=Path,
+        default=[],
+        help="an OCI archive to import (default: every ~/.cache/pko/images/*.oci.tar)",
+    )
     args = p.parse_args(argv)
     if args.command == "up":
-        imports = args.imports or sorted(p for p in IMAGES.glob("*.oci.tar") if p.name not in ("pko-pause.oci.tar", "pko-base-python.oci.tar"))
+        imports = args.imports or sorted(
+            p
+            for p in IMAGES.glob("*.oci.tar")
+            if p.name not in ("pko-pause.oci.tar", "pko-base-python.oci.tar")
+        )
         try:
             print(up(imports))
         except BaseException:

@@ -19,10 +19,10 @@ class ControllerOptions:
     """What every reconciler may need to know about the operator it runs in.
 
     ``workspace_address_mode`` says how the operator reaches a workspace agent: ``dns`` (the Service
-    name ``<ws>-workspace.<ns>.svc.cluster.local:50051``, what runs in a cluster), ``pod-ip`` (the workspace pod's IP,
-    for an operator outside the cluster network's DNS, e.g. on a developer machine or a cluster
-    without DNS) or ``static`` (one fixed ``host:port`` for every workspace, the Go operator's
-    ``WORKSPACE_LOCALHOST``, e.g. with ``kubectl port-forward``).
+    name ``<ws>-workspace.<ns>.svc.cluster.local:50051``, what runs in a cluster), ``pod-ip`` (the
+    workspace pod's IP, for an operator outside the cluster network's DNS, e.g. on a developer
+    machine or a cluster without DNS) or ``static`` (one fixed ``host:port`` for every workspace,
+    the Go operator's ``WORKSPACE_LOCALHOST``, e.g. with ``kubectl port-forward``).
     """
 
     operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE
