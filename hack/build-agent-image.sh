@@ -52,6 +52,12 @@ install -D -m 0755 "$AGENT" "$ROOTFS/agent"
 install -D -m 0755 /usr/bin/tini-static "$ROOTFS/tini"
 install -D -m 0755 /bin/busybox "$ROOTFS/bin/busybox"
 ln -s busybox "$ROOTFS/bin/cp"
+# glibc for the (dynamically linked) PyInstaller agent, which the `fetch` init container runs here.
+install -D -m 0755 /lib64/ld-linux-x86-64.so.2 "$ROOTFS/lib64/ld-linux-x86-64.so.2"
+for lib in libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 libutil.so.1 libz.so.1 libgcc_s.so.1; do
+    install -D -m 0755 "/lib/x86_64-linux-gnu/$lib" "$ROOTFS/lib/x86_64-linux-gnu/$lib"
+done
+install -d -m 1777 "$ROOTFS/tmp"
 
 mkdir -p "$WORK/tmp"
 bah() {

@@ -18,6 +18,7 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import stat
 import subprocess
 import tarfile
@@ -156,6 +157,7 @@ def unpack(image: Image, root: Path) -> None:
         path = root / name
         if entry.kind == "dir":
             path.mkdir(parents=True, exist_ok=True)
+            path.chmod(entry.mode)
         elif entry.kind == "symlink":
             path.parent.mkdir(parents=True, exist_ok=True)
             path.symlink_to(entry.target)
@@ -196,6 +198,7 @@ def test_archive_is_a_valid_oci_image_matching_the_dockerfile(archive: Path, age
     assert settings["Env"] == dockerfile.env == ["PATH=/bin"]
 
     assert {n for n, e in image.layer.items() if e.kind != "dir"} == set(dockerfile.entries)
+    assert image.layer["tmp"].kind == "dir" and image.layer["tmp"].mode == 0o1777
     for name, (kind, source) in dockerfile.entries.items():
         entry = image.layer[name]
         assert entry.kind == kind, name
@@ -223,6 +226,28 @@ def test_unpacked_image_runs_the_agent_and_the_bootstrap_copy(archive: Path, tmp
     )
     assert shown.returncode == 0, shown.stderr
     assert "serve" in shown.stdout and "init" in shown.stdout
+
+    # Inside the image alone (the `fetch` init container runs the agent there): as root, chroot into
+    # the unpacked layer, as an unprivileged user, with nothing of this machine's libraries.
+    if os.geteuid() == 0:
+        inside = subprocess.run(
+            [
+                shutil.which("chroot") or "/usr/sbin/chroot",
+                "--userspec=65532:65532",
+                str(root),
+                "/tini",
+                "-s",
+                "--",
+                "/agent",
+                "--help",
+            ],
+            env={"PATH": "/bin"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert inside.returncode == 0, inside.stderr
+        assert "serve" in inside.stdout
 
     # The `bootstrap` init container: the image's entrypoint and PATH with args `cp /agent /tini
     # /share/`, re-rooted under `root` (no chroot: the test must not need privileges).

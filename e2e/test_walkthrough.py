@@ -1,0 +1,252 @@
+"""Seed 000's walkthrough on a real node: pko in the cluster, real workspace pods (agent image + the
+TEST-ONLY stand-in Pulumi CLI image), Services resolved by the cluster DNS, kubectl as users run it."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+import pytest
+from dulwich.objects import Blob, Commit, Tree
+from dulwich.repo import Repo
+from dulwich.server import DictBackend
+from dulwich.web import make_wsgi_chain
+
+from .conftest import OPERATOR_NS, Kube
+
+pytestmark = pytest.mark.timeout(1800)
+
+NODE_IP = "10.87.0.1"  # hack/localnode.py: the node's own veth address (a device the run created)
+
+PROGRAM = """\
+apiVersion: pulumi.com/v1
+kind: Program
+metadata:
+  name: {name}
+program:
+  resources:
+    password:
+      type: random:RandomPassword
+      properties:
+        length: 16
+{extra}  outputs:
+    password: ${{password.result}}
+    greeting: hello
+"""
+
+STACK = """\
+apiVersion: pulumi.com/v1
+kind: Stack
+metadata:
+  name: {name}
+spec:
+  serviceAccountName: pulumi
+  stack: dev
+  {source}
+  backend: file:///state
+  destroyOnFinalize: true
+  envRefs:
+    PULUMI_CONFIG_PASSPHRASE:
+      type: Literal
+      literal:
+        value: e2e-passphrase
+  workspaceTemplate:
+    spec:
+      podTemplate:
+        spec:
+          containers:
+            - name: pulumi
+              volumeMounts:
+                - name: state
+                  mountPath: /state
+          volumes:
+            - name: state
+              emptyDir: {{}}
+"""
+
+HANG = """\
+    wait:
+      type: test:index:Hang
+      properties:
+        seconds: {seconds}
+"""
+
+
+def program(name: str, hang: int | None = None) -> str:
+    return PROGRAM.format(name=name, extra=HANG.format(seconds=hang) if hang else "")
+
+
+def stack(name: str, source: str) -> str:
+    return STACK.format(name=name, source=source)
+
+
+def ready(k: Kube, name: str, within: float = 600) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        s = k.get("stack", name)
+        c = k.condition(s, "Ready")
+        return s if c.get("status") == "True" and c.get("reason") == "ProcessingCompleted" else None
+
+    result: dict[str, Any] = k.until(f"stack {name} Ready", probe, within)
+    return result
+
+
+def gone(k: Kube, kind: str, name: str, within: float = 300) -> None:
+    k.until(f"{kind} {name} deleted", lambda: k.get(kind, name) is None, within)
+
+
+def metrics(k: Kube) -> str:
+    pod = k.json("-n", OPERATOR_NS, "get", "pods", "-l", "control-plane=controller-manager")["items"][0]
+    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8383/metrics", timeout=10) as r:
+        text: str = r.read().decode()
+        return text
+
+
+def test_program_stack_walkthrough(kube: Kube) -> None:
+    k = kube
+    k.apply(program("random-yaml"))
+    k.apply(stack("random-yaml", "programRef:\n    name: random-yaml"))
+    s = ready(k, "random-yaml")
+
+    # kubectl get workspace: IMAGE, READY, ADDRESS (the Service name that really connects)
+    table = k.run("get", "workspace", "random-yaml")
+    assert re.search(r"NAME\s+IMAGE\s+READY\s+ADDRESS", table), table
+    assert "random-yaml-workspace.default.svc.cluster.local:50051" in table, table
+    assert "pko-workspace-standin:dev" in table and " True " in table, table
+    updates = k.run("get", "update", "-l", "pulumi.com/stack-name=random-yaml")
+    assert re.search(r"WORKSPACE\s+TYPE", updates) and "random-yaml   up" in updates, updates
+
+    # The Stack's status as the seed shows it
+    status = s["status"]
+    last = status["lastUpdate"]
+    assert (last["state"], last["type"], last["failures"]) == ("succeeded", "up", 0), status
+    assert last["lastSuccessfulCommit"].startswith("sha256:"), last
+    assert status["outputs"] == {"password": "[secret]", "greeting": "hello"}, status
+
+    # kubectl exec into the workspace pod and use the CLI there (the seed's `pulumi import` path)
+    out = k.run("exec", "random-yaml-workspace-0", "-c", "pulumi", "--", "sh", "-c",
+                "cd /share/workspace && pulumi stack output --json --show-secrets")  # fmt: skip
+    outputs = json.loads(out)
+    assert outputs["greeting"] == "hello" and len(outputs["password"]) == 16, outputs
+    logs = k.run("logs", "random-yaml-workspace-0", "-c", "pulumi")
+    assert logs.strip(), "the workspace agent wrote no log"
+
+    # metrics, as seed 002 shows them
+    text = metrics(k)
+    assert re.search(r"^stacks_active(\{\})? [1-9]", text, re.M), text
+    assert 'stacks_failing{name="random-yaml",namespace="default"} 0.0' in text, text
+
+    # kubectl delete stack: destroyOnFinalize destroys, then nothing is left behind
+    update_names = [u["metadata"]["name"] for u in k.json("get", "updates", "-l", "pulumi.com/stack-name=random-yaml")["items"]]
+    k.run("delete", "stack", "random-yaml", "--wait=false")
+    gone(k, "stack", "random-yaml")
+    gone(k, "workspace", "random-yaml")
+    for name in update_names:
+        gone(k, "update", name)
+    k.run("delete", "program", "random-yaml")
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+
+def _commit(repo: Repo, greeting: str) -> str:
+    project = f"name: gitops\nruntime: yaml\noutputs:\n  greeting: {greeting}\n".encode()
+    blob = Blob.from_string(project)
+    app = Tree()
+    app.add(b"Pulumi.yaml", 0o100644, blob.id)
+    root = Tree()
+    root.add(b"app", 0o040000, app.id)
+    commit = Commit()
+    commit.tree = root.id
+    commit.author = commit.committer = b"e2e <e2e@example.com>"
+    commit.author_time = commit.commit_time = int(time.time())
+    commit.author_timezone = commit.commit_timezone = 0
+    commit.message = greeting.encode()
+    head = repo.refs.as_dict().get(b"refs/heads/main")
+    commit.parents = [head] if head else []
+    for obj in (blob, app, root, commit):
+        repo.object_store.add_object(obj)
+    repo.refs[b"refs/heads/main"] = commit.id
+    return commit.id.decode()
+
+
+@pytest.fixture
+def git_server(tmp_path: Any) -> Iterator[tuple[str, Repo]]:
+    """A git smart-HTTP server on the node's own address, which workspace pods reach."""
+    repo = Repo.init_bare(str(tmp_path / "repo.git"), mkdir=True)
+    _commit(repo, "one")
+    repo.refs.set_symbolic_ref(b"HEAD", b"refs/heads/main")
+    server = make_server(NODE_IP, 0, make_wsgi_chain(DictBackend({"/repo.git": repo})), handler_class=_Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://{NODE_IP}:{server.server_port}/repo.git", repo
+    server.shutdown()
+    server.server_close()
+
+
+def test_git_stack_walkthrough(kube: Kube, git_server: tuple[str, Repo]) -> None:
+    k = kube
+    url, repo = git_server
+    head = repo.refs[b"refs/heads/main"].decode()
+    k.apply(stack("gitops", f"projectRepo: {url}\n  branch: main\n  repoDir: app"))
+    s = ready(k, "gitops")
+    assert s["status"]["lastUpdate"]["lastSuccessfulCommit"] == head
+    assert s["status"]["outputs"] == {"greeting": "one"}
+    k.run("delete", "stack", "gitops", "--wait=false")
+    gone(k, "stack", "gitops")
+    gone(k, "workspace", "gitops")
+
+
+def _running_update(k: Kube, name: str) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        current = ((k.get("stack", name) or {}).get("status") or {}).get("currentUpdate") or {}
+        if not current.get("name"):
+            return None
+        update = k.get("update", current["name"])
+        return update if k.condition(update, "Progressing").get("status") == "True" else None
+
+    result: dict[str, Any] = k.until(f"an update of {name} running", probe, 300, 1)
+    return result
+
+
+def test_workspace_pod_deleted_mid_update_never_sticks(kube: Kube) -> None:
+    k = kube
+    k.apply(program("podloss", hang=45))
+    k.apply(stack("podloss", "programRef:\n    name: podloss"))
+    update = _running_update(k, "podloss")
+    time.sleep(3)
+    k.run("delete", "pod", "podloss-workspace-0", "--wait=false")
+
+    def ended() -> dict[str, Any] | None:
+        u = k.get("update", update["metadata"]["name"])
+        return u if k.condition(u, "Complete").get("status") == "True" else None
+
+    u = k.until("the interrupted update ended", ended, 300)
+    failed = k.condition(u, "Failed")
+    assert failed.get("status") == "True" and failed.get("reason"), u["status"]
+    # The Stack moves on: a retry on the new pod deploys it.
+    ready(k, "podloss", within=900)
+    k.run("delete", "stack", "podloss", "--wait=false")
+    gone(k, "stack", "podloss")
+
+
+def test_operator_pod_deleted_mid_update_reattaches_and_records_once(kube: Kube) -> None:
+    k = kube
+    k.apply(program("leader", hang=40))
+    k.apply(stack("leader", "programRef:\n    name: leader"))
+    update = _running_update(k, "leader")
+    k.run("-n", OPERATOR_NS, "delete", "pod", "-l", "control-plane=controller-manager", "--wait=false")
+    s = ready(k, "leader", within=900)
+    assert s["status"]["lastUpdate"]["name"] == update["metadata"]["name"], s["status"]
+    events = k.json("get", "events", "--field-selector", f"involvedObject.name={update['metadata']['name']}")["items"]
+    succeeded = [e for e in events if e["reason"] == "UpdateSucceeded"]
+    assert len(succeeded) == 1 and succeeded[0].get("count", 1) == 1, events
+    k.run("delete", "stack", "leader", "--wait=false")
+    gone(k, "stack", "leader")
