@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ def agent_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("agent-bin")
     proc = subprocess.run(
         ["bash", str(REPO / "hack" / "build-agent.sh"), str(out)],
+        # The interpreter these tests run with (any virtualenv with the dev extras), not .venv's.
+        env={**os.environ, "PYTHON": os.environ.get("PYTHON", sys.executable)},
         capture_output=True,
         text=True,
         timeout=1800,

@@ -21,6 +21,7 @@ import shlex
 import shutil
 import stat
 import subprocess
+import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,7 +173,7 @@ def archive(agent_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     out = tmp_path_factory.mktemp("images")
     proc = subprocess.run(
         ["bash", str(REPO / "hack" / "build-agent-image.sh"), str(out)],
-        env={**os.environ, "PKO_AGENT_BINARY": str(agent_binary)},
+        env={**os.environ, "PKO_AGENT_BINARY": str(agent_binary), "PYTHON": sys.executable},
         capture_output=True,
         text=True,
         timeout=900,
