@@ -348,6 +348,11 @@ class PulumiRunner:
                 self._ws.secrets_provider = secrets_provider or self.settings.secrets_provider
                 try:
                     stack = auto.Stack.create(name, self._ws)
+                except auto_errors.CommandError as exc:
+                    # Raised inside this handler, the outer `except CommandError` would not see it:
+                    # without this the caller got a bare INTERNAL "Internal Server Error".
+                    observed = failures.RunObservations()
+                    raise CommandFailed("create stack", self._classify(exc, observed)) from None
                 finally:
                     self._ws.secrets_provider = self.settings.secrets_provider
                 log.info("created stack", stack_name=name)

@@ -15,7 +15,6 @@ until cancelled, exactly as in the real CLI, and the error lists each owner.
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import socket
@@ -29,6 +28,21 @@ from typing import Any
 import yaml
 
 from .errors import CliError, StackAlreadyExists, StackNotFound
+
+
+def current_user() -> str:
+    """The user name for locks and ``whoami``; containers often run as a uid with no passwd entry
+    (the restricted profile's 1000), where ``getpass.getuser()`` raises: the real CLI copes, so must we."""
+    for var in ("USER", "LOGNAME"):
+        if os.environ.get(var):
+            return os.environ[var]
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (KeyError, ImportError):
+        return f"uid-{os.getuid()}"
+
 
 BOOKKEEPING = ".pulumi"
 SERVICE_CONFLICT = (
@@ -240,7 +254,7 @@ class FileBackend:
         self._check_locks(ref)
         content = {
             "pid": os.getpid(),
-            "username": getpass.getuser(),
+            "username": current_user(),
             "hostname": socket.gethostname(),
             "timestamp": datetime.now(UTC).astimezone().isoformat(timespec="seconds"),
         }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import json
 import sys
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Any
 
 from . import config as cfgmod
 from . import workspace
-from .backend import parse_stack_ref
+from .backend import current_user, parse_stack_ref
 from .cli import Parsed
 from .engine import Engine, Request
 from .errors import EXIT_CONFIGURATION, CliError, StackNotFound
@@ -38,7 +37,7 @@ def version(ctx: Context, p: Parsed) -> int:
 
 def whoami(ctx: Context, p: Parsed) -> int:
     url = workspace.backend_url(workspace.find_project(ctx.cwd))
-    user = getpass.getuser()
+    user = current_user()
     if p.bool("json"):
         _print_json({"user": user, "url": url})
     else:
@@ -53,7 +52,7 @@ def login(ctx: Context, p: Parsed) -> int:
     creds = workspace.read_credentials()
     creds["current"] = url
     workspace.write_credentials(creds)
-    print(f"Logged in to {getpass.getuser()} as {getpass.getuser()} ({url})")
+    print(f"Logged in to {current_user()} as {current_user()} ({url})")
     return 0
 
 
