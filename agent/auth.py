@@ -8,10 +8,15 @@ that fails review, or a review the agent may not make (its account lacks ``syste
 is ``UNAUTHENTICATED``; a SubjectAccessReview that says no is ``PERMISSION_DENIED``; any other
 apiserver error is ``INTERNAL`` and an unreachable apiserver ``UNAVAILABLE`` (README: Security).
 
-Decisions are cached like the Go agent's delegating authenticator/authorizer: TokenReview success
-1h, failure 1m; SubjectAccessReview allow 5m, deny 5s. Both caches are bounded LRUs. Tokens are
-never logged and never used as cache keys (only their SHA-256 is). Errors talking to the apiserver
-are not cached: the next call asks again.
+Decisions are cached in bounded LRUs: TokenReview success 2 min (kube-apiserver's own webhook token
+cache default; the Go agent's 1 h let a token outlive its expiry, its service account's deletion and
+its re-creation), never beyond the token's own ``exp`` (read from the JWT without trusting it for
+anything else), failure 10 s; SubjectAccessReview allow 5 min, deny 5 s. Concurrent calls with the
+same unknown token share one TokenReview (single flight). Tokens are never logged and never used as
+cache keys (only their SHA-256 is). Errors talking to the apiserver are not cached.
+
+Refusals are counted (``agent_auth_refusals_total{reason}``) and logged at WARNING at most once per
+``refusal_log_interval`` with the number suppressed since, so a flood of bad tokens cannot flood the log.
 
 The gRPC health service is exempt: probes carry no token and health reveals nothing.
 """
@@ -19,7 +24,10 @@ The gRPC health service is exempt: probes carry no token and health reveals noth
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import hashlib
+import json
 import logging
 import random
 import time
@@ -35,6 +43,7 @@ from grpclib.exceptions import GRPCError
 from grpclib.server import Server
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client import Counter
 
 log = structlog.get_logger("pko.agent.auth")
 
@@ -65,10 +74,10 @@ V = TypeVar("V")
 
 @dataclass(frozen=True)
 class CacheTTLs:
-    """How long decisions are trusted (seconds). Defaults match the Go agent."""
+    """How long decisions are trusted (seconds); a positive token decision never outlives the token."""
 
-    token_success: float = 3600.0
-    token_failure: float = 60.0
+    token_success: float = 120.0
+    token_failure: float = 10.0
     access_allowed: float = 300.0
     access_denied: float = 5.0
 
@@ -152,6 +161,44 @@ async def _with_retries(call: Callable[[], Awaitable[Any]], policy: RetryPolicy)
     raise AssertionError("unreachable")
 
 
+REFUSALS = Counter("agent_auth_refusals_total", "RPC calls the agent refused, by reason", ["reason"])
+
+
+def token_expiry(token: str) -> float | None:
+    """The ``exp`` claim (Unix time) of a JWT, unverified: only ever used to shorten a cache entry."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        return None
+    exp = payload.get("exp") if isinstance(payload, dict) else None
+    return float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else None
+
+
+class RefusalLog:
+    """One WARNING per ``interval`` seconds for refused calls, with how many were suppressed since."""
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._next = 0.0
+        self._suppressed = 0
+
+    def refused(self, event: str, **fields: Any) -> None:
+        REFUSALS.labels(reason=event).inc()
+        now = self._clock()
+        if now < self._next:
+            self._suppressed += 1
+            return
+        if self._suppressed:
+            fields["suppressed_since_last"] = self._suppressed
+        self._suppressed = 0
+        self._next = now + self.interval
+        log.warning(event, **fields)
+
+
 def bearer_token(authorization: str | None) -> str | None:
     """The token of an ``authorization: Bearer <token>`` header, or None."""
     if not authorization:
@@ -178,6 +225,8 @@ class KubeAuthorizer:
     ttls: CacheTTLs = field(default_factory=CacheTTLs)
     max_entries: int = 1024
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    refusal_log_interval: float = 10.0
+    wall_clock: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
         if not self.audiences:
@@ -187,6 +236,9 @@ class KubeAuthorizer:
         self._access: TTLCache[UserInfo, tuple[bool, str]] = TTLCache(self.max_entries)
         self._authn = client.AuthenticationV1Api(self.api_client)
         self._authz = client.AuthorizationV1Api(self.api_client)
+        self._reviews: dict[str, asyncio.Future[_TokenDecision]] = {}
+        self._refusals = RefusalLog(self.refusal_log_interval)
+        self.token_reviews = 0  # TokenReviews sent (single flight makes this lower than the calls)
 
     def install(self, server: Server) -> None:
         """Check every request to ``server`` before its handler runs."""
@@ -204,11 +256,12 @@ class KubeAuthorizer:
         """Authenticate and authorise one call; raises GRPCError when it must be refused."""
         token = bearer_token(authorization)
         if token is None:
+            self._refusals.refused("missing bearer token")
             raise GRPCError(Status.UNAUTHENTICATED, "missing bearer token")
         user = await self.authenticate(token)
         allowed, reason = await self.check_access(user)
         if not allowed:
-            log.warning("access denied", user=user.username, reason=reason)
+            self._refusals.refused("access denied", user=user.username, reason=reason)
             raise GRPCError(Status.PERMISSION_DENIED, reason or "forbidden")
         return user
 
@@ -216,13 +269,40 @@ class KubeAuthorizer:
         key = hashlib.sha256(token.encode()).hexdigest()
         decision = self._tokens.get(key)
         if decision is None:
-            decision = await self._review_token(token)
-            ttl = self.ttls.token_success if decision.user else self.ttls.token_failure
-            self._tokens.put(key, decision, ttl)
+            decision = await self._single_flight(key, token)
         if decision.user is None:
-            log.warning("authentication failed", reason=decision.reason)
+            self._refusals.refused("authentication failed", reason=decision.reason)
             raise GRPCError(Status.UNAUTHENTICATED, "unauthenticated")
         return decision.user
+
+    async def _single_flight(self, key: str, token: str) -> _TokenDecision:
+        """One TokenReview per token at a time: concurrent callers await the same review."""
+        pending = self._reviews.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[_TokenDecision] = asyncio.get_running_loop().create_future()
+        self._reviews[key] = future
+        try:
+            self.token_reviews += 1
+            decision = await self._review_token(token)
+            self._tokens.put(key, decision, self._token_ttl(token, decision))
+            future.set_result(decision)
+            return decision
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise it; no "never retrieved" warning
+            raise
+        finally:
+            del self._reviews[key]
+
+    def _token_ttl(self, token: str, decision: _TokenDecision) -> float:
+        if decision.user is None:
+            return self.ttls.token_failure
+        ttl = self.ttls.token_success
+        expiry = token_expiry(token)
+        if expiry is not None:
+            ttl = min(ttl, expiry - self.wall_clock())
+        return ttl
 
     async def _review_token(self, token: str) -> _TokenDecision:
         review = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=self.audiences))

@@ -19,7 +19,15 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest
 from grpclib.server import Server
-from pko.agent.auth import CacheTTLs, KubeAuthorizer, TTLCache, bearer_token
+from pko.agent.auth import (
+    REFUSALS,
+    CacheTTLs,
+    KubeAuthorizer,
+    RefusalLog,
+    TTLCache,
+    bearer_token,
+    token_expiry,
+)
 from pko.api.generated.pko.agent import v1 as pb
 
 PASSED = Status.UNIMPLEMENTED  # the gate let the call through to the (empty) service
@@ -171,3 +179,70 @@ def test_ttl_cache_is_bounded_and_expires() -> None:
     now[0] = 10.0
     assert cache.get("a") is None
     assert len(cache) == 1
+
+
+# --- hardening (issue 11) ----------------------------------------------------------------------
+
+
+def _jwt(claims: dict[str, object]) -> str:
+    import base64
+    import json
+
+    def part(value: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'RS256'})}.{part(claims)}.c2ln"
+
+
+def test_token_expiry_is_read_without_trusting_the_token() -> None:
+    assert token_expiry(_jwt({"exp": 1700000000})) == 1700000000.0
+    assert token_expiry(_jwt({"sub": "x"})) is None
+    assert token_expiry(_jwt({"exp": True})) is None
+    assert token_expiry("not-a-jwt") is None
+    assert token_expiry("a.%%%.c") is None
+    # Positive decisions are short-lived by default (kube-apiserver's webhook cache: 2 minutes).
+    assert CacheTTLs().token_success <= 120.0
+
+
+def test_refusals_are_counted_and_their_log_lines_rate_limited(capsys: pytest.CaptureFixture[str]) -> None:
+    now = [0.0]
+    refusals = RefusalLog(10.0, clock=lambda: now[0])
+    before = REFUSALS.labels(reason="authentication failed")._value.get()
+    capsys.readouterr()
+    for _ in range(50):
+        refusals.refused("authentication failed")
+    now[0] = 11.0
+    refusals.refused("authentication failed")
+    assert REFUSALS.labels(reason="authentication failed")._value.get() - before == 51
+    captured = capsys.readouterr()
+    lines = [line for line in (captured.out + captured.err).splitlines() if "authentication failed" in line]
+    assert len(lines) == 2, lines
+    assert "suppressed_since_last" in lines[1] and "49" in lines[1]
+
+
+@pytest.mark.cluster
+async def test_concurrent_calls_with_one_unknown_token_share_one_review(auth_world: AuthWorld) -> None:
+    authorizer = auth_world.authorizer()
+    async with _Gate(authorizer) as gate:
+        statuses = await asyncio.gather(*(gate.call("not-a-valid-token") for _ in range(20)))
+    assert set(statuses) == {Status.UNAUTHENTICATED}
+    assert authorizer.token_reviews == 1
+
+
+@pytest.mark.cluster
+async def test_a_positive_decision_never_outlives_the_token(auth_world: AuthWorld) -> None:
+    await auth_world.create_service_account("expiring")
+    await auth_world.grant("expiring")
+    token = await auth_world.mint("expiring")
+    expiry = token_expiry(token)
+    assert expiry is not None
+    # A clock 5 s before the token's expiry: however long the configured TTL, the decision must go then.
+    authorizer = auth_world.authorizer(CacheTTLs(token_success=3600.0))
+    authorizer.wall_clock = lambda: expiry - 5.0
+    async with _Gate(authorizer) as gate:
+        assert await gate.call(token) == PASSED
+        assert await gate.call(token) == PASSED
+        assert authorizer.token_reviews == 1
+        await asyncio.sleep(6.0)
+        assert await gate.call(token) == PASSED
+        assert authorizer.token_reviews == 2, "the cached decision outlived the token's exp"
