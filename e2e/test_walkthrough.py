@@ -129,8 +129,16 @@ def test_program_stack_walkthrough(kube: Kube) -> None:
     assert status["outputs"] == {"password": "[secret]", "greeting": "hello"}, status
 
     # kubectl exec into the workspace pod and use the CLI there (the seed's `pulumi import` path)
-    out = k.run("exec", "random-yaml-workspace-0", "-c", "pulumi", "--", "sh", "-c",
-                "cd /share/workspace && pulumi stack output --json --show-secrets")  # fmt: skip
+    out = k.run(
+        "exec",
+        "random-yaml-workspace-0",
+        "-c",
+        "pulumi",
+        "--",
+        "sh",
+        "-c",
+        "cd /share/workspace && pulumi stack output --json --show-secrets",
+    )
     outputs = json.loads(out)
     assert outputs["greeting"] == "hello" and len(outputs["password"]) == 16, outputs
     logs = k.run("logs", "random-yaml-workspace-0", "-c", "pulumi")
@@ -142,7 +150,10 @@ def test_program_stack_walkthrough(kube: Kube) -> None:
     assert 'stacks_failing{name="random-yaml",namespace="default"} 0.0' in text, text
 
     # kubectl delete stack: destroyOnFinalize destroys, then nothing is left behind
-    update_names = [u["metadata"]["name"] for u in k.json("get", "updates", "-l", "pulumi.com/stack-name=random-yaml")["items"]]
+    update_names = [
+        u["metadata"]["name"]
+        for u in k.json("get", "updates", "-l", "pulumi.com/stack-name=random-yaml")["items"]
+    ]
     k.run("delete", "stack", "random-yaml", "--wait=false")
     gone(k, "stack", "random-yaml")
     gone(k, "workspace", "random-yaml")
@@ -152,7 +163,7 @@ def test_program_stack_walkthrough(kube: Kube) -> None:
 
 
 class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
@@ -245,7 +256,9 @@ def test_operator_pod_deleted_mid_update_reattaches_and_records_once(kube: Kube)
     k.run("-n", OPERATOR_NS, "delete", "pod", "-l", "control-plane=controller-manager", "--wait=false")
     s = ready(k, "leader", within=900)
     assert s["status"]["lastUpdate"]["name"] == update["metadata"]["name"], s["status"]
-    events = k.json("get", "events", "--field-selector", f"involvedObject.name={update['metadata']['name']}")["items"]
+    events = k.json("get", "events", "--field-selector", f"involvedObject.name={update['metadata']['name']}")[
+        "items"
+    ]
     succeeded = [e for e in events if e["reason"] == "UpdateSucceeded"]
     assert len(succeeded) == 1 and succeeded[0].get("count", 1) == 1, events
     k.run("delete", "stack", "leader", "--wait=false")
