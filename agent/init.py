@@ -28,9 +28,11 @@ import json
 import os
 import shutil
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import structlog
 import yaml
@@ -45,6 +47,9 @@ DEFAULT_KNOWN_HOSTS_FILES = ("~/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts")
 _GITHUB_APP_VARS = ("GIT_GITHUB_APP_ID", "GIT_GITHUB_APP_INSTALLATION_ID", "GIT_GITHUB_APP_PRIVATE_KEY")
 
 
+DEFAULT_DEADLINE = 600.0
+
+
 def add_init_arguments(parser: argparse.ArgumentParser) -> None:
     """Register `init`'s flags; each defaults to its environment variable, read when the command runs."""
     parser.add_argument(
@@ -54,6 +59,13 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
         "--workspace-dir", help="also symlink the project directory here (e.g. /share/workspace)"
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="network timeout in seconds (default 60)")
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="one deadline for the whole fetch, in seconds: a server that trickles or stalls cannot "
+        f"hold init longer [INIT_DEADLINE, default {DEFAULT_DEADLINE:.0f}]",
+    )
 
     git = parser.add_argument_group("git source")
     git.add_argument("--git-url", help="repository URL [GIT_URL]")
@@ -393,13 +405,61 @@ def execute(request: InitRequest) -> Path:
     return project
 
 
+def _deadline(args: argparse.Namespace, env: Mapping[str, str]) -> float:
+    if getattr(args, "deadline", None) is not None:
+        return float(args.deadline)
+    text = env.get("INIT_DEADLINE", "").strip()
+    try:
+        return float(text) if text else DEFAULT_DEADLINE
+    except ValueError:
+        raise UsageError(f"INIT_DEADLINE must be a number of seconds, got {text!r}") from None
+
+
+def _what(source: GitSpec | ArtifactSpec | ProjectInfoSpec) -> tuple[str, str]:
+    """(host, what init waits for) for the deadline's message."""
+    if isinstance(source, GitSpec):
+        url = source.url
+        host = urlsplit(url).hostname if "://" in url else url.partition("@")[2].partition(":")[0] or url
+        return host or url, "the git repository"
+    if isinstance(source, ArtifactSpec):
+        return urlsplit(source.url).hostname or redact_url(source.url), "the artifact download"
+    return "", "writing the project file"
+
+
+def _watchdog(
+    deadline: float, source: GitSpec | ArtifactSpec | ProjectInfoSpec, secrets: tuple[str, ...]
+) -> threading.Timer:
+    """Ends the process when the whole fetch outlives ``deadline``: transports block in places no
+    timeout reaches (a git:// or SSH peer that goes silent, a server trickling bytes), so a timer
+    thread is the one bound that holds for all of them."""
+    host, what = _what(source)
+
+    def fire() -> None:
+        _fail(
+            redact_text(
+                f"gave up after {deadline:.0f}s (the init deadline) waiting for {what} from {host}", secrets
+            )
+        )
+        sys.stderr.flush()
+        os._exit(1)
+
+    timer = threading.Timer(deadline, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 def run_init(args: argparse.Namespace) -> int:
     """Entry point of `agent init`: 0 on success, 1 if the fetch failed, 2 for bad settings."""
     secrets: tuple[str, ...] = ()
     try:
         request = resolve_request(args, os.environ)
         secrets = request.secrets
-        execute(request)
+        watchdog = _watchdog(_deadline(args, os.environ), request.source, secrets)
+        try:
+            execute(request)
+        finally:
+            watchdog.cancel()
     except UsageError as exc:
         _fail(redact_text(str(exc), secrets))
         return 2
