@@ -42,7 +42,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from localcluster import _apt_install, _log, ensure_binaries, free_port
+from localcluster import _apt_install, ensure_binaries, free_port
 
 HACK = Path(__file__).resolve().parent
 REPO = HACK.parent
@@ -84,6 +84,10 @@ COMPONENTS = (
     "kube-proxy",
     "kubelet",
 )
+
+
+def _log(msg: str) -> None:
+    print(f"localnode: {msg}", file=sys.stderr, flush=True)
 
 
 def sh(*cmd: str, check: bool = True, capture: bool = True) -> str:
