@@ -35,6 +35,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pko.api.meta import parse_go_duration
 from pko.api.stack import Stack
 from pko.api.validation import format_errors, parse_stack
+from pko.api.workspace import DEFAULT_IMAGES
 from pko.controllers.gitpoll import BranchResolver, GitCredentials, GitLookupError
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import (
@@ -596,6 +597,13 @@ class StackReconciler:
             body = build_workspace(stack, source)
         except ValueError as exc:
             raise _Stall("SpecInvalid", str(exc)) from exc
+        spec = body["spec"]
+        if not spec.get("image"):
+            # Named on the Workspace (as upstream's workspaces show it): `kubectl get workspace`
+            # then says which image runs, and a new operator default rolls the pod visibly.
+            baseline = spec.get("securityProfile") == "baseline"
+            default = DEFAULT_IMAGES["baseline" if baseline else "restricted"]
+            spec["image"] = self.options.default_workspace_image or default
         try:
             return await self._ws_client.apply(body, field_manager=FIELD_MANAGER)
         except ApiException as exc:

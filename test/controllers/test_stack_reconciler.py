@@ -307,6 +307,7 @@ async def test_program_stack_reaches_ready_with_secret_outputs_masked(env: Env) 
     ws = await env.workspace("prog-stack")
     assert ws["spec"]["flux"]["url"].endswith("/prog/1") and ws["spec"]["serviceAccountName"] == "pulumi"
     assert ws["metadata"]["ownerReferences"][0]["kind"] == "Stack"
+    assert ws["spec"]["image"] == "pulumi/pulumi:latest-nonroot"  # named, so `kubectl get workspace` shows it
     stack = await env.stack("prog-stack")
     assert "finalizer.stack.pulumi.com" in stack["metadata"]["finalizers"]
     conditions = await env.wait_condition("prog-stack", "Reconciling", "StackProcessing")
