@@ -130,6 +130,34 @@ def download(
             time.sleep(delay)
 
 
+class _RefusedRedirect(Exception):
+    """Raised from inside urllib's redirect handling; turned into a SourceError by the caller."""
+
+
+class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
+    """Follow redirects to http/https only (urllib would follow ftp:// too, log in there and echo the
+    server's text). Cross-origin http(s) redirects are followed: the digest still protects the
+    content, and no credentials are ever sent with an artifact request."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: object,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        if urlsplit(newurl).scheme.lower() not in ("http", "https"):
+            raise _RefusedRedirect(
+                f"refusing the redirect to {redact_url(newurl)}: only http and https redirects are followed"
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)  # type: ignore[arg-type]
+
+
+_OPENER = urllib.request.build_opener(_HttpOnlyRedirects)
+
+
 class _Retryable(Exception):
     def __init__(self, final: SourceError) -> None:
         super().__init__(str(final))
@@ -143,7 +171,7 @@ def _download_once(
     hasher = hashlib.new(digest.algorithm)
     total = 0
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with _OPENER.open(request, timeout=timeout) as response:
             length = response.headers.get("Content-Length")
             if max_bytes is not None and length is not None and length.isdigit() and int(length) > max_bytes:
                 raise UnsafeArchive(
@@ -155,6 +183,8 @@ def _download_once(
                     raise UnsafeArchive(f"artifact {display} is larger than the limit of {max_bytes} bytes")
                 hasher.update(chunk)
                 out.write(chunk)
+    except _RefusedRedirect as exc:
+        raise SourceError(f"downloading {display} failed: {exc}") from None
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
             raise AuthError(f"authentication failed for {display}: HTTP {exc.code}") from None

@@ -259,3 +259,79 @@ def test_symlink_chains_inside_the_tree_are_kept(tmp_path: Path) -> None:
     )
     assert (dest / "two").read_bytes() == b"ok"
     assert os.readlink(dest / "dangling") == "not-yet"
+
+
+# --- redirects (issue 11) --------------------------------------------------------------------------
+
+
+def _redirecting_server(location: str) -> Any:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_redirect_to_ftp_is_refused_and_never_followed(tmp_path: Path) -> None:
+    import socket
+    import threading
+
+    # A stand-in FTP server that records whether anyone connected (urllib would log in and echo it).
+    ftp = socket.socket()
+    ftp.bind(("127.0.0.1", 0))
+    ftp.listen(1)
+    ftp.settimeout(5)
+    contacted: list[bool] = []
+
+    def accept() -> None:
+        try:
+            conn, _ = ftp.accept()
+            contacted.append(True)
+            conn.sendall(b"220 hostile ftp says hello\r\n")
+            conn.close()
+        except OSError:
+            pass
+
+    threading.Thread(target=accept, daemon=True).start()
+    server = _redirecting_server(f"ftp://127.0.0.1:{ftp.getsockname()[1]}/a.tar.gz")
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/a.tar.gz"
+        with pytest.raises(SourceError, match="only http and https redirects are followed") as info:
+            fetch_artifact(url, "sha256:" + "0" * 64, tmp_path, retries=1, backoff=0.01, timeout=5)
+        assert "hostile" not in str(info.value)
+    finally:
+        server.shutdown()
+        ftp.close()
+    assert contacted == [], "the agent connected to the ftp:// redirect target"
+
+
+def test_a_cross_origin_http_redirect_is_followed_and_the_digest_still_decides(
+    artifact_http: Any, tmp_path: Path
+) -> None:
+    data = tarball(regular("Pulumi.yaml"))
+    target = artifact_http.serve("/moved.tar.gz", data)
+    server = _redirecting_server(target)
+    try:
+        dest = tmp_path / "out"
+        dest.mkdir()
+        fetch_artifact(
+            f"http://127.0.0.1:{server.server_address[1]}/a.tar.gz", sha256(data), dest, backoff=0.01
+        )
+        assert (dest / "Pulumi.yaml").exists()
+        with pytest.raises(DigestMismatch):
+            fetch_artifact(
+                f"http://127.0.0.1:{server.server_address[1]}/a.tar.gz", "sha256:" + "1" * 64, tmp_path / "x"
+            )
+    finally:
+        server.shutdown()
