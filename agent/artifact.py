@@ -217,6 +217,29 @@ def _reason(reason: object) -> str:
     return str(reason)
 
 
+MAX_EXTENDED_HEADER = 1 << 20
+"""Largest PAX or GNU long-name header accepted (tarfile reads one whole into memory)."""
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """Refuses an oversized extended header before tarfile reads it into memory: a small gzip of one
+    huge PAX header would otherwise cost hundreds of MiB, whatever the size limit (issue 11)."""
+
+    def _check(self) -> None:
+        if self.size > MAX_EXTENDED_HEADER:
+            raise UnsafeArchive(
+                f"the archive has a {self.size}-byte extended header (limit {MAX_EXTENDED_HEADER} bytes)"
+            )
+
+    def _proc_pax(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:
+        self._check()
+        return super()._proc_pax(tarfile)  # type: ignore[misc,no-any-return]
+
+    def _proc_gnulong(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:
+        self._check()
+        return super()._proc_gnulong(tarfile)  # type: ignore[misc,no-any-return]
+
+
 class _BoundedReader(io.RawIOBase):
     """Reads through to `inner` and fails once more than `limit` bytes have been read."""
 
@@ -399,7 +422,7 @@ def extract_tarball(
     bounded = io.BufferedReader(_BoundedReader(stream, raw_limit), _CHUNK)
     extractor = _Extractor(dest, max_size, max_members)
     try:
-        with tarfile.open(fileobj=bounded, mode="r|") as tar:
+        with tarfile.open(fileobj=bounded, mode="r|", tarinfo=_BoundedTarInfo) as tar:
             for member in tar:
                 extractor.add(tar, member)
     except (tarfile.TarError, EOFError, OSError) as exc:

@@ -220,7 +220,7 @@ def test_oversized_headers_stop_a_decompression_bomb(tmp_path: Path) -> None:
 
     data = tarball(huge_pax)
     assert len(data) < 64 * 1024
-    with pytest.raises(UnsafeArchive, match="expands beyond"):
+    with pytest.raises(UnsafeArchive, match=r"expands beyond|extended header"):
         extract(data, tmp_path / "dest", max_size=1000, max_members=10)
 
 
@@ -335,3 +335,15 @@ def test_a_cross_origin_http_redirect_is_followed_and_the_digest_still_decides(
             )
     finally:
         server.shutdown()
+
+
+def test_a_huge_pax_header_is_refused_before_it_is_read_whatever_the_size_limit(tmp_path: Path) -> None:
+    def huge_pax(tar: tarfile.TarFile) -> None:
+        info = tarfile.TarInfo("small")
+        info.pax_headers = {"comment": "z" * (8 << 20)}  # 8 MiB of header, a few KiB compressed
+        tar.addfile(info, io.BytesIO(b""))
+
+    data = tarball(huge_pax)
+    assert len(data) < 64 * 1024
+    with pytest.raises(UnsafeArchive, match="extended header"):
+        extract(data, tmp_path / "dest", max_size=None, max_members=10)
