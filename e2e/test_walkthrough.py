@@ -119,7 +119,9 @@ def test_program_stack_walkthrough(kube: Kube) -> None:
     assert "random-yaml-workspace.default.svc.cluster.local:50051" in table, table
     assert " True " in table, table
     updates = k.run("get", "update", "-l", "pulumi.com/stack-name=random-yaml")
-    assert re.search(r"WORKSPACE\s+TYPE", updates) and "random-yaml   up" in updates, updates
+    # the seed's columns: NAME WORKSPACE PROGRESSING FAILED COMPLETE URL
+    assert re.search(r"NAME\s+WORKSPACE\s+PROGRESSING\s+FAILED\s+COMPLETE\s+URL", updates), updates
+    assert re.search(r"random-yaml\s+False\s+False\s+True", updates), updates
 
     # The Stack's status as the seed shows it
     status = s["status"]
