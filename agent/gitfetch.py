@@ -196,7 +196,15 @@ def parse_remote(url: str) -> Remote:
         if ":" in url and "/" not in url.split(":", 1)[0]:
             user, host, path = parse_rsync_url(url)
             return Remote("ssh", url, display, host=host, username=user, path=path)
-    if scheme in ("git", "file") or (not scheme and url.startswith("/")):
+    if scheme == "file" or (not scheme and url.startswith("/")):
+        # A local repository is whatever the pod can read (a mounted Secret, the service account's
+        # token directory): refused unless the operator of the pod explicitly allows it.
+        if os.environ.get("GIT_ALLOW_LOCAL", "").strip().lower() not in ("1", "true", "yes"):
+            raise UsageError(
+                f"local git URL {display} refused: set GIT_ALLOW_LOCAL=true in the fetch container"
+            )
+        return Remote("other", url, display)
+    if scheme == "git":
         return Remote("other", url, display)
     raise UsageError(
         f"unsupported git URL {display}: use https://, http://, ssh://, user@host:path, git:// or file://"

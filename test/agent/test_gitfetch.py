@@ -267,3 +267,12 @@ def test_ssh_commit_no_ref_points_at_falls_back_to_history(
     )
     assert checkout.commit == source_repo.first
     assert (tmp_path / "README.md").read_text() == "one\n"
+
+
+@pytest.mark.parametrize("url", ["file:///etc/repo.git", "/var/run/secrets/kubernetes.io/serviceaccount"])
+def test_local_git_urls_are_refused_unless_allowed(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GIT_ALLOW_LOCAL", raising=False)
+    with pytest.raises(UsageError, match=r"local git URL .* refused: set GIT_ALLOW_LOCAL=true"):
+        parse_remote(url)
+    monkeypatch.setenv("GIT_ALLOW_LOCAL", "true")
+    assert parse_remote(url).transport == "other"
