@@ -276,3 +276,48 @@ def test_local_git_urls_are_refused_unless_allowed(url: str, monkeypatch: pytest
         parse_remote(url)
     monkeypatch.setenv("GIT_ALLOW_LOCAL", "true")
     assert parse_remote(url).transport == "other"
+
+
+def test_a_cross_origin_redirect_never_carries_the_credentials(tmp_path: Path) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[dict[str, str]] = []
+
+    class Other(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append({k.lower(): v for k, v in self.headers.items()})
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    other = ThreadingHTTPServer(("127.0.0.1", 0), Other)
+    other_port = other.server_address[1]
+
+    class Redirect(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{other_port}{self.path}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    first = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    for server in (other, first):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://alice:s3cret-token@127.0.0.1:{first.server_address[1]}/repo.git"
+        with pytest.raises(SourceError):
+            fetch_git(url, "main", tmp_path / "out", timeout=10)
+    finally:
+        first.shutdown()
+        other.shutdown()
+    assert seen, "the redirect was not followed (the test proves nothing)"
+    for headers in seen:
+        assert "authorization" not in headers, headers
+        assert "s3cret-token" not in " ".join(headers.values())
