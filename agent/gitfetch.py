@@ -428,12 +428,17 @@ def _unreachable_reason(exc: BaseException) -> str | None:
             return "name resolution failed"
         if isinstance(e, urllib3.exceptions.SSLError):
             return f"TLS handshake failed ({e})"
+        # Before the timeouts: urllib3 2.x makes NewConnectionError a ConnectTimeoutError subclass.
+        if isinstance(e, ConnectionRefusedError) or (
+            isinstance(e, urllib3.exceptions.NewConnectionError) and "refused" in str(e).lower()
+        ):
+            return "connection refused"
         if isinstance(
             e, urllib3.exceptions.ConnectTimeoutError | urllib3.exceptions.ReadTimeoutError | TimeoutError
         ):
             return "timed out"
-        if isinstance(e, urllib3.exceptions.NewConnectionError | ConnectionRefusedError):
-            return "connection refused"
+        if isinstance(e, urllib3.exceptions.NewConnectionError):
+            return "connection failed"
         if isinstance(e, ConnectionError):
             return "connection lost"
     for e in _chain(exc):
