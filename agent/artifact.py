@@ -22,6 +22,7 @@ import os
 import posixpath
 import re
 import shutil
+import stat
 import tarfile
 import tempfile
 import time
@@ -294,6 +295,8 @@ class _Extractor:
         self.bytes = 0
         self.skipped = 0
         self.links: dict[str, str] = {}  # relative path -> link target, created at the end
+        # Directories already made or checked: each is stat'ed once, so deep trees cost linear time.
+        self._dirs: set[str] = set()
 
     def add(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
         self.members += 1
@@ -302,7 +305,7 @@ class _Extractor:
         rel = _member_path(member.name)
         if rel is None:
             return
-        for prefix in _prefixes(rel):
+        for prefix in _prefixes(rel) if self.links else ():
             if prefix in self.links:
                 raise UnsafeArchive(
                     f"archive member {member.name!r} would be written through symlink {prefix!r}"
@@ -332,21 +335,31 @@ class _Extractor:
             )
 
     def _mkdirs(self, rel: str) -> Path:
-        path = self.dest
-        for part in rel.split("/"):
-            path = path / part
-            if path.is_symlink() or (path.exists() and not path.is_dir()):
-                raise UnsafeArchive(f"archive member path {rel!r} crosses a non-directory {part!r}")
-            if not path.exists():
+        """Make ``rel`` (and missing parents) as real directories; only components not seen before
+        are checked. No symlink exists during extraction (they are made at the end), so a tree
+        made here of checked directories cannot lead outside ``dest``."""
+        if rel in self._dirs:
+            return self.dest / rel
+        parts = rel.split("/")
+        known = len(parts) - 1
+        while known > 0 and "/".join(parts[:known]) not in self._dirs:
+            known -= 1
+        path = self.dest.joinpath(*parts[:known]) if known else self.dest
+        for i in range(known, len(parts)):
+            path = path / parts[i]
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
                 path.mkdir(mode=0o755)
+            else:
+                if not stat.S_ISDIR(st.st_mode):
+                    raise UnsafeArchive(f"archive member path {rel!r} crosses a non-directory {parts[i]!r}")
+            self._dirs.add("/".join(parts[: i + 1]))
         return path
 
     def _parent(self, rel: str) -> Path:
         parent_rel = posixpath.dirname(rel)
-        parent = self._mkdirs(parent_rel) if parent_rel else self.dest
-        if not _inside(self.root_real, str(parent)):  # defence in depth: no symlink exists yet
-            raise UnsafeArchive(f"archive member {rel!r} resolves outside the target directory")
-        return parent
+        return self._mkdirs(parent_rel) if parent_rel else self.dest
 
     def _write(self, rel: str, source: IO[bytes], mode: int) -> None:
         target = self._parent(rel) / posixpath.basename(rel)

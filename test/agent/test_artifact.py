@@ -347,3 +347,47 @@ def test_a_huge_pax_header_is_refused_before_it_is_read_whatever_the_size_limit(
     assert len(data) < 64 * 1024
     with pytest.raises(UnsafeArchive, match="extended header"):
         extract(data, tmp_path / "dest", max_size=None, max_members=10)
+
+
+def test_deep_trees_cost_linear_filesystem_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counted in filesystem calls, not seconds: doubling the depth must not quadruple the work."""
+
+    def chain(depth: int) -> bytes:
+        def members(tar: tarfile.TarFile) -> None:
+            path = ""
+            for _ in range(depth):
+                path = f"{path}d/" if path else "d/"
+                info = tarfile.TarInfo(path.rstrip("/"))
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            leaf = tarfile.TarInfo(path + "f")
+            leaf.size = 1
+            tar.addfile(leaf, io.BytesIO(b"x"))
+
+        return tarball(members)
+
+    calls = [0]
+    real_lstat, real_stat = os.lstat, os.stat
+
+    def counting_lstat(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return real_lstat(*args, **kwargs)
+
+    def counting_stat(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return real_stat(*args, **kwargs)
+
+    def work(depth: int) -> int:
+        data = chain(depth)
+        monkeypatch.setattr(os, "lstat", counting_lstat)
+        monkeypatch.setattr(os, "stat", counting_stat)
+        calls[0] = 0
+        try:
+            extract(data, tmp_path / f"d{depth}", max_size=None, max_members=10 * depth)
+        finally:
+            monkeypatch.setattr(os, "lstat", real_lstat)
+            monkeypatch.setattr(os, "stat", real_stat)
+        return calls[0]
+
+    small, large = work(100), work(200)
+    assert large <= 2.5 * small, (small, large)
