@@ -265,3 +265,36 @@ def test_operator_pod_deleted_mid_update_reattaches_and_records_once(kube: Kube)
     assert len(succeeded) == 1 and succeeded[0].get("count", 1) == 1, events
     k.run("delete", "stack", "leader", "--wait=false")
     gone(k, "stack", "leader")
+
+
+def test_reclaim_policy_delete_removes_the_workspace_after_success(kube: Kube) -> None:
+    k = kube
+    k.apply(program("reclaimed"))
+    manifest = stack("reclaimed", "programRef:\n    name: reclaimed").replace(
+        "  destroyOnFinalize: true\n", "  destroyOnFinalize: true\n  workspaceReclaimPolicy: Delete\n"
+    )
+    k.apply(manifest)
+    s = ready(k, "reclaimed")
+    assert s["status"]["lastUpdate"]["state"] == "succeeded"
+    gone(k, "workspace", "reclaimed")
+    gone(k, "pod", "reclaimed-workspace-0")
+    k.run("delete", "stack", "reclaimed", "--wait=false")
+    gone(k, "stack", "reclaimed", within=600)
+
+
+def test_a_workspace_account_without_auth_delegation_reports_unauthenticated(kube: Kube) -> None:
+    k = kube
+    k.apply("apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: no-delegation\n")
+    k.apply(program("noauth"))
+    manifest = stack("noauth", "programRef:\n    name: noauth")
+    manifest = manifest.replace("serviceAccountName: pulumi", "serviceAccountName: no-delegation")
+    k.apply(manifest.replace("  destroyOnFinalize: true\n", ""))  # nothing could run the destroy
+
+    def unauthenticated() -> dict[str, Any] | None:
+        ws = k.get("workspace", "noauth")
+        return ws if k.condition(ws, "Ready").get("reason") == "Unauthenticated" else None
+
+    ws = k.until("workspace noauth Unauthenticated", unauthenticated, 300)
+    assert k.condition(ws, "Ready")["status"] == "False"
+    assert k.get("pod", "noauth-workspace-0") is not None, "the pod is kept for diagnosis"
+    k.run("delete", "stack", "noauth", "--wait=false")
