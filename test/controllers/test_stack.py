@@ -31,11 +31,12 @@ from kubernetes_asyncio.client import ApiClient, ApiException
 from pko.controllers.resources import PROGRAMS, STACKS, UPDATES, WORKSPACES
 from pko.controllers.stack import StackReconciler
 from pko.machinery.conditions import get_condition
-from pko.machinery.resource import EVENTS, Resource, ResourceClient
+from pko.machinery.resource import EVENTS, ResourceClient
 from pko.programartifact import project_yaml
 
 from .conftest import Operator
 from .kubelet import PlayKubelet
+from .test_stack_reconciler import CRDS, FLUX_CRD, GITREPOSITORIES
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -311,35 +312,6 @@ async def test_structured_config_round_trips_with_json_types(env: Env) -> None:
 
 
 # --- Flux source: the test plays source-controller (serves the artifact, writes the status) ---------
-
-CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False)
-GITREPOSITORIES = Resource("source.toolkit.fluxcd.io", "v1", "gitrepositories", "GitRepository")
-FLUX_CRD: Obj = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "gitrepositories.source.toolkit.fluxcd.io"},
-    "spec": {
-        "group": "source.toolkit.fluxcd.io",
-        "scope": "Namespaced",
-        "names": {
-            "plural": "gitrepositories",
-            "singular": "gitrepository",
-            "kind": "GitRepository",
-            "listKind": "GitRepositoryList",
-        },
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                },
-            }
-        ],
-    },
-}
 
 
 def flux_artifact(greeting: str) -> tuple[bytes, str]:
