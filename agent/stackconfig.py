@@ -56,11 +56,22 @@ def _is_structured(item: pb.ConfigItem) -> bool:
 
 
 def _literal(value: Value) -> Any:
-    """The plain Python value of a google.protobuf.Value (None for null)."""
+    """The plain Python value of a google.protobuf.Value (None for null); integral numbers are ints
+    again (Value carries every number as a double: the Stack's ``count: 3`` must not become ``3.0``)."""
     try:
-        return value.to_dict()
+        return _ints(value.to_dict())
     except ValueError:  # a Value with none of its kinds set
         raise ConfigError("invalid config value") from None
+
+
+def _ints(obj: Any) -> Any:
+    if isinstance(obj, float) and obj.is_integer() and abs(obj) < 2**53:
+        return int(obj)
+    if isinstance(obj, dict):
+        return {k: _ints(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_ints(v) for v in obj]
+    return obj
 
 
 def _read_from(vf: pb.ConfigValueFrom, env: Callable[[str], str | None]) -> str:

@@ -224,3 +224,17 @@ def test_operation_ids_are_safe_path_names(op_id: str) -> None:
 def test_reasonable_operation_ids_are_accepted() -> None:
     assert valid_operation_id("my-stack-18c3f2a9b1e")
     assert valid_operation_id("Update_1.2")
+
+
+def test_integral_numbers_stay_integers_after_the_wire() -> None:
+    """google.protobuf.Value carries numbers as doubles: a Stack's ``count: 3`` must reach Pulumi as 3."""
+    sent = [
+        pb.ConfigItem(key="count", value=Value.from_dict(3)),
+        pb.ConfigItem(key="obj", value=Value.from_dict({"n": [1, 2.5]})),
+    ]
+    received = [pb.ConfigItem().parse(bytes(item)) for item in sent]
+    plan = stackconfig.plan("proj", received, _env({}))
+    assert isinstance(plan, stackconfig.JsonConfig)
+    doc = json.loads(plan.document)
+    assert doc["proj:count"]["value"] == "3" and doc["proj:count"]["objectValue"] == 3
+    assert doc["proj:obj"]["value"] == '{"n":[1,2.5]}'
