@@ -25,3 +25,19 @@ def test_bench_command_prints_every_table_at_tiny_sizes() -> None:
     assert "| 20 | bare kubernetes-asyncio loop (anchor) |" in table
     assert "| 20 | pko machinery (Manager, 25 workers) |" in table
     assert "| pko informer (default transform) (20) |" in table
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_steady_state_bench_prints_its_figures_at_tiny_size() -> None:
+    out = subprocess.run(
+        [sys.executable, str(REPO / "hack/bench/steady.py"), "--stacks", "50", "--duration", "10",
+         "--settle", "5", "--buckets", "5"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    table = out.stdout
+    assert "| operator RSS at end (MB) |" in table
+    assert "| operator CPU % of one core over window |" in table
+    assert "| bucket start s | reconciles |" in table
+    assert "resync spread:" in table
