@@ -133,6 +133,7 @@ def main() -> int:
             print(f"| operator RSS peak in window (MB) | {peak:.0f} | <= 400 |")
             print(f"| operator CPU % of one core over window | {cpu_pct:.1f} | <= 5 |")
             per = {c: prev.get(c, 0) - r0.get(c, 0) for c in prev}
+            print(f"\nreconciles before the window (start-up + settle): {r0}")
             print(f"\nreconciles per controller in window: {per}\n")
             print("| bucket start s | reconciles |")
             print("|---:|---:|")
@@ -145,6 +146,10 @@ def main() -> int:
                 else "\nresync spread: no reconciles in window"
             )
         finally:
+            if (Path(tmp) / "operator.log").exists():
+                kept = REPO / ".bench-logs"
+                kept.mkdir(exist_ok=True)
+                (kept / "steady-operator.log").write_bytes((Path(tmp) / "operator.log").read_bytes())
             if proc is not None:
                 proc.terminate()
                 try:
