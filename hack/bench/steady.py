@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -62,6 +63,21 @@ def reconciles(port: int) -> dict[str, float]:
                 c = s.labels.get("controller", "?")
                 out[c] = out.get(c, 0.0) + s.value
     return out
+
+
+def informers(log_path: Path) -> list[tuple[str, str]]:
+    """(resource, namespace) of every informer the operator's log says it synced."""
+    seen: list[tuple[str, str]] = []
+    for line in log_path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("msg") == "synced" and "resource" in rec:
+            key = (str(rec["resource"]), str(rec.get("namespace", "")))
+            if key not in seen:
+                seen.append(key)
+    return seen
 
 
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
@@ -185,6 +201,10 @@ def main() -> int:
                 if d:
                     print(f"| {key[0]} | {key[1]} | {d:.0f} |")
             print(f"| all | all | {sum(w1.values()) - sum(w0.values()):.0f} |")
+            cached = informers(Path(tmp) / "operator.log")
+            print(f"\ninformers synced (resource, namespace): {cached}")
+            leaked = [r for r, _ in cached if r in ("secrets", "configmaps")]
+            print(f"Secrets/ConfigMaps cached: {'yes: ' + ', '.join(leaked) if leaked else 'no'}")
             mean = sum(hist) / len(hist) if hist else 0
             print(
                 f"\nresync spread: max bucket / mean = {max(hist) / mean:.2f}"

@@ -41,3 +41,5 @@ def test_steady_state_bench_prints_its_figures_at_tiny_size() -> None:
     assert "| operator CPU % of one core over window |" in table
     assert "| bucket start s | reconciles |" in table
     assert "resync spread:" in table
+    assert "| verb | resource | writes |" in table
+    assert "Secrets/ConfigMaps cached: no" in table
