@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,7 +149,9 @@ async def create_fanouts(api: Any, namespace: str, n: int) -> None:
     await bounded(n, CREATE_CONCURRENCY, make)
 
 
-async def apply_stacks(api: Any, namespace: str, n: int) -> None:
+async def apply_stacks(
+    api: Any, namespace: str, n: int, spec: Callable[[int], dict[str, Any]] = stack_spec
+) -> None:
     from kubernetes_asyncio import client
 
     objects = client.CustomObjectsApi(api)
@@ -159,7 +162,7 @@ async def apply_stacks(api: Any, namespace: str, n: int) -> None:
         await objects.patch_namespaced_custom_object(
             *args,
             name,
-            stack_spec(i),
+            spec(i),
             field_manager="kubectl",
             force=True,
             _content_type="application/apply-patch+yaml",
