@@ -26,6 +26,7 @@ from pko.api.stack import MAX_NAME_LENGTH, ResourceRef, Stack, StackSpec
 from pko.api.update import Update
 from pko.api.workspace import GitAuth, Workspace, WorkspaceStack
 from pydantic import BaseModel, ValidationError
+from pydantic.alias_generators import to_camel
 
 _UNION_KEYS: Final[Mapping[str, str]] = {
     "Env": "env",
@@ -122,15 +123,11 @@ def _ref_union_errors(ref: ResourceRef, path: str) -> Iterator[FieldError]:
     expected = _UNION_KEYS[ref.type]
     present = [key for key in _UNION_KEYS.values() if getattr(ref, key, None) is not None]
     if expected not in present:
-        yield FieldError(f"{path}.{_wire(expected)}", f"required when type is {ref.type!r}")
+        yield FieldError(f"{path}.{to_camel(expected)}", f"required when type is {ref.type!r}")
     for key in present:
         if key != expected:
-            yield FieldError(f"{path}.{_wire(key)}", f"must not be set when type is {ref.type!r}")
+            yield FieldError(f"{path}.{to_camel(key)}", f"must not be set when type is {ref.type!r}")
 
-
-def _wire(attribute: str) -> str:
-    head, *rest = attribute.split("_")
-    return head + "".join(part.title() for part in rest)
 
 
 def _namespace_errors(ref: ResourceRef, path: str, namespace: str | None) -> Iterator[FieldError]:
