@@ -34,6 +34,7 @@ from typing import IO
 from urllib.parse import urlsplit, urlunsplit
 
 import structlog
+from pko.agent import transfer
 from pko.agent.errors import (
     AuthError,
     DigestMismatch,
@@ -172,7 +173,7 @@ def _download_once(
     hasher = hashlib.new(digest.algorithm)
     total = 0
     try:
-        with _OPENER.open(request, timeout=timeout) as response:
+        with transfer.network(), _OPENER.open(request, timeout=timeout) as response:
             length = response.headers.get("Content-Length")
             if max_bytes is not None and length is not None and length.isdigit() and int(length) > max_bytes:
                 raise UnsafeArchive(

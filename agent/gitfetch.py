@@ -41,6 +41,7 @@ from dulwich.objects import Commit, ObjectID, Tag
 from dulwich.objectspec import AmbiguousShortId, scan_for_short_id
 from dulwich.refs import Ref
 from dulwich.repo import Repo
+from pko.agent import transfer
 from pko.agent.errors import (
     AuthError,
     RefNotFound,
@@ -295,7 +296,8 @@ def _fetch_and_checkout(
 
     depth = 1 if shallow else None
     try:
-        result = client.fetch(path, repo, determine_wants=wants, depth=depth)
+        with transfer.network():
+            result = client.fetch(path, repo, determine_wants=wants, depth=depth)
     except GitProtocolError as exc:
         want = seen.get("want")
         if _is_transport_failure(exc) or want is None:
@@ -303,10 +305,12 @@ def _fetch_and_checkout(
         if want.kind == "commit":
             # Servers may refuse a commit no ref points at; it may still be in a branch's history.
             log.info("commit not fetchable directly, fetching all branches and tags", url=remote.display)
-            result = client.fetch(path, repo, determine_wants=all_refs, depth=None)
+            with transfer.network():
+                result = client.fetch(path, repo, determine_wants=all_refs, depth=None)
         elif "does not support shallow" in str(exc):
             log.info("server cannot serve shallow fetches, fetching full history", url=remote.display)
-            result = client.fetch(path, repo, determine_wants=wants, depth=None)
+            with transfer.network():
+                result = client.fetch(path, repo, determine_wants=wants, depth=None)
         else:
             raise
     want = seen.get("want")

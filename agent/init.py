@@ -29,6 +29,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from urllib.parse import urlsplit
 
 import structlog
 import yaml
+from pko.agent import transfer
 from pko.agent.artifact import DEFAULT_MAX_MEMBERS, DEFAULT_MAX_UNTAR_SIZE, fetch_artifact, override_host
 from pko.agent.errors import SourceError, UsageError, redact_text, redact_url
 from pko.agent.gitfetch import GitCredentials, fetch_git
@@ -48,6 +50,8 @@ _GITHUB_APP_VARS = ("GIT_GITHUB_APP_ID", "GIT_GITHUB_APP_INSTALLATION_ID", "GIT_
 
 
 DEFAULT_DEADLINE = 600.0
+DEFAULT_LOW_SPEED_LIMIT = 1024.0
+DEFAULT_LOW_SPEED_TIME = 60.0
 
 
 def add_init_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,6 +69,20 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="one deadline for the whole fetch, in seconds: a server that trickles or stalls cannot "
         f"hold init longer [INIT_DEADLINE, default {DEFAULT_DEADLINE:.0f}]",
+    )
+    parser.add_argument(
+        "--low-speed-limit",
+        type=float,
+        default=None,
+        help="give up when a download receives fewer bytes per second than this, averaged over "
+        f"--low-speed-time; 0 disables [INIT_LOW_SPEED_LIMIT, default {DEFAULT_LOW_SPEED_LIMIT:.0f}]",
+    )
+    parser.add_argument(
+        "--low-speed-time",
+        type=float,
+        default=None,
+        help="the window of --low-speed-limit, in seconds "
+        f"[INIT_LOW_SPEED_TIME, default {DEFAULT_LOW_SPEED_TIME:.0f}]",
     )
 
     git = parser.add_argument_group("git source")
@@ -405,14 +423,37 @@ def execute(request: InitRequest) -> Path:
     return project
 
 
-def _deadline(args: argparse.Namespace, env: Mapping[str, str]) -> float:
-    if getattr(args, "deadline", None) is not None:
-        return float(args.deadline)
-    text = env.get("INIT_DEADLINE", "").strip()
-    try:
-        return float(text) if text else DEFAULT_DEADLINE
-    except ValueError:
-        raise UsageError(f"INIT_DEADLINE must be a number of seconds, got {text!r}") from None
+def _seconds(args: argparse.Namespace, env: Mapping[str, str], flag: str, var: str, default: float) -> float:
+    if getattr(args, flag, None) is not None:
+        value = float(getattr(args, flag))
+    else:
+        text = env.get(var, "").strip()
+        try:
+            value = float(text) if text else default
+        except ValueError:
+            raise UsageError(f"{var} must be a number, got {text!r}") from None
+    if value < 0:
+        raise UsageError(f"{var} must not be negative, got {value:g}")
+    return value
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How long init may take, and how slow its downloads may be."""
+
+    deadline: float
+    low_speed_limit: float
+    low_speed_time: float
+
+
+def _limits(args: argparse.Namespace, env: Mapping[str, str]) -> Limits:
+    return Limits(
+        deadline=_seconds(args, env, "deadline", "INIT_DEADLINE", DEFAULT_DEADLINE),
+        low_speed_limit=_seconds(
+            args, env, "low_speed_limit", "INIT_LOW_SPEED_LIMIT", DEFAULT_LOW_SPEED_LIMIT
+        ),
+        low_speed_time=_seconds(args, env, "low_speed_time", "INIT_LOW_SPEED_TIME", DEFAULT_LOW_SPEED_TIME),
+    )
 
 
 def _what(source: GitSpec | ArtifactSpec | ProjectInfoSpec) -> tuple[str, str]:
@@ -427,26 +468,36 @@ def _what(source: GitSpec | ArtifactSpec | ProjectInfoSpec) -> tuple[str, str]:
 
 
 def _watchdog(
-    deadline: float, source: GitSpec | ArtifactSpec | ProjectInfoSpec, secrets: tuple[str, ...]
-) -> threading.Timer:
-    """Ends the process when the whole fetch outlives ``deadline``: transports block in places no
-    timeout reaches (a git:// or SSH peer that goes silent, a server trickling bytes), so a timer
-    thread is the one bound that holds for all of them."""
+    limits: Limits, source: GitSpec | ArtifactSpec | ProjectInfoSpec, secrets: tuple[str, ...]
+) -> threading.Event:
+    """Ends the process when the whole fetch outlives the deadline, or a download stays below the
+    low-speed limit: transports block in places no timeout reaches (a git:// or SSH peer that goes
+    silent, a server trickling bytes), so a watchdog thread is the one bound that holds for all of
+    them. Set the returned event to stop it."""
     host, what = _what(source)
+    started = time.monotonic()
+    check = transfer.LowSpeedCheck(limits.low_speed_limit, limits.low_speed_time)
+    transfer.install()
+    done = threading.Event()
 
-    def fire() -> None:
-        _fail(
-            redact_text(
-                f"gave up after {deadline:.0f}s (the init deadline) waiting for {what} from {host}", secrets
-            )
-        )
+    def give_up(why: str) -> None:
+        _fail(redact_text(f"{why} waiting for {what} from {host}", secrets))
         sys.stderr.flush()
         os._exit(1)
 
-    timer = threading.Timer(deadline, fire)
-    timer.daemon = True
-    timer.start()
-    return timer
+    def watch() -> None:
+        while not done.wait(0.5):
+            if time.monotonic() - started >= limits.deadline:
+                give_up(f"gave up after {limits.deadline:.0f}s (the init deadline)")
+            got = check.too_slow(transfer.phase_start(), transfer.received())
+            if got is not None:
+                give_up(
+                    f"gave up: {got} bytes in the last {limits.low_speed_time:.0f}s, below the "
+                    f"low-speed limit of {limits.low_speed_limit:.0f} bytes/s,"
+                )
+
+    threading.Thread(target=watch, name="init-watchdog", daemon=True).start()
+    return done
 
 
 def run_init(args: argparse.Namespace) -> int:
@@ -455,11 +506,11 @@ def run_init(args: argparse.Namespace) -> int:
     try:
         request = resolve_request(args, os.environ)
         secrets = request.secrets
-        watchdog = _watchdog(_deadline(args, os.environ), request.source, secrets)
+        watchdog = _watchdog(_limits(args, os.environ), request.source, secrets)
         try:
             execute(request)
         finally:
-            watchdog.cancel()
+            watchdog.set()
     except UsageError as exc:
         _fail(redact_text(str(exc), secrets))
         return 2
