@@ -30,10 +30,10 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.health.check import ServiceStatus
 from grpclib.health.service import Health
-from grpclib.server import Server
 from pko.agent import operations as ops
 from pko.agent import pulumirunner as pr
 from pko.agent.auth import KubeAuthorizer
+from pko.agent.h2guard import GuardedServer
 from pko.agent.journal import Journal
 from pko.api.generated.pko.agent import v1 as pb
 
@@ -201,7 +201,7 @@ async def serve(options: ServeOptions, install_signal_handlers: bool = True) -> 
     registry.recover()
     service = AutomationService(runner, registry)
     serving = ServiceStatus()
-    server = Server([service, Health({service: [serving]})])
+    server = GuardedServer([service, Health({service: [serving]})])
     if options.authorizer is not None:
         options.authorizer.install(server)
     family = socket.AF_INET6 if ":" in options.host else socket.AF_INET

@@ -11,6 +11,8 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 
+import h2.config
+import h2.connection
 import pytest
 from conftest_agent import AuthWorld
 from grpclib.client import Channel
@@ -18,7 +20,6 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest
-from grpclib.server import Server
 from pko.agent.auth import (
     REFUSALS,
     CacheTTLs,
@@ -28,18 +29,19 @@ from pko.agent.auth import (
     bearer_token,
     token_expiry,
 )
+from pko.agent.h2guard import GuardedServer
 from pko.api.generated.pko.agent import v1 as pb
 
 PASSED = Status.UNIMPLEMENTED  # the gate let the call through to the (empty) service
 
 
 class _Gate:
-    """A grpclib server guarded by one authorizer."""
+    """The agent's grpclib server guarded by one authorizer."""
 
     def __init__(self, authorizer: KubeAuthorizer) -> None:
         from grpclib.health.service import Health
 
-        self.server = Server([pb.AutomationServiceBase(), Health()])
+        self.server = GuardedServer([pb.AutomationServiceBase(), Health()])
         authorizer.install(self.server)
 
     async def __aenter__(self) -> _Gate:
@@ -246,3 +248,44 @@ async def test_a_positive_decision_never_outlives_the_token(auth_world: AuthWorl
         await asyncio.sleep(6.0)
         assert await gate.call(token) == PASSED
         assert authorizer.token_reviews == 2, "the cached decision outlived the token's exp"
+
+
+async def _raw_call(port: int, authorization: bytes) -> bytes:
+    """One gRPC request written by hand over HTTP/2 (grpclib's client would refuse to send it);
+    returns what the server sent before it closed the connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+    conn.initiate_connection()
+    headers = [
+        (b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"127.0.0.1"),
+        (b":path", b"/pko.agent.v1.AutomationService/PulumiVersion"),
+        (b"content-type", b"application/grpc"), (b"te", b"trailers"), (b"authorization", authorization),
+    ]  # fmt: skip
+    conn.send_headers(1, headers, end_stream=True)
+    writer.write(conn.data_to_send())
+    received = b""
+    try:
+        while chunk := await asyncio.wait_for(reader.read(65536), 30):
+            received += chunk
+    finally:
+        writer.close()
+    return received
+
+
+@pytest.mark.cluster
+async def test_a_non_ascii_authorization_header_is_refused_quietly(
+    auth_world: AuthWorld, gate: _Gate, caplog: pytest.LogCaptureFixture
+) -> None:
+    """grpclib decodes headers as ASCII inside data_received: without the guard, asyncio logs a fatal
+    protocol error with a traceback at ERROR for every such request."""
+    before = REFUSALS.labels(reason="malformed request headers")._value.get()
+    with caplog.at_level(logging.DEBUG):
+        await _raw_call(gate.port, b"Bearer \xff\xfe\xc3token")  # returns: the connection was closed
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    assert REFUSALS.labels(reason="malformed request headers")._value.get() - before == 1
+    # The server is unharmed: the next caller is served as usual.
+    await auth_world.create_service_account("after-garbage")
+    await auth_world.grant("after-garbage")
+    assert await gate.call(await auth_world.mint("after-garbage")) == PASSED
