@@ -75,6 +75,18 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
         default=570.0,
         help="seconds a running operation gets to stop after SIGTERM (default 570; the pod allows 600)",
     )
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        help="close a connection with no open call that sent nothing for this long, e.g. one that "
+        "never sends the HTTP/2 preface (seconds, default 120)",
+    )
+    p.add_argument(
+        "--keepalive-time",
+        type=float,
+        help="PING connections with open calls this often; close them when a PING goes unanswered "
+        "for 20s (seconds, default 60)",
+    )
     p.add_argument("--log-level", default=os.environ.get("AGENT_LOG_LEVEL", "info"))
     p.add_argument("--log-format", choices=["json", "console"], default="json")
 
@@ -156,6 +168,9 @@ async def run_serve(args: argparse.Namespace) -> int:
             namespace=args.kube_workspace_namespace,
             workspace=args.kube_workspace_name,
         )
+    limits = {
+        k: v for k, v in (("idle_timeout", args.idle_timeout), ("keepalive_time", args.keepalive_time)) if v
+    }
     options = ServeOptions(
         runner=settings,
         host=args.host,
@@ -164,6 +179,7 @@ async def run_serve(args: argparse.Namespace) -> int:
         shutdown_grace=args.shutdown_grace,
         skip_install=args.skip_install,
         authorizer=authorizer,
+        **limits,
     )
     try:
         return await serve(options)

@@ -33,7 +33,7 @@ from grpclib.health.service import Health
 from pko.agent import operations as ops
 from pko.agent import pulumirunner as pr
 from pko.agent.auth import KubeAuthorizer
-from pko.agent.h2guard import GuardedServer
+from pko.agent.h2guard import DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEPALIVE_TIME, GuardedServer
 from pko.agent.journal import Journal
 from pko.api.generated.pko.agent import v1 as pb
 
@@ -177,6 +177,8 @@ class ServeOptions:
     port: int = 50051
     journal_dir: Path = Path("/share/.agent/operations")
     shutdown_grace: float = 570.0  # the pod's terminationGracePeriodSeconds is 600
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    keepalive_time: float = DEFAULT_KEEPALIVE_TIME
     skip_install: bool = True
     authorizer: KubeAuthorizer | None = None
     # Set once the server listens: (host, port). Tests and callers read it.
@@ -201,7 +203,11 @@ async def serve(options: ServeOptions, install_signal_handlers: bool = True) -> 
     registry.recover()
     service = AutomationService(runner, registry)
     serving = ServiceStatus()
-    server = GuardedServer([service, Health({service: [serving]})])
+    server = GuardedServer(
+        [service, Health({service: [serving]})],
+        idle_timeout=options.idle_timeout,
+        keepalive_time=options.keepalive_time,
+    )
     if options.authorizer is not None:
         options.authorizer.install(server)
     family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
