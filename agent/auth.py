@@ -227,13 +227,14 @@ class KubeAuthorizer:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     refusal_log_interval: float = 10.0
     wall_clock: Callable[[], float] = time.time
+    clock: Callable[[], float] = time.monotonic  # what cache TTLs are measured on
 
     def __post_init__(self) -> None:
         if not self.audiences:
             raise ValueError("at least one audience is required")
         silence_token_leaking_loggers()
-        self._tokens: TTLCache[str, _TokenDecision] = TTLCache(self.max_entries)
-        self._access: TTLCache[UserInfo, tuple[bool, str]] = TTLCache(self.max_entries)
+        self._tokens: TTLCache[str, _TokenDecision] = TTLCache(self.max_entries, self.clock)
+        self._access: TTLCache[UserInfo, tuple[bool, str]] = TTLCache(self.max_entries, self.clock)
         self._authn = client.AuthenticationV1Api(self.api_client)
         self._authz = client.AuthorizationV1Api(self.api_client)
         self._reviews: dict[str, asyncio.Future[_TokenDecision]] = {}

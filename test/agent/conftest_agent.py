@@ -13,8 +13,9 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,13 +132,16 @@ class AuthWorld:
         res = await client.AuthorizationV1Api(self.api).create_subject_access_review(sar)
         return bool(res.status.allowed)
 
-    def authorizer(self, ttls: CacheTTLs | None = None) -> KubeAuthorizer:
+    def authorizer(
+        self, ttls: CacheTTLs | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> KubeAuthorizer:
         return KubeAuthorizer(
             api_client=self.api,
             audiences=[self.audience],
             workspace_namespace=self.namespace,
             workspace_name=self.workspace,
             ttls=ttls or CacheTTLs(),
+            clock=clock,
         )
 
 

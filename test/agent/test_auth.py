@@ -250,6 +250,33 @@ async def test_a_positive_decision_never_outlives_the_token(auth_world: AuthWorl
         assert authorizer.token_reviews == 2, "the cached decision outlived the token's exp"
 
 
+@pytest.mark.cluster
+async def test_a_token_of_a_recreated_service_account_is_refused_once_the_default_ttl_passed(
+    auth_world: AuthWorld,
+) -> None:
+    # The account is deleted and recreated under the same name (a new uid): the apiserver refuses the
+    # old token at once; the agent may trust its cached decision only for the default positive TTL.
+    await auth_world.create_service_account("phoenix")
+    await auth_world.grant("phoenix")  # by name: the new account is granted too
+    token = await auth_world.mint("phoenix")
+    now = [1000.0]
+    cached = auth_world.authorizer(clock=lambda: now[0])  # the TTLs the agent runs with
+    async with _Gate(cached) as gate:
+        assert await gate.call(token) == PASSED
+        await auth_world.delete_service_account("phoenix")
+        await auth_world.create_service_account("phoenix")
+
+        async def apiserver_refuses() -> bool:
+            async with _Gate(auth_world.authorizer()) as fresh:
+                return await fresh.call(token) == Status.UNAUTHENTICATED
+
+        await _wait_until(apiserver_refuses)
+        assert await gate.call(token) == PASSED, "the decision is cached for a while..."
+        now[0] += CacheTTLs().token_success + 1.0
+        assert await gate.call(token) == Status.UNAUTHENTICATED, "...but not past the positive TTL"
+        assert CacheTTLs().token_success <= 120.0
+
+
 async def _raw_call(port: int, authorization: bytes) -> bytes:
     """One gRPC request written by hand over HTTP/2 (grpclib's client would refuse to send it);
     returns what the server sent before it closed the connection."""
