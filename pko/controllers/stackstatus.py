@@ -28,7 +28,14 @@ from typing import Any, Final
 
 from pko.api.stack import StackSpec
 from pko.controllers.resources import RECONCILIATION_REQUEST_ANNOTATION, SECRETS_ANNOTATION
-from pko.controllers.retry import RetrySettings, classify_failure, failure_budget, retry_delay, tail_lines
+from pko.controllers.retry import (
+    RetrySettings,
+    classify_failure,
+    failure_budget,
+    jitter_fraction,
+    retry_delay,
+    tail_lines,
+)
 from pko.machinery.conditions import format_time, get_condition, is_true, remove_condition, set_condition
 
 __all__ = [
@@ -359,6 +366,9 @@ def _since(value: Any, now: datetime) -> float:
     return (now - when).total_seconds() if when else float("inf")
 
 
+POLL_SPREAD: Final = 0.1
+
+
 def plan_sync(
     obj: Mapping[str, Any],
     spec: StackSpec,
@@ -409,7 +419,10 @@ def plan_sync(
                 return SyncDecision(False, f"Backoff time elapsed: {go_duration(schedule.delay)}")
             requeue = max(1.0, schedule.delay - elapsed)
     if polls_branch and not deleting:
-        requeue = min(resync, requeue) if requeue is not None else resync
+        # Up to 10% later, stable per Stack: a fleet that started together does not poll together.
+        seed = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+        poll = resync * (jitter_fraction(seed, POLL_SPREAD / 2) + POLL_SPREAD / 2)
+        requeue = min(poll, requeue) if requeue is not None else poll
     return SyncDecision(True, "", requeue)
 
 

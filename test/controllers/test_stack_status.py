@@ -302,7 +302,24 @@ def test_plan_resyncs_with_continue_resync_on_commit_match() -> None:
 def test_plan_polls_a_branch_at_the_resync_frequency_at_least_a_minute() -> None:
     s = spec(resyncFrequencySeconds=10)
     decision = plan_sync(stack_obj(), s, succeeded(), "r1", T0, SETTINGS, polls_branch=True)
-    assert decision.synced and decision.requeue_after == 60
+    assert decision.synced and decision.requeue_after is not None and 60 <= decision.requeue_after <= 66
+
+
+def test_branch_polls_of_a_fleet_are_spread_not_bunched() -> None:
+    """Stacks created together would otherwise poll together forever: each waits up to 10% longer,
+    the same amount every time."""
+    s = spec(resyncFrequencySeconds=600)
+    waits = []
+    for i in range(200):
+        obj = stack_obj()
+        obj["metadata"]["uid"] = f"uid-{i}"
+        decision = plan_sync(obj, s, succeeded(), "r1", T0, SETTINGS, polls_branch=True)
+        assert decision.requeue_after is not None
+        waits.append(decision.requeue_after)
+        again = plan_sync(obj, s, succeeded(), "r1", T0, SETTINGS, polls_branch=True)
+        assert again.requeue_after == decision.requeue_after
+    assert 600 <= min(waits) < 606 and 654 < max(waits) <= 660
+    assert len({round(w) for w in waits}) > 40
 
 
 def test_plan_retries_after_the_backoff_and_stops_when_stalled() -> None:
