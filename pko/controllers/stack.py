@@ -34,7 +34,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from pko.api.meta import parse_go_duration
 from pko.api.stack import Stack
-from pko.api.validation import format_errors, parse_stack
+from pko.api.validation import deprecation_warnings, format_errors, parse_stack
 from pko.api.workspace import DEFAULT_IMAGES
 from pko.controllers.gitpoll import BranchResolver, GitCredentials, GitLookupError
 from pko.controllers.options import ControllerOptions
@@ -119,6 +119,7 @@ SOURCE_UNAVAILABLE_REQUEUE: Final = 30.0
 SECRET_RECHECK: Final = 120.0
 HISTORY_LIMIT: Final = 5
 """Completed Updates kept per Stack (their outputs Secrets go with them): no pile-up (Go issue 1163)."""
+DEPRECATED_FIELD_REASON: Final = "DeprecatedField"  # a pko Event: upstream only documents the deprecations
 
 _log = structlog.get_logger("pko.controllers.stack")
 
@@ -222,6 +223,10 @@ class StackReconciler:
             mark_stalled(status, "SpecInvalid", message, generation, now)
             await self._save(obj, status)
             return Result.done()
+        if int((obj.get("status") or {}).get("observedGeneration") or 0) != generation:
+            # Once per generation (the recorder folds repeats of a retried reconcile into one Event).
+            for warning in deprecation_warnings(stack.spec):
+                self.events.event(obj, "Warning", DEPRECATED_FIELD_REASON, warning)
         try:
             return await self._reconcile(obj, stack, status, now)
         except _Stall as stall:

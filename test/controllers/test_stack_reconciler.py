@@ -31,7 +31,7 @@ from pko.controllers.resources import PROGRAMS, STACKS, UPDATES, WORKSPACES
 from pko.controllers.retry import RetrySettings
 from pko.machinery.conditions import format_time
 from pko.machinery.manager import Manager, ManagerOptions
-from pko.machinery.resource import SECRETS, Obj, Resource, ResourceClient, api_error_status
+from pko.machinery.resource import EVENTS, SECRETS, Obj, Resource, ResourceClient, api_error_status
 
 SECRET_RECHECK = 4.0
 FAST = RetrySettings(deterministic_base=1.0, deterministic_factor=2.0, transient_base=1.0, transient_cap=2.0)
@@ -452,6 +452,35 @@ async def test_suspend_starts_nothing_until_cleared(env: Env) -> None:
     await env.make_ready("paused")
     await env.next_update("paused", set())
     assert "Suspended" not in await env.conditions("paused")
+
+
+async def test_deprecated_fields_are_warned_once_per_generation(env: Env) -> None:
+    await env.program("prog")
+    spec = {"programRef": {"name": "prog"}, "suspend": True, "envSecrets": ["legacy-env"]}
+    await env.create_stack("legacy", spec)
+    await env.wait_condition("legacy", "Suspended", "Suspended")
+    request = {"metadata": {"annotations": {"pulumi.com/reconciliation-request": "again"}}}
+    await env.stacks.patch("legacy", request)  # reconciled again, same generation
+
+    async def request_seen() -> bool:
+        return (await env.stack("legacy")).get("status", {}).get("observedReconcileRequest") == "again"
+
+    await eventually(request_seen, "the reconciliation request to be observed")
+    await env.quiet("legacy")
+
+    async def warnings() -> list[tuple[str, int]]:
+        listing = await ResourceClient(env.stacks.api, EVENTS, env.ns).list(
+            field_selector="involvedObject.name=legacy,reason=DeprecatedField"
+        )
+        return [(e["message"], int(e.get("count") or 1)) for e in listing.items]
+
+    assert await warnings() == [("spec.envSecrets is deprecated; use spec.envRefs", 1)]
+    await env.stacks.patch("legacy", {"spec": {"envSecrets": ["legacy-env", "more-env"]}})
+
+    async def warned_again() -> bool:
+        return await warnings() == [("spec.envSecrets is deprecated; use spec.envRefs", 2)]
+
+    await eventually(warned_again, "one more warning for the new generation")
 
 
 async def test_workspace_stall_is_reported(env: Env) -> None:
