@@ -42,8 +42,8 @@ from pko.controllers.resources import STACKS, UPDATES, WORKSPACES
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, ResourceClient
 
-from .conftest import Operator
 from .kubelet import PlayKubelet
+from .operator import Operator
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 

@@ -34,8 +34,8 @@ from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, ResourceClient
 from pko.programartifact import project_yaml
 
-from .conftest import Operator
 from .kubelet import PlayKubelet
+from .operator import Operator
 from .test_stack_reconciler import CRDS, FLUX_CRD, GITREPOSITORIES
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]

@@ -27,8 +27,8 @@ from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, PODS, SECRETS, ResourceClient
 from pko.tokens import TokenSource
 
-from .conftest import Operator
 from .kubelet import PlayKubelet
+from .operator import Operator
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 

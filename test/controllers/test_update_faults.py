@@ -21,8 +21,8 @@ from kubernetes_asyncio.client import ApiClient
 
 from pko.machinery.resource import PODS, ResourceClient
 
-from .conftest import Operator
 from .kubelet import PlayKubelet
+from .operator import Operator
 from .test_update import SLOW_PROGRAM, Env, Obj, assert_succeeded, condition, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]

@@ -19,8 +19,8 @@ from pko.controllers.workspacepod import ANNOTATION_INITIALIZED, ANNOTATION_REVI
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, PODS, SERVICES, STATEFULSETS, ResourceClient
 
-from .conftest import KNOWN_IMAGES, Operator
-from .kubelet import PlayKubelet, create_service_account
+from .kubelet import KNOWN_IMAGES, PlayKubelet, create_service_account
+from .operator import Operator
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
