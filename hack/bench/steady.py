@@ -1,15 +1,14 @@
-"""Steady state at scale (issue 9): N Ready Stacks seeded into the API, the real operator
-(``python -m pko``) started against them, then sampled for a window: RSS, CPU % of one core, and
-when reconciles fire (controller_runtime_reconcile_total deltas per bucket: spread, not bunched).
+"""Steady state at scale (issue 9): N deployed Stacks (each with its Workspace, StatefulSet, Service
+and completed Update, see fleet.py) tracking branches on a loopback git server, the real operator
+(``python -m pko``) started against them; once its first pass over the fleet has ended (every Stack
+reconciled, no write for ``--quiet`` seconds), it is sampled for a window: RSS, CPU % of one core,
+API writes, git requests, and when reconciles fire (controller_runtime_reconcile_total deltas per
+bucket: branch polls spread, not bunched).
 
 One command, its own control plane (hack/localcluster.py):
 
     .venv/bin/python hack/bench/steady.py --stacks 10000 --duration 300
-    .venv/bin/python hack/bench/steady.py --stacks 50 --duration 10      # smoke
-
-Limitation (this slice): only the Stacks are seeded (spec + a Ready status as the operator writes
-it); their Workspaces, StatefulSets, Services and Updates are not, so the first minutes include the
-operator creating those. The figures say so.
+    .venv/bin/python hack/bench/steady.py --stacks 50 --duration 10 --resync 60   # smoke
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -27,14 +27,17 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from common import REPO, api_client, stack_spec
+from common import REPO, api_client
 
 sys.path.insert(0, str(REPO / "hack"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from fleet import GitServer, Seeded, git_server, seed_fleet
 from localcluster import LocalCluster
 from prometheus_client.parser import text_string_to_metric_families
-from run import apply_stacks, cpu_seconds, create_namespace, install_crds, log
+from run import cpu_seconds, create_namespace, install_crds, log
+
+from pko.controllers.options import ControllerOptions
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -81,6 +84,7 @@ def informers(log_path: Path) -> list[tuple[str, str]]:
     return seen
 
 
+NAMESPACE = "stacks"
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
 
 
@@ -108,16 +112,7 @@ def api_writes(cluster: LocalCluster) -> dict[tuple[str, str], float]:
     return asyncio.run(_writes(str(cluster.kubeconfig)))
 
 
-def pinned_stack_spec(i: int) -> dict[str, Any]:
-    """The benchmark's Stack, pinned to the commit its seeded status records: no branch to poll, so
-    the operator never looks up a remote (benchmarks talk only to loopback) and has nothing to run."""
-    body = stack_spec(i)
-    body["spec"].pop("branch", None)
-    body["spec"]["commit"] = f"{i * 2654435761 % 2**160:040x}"  # common.stack_status's commit
-    return body
-
-
-async def seed(cluster: LocalCluster, n: int) -> None:
+async def seed(cluster: LocalCluster, n: int, git: GitServer, teams: int, resync: int) -> Seeded:
     api = await api_client(str(cluster.kubeconfig))
     async with api:
         await install_crds(api, cluster)
@@ -128,51 +123,108 @@ async def seed(cluster: LocalCluster, n: int) -> None:
             check=True, stdout=subprocess.DEVNULL,
         )  # fmt: skip
         await asyncio.sleep(3)  # let the CRDs become established
-        await create_namespace(api, "stacks")
-        log(f"seeding {n} Ready Stacks")
-        await apply_stacks(api, "stacks", n, spec=pinned_stack_spec)
+        await create_namespace(api, NAMESPACE)
+        log(f"seeding {n} deployed Stacks (Stack, Workspace, StatefulSet, Service, Update each)")
+        return await seed_fleet(
+            api, NAMESPACE, n, git, teams=teams, resync=resync, options=ControllerOptions()
+        )
+
+
+def table_of_writes(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]) -> None:
+    print("| verb | resource | writes |")
+    print("|---|---|---:|")
+    for key in sorted(after):
+        d = after[key] - before.get(key, 0.0)
+        if d:
+            print(f"| {key[0]} | {key[1]} | {d:.0f} |")
+    print(f"| all | all | {sum(after.values()) - sum(before.values()):.0f} |")
+
+
+def start_operator(cluster: LocalCluster, logf: Any) -> tuple[subprocess.Popen[bytes], int]:
+    mport = free_port()
+    cmd = [
+        sys.executable, "-m", "pko", "--kubeconfig", str(cluster.kubeconfig),
+        "--metrics-bind-address", f"127.0.0.1:{mport}",
+        "--health-probe-bind-address", f"127.0.0.1:{free_port()}",
+        "--program-fs-addr", f"127.0.0.1:{free_port()}",
+        "--leader-elect=false",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=logf, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            reconciles(mport)
+            return proc, mport
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("operator did not serve metrics") from None
+            time.sleep(0.5)
+
+
+def first_pass(
+    cluster: LocalCluster, proc: subprocess.Popen[bytes], mport: int, n: int, quiet: float, timeout: float
+) -> float:
+    """Wait until every Stack was reconciled and the operator wrote nothing for ``quiet`` seconds."""
+    t0 = time.monotonic()
+    last_writes, quiet_since = api_writes(cluster), time.monotonic()
+    reported = t0
+    while time.monotonic() - t0 < timeout:
+        time.sleep(2)
+        if proc.poll() is not None:
+            raise RuntimeError("the operator exited during its first pass")
+        writes = api_writes(cluster)
+        if sum(writes.values()) != sum(last_writes.values()):
+            last_writes, quiet_since = writes, time.monotonic()
+        counts = reconciles(mport)
+        done = counts.get("stack-controller", 0.0) >= n
+        if time.monotonic() - reported >= 30:
+            reported = time.monotonic()
+            log(f"first pass: reconciles {counts}, writes so far {sum(writes.values()):.0f}")
+        if done and time.monotonic() - quiet_since >= quiet:
+            return quiet_since - t0
+    raise RuntimeError(f"the operator's first pass did not end within {timeout:.0f}s")
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(f"stopped by signal {signum}")  # so the control plane is stopped on the way out
 
 
 def main() -> int:
+    signal.signal(signal.SIGTERM, _terminate)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stacks", type=int, default=10000)
     p.add_argument("--duration", type=float, default=300.0, help="window in seconds (default %(default)s)")
     p.add_argument("--buckets", type=int, default=10, help="histogram buckets over the window")
-    p.add_argument("--settle", type=float, default=30.0, help="seconds after start before the window")
+    p.add_argument("--teams", type=int, default=37, help="git repositories the Stacks track (one per team)")
+    p.add_argument(
+        "--resync", type=int, default=300, help="the Stacks' resyncFrequencySeconds (branch polls)"
+    )
+    p.add_argument("--quiet", type=float, default=15.0, help="write-free seconds that end the first pass")
+    p.add_argument("--first-pass-timeout", type=float, default=3600.0)
     args = p.parse_args()
     print("# pko steady state at scale (issue 9)\n")
-    with tempfile.TemporaryDirectory(prefix="pko-steady-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="pko-steady-") as tmp, git_server(args.teams) as git:
         cluster = LocalCluster(Path(tmp) / "cluster", with_controller_manager=False)
         log("starting a control plane")
         cluster.start()
         proc = None
+        log_path = Path(tmp) / "operator.log"
         try:
-            asyncio.run(seed(cluster, args.stacks))
-            mport = free_port()
-            cmd = [
-                sys.executable, "-m", "pko", "--kubeconfig", str(cluster.kubeconfig),
-                "--metrics-bind-address", f"127.0.0.1:{mport}",
-                "--health-probe-bind-address", f"127.0.0.1:{free_port()}",
-                "--program-fs-addr", f"127.0.0.1:{free_port()}",
-                "--leader-elect=false",
-            ]  # fmt: skip
-            logf = open(Path(tmp) / "operator.log", "w")
-            proc = subprocess.Popen(cmd, cwd=REPO, stdout=logf, stderr=subprocess.STDOUT)
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    reconciles(mport)
-                    break
-                except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        print((Path(tmp) / "operator.log").read_text()[-3000:])
-                        raise RuntimeError("operator did not serve metrics") from None
-                    time.sleep(0.5)
-            log(f"operator up; settling {args.settle}s")
-            time.sleep(args.settle)
-            step = args.duration / args.buckets
+            t = time.monotonic()
+            seeded = asyncio.run(seed(cluster, args.stacks, git, args.teams, args.resync))
+            log(f"seeded in {time.monotonic() - t:.0f}s: {seeded}")
+            logf = open(log_path, "w")
+            w_start = api_writes(cluster)
+            git_start = git.requests[0]
+            proc, mport = start_operator(cluster, logf)
+            log("operator up; waiting for its first pass over the fleet")
+            took = first_pass(cluster, proc, mport, args.stacks, args.quiet, args.first_pass_timeout)
+            r0 = reconciles(mport)
             w0 = api_writes(cluster)
-            cpu0, t0, r0 = cpu_seconds(proc.pid), time.monotonic(), reconciles(mport)
+            git0 = git.requests[0]
+            log(f"first pass done in {took:.0f}s; sampling for {args.duration:.0f}s")
+            step = args.duration / args.buckets
+            cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
             prev = r0
             hist: list[float] = []
             peak = rss_mb(proc.pid)
@@ -187,45 +239,46 @@ def main() -> int:
             w1 = api_writes(cluster)
             cpu_pct = 100 * (cpu1 - cpu0) / (t1 - t0)
             print(
-                f"Stacks seeded: {args.stacks} (Stacks only; see limitation), window {args.duration:.0f} s\n"
+                f"Seeded: {seeded.stacks} Stacks with {seeded.workspaces} Workspaces, "
+                f"{seeded.statefulsets} StatefulSets, {seeded.services} Services, {seeded.pods} Ready pods, "
+                f"{seeded.updates} Updates; branches on {args.teams} loopback git repositories, "
+                f"resyncFrequencySeconds {args.resync}; "
+                f"window {args.duration:.0f} s after the first pass\n"
             )
             print("| figure | value | target |")
             print("|---|---:|---|")
             print(f"| operator RSS at end (MB) | {rss:.0f} | <= 400 |")
             print(f"| operator RSS peak in window (MB) | {peak:.0f} | <= 400 |")
-            print(f"| operator CPU % of one core over window | {cpu_pct:.1f} | <= 5 |")
+            print(f"| operator CPU % of one core over the window | {cpu_pct:.1f} | <= 5 |")
+            print(f"| first pass (start to last write) s | {took:.0f} | |")
+            print(f"| git requests in the first pass / in the window | {git0 - git_start} / "
+                  f"{git.requests[0] - git0} | one per repository per interval |")  # fmt: skip
             per = {c: prev.get(c, 0) - r0.get(c, 0) for c in prev}
-            print(f"\nreconciles before the window (start-up + settle): {r0}")
-            print(f"\nreconciles per controller in window: {per}\n")
+            print(f"\nreconciles in the first pass: {r0}")
+            print(f"\nreconciles per controller in the window: {per}\n")
             print("| bucket start s | reconciles |")
             print("|---:|---:|")
             for i, h in enumerate(hist):
                 print(f"| {i * step:.0f} | {h:.0f} |")
-            print(
-                "\nAPI writes served in the window (only the operator writes then), by verb and resource:\n"
-            )
-            print("| verb | resource | writes |")
-            print("|---|---|---:|")
-            for key in sorted(w1):
-                d = w1[key] - w0.get(key, 0.0)
-                if d:
-                    print(f"| {key[0]} | {key[1]} | {d:.0f} |")
-            print(f"| all | all | {sum(w1.values()) - sum(w0.values()):.0f} |")
-            cached = informers(Path(tmp) / "operator.log")
-            print(f"\ninformers synced (resource, namespace): {cached}")
-            leaked = [r for r, _ in cached if r in ("secrets", "configmaps")]
-            print(f"Secrets/ConfigMaps cached: {'yes: ' + ', '.join(leaked) if leaked else 'no'}")
             mean = sum(hist) / len(hist) if hist else 0
             print(
                 f"\nresync spread: max bucket / mean = {max(hist) / mean:.2f}"
                 if mean
-                else "\nresync spread: no reconciles in window"
+                else "\nresync spread: no reconciles in the window"
             )
+            print("\nAPI writes in the first pass (only the operator writes then):\n")
+            table_of_writes(w_start, w0)
+            print("\nAPI writes in the window:\n")
+            table_of_writes(w0, w1)
+            cached = informers(log_path)
+            print(f"\ninformers synced (resource, namespace): {cached}")
+            leaked = [r for r, _ in cached if r in ("secrets", "configmaps")]
+            print(f"Secrets/ConfigMaps cached: {'yes: ' + ', '.join(leaked) if leaked else 'no'}")
         finally:
-            if (Path(tmp) / "operator.log").exists():
+            if log_path.exists():
                 kept = REPO / ".bench-logs"
                 kept.mkdir(exist_ok=True)
-                (kept / "steady-operator.log").write_bytes((Path(tmp) / "operator.log").read_bytes())
+                (kept / "steady-operator.log").write_bytes(log_path.read_bytes())
             if proc is not None:
                 proc.terminate()
                 try:

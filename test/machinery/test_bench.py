@@ -32,13 +32,14 @@ def test_bench_command_prints_every_table_at_tiny_sizes() -> None:
 def test_steady_state_bench_prints_its_figures_at_tiny_size() -> None:
     out = subprocess.run(
         [sys.executable, str(REPO / "hack/bench/steady.py"), "--stacks", "50", "--duration", "10",
-         "--settle", "5", "--buckets", "5"],
+         "--quiet", "5", "--buckets", "5", "--teams", "5", "--resync", "60"],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     table = out.stdout
     assert "| operator RSS at end (MB) |" in table
-    assert "| operator CPU % of one core over window |" in table
+    assert "| operator CPU % of one core over the window |" in table
+    assert "Ready pods" in table
     assert "| bucket start s | reconciles |" in table
     assert "resync spread:" in table
     assert "| verb | resource | writes |" in table
