@@ -45,6 +45,7 @@ from pko.controllers.resources import (
     UPDATES,
     WORKSPACES,
 )
+from pko.controllers.stackstatus import mark_ready
 from pko.controllers.stackupdate import build_update
 from pko.controllers.stackworkspace import GitRevision, build_workspace
 from pko.controllers.updatestatus import result_status, status_body
@@ -140,19 +141,11 @@ def fleet_stack_spec(i: int, git: GitServer, teams: int, resync: int) -> dict[st
 
 def fleet_stack_status(i: int, commit: str, update_name: str, generation: int) -> dict[str, Any]:
     """A Ready status for a Stack whose last Update deployed ``commit``."""
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    conditions = [
-        {
-            "type": "Ready",
-            "status": "True",
-            "reason": "ProcessingCompleted",
-            "message": "the stack is up to date",
-        },
-        {"type": "Reconciling", "status": "False", "reason": "ProcessingCompleted", "message": ""},
-        {"type": "Stalled", "status": "False", "reason": "ProcessingCompleted", "message": ""},
-    ]
-    for c in conditions:
-        c.update(lastTransitionTime=now, observedGeneration=generation)
+    now = datetime.now(UTC)
+    marked: dict[str, Any] = {}
+    mark_ready(marked, generation, now)  # the operator's own conditions, so it has nothing to rewrite
+    conditions = marked["conditions"]
+    now_text = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "observedGeneration": generation,
         "observedReconcileRequest": "",
@@ -166,7 +159,7 @@ def fleet_stack_status(i: int, commit: str, update_name: str, generation: int) -
             "reconcileRequest": "",
             "lastAttemptedCommit": commit,
             "lastSuccessfulCommit": commit,
-            "lastResyncTime": now,
+            "lastResyncTime": now_text,
             "message": "",
             "failures": 0,
         },
