@@ -98,6 +98,7 @@ from pko.controllers.stackworkspace import (
     ResolvedSource,
     build_workspace,
 )
+from pko.controllers.workspacepod import ANNOTATION_APPLIED_DIGEST, applied_digest
 from pko.machinery.conditions import get_condition, is_true
 from pko.machinery.controller import Result
 from pko.machinery.manager import CACHE_SYNCED, Manager
@@ -189,6 +190,8 @@ class StackReconciler:
         api = manager.api
         self._stack_client = ResourceClient(api, STACKS)
         self._ws_client = ResourceClient(api, WORKSPACES)
+        # Workspace key -> (digest, generation) of this controller's last apply: skips no-op applies.
+        self._ws_applied: dict[str, tuple[str, int]] = {}
         self._update_client = ResourceClient(api, UPDATES)
         self._secrets = ResourceClient(api, SECRETS)
         self.events = manager.events
@@ -200,6 +203,7 @@ class StackReconciler:
     async def reconcile(self, key: str) -> Result:
         obj = self._latest(key, self.stacks.indexer.get_by_key(key))
         if obj is None:
+            self._ws_applied.pop(key, None)  # its Workspace (same name) goes with it
             return Result.done()
         meta = metadata_of(obj)
         deleting = bool(meta.get("deletionTimestamp"))
@@ -609,8 +613,16 @@ class StackReconciler:
             baseline = spec.get("securityProfile") == "baseline"
             default = DEFAULT_IMAGES["baseline" if baseline else "restricted"]
             spec["image"] = self.options.default_workspace_image or default
+        digest = applied_digest(body)
+        body["metadata"].setdefault("annotations", {})[ANNOTATION_APPLIED_DIGEST] = digest
+        key = object_key(namespace_of(obj), body["metadata"]["name"])
+        cached = self.workspaces.indexer.get_by_key(key)
+        if cached is not None and _applied(cached, digest, self._ws_applied.get(key)):
+            return cached  # what we would apply is there: no request (one less write per reconcile)
         try:
-            return await self._ws_client.apply(body, field_manager=FIELD_MANAGER)
+            applied = await self._ws_client.apply(body, field_manager=FIELD_MANAGER)
+            self._ws_applied[key] = (digest, int(metadata_of(applied).get("generation") or 0))
+            return applied
         except ApiException as exc:
             if metadata_of(obj).get("deletionTimestamp") and _namespace_terminating(exc):
                 raise _Stall(
@@ -620,7 +632,9 @@ class StackReconciler:
 
     async def _delete_workspace(self, obj: Obj) -> bool:
         name = str(metadata_of(obj).get("name"))
-        if self.workspaces.indexer.get_by_key(object_key(namespace_of(obj), name)) is None:
+        key = object_key(namespace_of(obj), name)
+        self._ws_applied.pop(key, None)
+        if self.workspaces.indexer.get_by_key(key) is None:
             return False
         try:
             await self._ws_client.delete(name, namespace_of(obj))
@@ -703,6 +717,16 @@ class StackReconciler:
             if api_error_status(exc) == 404:
                 return None
             raise
+
+
+def _applied(cached: Obj, digest: str, last: tuple[str, int] | None) -> bool:
+    """The cached Workspace is what this controller last applied (``last``: digest, generation) and
+    nobody changed it since (same generation): applying ``digest`` again would change nothing."""
+    meta = metadata_of(cached)
+    if last is None or meta.get("deletionTimestamp"):
+        return False
+    current = (meta.get("annotations") or {}).get(ANNOTATION_APPLIED_DIGEST)
+    return current == digest == last[0] and int(meta.get("generation") or 0) == last[1]
 
 
 def _newer(a: Obj, b: Obj) -> bool:

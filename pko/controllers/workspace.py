@@ -39,6 +39,8 @@ import asyncio
 import copy
 import json
 import re
+import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final, cast
@@ -104,6 +106,10 @@ REQUEUE_MIGRATION: Final = 5.0
 REQUEUE_REFUSED: Final = 30.0
 # A backstop while waiting on the pod: pod and StatefulSet events are what normally drive it.
 REQUEUE_WAITING: Final = 60.0
+# The StatefulSet controller creates a pod within this after an apply; only later is a missing pod
+# worth a dry run (an API write) to learn why it was refused.
+POD_CREATION_GRACE: Final = 5.0
+MEMORY_ENTRIES: Final = 4096  # per memory of recent writes (below)
 # Per call to the agent once connected (SelectStack, SetAllConfig...); Install may fetch plugins.
 RPC_TIMEOUT: Final = 60.0
 INSTALL_TIMEOUT: Final = 600.0
@@ -204,6 +210,12 @@ class WorkspaceReconciler:
         self.service_client = ResourceClient(api, SERVICES, request_timeout=request_timeout)
         self.pod_client = ResourceClient(api, PODS, request_timeout=request_timeout)
         self.core = CoreV1Api(api)
+        # Pods initialized lately (uid -> Pulumi version): the caches may not show it yet.
+        self._initialized: OrderedDict[str, str] = OrderedDict()
+        # When this controller last applied each Workspace's StatefulSet (by Workspace uid).
+        self._sts_applied: OrderedDict[str, float] = OrderedDict()
+        # The status last written per Workspace uid, for the same reason.
+        self._written: OrderedDict[str, Obj] = OrderedDict()
 
     # --- the reconcile ---------------------------------------------------------------------
 
@@ -279,6 +291,7 @@ class WorkspaceReconciler:
                 sts = await self.statefulset_client.apply(
                     desired_sts, field_manager=FIELD_MANAGER, force=True
                 )
+                _remember(self._sts_applied, str(meta.get("uid")), time.monotonic())
             except ApiException as exc:
                 if api_error_status(exc) != 422:
                     raise
@@ -295,10 +308,16 @@ class WorkspaceReconciler:
         pod = self.pods.indexer.get_by_key(object_key(namespace, pod_name(name)))
         if pod is None:
             # A refused pod shows only in the StatefulSet's Events (and its status stays
-            # unobserved): ask the apiserver why, by a dry run.
-            refused = await self._pod_refusal(desired_sts)
-            if refused is not None:
-                return _Finding("PodCreationFailed", _short(refused[1])), waiting, None, version
+            # unobserved): ask the apiserver why, by a dry run, once the StatefulSet controller
+            # has had time to create it (a pod it creates wakes us before then).
+            applied = self._sts_applied.get(str(meta.get("uid")))
+            grace = POD_CREATION_GRACE - (time.monotonic() - applied) if applied is not None else 0.0
+            if grace > 0:
+                waiting = Result.requeue_after(grace)
+            else:
+                refused = await self._pod_refusal(desired_sts)
+                if refused is not None:
+                    return _Finding("PodCreationFailed", _short(refused[1])), waiting, None, version
         if int(sts_status.get("observedGeneration") or 0) < int(sts["metadata"].get("generation") or 0):
             return rolling, waiting, None, version
         if pod is None:
@@ -339,7 +358,10 @@ class WorkspaceReconciler:
                 None,
                 version,
             )
-        if (pod["metadata"].get("annotations") or {}).get(ANNOTATION_INITIALIZED) == "true" and version:
+        annotated = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_INITIALIZED) == "true"
+        remembered = self._initialized.get(str(pod["metadata"].get("uid")))
+        version = version or remembered
+        if (annotated or remembered) and version:
             return _Finding("Succeeded", "", ready=True), Result.done(), address, version
         finding, result, version = await self._initialize(ws, spec, pod, address, version)
         return finding, result, address if finding.ready else None, version
@@ -444,6 +466,9 @@ class WorkspaceReconciler:
                 raise
             # The pod went (or was replaced) meanwhile: its successor initializes from scratch.
             return _Finding("WaitingForReplicas", "The workspace pod was replaced"), Result.requeue(), version
+        # Until the pod cache shows the annotation, a reconcile (our own status write triggers one)
+        # must not initialize the pod a second time.
+        _remember(self._initialized, str(pod_meta.get("uid")), version)
         log.info("workspace pod initialized", pod=pod_meta["name"], pulumi_version=version)
         self.events.event(ws, "Normal", "Initialized", f"Initialized workspace pod {pod_meta['name']!r}")
         return _Finding("Succeeded", "", ready=True), Result.done(), version
@@ -503,12 +528,13 @@ class WorkspaceReconciler:
         version = pulumi_version or current.get("pulumiVersion")
         if version:
             status["pulumiVersion"] = version
-        if status == {
+        uid = str(meta.get("uid"))
+        if status == self._written.get(uid) or status == {
             k: current[k]
             for k in ("observedGeneration", "conditions", "address", "pulumiVersion")
             if k in current
         }:
-            return
+            return  # already there, or written by us and not yet in the cache
         body = {
             "apiVersion": WORKSPACES.api_version,
             "kind": WORKSPACES.kind,
@@ -525,10 +551,19 @@ class WorkspaceReconciler:
             raise
         # Later steps of this reconcile compare against what was just written.
         ws["status"] = updated.get("status") or status
+        _remember(self._written, uid, status)
         ready = get_condition(conditions, READY) or {}
         log.info(
             "workspace status", workspace=f"{meta['namespace']}/{meta['name']}", reason=ready.get("reason")
         )
+
+
+def _remember(memory: OrderedDict[str, Any], key: str, value: Any) -> None:
+    """Bounded: a forgotten entry costs one redundant write at most."""
+    memory[key] = value
+    memory.move_to_end(key)
+    while len(memory) > MEMORY_ENTRIES:
+        memory.popitem(last=False)
 
 
 def _needs_apply(cached: Obj | None, desired: Obj) -> bool:

@@ -126,18 +126,27 @@ async def env(
 
 
 class WriteCounter:
-    """Counts the operator's API writes into one namespace (instrumentation of its own client)."""
+    """Counts the operator's API writes about one Workspace (its objects and Events; instrumentation
+    of the operator's own client), so Workspaces of earlier tests still winding down do not count."""
 
-    def __init__(self, api: ApiClient, namespace: str) -> None:
-        self.api, self.namespace = api, namespace
+    def __init__(self, api: ApiClient, namespace: str, workspace: str) -> None:
+        self.api, self.namespace, self.workspace = api, namespace, workspace
         self.writes: list[str] = []
         self._original = api.call_api
+
+    def _about(self, path: str, body: Any) -> bool:
+        if f"/namespaces/{self.namespace}/" not in path:
+            return False
+        if f"/{self.workspace}" in path:  # workspaces/<ws>, statefulsets/<ws>-workspace, events/<ws>.<id>
+            return True
+        involved = (body or {}).get("involvedObject") if isinstance(body, dict) else None
+        return bool(involved and involved.get("name") in (self.workspace, f"{self.workspace}-workspace"))
 
     def __enter__(self) -> WriteCounter:
         original = self._original
 
         async def counting(path: str, method: str, *args: Any, **kwargs: Any) -> Any:
-            if method.upper() in WRITES and f"/namespaces/{self.namespace}/" in path:
+            if method.upper() in WRITES and self._about(path, kwargs.get("body")):
                 self.writes.append(f"{method} {path}")
             return await original(path, method, *args, **kwargs)
 
@@ -149,12 +158,12 @@ class WriteCounter:
 
 
 @pytest.fixture
-def writes(env: Env) -> Iterator[Callable[[], WriteCounter]]:
+def writes(env: Env) -> Iterator[Callable[[str], WriteCounter]]:
     counters: list[WriteCounter] = []
 
-    def make() -> WriteCounter:
+    def make(workspace: str) -> WriteCounter:
         assert env.operator.api is not None
-        counter = WriteCounter(env.operator.api, env.ns).__enter__()
+        counter = WriteCounter(env.operator.api, env.ns, workspace).__enter__()
         counters.append(counter)
         return counter
 
@@ -166,7 +175,7 @@ def writes(env: Env) -> Iterator[Callable[[], WriteCounter]]:
 # --- the seed's customized workspace ---------------------------------------------------------
 
 
-async def test_seed_customized_workspace(env: Env, writes: Callable[[], WriteCounter]) -> None:
+async def test_seed_customized_workspace(env: Env, writes: Callable[[str], WriteCounter]) -> None:
     spec = seed_spec()
     created = await env.create("my-stack", spec)
     ws = await env.ready("my-stack", "Succeeded", "True", within=180)
@@ -225,7 +234,7 @@ async def test_seed_customized_workspace(env: Env, writes: Callable[[], WriteCou
     assert "Initialized" in await env.event_reasons("my-stack")
 
     # Steady state: events that make the operator reconcile (a touched Service and pod) cost no write.
-    counter = writes()
+    counter = writes("my-stack")
     await env.services.patch("my-stack-workspace", {"metadata": {"labels": {"touched": "1"}}})
     await env.pods.patch("my-stack-workspace-0", {"metadata": {"labels": {"touched": "1"}}})
     await asyncio.sleep(3)
@@ -383,7 +392,7 @@ async def test_unauthenticated_without_auth_delegator_keeps_the_pod(env: Env) ->
 
 
 async def test_invalid_pod_template_is_a_condition_not_a_loop(
-    env: Env, writes: Callable[[], WriteCounter]
+    env: Env, writes: Callable[[str], WriteCounter]
 ) -> None:
     # The CRD accepts a mount of a volume that does not exist; the StatefulSet validation does not.
     bad_mount = {"name": "pulumi", "volumeMounts": [{"name": "missing", "mountPath": "/data"}]}
@@ -396,7 +405,7 @@ async def test_invalid_pod_template_is_a_condition_not_a_loop(
     assert "missing" in ready_of(ws)["message"]
     assert stalled_of(ws)["status"] == "True"
     assert await env.get(env.statefulsets, "invalid-workspace") is None
-    counter = writes()
+    counter = writes("invalid")
     await asyncio.sleep(4)
     assert counter.writes == []
     # Fixed: it proceeds, and the Stalled condition goes.
