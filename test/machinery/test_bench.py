@@ -44,3 +44,18 @@ def test_steady_state_bench_prints_its_figures_at_tiny_size() -> None:
     assert "resync spread:" in table
     assert "| verb | resource | writes |" in table
     assert "Secrets/ConfigMaps cached: no" in table
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_deploy_bench_prints_writes_per_stack_and_the_floor_at_tiny_size() -> None:
+    out = subprocess.run(
+        [sys.executable, str(REPO / "hack/bench/deploy.py"), "--stacks", "2", "--timeout", "300"],
+        cwd=REPO, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    table = out.stdout
+    assert "## Writes per deployed Stack" in table
+    assert "| create updates | 1 | 1.0 |" in table  # one Update for one deployed Stack
+    assert "| operator / floor |" in table
+    assert "| operator CPU seconds per Stack |" in table
