@@ -244,6 +244,8 @@ async def bench(cluster: LocalCluster, audit_path: Path, tmp: Path, args: argpar
             kept.mkdir(exist_ok=True)
             (kept / "deploy-operator.log").write_bytes((tmp / "operator.log").read_bytes())
             await kubelet.stop()
+            if op.api is not None:
+                await op.api.close()  # the operator's identity, opened by setup()
 
     print("## Writes per deployed Stack\n")
     print(f"One Program and one Stack applied; the operator's API writes until the Stack was Ready "

@@ -163,11 +163,13 @@ def start_operator(cluster: LocalCluster, logf: Any) -> tuple[subprocess.Popen[b
 
 def first_pass(
     cluster: LocalCluster, proc: subprocess.Popen[bytes], mport: int, n: int, quiet: float, timeout: float
-) -> float:
-    """Wait until every Stack was reconciled and the operator wrote nothing for ``quiet`` seconds."""
+) -> tuple[float, float]:
+    """Wait until every Stack was reconciled and the operator wrote nothing for ``quiet`` seconds;
+    returns the seconds until every Stack was reconciled and until the last write."""
     t0 = time.monotonic()
     last_writes, quiet_since = api_writes(cluster), time.monotonic()
     reported = t0
+    reconciled: float | None = None
     while time.monotonic() - t0 < timeout:
         time.sleep(2)
         if proc.poll() is not None:
@@ -177,11 +179,13 @@ def first_pass(
             last_writes, quiet_since = writes, time.monotonic()
         counts = reconciles(mport)
         done = counts.get("stack-controller", 0.0) >= n
+        if done and reconciled is None:
+            reconciled = time.monotonic() - t0
         if time.monotonic() - reported >= 30:
             reported = time.monotonic()
             log(f"first pass: reconciles {counts}, writes so far {sum(writes.values()):.0f}")
-        if done and time.monotonic() - quiet_since >= quiet:
-            return quiet_since - t0
+        if reconciled is not None and time.monotonic() - quiet_since >= quiet:
+            return reconciled, quiet_since - t0
     raise RuntimeError(f"the operator's first pass did not end within {timeout:.0f}s")
 
 
@@ -218,7 +222,9 @@ def main() -> int:
             git_start = git.requests[0]
             proc, mport = start_operator(cluster, logf)
             log("operator up; waiting for its first pass over the fleet")
-            took = first_pass(cluster, proc, mport, args.stacks, args.quiet, args.first_pass_timeout)
+            took, last_write = first_pass(
+                cluster, proc, mport, args.stacks, args.quiet, args.first_pass_timeout
+            )
             r0 = reconciles(mport)
             w0 = api_writes(cluster)
             git0 = git.requests[0]
@@ -250,7 +256,8 @@ def main() -> int:
             print(f"| operator RSS at end (MB) | {rss:.0f} | <= 400 |")
             print(f"| operator RSS peak in window (MB) | {peak:.0f} | <= 400 |")
             print(f"| operator CPU % of one core over the window | {cpu_pct:.1f} | <= 5 |")
-            print(f"| first pass (start to last write) s | {took:.0f} | |")
+            print(f"| first pass: operator start to every Stack reconciled (s) | {took:.0f} | |")
+            print(f"| first pass: operator start to its last write (s) | {last_write:.0f} | |")
             print(f"| git requests in the first pass / in the window | {git0 - git_start} / "
                   f"{git.requests[0] - git0} | one per repository per interval |")  # fmt: skip
             per = {c: prev.get(c, 0) - r0.get(c, 0) for c in prev}
