@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -50,6 +51,7 @@ __all__ = [
     "mark_reconciling",
     "mark_result",
     "mark_stalled",
+    "next_poll",
     "outputs_from_secret",
     "parse_time",
     "plan_sync",
@@ -366,9 +368,6 @@ def _since(value: Any, now: datetime) -> float:
     return (now - when).total_seconds() if when else float("inf")
 
 
-POLL_SPREAD: Final = 0.1
-
-
 def plan_sync(
     obj: Mapping[str, Any],
     spec: StackSpec,
@@ -419,11 +418,24 @@ def plan_sync(
                 return SyncDecision(False, f"Backoff time elapsed: {go_duration(schedule.delay)}")
             requeue = max(1.0, schedule.delay - elapsed)
     if polls_branch and not deleting:
-        # Up to 10% later, stable per Stack: a fleet that started together does not poll together.
         seed = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
-        poll = resync * (jitter_fraction(seed, POLL_SPREAD / 2) + POLL_SPREAD / 2)
+        poll = next_poll(seed, resync, now)
         requeue = min(poll, requeue) if requeue is not None else poll
     return SyncDecision(True, "", requeue)
+
+
+def next_poll(seed: str, interval: float, now: datetime) -> float:
+    """Seconds to this Stack's next branch poll: at its own phase of the interval (stable per
+    ``seed``, uniform over a fleet), so Stacks created or reconciled together poll spread over the
+    whole interval instead of all at once, and any extra reconcile leaves the schedule where it was.
+    Polls are ``interval`` apart; only the first after a (re)start may come between half and one and
+    a half intervals after the previous one."""
+    phase = (jitter_fraction(seed, 0.5) - 0.5) * interval  # in [0, interval)
+    at = now.timestamp()
+    following = math.floor((at - phase) / interval) * interval + phase + interval
+    if following - at < interval / 2:
+        following += interval
+    return following - at
 
 
 # --- prerequisites ---------------------------------------------------------------------------

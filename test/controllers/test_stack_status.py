@@ -302,24 +302,33 @@ def test_plan_resyncs_with_continue_resync_on_commit_match() -> None:
 def test_plan_polls_a_branch_at_the_resync_frequency_at_least_a_minute() -> None:
     s = spec(resyncFrequencySeconds=10)
     decision = plan_sync(stack_obj(), s, succeeded(), "r1", T0, SETTINGS, polls_branch=True)
-    assert decision.synced and decision.requeue_after is not None and 60 <= decision.requeue_after <= 66
+    assert decision.synced and decision.requeue_after is not None and 30 <= decision.requeue_after < 90
+    # On its tick, the next poll is one interval later.
+    tick = T0 + timedelta(seconds=decision.requeue_after)
+    later = plan_sync(stack_obj(), s, succeeded(), "r1", tick, SETTINGS, polls_branch=True)
+    assert later.requeue_after is not None and abs(later.requeue_after - 60) < 1e-6
 
 
-def test_branch_polls_of_a_fleet_are_spread_not_bunched() -> None:
-    """Stacks created together would otherwise poll together forever: each waits up to 10% longer,
-    the same amount every time."""
+def test_branch_polls_of_a_fleet_are_spread_over_the_interval_and_stay_put() -> None:
+    """A fleet reconciled all at once (an operator start) polls spread over the whole interval,
+    each Stack at its own phase, which no extra reconcile moves."""
     s = spec(resyncFrequencySeconds=600)
-    waits = []
-    for i in range(200):
+    ticks = []
+    for i in range(400):
         obj = stack_obj()
         obj["metadata"]["uid"] = f"uid-{i}"
         decision = plan_sync(obj, s, succeeded(), "r1", T0, SETTINGS, polls_branch=True)
-        assert decision.requeue_after is not None
-        waits.append(decision.requeue_after)
-        again = plan_sync(obj, s, succeeded(), "r1", T0, SETTINGS, polls_branch=True)
-        assert again.requeue_after == decision.requeue_after
-    assert 600 <= min(waits) < 606 and 654 < max(waits) <= 660
-    assert len({round(w) for w in waits}) > 40
+        assert decision.requeue_after is not None and 300 <= decision.requeue_after < 900
+        tick = T0 + timedelta(seconds=decision.requeue_after)
+        ticks.append(tick.timestamp() % 600)
+        # an extra reconcile 100 s later aims at the same tick
+        extra = plan_sync(obj, s, succeeded(), "r1", T0 + timedelta(seconds=100), SETTINGS, polls_branch=True)
+        assert extra.requeue_after is not None
+        assert abs((T0 + timedelta(seconds=100 + extra.requeue_after) - tick).total_seconds()) in (0.0, 600.0)
+    buckets = [0] * 10  # polls per tenth of the interval: about 40 each
+    for t in ticks:
+        buckets[int(t // 60)] += 1
+    assert max(buckets) < 2 * min(buckets), buckets
 
 
 def test_plan_retries_after_the_backoff_and_stops_when_stalled() -> None:
