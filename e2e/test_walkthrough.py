@@ -3,16 +3,19 @@ TEST-ONLY stand-in Pulumi CLI image), Services resolved by the cluster DNS, kube
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
+import yaml
 from dulwich.objects import Blob, Commit, Tree
 from dulwich.repo import Repo
 from dulwich.server import DictBackend
@@ -298,3 +301,79 @@ def test_a_workspace_account_without_auth_delegation_reports_unauthenticated(kub
     assert k.condition(ws, "Ready")["status"] == "False"
     assert k.get("pod", "noauth-workspace-0") is not None, "the pod is kept for diagnosis"
     k.run("delete", "stack", "noauth", "--wait=false")
+
+
+SEEDS = Path(__file__).resolve().parents[1] / "test" / "data" / "seeds"
+WORKSPACE_IMAGE = "pko-workspace-standin:dev"  # TEST-ONLY, built by hack/build-images.sh
+
+
+def test_seed_customized_workspace_runs_as_written(kube: Kube) -> None:
+    """Seed 000's customized workspace: extra init container, pod label, toleration, grace period and
+    a projected service-account token with its own audience. Only what cannot exist here is changed:
+    the images (no registry: the local workspace image for the seed's custom image and for busybox)
+    and the source (a Program) with this suite's backend settings."""
+    k = kube
+    seed = yaml.safe_load((SEEDS / "000-my-stack-customized.yaml").read_text())
+    spec = seed["spec"]
+    template = spec["workspaceTemplate"]["spec"]
+    assert template["image"] == "example/pulumi-with-dependencies:v3.334"
+    template["image"] = WORKSPACE_IMAGE
+    pod_spec = template["podTemplate"]["spec"]
+    assert pod_spec["initContainers"][0]["image"] == "busybox"
+    pod_spec["initContainers"][0]["image"] = WORKSPACE_IMAGE
+    base = yaml.safe_load(stack("my-stack", "programRef:\n    name: my-stack"))["spec"]
+    base_pod = base["workspaceTemplate"]["spec"]["podTemplate"]["spec"]  # the suite's state volume
+    pod_spec["containers"][0]["volumeMounts"] += base_pod["containers"][0]["volumeMounts"]
+    pod_spec["volumes"] += base_pod["volumes"]
+    for key in ("serviceAccountName", "programRef", "backend", "destroyOnFinalize", "envRefs"):
+        spec[key] = base[key]
+    k.apply(program("my-stack"))
+    k.apply(yaml.safe_dump(seed))
+    ready(k, "my-stack")
+
+    pod = k.get("pod", "my-stack-workspace-0")
+    assert pod is not None
+    assert pod["metadata"]["labels"]["example.com/mylabel"] == "bar"
+    toleration = {"key": "example.com/foo", "operator": "Exists", "effect": "NoSchedule"}
+    assert toleration in pod["spec"]["tolerations"]
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 3600
+    extra = next(s for s in pod["status"]["initContainerStatuses"] if s["name"] == "extra")
+    assert extra["state"]["terminated"]["exitCode"] == 0, extra
+    assert "Hello, extra init container!" in k.run("logs", "my-stack-workspace-0", "-c", "extra")
+    token_file = "/var/run/secrets/pulumi/token"
+    token = k.run("exec", "my-stack-workspace-0", "-c", "pulumi", "--", "cat", token_file)
+    claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+    assert claims["aud"] == ["urn:pulumi:org:ORG_NAME"], claims
+    k.run("delete", "stack", "my-stack", "--wait=false")
+    gone(k, "stack", "my-stack")
+    k.run("delete", "program", "my-stack")
+
+
+def test_a_workspace_image_that_cannot_be_pulled_is_reported_and_recovers(kube: Kube) -> None:
+    k = kube
+    k.apply(program("badimage"))
+    manifest = stack("badimage", "programRef:\n    name: badimage")
+    # imagePullPolicy Never: the kubelet reports the missing image without contacting any registry.
+    missing = manifest.replace(
+        "  workspaceTemplate:\n    spec:\n",
+        "  workspaceTemplate:\n    spec:\n      image: pko-workspace-standin:missing\n"
+        "      imagePullPolicy: Never\n",
+    )
+    k.apply(missing)
+
+    def pull_failed() -> dict[str, Any] | None:
+        ws = k.get("workspace", "badimage")
+        return ws if k.condition(ws, "Ready").get("reason") == "ImagePullFailed" else None
+
+    ws = k.until("workspace badimage ImagePullFailed", pull_failed, 300)
+    message = k.condition(ws, "Ready")["message"]
+    assert "pko-workspace-standin:missing" in message and "ErrImageNeverPull" in message, message
+    reconciling = k.condition(k.get("stack", "badimage"), "Ready")
+    assert reconciling.get("status") == "False", reconciling
+
+    k.apply(missing.replace("pko-workspace-standin:missing", WORKSPACE_IMAGE))  # fixed
+    s = ready(k, "badimage", within=600)
+    assert s["status"]["lastUpdate"]["state"] == "succeeded"
+    k.run("delete", "stack", "badimage", "--wait=false")
+    gone(k, "stack", "badimage")
+    k.run("delete", "program", "badimage")
