@@ -57,7 +57,8 @@ def rss_mb(pid: int) -> float:
 
 def reconciles(port: int) -> dict[str, float]:
     """controller_runtime_reconcile_total summed per controller."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    # Generous: during its first pass over 10,000 objects the operator's loop answers slowly.
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60).read().decode()
     out: dict[str, float] = {}
     for fam in text_string_to_metric_families(text):
         if fam.name != "controller_runtime_reconcile":
