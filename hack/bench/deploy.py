@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 import subprocess
 import sys
 import tempfile
@@ -47,7 +46,7 @@ from controllers.kubelet import (
 )
 from controllers.operator import OPERATOR_SERVICE_ACCOUNT, Operator
 from localcluster import LocalCluster
-from run import bounded, cpu_seconds, create_namespace, log
+from run import bounded, cpu_seconds, create_namespace, exit_on_sigterm, log
 from steady import free_port, rss_mb
 
 from pko.controllers.options import ControllerOptions
@@ -264,12 +263,8 @@ async def bench(cluster: LocalCluster, audit_path: Path, tmp: Path, args: argpar
     print_writes(many, n)
 
 
-def _terminate(signum: int, frame: Any) -> None:
-    raise SystemExit(f"stopped by signal {signum}")  # so the control plane is stopped on the way out
-
-
 def main() -> int:
-    signal.signal(signal.SIGTERM, _terminate)
+    exit_on_sigterm()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stacks", type=int, default=100)
     p.add_argument("--floor-concurrency", type=int, default=10)

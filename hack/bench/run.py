@@ -75,6 +75,15 @@ CONTENDER_LABELS = {
 }
 
 
+def exit_on_sigterm() -> None:
+    """SIGTERM (a timeout, a CI cancel) unwinds like Ctrl-C, so `finally` stops the control plane."""
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def log(msg: str) -> None:
     print(f"bench: {msg}", file=sys.stderr, flush=True)
 

@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -35,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleet import GitServer, Seeded, git_server, seed_fleet
 from localcluster import LocalCluster
 from prometheus_client.parser import text_string_to_metric_families
-from run import cpu_seconds, create_namespace, install_crds, log
+from run import cpu_seconds, create_namespace, exit_on_sigterm, install_crds, log
 
 from pko.controllers.options import ControllerOptions
 
@@ -190,12 +189,8 @@ def first_pass(
     raise RuntimeError(f"the operator's first pass did not end within {timeout:.0f}s")
 
 
-def _terminate(signum: int, frame: Any) -> None:
-    raise SystemExit(f"stopped by signal {signum}")  # so the control plane is stopped on the way out
-
-
 def main() -> int:
-    signal.signal(signal.SIGTERM, _terminate)
+    exit_on_sigterm()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stacks", type=int, default=10000)
     p.add_argument("--duration", type=float, default=300.0, help="window in seconds (default %(default)s)")
