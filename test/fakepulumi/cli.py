@@ -87,6 +87,50 @@ _OPERATION_FLAGS = {
     "show-policy-remediations": BOOL,
     "neo": BOOL,
 }
+_DESTROY_FLAGS = {k: v for k, v in _OPERATION_FLAGS.items() if k != "expect-no-changes"}
+"""``pulumi destroy`` has no ``--expect-no-changes`` (pkg/cmd/pulumi/operations/destroy.go)."""
+_IMPORT_FLAGS = {
+    "parent": VALUE,
+    "provider": VALUE,
+    "properties": LIST,
+    "file": VALUE,
+    "out": VALUE,
+    "generate-code": BOOL,
+    "debug": BOOL,
+    "message": VALUE,
+    "stack": VALUE,
+    "config-file": VALUE,
+    "diff": BOOL,
+    "parallel": VALUE,
+    "preview-only": BOOL,
+    "skip-preview": BOOL,
+    "json": BOOL,
+    "output": VALUE,
+    "suppress-outputs": BOOL,
+    "urns": BOOL,
+    "suppress-progress": BOOL,
+    "suppress-permalink": VALUE,
+    "yes": BOOL,
+    "protect": BOOL,
+    "from": VALUE,
+    "generate-resources": VALUE,
+    "skip-plugin-pre-install": BOOL,
+    "event-log": VALUE,
+    "exec-kind": VALUE,
+    "exec-agent": VALUE,
+}
+"""``pulumi import``'s flags (pkg/cmd/pulumi/operations/import.go)."""
+_IMPORT_SHORT = {
+    "f": "file",
+    "o": "out",
+    "d": "debug",
+    "m": "message",
+    "s": "stack",
+    "p": "parallel",
+    "j": "json",
+    "y": "yes",
+}
+
 _OPERATION_SHORT = {
     "m": "message",
     "t": "target",
@@ -221,7 +265,8 @@ def _commands() -> dict[tuple[str, ...], Command]:
         ("preview",): Command(c.preview, _OPERATION_FLAGS, _OPERATION_SHORT),
         ("up",): Command(c.up, _OPERATION_FLAGS, _OPERATION_SHORT),
         ("refresh",): Command(c.refresh, _OPERATION_FLAGS, _OPERATION_SHORT),
-        ("destroy",): Command(c.destroy, _OPERATION_FLAGS, _OPERATION_SHORT),
+        ("destroy",): Command(c.destroy, _DESTROY_FLAGS, _OPERATION_SHORT),
+        ("import",): Command(c.import_, _IMPORT_FLAGS, _IMPORT_SHORT),
         ("cancel",): Command(c.cancel, {**stack, "yes": BOOL}, {**s, "y": "yes"}),
     }
 

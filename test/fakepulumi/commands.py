@@ -13,6 +13,15 @@ from .backend import current_user, parse_stack_ref
 from .cli import Parsed
 from .engine import Engine, Request
 from .errors import EXIT_CONFIGURATION, CliError, StackNotFound
+from .importing import (
+    Declaration,
+    ImportSpec,
+    generate_yaml,
+    read_import_file,
+    specs_from_args,
+    validate_entries,
+)
+from .providers import canonical_type, provider_for
 from .stackctx import Context, StackContext, open_backend, resolve_stack
 from .values import mask_state, state_has_secrets, to_plaintext_state
 from .version import cli_version
@@ -480,15 +489,19 @@ def plugin_install(ctx: Context, p: Parsed) -> int:
 
 
 # -- operations --------------------------------------------------------------------------------------
+_NO_CONFIRMATION = (
+    "--yes or --skip-preview or --preview-only must be passed in to proceed when running in "
+    "non-interactive mode"
+)
+
+
 def _operation(ctx: Context, p: Parsed, kind: str, dry_run: bool) -> int:
     if p.flag("client"):
         raise CliError("the fake pulumi CLI does not run inline programs (--client)")
+    if p.list("exclude"):
+        raise CliError("the fake pulumi CLI does not model --exclude")
     if not dry_run and not (p.bool("yes") or p.bool("skip-preview")):
-        raise CliError(
-            "--yes or --skip-preview or --preview-only must be passed in to proceed when running in "
-            "non-interactive mode",
-            EXIT_CONFIGURATION,
-        )
+        raise CliError(_NO_CONFIRMATION, EXIT_CONFIGURATION)
     sc = resolve_stack(ctx, p.flag("stack"))
     request = Request(
         kind=kind,
@@ -500,6 +513,9 @@ def _operation(ctx: Context, p: Parsed, kind: str, dry_run: bool) -> int:
         clear_pending_creates=p.bool("clear-pending-creates"),
         show_secrets=p.bool("show-secrets"),
         remove=p.bool("remove"),
+        targets=p.list("target"),
+        target_dependents=p.bool("target-dependents"),
+        expect_no_changes=p.bool("expect-no-changes"),
     )
     Engine(sc, request).run()
     return 0
@@ -519,3 +535,96 @@ def refresh(ctx: Context, p: Parsed) -> int:
 
 def destroy(ctx: Context, p: Parsed) -> int:
     return _operation(ctx, p, "destroy", dry_run=p.bool("preview-only"))
+
+
+# -- import -----------------------------------------------------------------------------------------
+_COPY_NOTICE = (
+    "Please copy the following code into your Pulumi application. Not doing so\n"
+    "will cause Pulumi to report that an update will happen on the next update command.\n\n"
+)
+_PROTECT_NOTICE = (
+    "Please note that the imported resources are marked as protected. To destroy them\n"
+    "you will need to remove the `protect` option and run `pulumi update` *before*\n"
+    "the destroy will take effect.\n\n"
+)
+
+
+def _default_true(p: Parsed, name: str) -> bool:
+    """A boolean flag that defaults to true (``--protect``, ``--generate-code``)."""
+    return p.bool(name) if name in p.flags else True
+
+
+def _import_request(p: Parsed) -> list[ImportSpec] | list[dict[str, Any]]:
+    """The inline resource, or the import file's raw entries (validated once the stack is known)."""
+    for option in ("parent", "provider"):
+        if p.flag(option):
+            raise CliError(f"the fake pulumi CLI does not model import --{option}")
+    if p.list("properties"):
+        raise CliError("the fake pulumi CLI does not model import --properties")
+    inline = specs_from_args(p.args, bool(p.flag("file")), bool(p.flag("from")))
+    return inline if inline is not None else read_import_file(p.flag("file") or "")
+
+
+def import_(ctx: Context, p: Parsed) -> int:
+    """``pulumi import``: an engine run adding existing resources, then their generated declarations
+    (stdout, after the copy notices, or the ``--out`` file, which is created up front)."""
+    project = workspace.require_project(ctx.cwd)
+    requested = _import_request(p)
+    generate, out = _default_true(p, "generate-code"), p.flag("out")
+    if not generate and out:
+        print("Output file will not be used as --generate-code is false.", file=sys.stderr)
+    if out:
+        Path(out).write_text("", encoding="utf-8")
+    if not (p.bool("yes") or p.bool("skip-preview") or p.bool("preview-only")):
+        raise CliError(_NO_CONFIRMATION, EXIT_CONFIGURATION)
+    sc = resolve_stack(ctx, p.flag("stack"))
+    specs = [r for r in requested if isinstance(r, ImportSpec)] or validate_entries(
+        [r for r in requested if isinstance(r, dict)]
+    )
+    for spec in specs:
+        if provider_for(spec.type) is None:
+            raise CliError(f"unknown resource type {spec.type!r}: the fake pulumi CLI has no provider for it")
+    request = Request(
+        kind="import",
+        dry_run=p.bool("preview-only"),
+        message=p.flag("message") or "",
+        exec_kind=p.flag("exec-kind") or "cli",
+        event_log=p.flag("event-log"),
+        imports=specs,
+        protect_imports=_default_true(p, "protect"),
+    )
+    error: CliError | None = None
+    try:
+        Engine(sc, request).run()
+    except CliError as exc:
+        error = exc
+    if generate and project.runtime:
+        _write_imported_code(sc, specs, request.protect_imports, out, quiet=p.bool("json"))
+    if error is not None:
+        raise error
+    return 0
+
+
+def _write_imported_code(
+    sc: StackContext, specs: list[ImportSpec], protect: bool, out: str | None, quiet: bool
+) -> None:
+    """generateImportedDefinitions: declarations for the imports now in the state, if any."""
+    from .values import from_state, plain
+
+    states = {r["urn"]: r for r in sc.backend.load_deployment(sc.ref).get("resources") or []}
+    found = []
+    for spec in specs:
+        state = states.get(
+            f"urn:pulumi:{sc.ref.name}::{sc.project.name}::{canonical_type(spec.type)}::{spec.urn_name}"
+        )
+        if state is not None and not state.get("delete"):
+            inputs = plain(from_state(state.get("inputs") or {}, sc.decrypt))
+            found.append(Declaration(spec.name, spec.urn_name, state["type"], inputs, protect))
+    if not found:
+        return
+    code = generate_yaml(found)
+    if out:
+        Path(out).write_text(code, encoding="utf-8")
+    elif not quiet:
+        sys.stdout.write(_COPY_NOTICE + (_PROTECT_NOTICE if protect else "") + code)
+        sys.stdout.flush()

@@ -13,6 +13,14 @@ It follows the real engine's observable contract (pkg/engine, pkg/resource/deplo
   reports ``update canceled``; a second one terminates, leaving any in-flight operation pending.
 * a previous checkpoint's pending operations produce the real warning; pending creates survive
   ``up`` and only ``refresh --clear-pending-creates`` (or ``stack import``) drops them.
+* ``--target`` (with ``--target-dependents``) follows the step generator: untargeted resources get
+  ``same`` steps and keep their old state, untargeted creates are skipped (reported as ``same``, not
+  saved), deletes are limited to the targets and their dependents, and an unknown literal target
+  fails the operation, with no ``update failed`` line: ``refresh`` before it starts, ``up`` and
+  ``destroy`` once their other steps ran.
+* ``refresh`` reads each resource back from its provider: changed outputs (drift) make the step an
+  ``update`` with ``diffs``/``detailedDiff`` and new state; ``import`` issues ``same`` steps for the
+  existing resources, then an ``import`` step per resource (history kind ``resource-import``).
 """
 
 from __future__ import annotations
@@ -26,11 +34,12 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 from . import config as cfgmod
-from .errors import BailError, CliError
+from .errors import EXIT_NO_CHANGES, BailError, CliError
 from .eventlog import EventLog
+from .importing import ImportSpec
 from .program import (
     RESOURCE_LIST_OPTIONS,
     RESOURCE_OPTIONS,
@@ -43,6 +52,14 @@ from .program import (
 )
 from .providers import PACKAGE_VERSIONS, OpContext, ProviderError, canonical_type, provider_for
 from .stackctx import StackContext
+from .targets import (
+    UrnTargets,
+    dependencies,
+    dependents_closure,
+    not_found_message,
+    untargeted_create_message,
+    untargeted_delete_message,
+)
 from .values import UNKNOWN, Secret, from_state, has_unknown, plain, to_event, to_state
 from .version import cli_version
 
@@ -54,7 +71,13 @@ _LABELS = {
     ("refresh", False): "Refreshing",
     ("destroy", True): "Previewing destroy",
     ("destroy", False): "Destroying",
+    ("import", True): "Previewing import",
+    ("import", False): "Importing",
 }
+_HISTORY_KIND = {"import": "resource-import"}
+"""Request kinds whose history ``kind`` differs (apitype.ResourceImportUpdate)."""
+_NO_CHANGE_OPS = ("same", "read", "discard", "read-replacement")
+"""Step ops that engine.HasChanges does not count as changes."""
 
 
 class Terminate(Exception):
@@ -63,7 +86,7 @@ class Terminate(Exception):
 
 @dataclass
 class Request:
-    kind: str  # "update" | "refresh" | "destroy"
+    kind: str  # "update" | "refresh" | "destroy" | "import"
     dry_run: bool
     message: str = ""
     exec_kind: str = "cli"
@@ -72,6 +95,20 @@ class Request:
     clear_pending_creates: bool = False
     show_secrets: bool = False
     remove: bool = False
+    targets: list[str] = field(default_factory=list)
+    target_dependents: bool = False
+    expect_no_changes: bool = False
+    imports: list[ImportSpec] = field(default_factory=list)
+    protect_imports: bool = True
+
+
+class NoChangesExpected(CliError):
+    """backenderr.NoChangesExpectedError: checked after the operation, exit code 7 (ExitNoChanges)."""
+
+    def __init__(self, operation: str) -> None:
+        super().__init__(
+            f"no changes were expected for {operation} but changes were proposed", EXIT_NO_CHANGES
+        )
 
 
 class Display:
@@ -91,6 +128,7 @@ _SYMBOL = {
     "refresh": " ",
     "create-replacement": "++",
     "delete-replaced": "--",
+    "import": "=",
 }
 _DONE = {
     "create": "created",
@@ -101,6 +139,7 @@ _DONE = {
     "refresh": "refreshed",
     "create-replacement": "created replacement",
     "delete-replaced": "deleted original",
+    "import": "imported",
 }
 _DOING = {
     "create": "creating",
@@ -110,6 +149,7 @@ _DOING = {
     "refresh": "refreshing",
     "create-replacement": "creating replacement",
     "delete-replaced": "deleting original",
+    "import": "importing",
 }
 
 
@@ -127,6 +167,14 @@ class Engine:
         self._signals = 0
         self.counts: dict[str, int] = {}
         self.failed = False
+        self.bailed = False
+        """A failure already explained by its own diagnostic: no ``update failed`` line (a bail error)."""
+        self.targets = UrnTargets(req.targets)
+        self.targets_actual = self.targets.copy()
+        self.skipped_creates: set[str] = set()
+        self.registered: set[str] = set()
+        self.gen_error = False
+        """The step generator saw an error but (in a preview) kept going; the operation fails at the end."""
         self.diags: list[tuple[str, str, str]] = []  # (urn, severity, message)
         self._secret_texts: list[str] = []
         # State bookkeeping.
@@ -229,12 +277,15 @@ class Engine:
         new: dict[str, Any] | None,
         provider: str = "",
         diffs: list[str] | None = None,
+        detailed_diff: dict[str, Any] | None = None,
     ) -> None:
+        """A step event; a refresh's drift carries ``diffs`` and ``detailedDiff`` but no ``keys``."""
         metadata: dict[str, Any] = {"op": op, "urn": urn, "type": type_, "old": old, "new": new}
-        if diffs:
+        if diffs and detailed_diff is None:
             metadata["keys"] = diffs
+        if diffs:
             metadata["diffs"] = diffs
-        metadata.update({"detailedDiff": None, "provider": provider})
+        metadata.update({"detailedDiff": detailed_diff, "provider": provider})
         body: dict[str, Any] = {"metadata": metadata}
         if self.req.dry_run and kind != "resOpFailedEvent":
             body["planning"] = True
@@ -308,12 +359,15 @@ class Engine:
                     self._update({k: (plain_v, secret) for k, (plain_v, secret, _t) in stack_values.items()})
                 elif req.kind == "refresh":
                     self._refresh()
+                elif req.kind == "import":
+                    self._import()
                 else:
                     self._destroy()
             except Terminate:
                 self.failed = True
+            self.failed = self.failed or self.gen_error
             outcome = "canceled" if self.cancelled.is_set() else "failed"
-            if self.failed or self.cancelled.is_set():
+            if (self.failed and not self.bailed) or self.cancelled.is_set():
                 self.diag("", "error", f"{'preview' if req.dry_run else 'update'} {outcome}")
             duration = time.time() - start
             self.emit(
@@ -325,7 +379,7 @@ class Engine:
                         "PolicyPacks": {},
                         "isPreview": req.dry_run,
                         "result": "succeeded"
-                        if not (self.failed or self.cancelled.is_set())
+                        if not (self.unsuccessful or self.cancelled.is_set())
                         else ("canceled" if self.cancelled.is_set() else "failed"),
                     }
                 }
@@ -341,16 +395,28 @@ class Engine:
             if not req.dry_run:
                 # Saved even after a termination: an interrupted operation stays pending, as in the real CLI.
                 self.save()
-                self._record_history(start, error is None and not self.failed and not self.cancelled.is_set())
+                self._record_history(
+                    start, error is None and not self.unsuccessful and not self.cancelled.is_set()
+                )
                 sc.backend.unlock(sc.ref)
         if error is not None:
             raise error
-        if self.failed or self.cancelled.is_set():
+        if self.unsuccessful or self.cancelled.is_set():
             raise BailError()
+        if req.expect_no_changes and self.has_changes():
+            raise NoChangesExpected(_operation_name(req))
         if req.kind == "destroy" and req.remove and not req.dry_run:
             sc.backend.remove(sc.ref, force=False)
             path = sc.project.root / f"Pulumi.{sc.ref.name}.yaml"
             path.unlink(missing_ok=True)
+
+    @property
+    def unsuccessful(self) -> bool:
+        return self.failed or self.bailed
+
+    def has_changes(self) -> bool:
+        """engine.HasChanges: any step other than same/read counts, the stack's own create included."""
+        return any(n for op, n in self.counts.items() if op not in _NO_CHANGE_OPS)
 
     def _load_config(self) -> dict[str, tuple[Any, bool, str]]:
         """Full key -> (plaintext value, secret, display text)."""
@@ -443,7 +509,7 @@ class Engine:
         return ref
 
     def _update(self, stack_config: dict[str, tuple[Any, bool]]) -> None:
-        sc, req = self.sc, self.req
+        sc = self.sc
         try:
             spec = load_program(sc.project)
             values = program_config(spec, self.project, self.stack, stack_config)
@@ -463,21 +529,23 @@ class Engine:
             except ProgramError as exc:
                 self.diag(self.stack_urn, "error", str(exc))
                 self.failed = True
-            if self.failed:
+            if self.unsuccessful:
                 break
-        if self.failed or self.cancelled.is_set():
+        if self.unsuccessful or self.cancelled.is_set():
             return
-        for old in reversed(list(self.olds.values())):
-            if old["urn"] in self.handled or old["type"].startswith("pulumi:providers:"):
-                continue
-            self._delete(old, "delete")
-            if self.failed:
-                return
+        # As the executor: targets are checked once the program is done, before the deletes run.
+        missing = self._report_missing_targets(set(self.olds) | self.registered)
+        self._delete_unregistered()
+        if self.failed:
+            return
         for old in self.pending_deletes[:]:
             self._delete(old, "delete-replaced")
         for old in reversed(list(self.olds.values())):
-            if old["type"].startswith("pulumi:providers:") and old["urn"] not in self.handled:
-                self._delete(old, "delete", internal=True)
+            if _is_provider(old) and old["urn"] not in self.handled:
+                if self.targets.constrained and not self.targets.contains(old["urn"]):
+                    self._untargeted_same(old)
+                else:
+                    self._delete(old, "delete", internal=True)
         # Stack outputs (RegisterResourceOutputs on the root stack).
         try:
             outputs = {k: evaluator.evaluate(v) for k, v in spec.outputs.items()}
@@ -485,9 +553,18 @@ class Engine:
             self.diag(self.stack_urn, "error", str(exc))
             self.failed = True
             return
+        self._finish_stack(stack, outputs, errored=missing or self.gen_error)
+        self._outputs = outputs
+        self.bailed = self.bailed or missing
+
+    def _finish_stack(self, stack: dict[str, Any], outputs: dict[str, Any], errored: bool = False) -> None:
+        """RegisterResourceOutputs on the root stack; an errored deployment keeps the old outputs the
+        program did not produce again."""
         new = dict(stack["new"])
-        if not req.dry_run:
+        if not self.req.dry_run:
             new["outputs"] = to_state(outputs, self._encrypt)
+            if errored:
+                new["outputs"] = {**(stack["new"].get("outputs") or {}), **new["outputs"]}
             self.news[self.news.index(stack["new"])] = new
         self.step_event(
             "resOutputsEvent",
@@ -498,7 +575,107 @@ class Engine:
             self._state_meta(new, ({}, outputs)),
         )
         self.progress(stack["op"], STACK_TYPE, f"{self.project}-{self.stack}", done=True)
-        self._outputs = outputs
+
+    def _report_missing_targets(self, known: set[str]) -> bool:
+        """checkTargets: an error per literal target naming no resource; True when there was one."""
+        missing = [target for target in self.targets.literals if target not in known]
+        for target in missing:
+            self.diag("", "error", not_found_message(target))
+        return bool(missing)
+
+    def _delete_unregistered(self) -> None:
+        """Delete what the program no longer declares (GenerateDeletes). With ``--target`` only the
+        targets and their dependents may go, and the rest keep their state through ``same`` steps."""
+        gone = [o for o in self.olds.values() if o["urn"] not in self.handled and not _is_provider(o)]
+        if self.targets.constrained:
+            allowed = dependents_closure(list(self.olds.values()), self.targets)
+            doomed = [o for o in gone if o["urn"] in allowed]
+            if not self._allow_untargeted_deletes(doomed):
+                return
+            for old in gone:
+                if old["urn"] not in allowed:
+                    self._untargeted_same(old)
+        else:
+            doomed = gone
+        for old in reversed(doomed):
+            self._delete(old, "delete")
+            if self.failed:
+                return
+
+    def _allow_untargeted_deletes(self, doomed: list[dict[str, Any]]) -> bool:
+        """Deleting a dependent that was not itself targeted needs ``--target-dependents``: each is an
+        error; a preview reports them and goes on, an update deletes nothing."""
+        if self.req.target_dependents:
+            return True
+        unspecified = [o["urn"] for o in doomed if not self.targets.contains(o["urn"])]
+        for urn in unspecified:
+            self.diag(urn, "error", untargeted_delete_message(urn))
+        self.gen_error = self.gen_error or bool(unspecified)
+        return self.req.dry_run or not unspecified
+
+    def _targeted_for_update(self, new: dict[str, Any]) -> bool:
+        """isTargetedForUpdate: named by a target, or (``--target-dependents``) depending on one."""
+        if not self.targets.constrained:
+            return True
+        deps = dependencies(new, with_provider=True)
+        if self.targets.contains(new["urn"]) or (
+            self.req.target_dependents and any(self.targets_actual.contains(d) for d in deps)
+        ):
+            self.targets_actual.add(new["urn"])
+            return True
+        return False
+
+    def _untargeted_same(self, old: dict[str, Any]) -> None:
+        """NewUntargetedSameStep: the old state carries over untouched, after its own old dependencies."""
+        urn = old["urn"]
+        if urn in self.handled:
+            return
+        self.handled.add(urn)
+        for dep in dependencies(old, with_provider=True):
+            if dep in self.olds:
+                self._untargeted_same(self.olds[dep])
+        meta = self._state_meta(old)
+        for kind in ("resourcePreEvent", "resOutputsEvent"):
+            self.step_event(kind, "same", urn, old["type"], meta, meta, old.get("provider", ""))
+        if not _is_provider(old):
+            self.count("same")
+        if not self.req.dry_run:
+            self.news.append(old)
+            self.save()
+
+    def _skip_untargeted(
+        self, name: str, new: dict[str, Any], inputs: Any, old: dict[str, Any] | None, evaluator: Evaluator
+    ) -> None:
+        """An untargeted resource: kept as it was, or, if new, a skipped create (a ``same`` step that is
+        never saved and whose outputs the program sees as unknown)."""
+        urn = new["urn"]
+        if old is not None:
+            self._untargeted_same(old)
+            outputs = self._decrypt_state(old.get("outputs") or {})
+            self._collect_secret_outputs(outputs)
+            evaluator.resources[name] = ResourceView(urn=urn, id=old.get("id", ""), outputs=outputs)
+            return
+        self.skipped_creates.add(urn)
+        self.handled.add(urn)
+        meta = self._state_meta(new, (inputs, {}))
+        for kind in ("resourcePreEvent", "resOutputsEvent"):
+            self.step_event(kind, "same", urn, new["type"], meta, meta, new.get("provider", ""))
+        self.count("same")
+        evaluator.resources[name] = ResourceView(urn=urn, id=UNKNOWN, outputs=cast(dict[str, Any], UNKNOWN))
+
+    def _needs_skipped_create(self, new: dict[str, Any]) -> bool:
+        """validateSteps: a targeted step depending on a skipped create is an error. A preview reports
+        each once and goes on; an update stops (True) before touching the resource."""
+        for dep in dependencies(new, with_provider=True):
+            if dep not in self.skipped_creates:
+                continue
+            self.diag(new["urn"], "error", untargeted_create_message(new["urn"], dep))
+            self.gen_error = True
+            if not self.req.dry_run:
+                self.bailed = True
+                return True
+            self.skipped_creates.discard(dep)
+        return False
 
     def _register(
         self, evaluator: Evaluator, name: str, token: str, props: dict[str, Any], options: dict[str, Any]
@@ -554,6 +731,12 @@ class Engine:
             new["deletedWith"] = refs["deletedWith"][0].urn
         if deps:
             new["dependencies"] = deps
+        self.registered.add(urn)
+        if not self._targeted_for_update(new):
+            self._skip_untargeted(name, new, inputs, old, evaluator)
+            return
+        if self._needs_skipped_create(new):
+            return
         short = type_
         if op == "same":
             assert old is not None
@@ -701,13 +884,17 @@ class Engine:
             "resOutputsEvent", op, urn, type_, self._state_meta(old), new_meta, provider_ref, diffs
         )
 
-    def _finish(
-        self, name: str, urn: str, new: dict[str, Any], inputs: Any, outputs: Any, evaluator: Evaluator
-    ) -> None:
-        if isinstance(outputs, dict) and any(isinstance(v, Secret) for v in outputs.values()):
+    def _collect_secret_outputs(self, outputs: Any) -> None:
+        """Remember secret output texts so diagnostics never print them."""
+        if isinstance(outputs, dict):
             for v in outputs.values():
                 if isinstance(v, Secret):
                     self._collect_secret_texts(plain(v))
+
+    def _finish(
+        self, name: str, urn: str, new: dict[str, Any], inputs: Any, outputs: Any, evaluator: Evaluator
+    ) -> None:
+        self._collect_secret_outputs(outputs)
         evaluator.resources[name] = ResourceView(urn=urn, id=new.get("id", ""), outputs=outputs)
         self.handled.add(urn)
         if self.req.dry_run:
@@ -754,21 +941,22 @@ class Engine:
 
     # -- refresh / destroy -----------------------------------------------------------------------------
     def _refresh(self) -> None:
+        """Read every (targeted) resource back; drift becomes an ``update`` step and new state.
+
+        As deploymentExecutor.refresh: targets are checked first (nothing runs if one is unknown),
+        and ``--target-dependents`` adds, in state order, resources depending on a refreshed one.
+        """
+        if self.targets.constrained and self._report_missing_targets(set(self.olds)):
+            self.bailed = True
+            return
+        refreshed: dict[str, dict[str, Any]] = {}
         for old in list(self.olds.values()):
             if self.cancelled.is_set():
                 break
-            internal = old["type"].startswith("pulumi:providers:")
-            meta = self._state_meta(old)
-            self.step_event(
-                "resourcePreEvent", "refresh", old["urn"], old["type"], meta, meta, old.get("provider", "")
-            )
-            self.step_event(
-                "resOutputsEvent", "same", old["urn"], old["type"], meta, meta, old.get("provider", "")
-            )
-            if not internal:
-                self.count("same")
+            if self._refresh_targeted(old):
+                refreshed[old["urn"]] = self._refresh_one(old)
         if not self.req.dry_run:
-            self.news = list(self.olds.values())
+            self.news = [refreshed.get(urn, old) for urn, old in self.olds.items()]
             self.handled = set(self.olds)
             self.base_pending = [
                 op
@@ -776,14 +964,166 @@ class Engine:
                 if op.get("type") == "creating" and not self.req.clear_pending_creates
             ]
 
+    def _refresh_targeted(self, old: dict[str, Any]) -> bool:
+        if self.targets_actual.contains(old["urn"]):
+            return True
+        if self.req.target_dependents and any(self.targets_actual.contains(d) for d in dependencies(old)):
+            self.targets_actual.add(old["urn"])
+            return True
+        return False
+
+    def _refresh_one(self, old: dict[str, Any]) -> dict[str, Any]:
+        """One refresh step; returns the state to keep (the old one unless the resource drifted)."""
+        urn, type_, provider_ref = old["urn"], old["type"], old.get("provider", "")
+        meta = self._state_meta(old)
+        self.step_event("resourcePreEvent", "refresh", urn, type_, meta, meta, provider_ref)
+        provider = provider_for(type_) if old.get("custom") and not _is_provider(old) else None
+        inputs = self._decrypt_state(old.get("inputs") or {})
+        outputs = self._decrypt_state(old.get("outputs") or {})
+        fresh = provider.refresh(urn, old.get("id", ""), inputs, outputs) if provider else outputs
+        changed = sorted(k for k in set(outputs) | set(fresh) if plain(outputs.get(k)) != plain(fresh.get(k)))
+        if not changed:
+            self.step_event("resOutputsEvent", "same", urn, type_, meta, meta, provider_ref)
+            if not _is_provider(old):
+                self.count("same")
+            return old
+        detailed = {k: {"diffKind": _diff_kind(k, outputs, fresh), "inputDiff": False} for k in changed}
+        new_meta = self._state_meta(old, (inputs, fresh))
+        self.step_event(
+            "resOutputsEvent", "update", urn, type_, meta, new_meta, provider_ref, changed, detailed
+        )
+        self.progress("update", type_, urn.rsplit("::", 1)[1], done=True)
+        self.count("update")
+        if self.req.dry_run:
+            return old
+        return {**old, "outputs": to_state(fresh, self._encrypt), "modified": _now()}
+
     def _destroy(self) -> None:
-        for old in reversed(list(self.olds.values())):
+        """Delete everything, or (``--target``) the targets and their dependents; the latter need
+        ``--target-dependents`` unless targeted themselves, and the rest keep their state."""
+        if not self.targets.constrained:
+            for old in reversed(list(self.olds.values())):
+                if self.cancelled.is_set():
+                    break
+                self._delete(old, "delete", internal=_is_provider(old))
+            return
+        missing = self._report_missing_targets(set(self.olds))
+        allowed = dependents_closure(list(self.olds.values()), self.targets)
+        doomed = [o for o in self.olds.values() if o["urn"] in allowed]
+        if self._allow_untargeted_deletes(doomed):
+            for old in self.olds.values():
+                if old["urn"] not in allowed:
+                    self._untargeted_same(old)
+            for old in reversed(doomed):
+                if self.cancelled.is_set():
+                    break
+                self._delete(old, "delete", internal=_is_provider(old))
+        self.bailed = self.bailed or missing
+
+    # -- import ------------------------------------------------------------------------------------------
+    def _import(self) -> None:
+        """importer.importResources: ``same`` steps for what exists, a stack if there is none, then an
+        ``import`` step per resource. An id already imported under the same URN is left alone."""
+        for old in self.olds.values():
             if self.cancelled.is_set():
+                return
+            self._untargeted_same(old)
+            if _is_provider(old) and old["urn"].rsplit("::", 1)[1].startswith("default_"):
+                self.providers_used[old["type"].split(":")[2]] = f"{old['urn']}::{old.get('id', '')}"
+        stack = None if self.stack_urn in self.olds else self._stack_step()
+        for spec in self.req.imports:
+            if self.cancelled.is_set() or self.failed:
                 break
-            internal = old["type"].startswith("pulumi:providers:")
-            self._delete(old, "delete", internal=internal)
+            self._import_one(spec)
+        if stack is not None and not self.failed:
+            self._finish_stack(stack, {})
+
+    def _import_one(self, spec: ImportSpec) -> None:
+        type_ = canonical_type(spec.type)
+        provider = provider_for(type_)
+        assert provider is not None, "the import command checks types first"
+        urn = self.urn(type_, spec.urn_name)
+        old = self.olds.get(urn)
+        if old is not None and old.get("id") == spec.id:
+            return
+        provider_ref = self._ensure_provider(type_.split(":", 1)[0])
+        new: dict[str, Any] = {
+            "urn": urn,
+            "custom": True,
+            "id": "",
+            "type": type_,
+            "inputs": {},
+            "outputs": {},
+            "parent": self.stack_urn,
+            "provider": provider_ref,
+        }
+        if self.req.protect_imports:
+            new["protect"] = True
+        self.step_event("resourcePreEvent", "import", urn, type_, None, self._state_meta(new), provider_ref)
+        self.progress("import", type_, spec.urn_name, done=False)
+        pending = {"resource": new, "type": "importing"}
+        self.pending_ops.append(pending)
+        self.save()
+        try:
+            if old is not None:
+                raise ProviderError(f"resource '{urn}' already exists")
+            read = provider.read(urn, spec.id)
+            if read is None:
+                raise ProviderError(f"resource '{spec.id}' does not exist")
+        except ProviderError as exc:
+            self.pending_ops.remove(pending)
+            self._step_failed("import", new, None, provider_ref, str(exc), spec.urn_name)
+            return
+        self.pending_ops.remove(pending)
+        inputs, outputs = read
+        now = _now()
+        new.update(id=spec.id, created=now, modified=now)
+        magic_old = {**new, "inputs": to_event(inputs), "outputs": to_event(outputs)}
+        self.step_event(
+            "resOutputsEvent",
+            "import",
+            urn,
+            type_,
+            self._state_meta(magic_old),
+            self._state_meta(new, (inputs, outputs)),
+            provider_ref,
+        )
+        self.progress("import", type_, spec.urn_name, done=True)
+        self.count("import")
+        self.handled.add(urn)
         if not self.req.dry_run:
-            self.news = []
+            self.news.append(
+                {
+                    **new,
+                    "inputs": to_state(inputs, self._encrypt),
+                    "outputs": to_state(outputs, self._encrypt),
+                }
+            )
+            self.save()
+
+    def _step_failed(
+        self,
+        op: str,
+        new: dict[str, Any],
+        old: dict[str, Any] | None,
+        provider_ref: str,
+        error: str,
+        name: str,
+    ) -> None:
+        """A failed resource operation: its diagnostic, the resOpFailedEvent, and the operation fails."""
+        self.diag(new["urn"], "error", error)
+        self.step_event(
+            "resOpFailedEvent",
+            op,
+            new["urn"],
+            new["type"],
+            self._state_meta(old),
+            self._state_meta(new),
+            provider_ref,
+        )
+        self.progress(op, new["type"], name, done=True, error=error)
+        self.failed = True
+        self.save()
 
     # -- epilogue ----------------------------------------------------------------------------------------
     def _print_summary(self, duration: float) -> None:
@@ -819,6 +1159,7 @@ class Engine:
             "update": "updated",
             "delete": "deleted",
             "replace": "replaced",
+            "import": "imported",
             "same": "unchanged",
         }
         if self.req.dry_run:
@@ -827,6 +1168,7 @@ class Engine:
                 "update": "to update",
                 "delete": "to delete",
                 "replace": "to replace",
+                "import": "to import",
                 "same": "unchanged",
             }
         for op, n in self.counts.items():
@@ -846,7 +1188,7 @@ class Engine:
                 text = raw["secure"] if secret else str(raw)
             cfg[key] = {"string": text, "secret": secret, "object": is_obj}
         info = {
-            "kind": self.req.kind,
+            "kind": _HISTORY_KIND.get(self.req.kind, self.req.kind),
             "startTime": int(start),
             "message": self.req.message,
             "environment": {
@@ -862,6 +1204,23 @@ class Engine:
         }
         self.sc.backend.add_history(self.sc.ref, info)
         self.sc.backend.backup(self.sc.ref)
+
+
+def _operation_name(req: Request) -> str:
+    """The operation NoChangesExpectedError names: ``preview``, ``update`` or ``refresh``."""
+    if req.kind == "update":
+        return "preview" if req.dry_run else "update"
+    return req.kind
+
+
+def _diff_kind(key: str, old: dict[str, Any], new: dict[str, Any]) -> str:
+    if key not in old:
+        return "add"
+    return "delete" if key not in new else "update"
+
+
+def _is_provider(res: dict[str, Any]) -> bool:
+    return str(res.get("type", "")).startswith("pulumi:providers:")
 
 
 def _now() -> str:

@@ -1,8 +1,9 @@
 """Errors the stand-in CLI reports, each carrying the real CLI's exit code.
 
 Exit codes follow the real CLI's taxonomy (pkg/cmd/pulumi/cmd/exit_codes.go): a generic failure is
-1, a missing stack 6, a cancelled operation 8. A *bail* is a failure whose message was already shown
-(engine diagnostics), so nothing more is printed to stderr.
+1, a missing stack 6, changes despite ``--expect-no-changes`` 7, a cancelled operation 8. A *bail*
+is a failure whose message was already shown (engine diagnostics), so nothing more is printed to
+stderr.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 EXIT_ERROR = 1
 EXIT_CONFIGURATION = 2
 EXIT_STACK_NOT_FOUND = 6
+EXIT_NO_CHANGES = 7
 EXIT_CANCELLED = 8
 
 

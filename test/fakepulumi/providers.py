@@ -11,6 +11,11 @@ resource (all its inputs are force-new, as in the real provider). ``test`` types
 * ``test:index:Crash`` with ``crash`` true (the default), the CLI process dies (SIGKILL) in the middle
   of the create: the checkpoint keeps a pending ``creating`` operation and the stack lock stays, as
   after an OOM kill. With ``crash: false`` it behaves like Echo.
+* ``test:index:Drift`` its "cloud" is the file at ``path`` (the id): output ``value`` is the file's text
+  ("" if absent) when created, and ``refresh`` re-reads it, so a test can drift the resource out of band.
+
+``refresh`` asks :meth:`Provider.refresh` for the current outputs (unchanged for every type but Drift)
+and ``import`` asks :meth:`Provider.read` for the inputs and outputs of an existing id.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ TYPE_ALIASES = {
     "test:Fail": "test:index:Fail",
     "test:Hang": "test:index:Hang",
     "test:Crash": "test:index:Crash",
+    "test:Drift": "test:index:Drift",
 }
 PACKAGE_VERSIONS = {"random": "4.18.0", "test": "1.0.0"}
 
@@ -74,6 +80,20 @@ class Provider:
     def preview_outputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """Outputs during preview: inputs are known, computed results are not."""
         return {**inputs, "result": UNKNOWN}
+
+    def refresh(self, urn: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> dict[str, Any]:
+        """The resource's outputs as the cloud has them now; nothing drifts unless a type says so."""
+        return outputs
+
+    def read(self, urn: str, id_: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """(inputs, outputs) of an existing resource for ``pulumi import``; None when it does not exist.
+
+        Refused by default with the engine's text for a provider whose Read returns no inputs.
+        """
+        package = urn.split("::")[2].rsplit("$", 1)[-1].split(":", 1)[0]
+        raise ProviderError(
+            f"provider does not support importing resources; please try updating the '{package}' plugin"
+        )
 
 
 def _rng(urn: str, inputs: dict[str, Any]) -> hashlib._Hash:
@@ -169,6 +189,10 @@ class Echo(Provider):
     def preview_outputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
         return dict(inputs)
 
+    def read(self, urn: str, id_: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """Any id exists and nothing is known about it: empty inputs and outputs."""
+        return {}, {}
+
 
 class Fail(Echo):
     def create(self, urn: str, inputs: dict[str, Any], ctx: OpContext) -> tuple[str, dict[str, Any]]:
@@ -190,6 +214,44 @@ class Crash(Echo):
         return super().create(urn, inputs, ctx)
 
 
+class Drift(Provider):
+    """A resource whose cloud value lives in a file the test controls (see the module docstring)."""
+
+    replace_on_change = False
+
+    @staticmethod
+    def _path(inputs: dict[str, Any]) -> str:
+        path = plain(inputs).get("path")
+        if not isinstance(path, str) or not path:
+            raise ProviderError("missing required property 'path'")
+        return path
+
+    def create(self, urn: str, inputs: dict[str, Any], ctx: OpContext) -> tuple[str, dict[str, Any]]:
+        path = self._path(inputs)
+        return path, {**inputs, "value": _file_text(path) or ""}
+
+    def preview_outputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        return {**inputs, "value": UNKNOWN}
+
+    def refresh(self, urn: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> dict[str, Any]:
+        return {**outputs, "value": _file_text(id_) or ""}
+
+    def read(self, urn: str, id_: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The id is the path; a missing file is a resource that does not exist."""
+        text = _file_text(id_)
+        if text is None:
+            return None
+        return {"path": id_}, {"path": id_, "value": text}
+
+
+def _file_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
 PROVIDERS: dict[str, Provider] = {
     "random:index/randomString:RandomString": RandomString(),
     "random:index/randomPassword:RandomPassword": RandomPassword(),
@@ -200,6 +262,7 @@ PROVIDERS: dict[str, Provider] = {
     "test:index:Fail": Fail(),
     "test:index:Hang": Hang(),
     "test:index:Crash": Crash(),
+    "test:index:Drift": Drift(),
 }
 
 
