@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import hashlib
 import io
+import json
 import tarfile
 import threading
 import time
@@ -429,3 +430,56 @@ async def _served(env: Env) -> bool:
     except ApiException:
         return False
     return True
+
+
+def _state(env: Env, project: str, stack: str = "dev") -> Obj:
+    """The stack's checkpoint in the play-kubelet's shared file backend (what `pulumi stack export` reads)."""
+    backend = Path(env.kubelet.fake.backend_url.removeprefix("file://"))
+    checkpoint: Obj = json.loads((backend / ".pulumi" / "stacks" / project / f"{stack}.json").read_text())
+    return checkpoint
+
+
+async def test_targets_deploy_only_the_targeted_resources(env: Env) -> None:
+    body = {
+        "resources": {
+            "wanted": {"type": "test:index:Echo", "properties": {"value": "w"}},
+            "skipped": {"type": "test:index:Echo", "properties": {"value": "s"}},
+        },
+        "outputs": {"wanted": "${wanted.value}"},
+    }
+    await env.create_program("targeted", body)
+    urn = "urn:pulumi:dev::targeted::test:index:Echo::wanted"
+    await env.create_stack("targeted", {"programRef": {"name": "targeted"}, "targets": [urn]})
+    stack = await env.condition("targeted", "Ready", "ProcessingCompleted")
+    update = await env.get(env.updates, stack["status"]["lastUpdate"]["name"])
+    assert update is not None and update["spec"]["target"] == [urn]
+    urns = {r["urn"] for r in _state(env, "targeted")["checkpoint"]["latest"]["resources"]}
+    assert urn in urns
+    assert not any(u.endswith("::skipped") for u in urns), urns
+
+
+async def test_refresh_before_up_picks_up_drift(env: Env, tmp_path: Path) -> None:
+    cloud = tmp_path / "cloud-value"  # the "cloud" side of a test:index:Drift resource
+    cloud.write_text("v1")
+    body = {
+        "resources": {"thing": {"type": "test:index:Drift", "properties": {"path": str(cloud)}}},
+        "outputs": {"value": "${thing.value}"},
+    }
+    await env.create_program("drifting", body)
+    await env.create_stack("drifting", {"programRef": {"name": "drifting"}, "refresh": True})
+    stack = await env.condition("drifting", "Ready", "ProcessingCompleted")
+    assert stack["status"]["outputs"] == {"value": "v1"}
+    first = stack["status"]["lastUpdate"]["name"]
+
+    cloud.write_text("v2")  # changed out of band
+    request = {"metadata": {"annotations": {"pulumi.com/reconciliation-request": "drift"}}}
+    await env.stacks.patch("drifting", request)
+
+    async def refreshed() -> Obj | None:
+        current = await env.get(env.stacks, "drifting")
+        last = ((current or {}).get("status") or {}).get("lastUpdate") or {}
+        done = last.get("name") != first and last.get("state") == "succeeded"
+        return current if done else None
+
+    stack = await wait_until("the next up, refreshed first", refreshed, within=240)
+    assert stack["status"]["outputs"] == {"value": "v2"}, stack["status"]

@@ -516,6 +516,7 @@ def _operation(ctx: Context, p: Parsed, kind: str, dry_run: bool) -> int:
         targets=p.list("target"),
         target_dependents=p.bool("target-dependents"),
         expect_no_changes=p.bool("expect-no-changes"),
+        refresh=kind == "update" and p.bool("refresh"),
     )
     Engine(sc, request).run()
     return 0

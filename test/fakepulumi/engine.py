@@ -100,6 +100,7 @@ class Request:
     expect_no_changes: bool = False
     imports: list[ImportSpec] = field(default_factory=list)
     protect_imports: bool = True
+    refresh: bool = False  # `up`/`preview --refresh`: read every resource back before the update
 
 
 class NoChangesExpected(CliError):
@@ -356,6 +357,8 @@ class Engine:
                 self._warn_pending()
             try:
                 if req.kind == "update":
+                    if req.refresh:
+                        self._refresh_olds()
                     self._update({k: (plain_v, secret) for k, (plain_v, secret, _t) in stack_values.items()})
                 elif req.kind == "refresh":
                     self._refresh()
@@ -964,6 +967,17 @@ class Engine:
                 if op.get("type") == "creating" and not self.req.clear_pending_creates
             ]
 
+    def _refresh_olds(self) -> None:
+        """``--refresh`` on ``up``/``preview``: each resource is read back first (its refresh step in
+        the event stream), and the update then diffs against, and keeps, what was read. The refresh
+        steps are not counted in the update's summary."""
+        counts = dict(self.counts)
+        for urn, old in list(self.olds.items()):
+            if self.cancelled.is_set():
+                break
+            self.olds[urn] = self._refresh_one(old, keep=True)
+        self.counts = counts
+
     def _refresh_targeted(self, old: dict[str, Any]) -> bool:
         if self.targets_actual.contains(old["urn"]):
             return True
@@ -972,8 +986,9 @@ class Engine:
             return True
         return False
 
-    def _refresh_one(self, old: dict[str, Any]) -> dict[str, Any]:
-        """One refresh step; returns the state to keep (the old one unless the resource drifted)."""
+    def _refresh_one(self, old: dict[str, Any], keep: bool = False) -> dict[str, Any]:
+        """One refresh step; returns the state to keep (the old one unless the resource drifted, or,
+        unless ``keep``, on a preview)."""
         urn, type_, provider_ref = old["urn"], old["type"], old.get("provider", "")
         meta = self._state_meta(old)
         self.step_event("resourcePreEvent", "refresh", urn, type_, meta, meta, provider_ref)
@@ -994,7 +1009,7 @@ class Engine:
         )
         self.progress("update", type_, urn.rsplit("::", 1)[1], done=True)
         self.count("update")
-        if self.req.dry_run:
+        if self.req.dry_run and not keep:
             return old
         return {**old, "outputs": to_state(fresh, self._encrypt), "modified": _now()}
 

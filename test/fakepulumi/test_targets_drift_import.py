@@ -273,6 +273,16 @@ def test_refresh_detects_drift(fake_pulumi: FakePulumi, tmp_path: Path) -> None:
     up = stack.up()
     assert up.outputs["value"].value == "two" and up.summary.resource_changes == {"same": 3, "update": 1}
 
+    # `up --refresh` (the operator's `refresh: true`): drift read back first, then kept by the update.
+    cloud.write_text("three")
+    assert stack.up().outputs["value"].value == "two"  # without --refresh the state is believed
+    cloud.write_text("four")
+    events.clear()
+    refreshed_up = stack.up(refresh=True, on_event=events.append)
+    assert refreshed_up.outputs["value"].value == "four"
+    assert "refresh" in {e.resource_pre_event.metadata.op.value for e in events if e.resource_pre_event}
+    assert resources(fake_pulumi)[urn("d", "test:index:Drift")]["outputs"]["value"] == "four"
+
 
 # -- import ---------------------------------------------------------------------------------------------
 def test_import_resources(fake_pulumi: FakePulumi, tmp_path: Path) -> None:
