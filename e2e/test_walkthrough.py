@@ -146,6 +146,24 @@ def test_program_stack_walkthrough(kube: Kube) -> None:
     )
     outputs = json.loads(out)
     assert outputs["greeting"] == "hello" and len(outputs["password"]) == 16, outputs
+
+    # ...and `pulumi import` there, as the seed does by hand (the stand-in CLI's import)
+    def in_workspace(command: str) -> str:
+        return k.run(
+            "exec",
+            "random-yaml-workspace-0",
+            "-c",
+            "pulumi",
+            "--",
+            "sh",
+            "-c",
+            f"cd /share/workspace && {command}",
+        )
+
+    in_workspace("pulumi import test:index:Echo imported some-id --yes --protect=false")
+    exported = json.loads(in_workspace("pulumi stack export"))
+    imported = [r for r in exported["deployment"]["resources"] if r["urn"].endswith("::imported")]
+    assert imported and imported[0]["id"] == "some-id", exported
     logs = k.run("logs", "random-yaml-workspace-0", "-c", "pulumi")
     assert logs.strip(), "the workspace agent wrote no log"
 
@@ -377,3 +395,91 @@ def test_a_workspace_image_that_cannot_be_pulled_is_reported_and_recovers(kube: 
     k.run("delete", "stack", "badimage", "--wait=false")
     gone(k, "stack", "badimage")
     k.run("delete", "program", "badimage")
+
+
+BREAKS_RESTRICTED = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  containers:
+    - name: c
+      image: pko-workspace-standin:dev
+      imagePullPolicy: Never
+      command: ["sleep", "1"]
+      securityContext: {context}
+"""
+
+
+def test_workspace_pods_run_under_the_enforced_restricted_profile(kube: Kube) -> None:
+    """The workspaces' namespace admits only `restricted` pods (on 1.20 through the PodSecurityPolicy
+    that encodes it, hack/localnode-podsecurity.yaml), and the workspace pods run there."""
+    k = kube
+    for name, context, why in (
+        ("privileged", "{privileged: true}", "Privileged containers are not allowed"),
+        ("as-root", "{runAsUser: 0}", "running with the root UID is forbidden"),
+        ("escalating", "{allowPrivilegeEscalation: true}", "Allowing privilege escalation"),
+    ):
+        with pytest.raises(AssertionError) as refused:
+            k.apply(BREAKS_RESTRICTED.format(name=name, context=context))
+        assert why in str(refused.value), refused.value
+    k.apply(program("restricted"))
+    k.apply(stack("restricted", "programRef:\n    name: restricted"))
+    ready(k, "restricted")
+    pod = k.get("pod", "restricted-workspace-0")
+    assert pod is not None
+    assert pod["metadata"]["annotations"]["kubernetes.io/psp"] == "pss-restricted"
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    k.run("delete", "stack", "restricted", "--wait=false")
+    gone(k, "stack", "restricted")
+    k.run("delete", "program", "restricted")
+
+
+SECRET_VALUE = "e2e-s3cret-value-4f1c"  # must never show in an object or a log line
+
+
+def test_config_and_secrets_from_a_configmap_and_a_secret_reach_the_program_only(kube: Kube) -> None:
+    """configRef and secretsRef are files the workspace pod mounts: the program sees the values, the
+    Stack shows the secret as [secret], and the value is in no Stack, Workspace or Update and in no
+    operator or agent log line."""
+    k = kube
+    k.apply(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-settings\n"
+        'data:\n  greeting: hello from a ConfigMap\n  limits: \'{"cpu": 2, "tags": ["a", "b"]}\'\n'
+    )
+    k.apply(
+        f"apiVersion: v1\nkind: Secret\nmetadata:\n  name: app-creds\nstringData:\n  token: {SECRET_VALUE}\n"
+    )
+    k.apply(
+        PROGRAM.format(name="configured", extra="").replace(
+            "  outputs:\n",
+            "  configuration:\n    greeting:\n      type: String\n    token:\n      type: String\n"
+            "    limits:\n      type: Object\n"
+            "  outputs:\n    said: ${greeting}\n    token: ${token}\n    cpu: ${limits.cpu}\n",
+        )
+    )
+    manifest = stack("configured", "programRef:\n    name: configured").replace(
+        "  destroyOnFinalize: true\n",
+        "  destroyOnFinalize: true\n"
+        "  configRef:\n"
+        "    greeting: {name: app-settings, key: greeting}\n"
+        "    limits: {name: app-settings, key: limits, json: true}\n"
+        "  secretsRef:\n"
+        "    token: {type: Secret, secret: {name: app-creds, key: token}}\n",
+    )
+    k.apply(manifest)
+    s = ready(k, "configured")
+    outputs = s["status"]["outputs"]
+    assert outputs["said"] == "hello from a ConfigMap" and outputs["cpu"] == 2, outputs
+    assert outputs["token"] == "[secret]", outputs
+    shown = k.run("get", "stack,workspace,update", "-o", "yaml")
+    assert SECRET_VALUE not in shown
+    for logs in (
+        k.run("-n", OPERATOR_NS, "logs", "deployment/controller-manager"),
+        k.run("logs", "configured-workspace-0", "-c", "pulumi"),
+    ):
+        assert SECRET_VALUE not in logs
+    k.run("delete", "stack", "configured", "--wait=false")
+    gone(k, "stack", "configured")
+    k.run("delete", "program", "configured")

@@ -568,12 +568,16 @@ def up(imports: list[Path], timeout: float = 180.0) -> Path:
             f"--kubelet-client-key={pki / 'kubelet-client.key'}",
             "--kubelet-preferred-address-types=InternalIP",
             "--allow-privileged=true",
+            "--enable-admission-plugins=PodSecurityPolicy",
             "--profiling=false",
             "--v=1",
         ],
     )
     _wait("kube-apiserver", lambda: _https_ok("/readyz", admin), timeout, "kube-apiserver.log")
     kubeconfig = str(STATE / "kubeconfig")
+    # Before any controller makes a pod: with the PodSecurityPolicy plugin, a pod no policy admits
+    # is refused, and this is the only policy (`restricted`).
+    _kubectl("apply", "--server-side", "-f", str(HACK / "localnode-podsecurity.yaml"))
     _spawn(
         "kube-controller-manager",
         [
