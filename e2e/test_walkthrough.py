@@ -446,7 +446,7 @@ def test_config_and_secrets_from_a_configmap_and_a_secret_reach_the_program_only
     k = kube
     k.apply(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-settings\n"
-        'data:\n  greeting: hello from a ConfigMap\n  limits: \'{"cpu": 2, "tags": ["a", "b"]}\'\n'
+        'data:\n  greeting: hello from a ConfigMap\n  replicas: "3"\n'
     )
     k.apply(
         f"apiVersion: v1\nkind: Secret\nmetadata:\n  name: app-creds\nstringData:\n  token: {SECRET_VALUE}\n"
@@ -455,8 +455,8 @@ def test_config_and_secrets_from_a_configmap_and_a_secret_reach_the_program_only
         PROGRAM.format(name="configured", extra="").replace(
             "  outputs:\n",
             "  configuration:\n    greeting:\n      type: String\n    token:\n      type: String\n"
-            "    limits:\n      type: Object\n"
-            "  outputs:\n    said: ${greeting}\n    token: ${token}\n    cpu: ${limits.cpu}\n",
+            "    replicas:\n      type: Number\n"
+            "  outputs:\n    said: ${greeting}\n    token: ${token}\n    replicas: ${replicas}\n",
         )
     )
     manifest = stack("configured", "programRef:\n    name: configured").replace(
@@ -464,14 +464,14 @@ def test_config_and_secrets_from_a_configmap_and_a_secret_reach_the_program_only
         "  destroyOnFinalize: true\n"
         "  configRef:\n"
         "    greeting: {name: app-settings, key: greeting}\n"
-        "    limits: {name: app-settings, key: limits, json: true}\n"
+        "    replicas: {name: app-settings, key: replicas, json: true}\n"
         "  secretsRef:\n"
         "    token: {type: Secret, secret: {name: app-creds, key: token}}\n",
     )
     k.apply(manifest)
     s = ready(k, "configured")
     outputs = s["status"]["outputs"]
-    assert outputs["said"] == "hello from a ConfigMap" and outputs["cpu"] == 2, outputs
+    assert outputs["said"] == "hello from a ConfigMap" and outputs["replicas"] == 3, outputs
     assert outputs["token"] == "[secret]", outputs
     shown = k.run("get", "stack,workspace,update", "-o", "yaml")
     assert SECRET_VALUE not in shown
