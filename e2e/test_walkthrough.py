@@ -134,31 +134,14 @@ def test_program_stack_walkthrough(kube: Kube) -> None:
     assert status["outputs"] == {"password": "[secret]", "greeting": "hello"}, status
 
     # kubectl exec into the workspace pod and use the CLI there (the seed's `pulumi import` path)
-    out = k.run(
-        "exec",
-        "random-yaml-workspace-0",
-        "-c",
-        "pulumi",
-        "--",
-        "sh",
-        "-c",
-        "cd /share/workspace && pulumi stack output --json --show-secrets",
-    )
-    outputs = json.loads(out)
+    def in_workspace(command: str) -> str:
+        shell = f"cd /share/workspace && {command}"
+        return k.run("exec", "random-yaml-workspace-0", "-c", "pulumi", "--", "sh", "-c", shell)
+
+    outputs = json.loads(in_workspace("pulumi stack output --json --show-secrets"))
     assert outputs["greeting"] == "hello" and len(outputs["password"]) == 16, outputs
 
     # ...and `pulumi import` there, as the seed does by hand (the stand-in CLI's import)
-    def in_workspace(command: str) -> str:
-        return k.run(
-            "exec",
-            "random-yaml-workspace-0",
-            "-c",
-            "pulumi",
-            "--",
-            "sh",
-            "-c",
-            f"cd /share/workspace && {command}",
-        )
 
     in_workspace("pulumi import test:index:Echo imported some-id --yes --protect=false")
     exported = json.loads(in_workspace("pulumi stack export"))

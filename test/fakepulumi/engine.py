@@ -718,16 +718,7 @@ class Engine:
             {evaluator.resources[d].urn for d in evaluator.spec.resources[name].property_deps}
             | {r.urn for r in refs.get("dependsOn", [])}
         )
-        new: dict[str, Any] = {
-            "urn": urn,
-            "custom": True,
-            "id": "",
-            "type": type_,
-            "inputs": {},
-            "outputs": {},
-            "parent": parent[0].urn if parent else self.stack_urn,
-            "provider": provider_ref,
-        }
+        new = _custom_state(urn, type_, parent[0].urn if parent else self.stack_urn, provider_ref)
         if protect:
             new["protect"] = True
         if "deletedWith" in refs:
@@ -1062,16 +1053,7 @@ class Engine:
         if old is not None and old.get("id") == spec.id:
             return
         provider_ref = self._ensure_provider(type_.split(":", 1)[0])
-        new: dict[str, Any] = {
-            "urn": urn,
-            "custom": True,
-            "id": "",
-            "type": type_,
-            "inputs": {},
-            "outputs": {},
-            "parent": self.stack_urn,
-            "provider": provider_ref,
-        }
+        new = _custom_state(urn, type_, self.stack_urn, provider_ref)
         if self.req.protect_imports:
             new["protect"] = True
         self.step_event("resourcePreEvent", "import", urn, type_, None, self._state_meta(new), provider_ref)
@@ -1236,6 +1218,20 @@ def _diff_kind(key: str, old: dict[str, Any], new: dict[str, Any]) -> str:
 
 def _is_provider(res: dict[str, Any]) -> bool:
     return str(res.get("type", "")).startswith("pulumi:providers:")
+
+
+def _custom_state(urn: str, type_: str, parent: str, provider_ref: str) -> dict[str, Any]:
+    """A custom resource's state before its provider has run (id, inputs and outputs still empty)."""
+    return {
+        "urn": urn,
+        "custom": True,
+        "id": "",
+        "type": type_,
+        "inputs": {},
+        "outputs": {},
+        "parent": parent,
+        "provider": provider_ref,
+    }
 
 
 def _now() -> str:
