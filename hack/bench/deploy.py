@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -165,7 +166,7 @@ async def floor(api: Any, writes: int, concurrency: int) -> float:
     return time.monotonic() - t0
 
 
-def operator_command(op: Operator, fs_port: int, metrics_port: int) -> list[str]:
+def operator_command(op: Operator, fs_port: int, metrics_port: int, health_port: int) -> list[str]:
     return [
         sys.executable, "-m", "pko", "--kubeconfig", str(op.kubeconfig), "--leader-elect=false",
         "--operator-namespace", OPERATOR_NAMESPACE,
@@ -174,8 +175,23 @@ def operator_command(op: Operator, fs_port: int, metrics_port: int) -> list[str]
         "--workspace-address-mode", "pod-ip",
         "--program-fs-addr", f"127.0.0.1:{fs_port}", "--program-fs-adv-addr", f"127.0.0.1:{fs_port}",
         "--metrics-bind-address", f"127.0.0.1:{metrics_port}",
-        "--health-probe-bind-address", f"127.0.0.1:{free_port()}",
+        "--health-probe-bind-address", f"127.0.0.1:{health_port}",
     ]  # fmt: skip
+
+
+async def caches_synced(health_port: int, proc: subprocess.Popen[bytes], within: float = 120.0) -> None:
+    """Until the operator's /readyz says its caches have synced."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/readyz", timeout=5) as r:  # noqa: ASYNC210
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the operator did not become ready; see .bench-logs/deploy-operator.log")
+        await asyncio.sleep(0.5)
 
 
 async def bench(cluster: LocalCluster, audit_path: Path, tmp: Path, args: argparse.Namespace) -> None:
@@ -201,7 +217,8 @@ async def bench(cluster: LocalCluster, audit_path: Path, tmp: Path, args: argpar
         await kubelet.start()
         audit = Audit(audit_path, f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}")
         logf = open(tmp / "operator.log", "w")  # noqa: ASYNC230 - opened once, written by the child
-        cmd = operator_command(op, free_port(), free_port())
+        health_port = free_port()
+        cmd = operator_command(op, free_port(), free_port(), health_port)
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=logf, stderr=subprocess.STDOUT)  # noqa: ASYNC220
         try:
             peak = [0.0]
@@ -212,7 +229,7 @@ async def bench(cluster: LocalCluster, audit_path: Path, tmp: Path, args: argpar
                 peak[0] = max(peak[0], rss_mb(proc.pid))
 
             log("one Program-sourced Stack, apply to Ready")
-            await asyncio.sleep(5)  # the operator's caches sync
+            await caches_synced(health_port, proc)
             audit.take()
             t0 = time.monotonic()
             await apply_stack(api, 0)
