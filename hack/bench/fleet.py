@@ -29,7 +29,6 @@ from dulwich.server import DictBackend
 from dulwich.web import make_wsgi_chain
 from pko.api.generated.pko.agent import v1 as pb
 from pko.api.validation import parse_stack
-from pko.api.workspace import DEFAULT_IMAGES
 from run import bounded
 
 from pko.agentclient import service_address
@@ -320,7 +319,7 @@ async def seed_fleet(
         commit = git.commits[i % teams]
         source = GitRevision(url=body["spec"]["projectRepo"], commit=commit, dir=body["spec"].get("repoDir"))
         ws_body = build_workspace(stack, source)
-        ws_body["spec"].setdefault("image", options.default_workspace_image or DEFAULT_IMAGES["restricted"])
+        ws_body["spec"].setdefault("image", options.workspace_image(ws_body["spec"].get("securityProfile")))
         ws = await workspaces.apply(ws_body, field_manager=FIELD_MANAGER)
         seeded.workspaces += 1
         ws_spec = parse_spec(ws)

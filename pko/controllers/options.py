@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from pko.api.workspace import DEFAULT_IMAGES, SecurityProfile
 from pko.controllers.retry import RetrySettings
 
 AddressMode = Literal["dns", "pod-ip", "static"]
@@ -49,3 +50,9 @@ class ControllerOptions:
     agent_unreachable_timeout: float = 300.0
     # Operator-wide retry defaults for failed Stack operations (a Stack overrides budget and cap).
     retry: RetrySettings = field(default_factory=RetrySettings)
+
+    def workspace_image(self, security_profile: str | None) -> str:
+        """The Pulumi image of a Workspace that names none: this operator's setting, else the Go
+        operator's default for the Workspace's security profile (``restricted`` unless ``baseline``)."""
+        profile: SecurityProfile = "baseline" if security_profile == "baseline" else "restricted"
+        return self.default_workspace_image or DEFAULT_IMAGES[profile]

@@ -35,7 +35,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pko.api.meta import parse_go_duration
 from pko.api.stack import Stack
 from pko.api.validation import deprecation_warnings, format_errors, parse_stack
-from pko.api.workspace import DEFAULT_IMAGES
 from pko.controllers.gitpoll import BranchResolver, GitCredentials, GitLookupError
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import (
@@ -610,9 +609,7 @@ class StackReconciler:
         if not spec.get("image"):
             # Named on the Workspace (as upstream's workspaces show it): `kubectl get workspace`
             # then says which image runs, and a new operator default rolls the pod visibly.
-            baseline = spec.get("securityProfile") == "baseline"
-            default = DEFAULT_IMAGES["baseline" if baseline else "restricted"]
-            spec["image"] = self.options.default_workspace_image or default
+            spec["image"] = self.options.workspace_image(spec.get("securityProfile"))
         digest = applied_digest(body)
         body["metadata"].setdefault("annotations", {})[ANNOTATION_APPLIED_DIGEST] = digest
         key = object_key(namespace_of(obj), body["metadata"]["name"])

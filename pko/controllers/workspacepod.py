@@ -266,7 +266,7 @@ def _pulumi_container(name: str, namespace: str, spec: WorkspaceSpec, options: C
     _set_env(env, {"name": "AGENT_MEMLIMIT", "valueFrom": {"resourceFieldRef": memlimit}})
     container: Obj = {
         "name": PULUMI_CONTAINER,
-        "image": spec.image or options.default_workspace_image or spec.default_image(),
+        "image": spec.image or options.workspace_image(spec.security_profile),
         "command": _serve_command(name, namespace, spec),
         "workingDir": WORKSPACE_DIR,
         "ports": [{"name": "grpc", "containerPort": WORKSPACE_PORT, "protocol": "TCP"}],
