@@ -47,7 +47,7 @@ from controllers.kubelet import (
 )
 from controllers.operator import OPERATOR_SERVICE_ACCOUNT, Operator
 from localcluster import LocalCluster
-from run import bounded, cpu_seconds, create_namespace, exit_on_sigterm, log
+from run import bounded, cpu_seconds, create_namespace, exit_on_sigterm, log, stop_and_keep_log
 from steady import free_port, rss_mb
 
 from pko.controllers.options import ControllerOptions
@@ -250,15 +250,8 @@ async def bench(cluster: LocalCluster, audit_path: Path, tmp: Path, args: argpar
             log(f"the floor: {writes} ConfigMap creates, {args.floor_concurrency} at a time")
             floor_s = await floor(api, writes, args.floor_concurrency)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_and_keep_log(proc, tmp / "operator.log", "deploy-operator.log")
             logf.close()
-            kept = REPO / ".bench-logs"
-            kept.mkdir(exist_ok=True)
-            (kept / "deploy-operator.log").write_bytes((tmp / "operator.log").read_bytes())
             await kubelet.stop()
             if op.api is not None:
                 await op.api.close()  # the operator's identity, opened by setup()

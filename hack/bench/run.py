@@ -84,6 +84,21 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
+def stop_and_keep_log(proc: subprocess.Popen[bytes] | None, log_path: Path, kept_as: str) -> None:
+    """Stop a benchmarked process (SIGTERM, SIGKILL after 30 s) and keep its log as
+    ``.bench-logs/<kept_as>`` for a look after the run."""
+    if proc is not None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    if log_path.exists():
+        kept = REPO / ".bench-logs"
+        kept.mkdir(exist_ok=True)
+        (kept / kept_as).write_bytes(log_path.read_bytes())
+
+
 def log(msg: str) -> None:
     print(f"bench: {msg}", file=sys.stderr, flush=True)
 

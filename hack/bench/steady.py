@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleet import GitServer, Seeded, git_server, seed_fleet
 from localcluster import LocalCluster
 from prometheus_client.parser import text_string_to_metric_families
-from run import cpu_seconds, create_namespace, exit_on_sigterm, install_crds, log
+from run import cpu_seconds, create_namespace, exit_on_sigterm, install_crds, log, stop_and_keep_log
 
 from pko.controllers.options import ControllerOptions
 
@@ -278,16 +278,7 @@ def main() -> int:
             leaked = [r for r, _ in cached if r in ("secrets", "configmaps")]
             print(f"Secrets/ConfigMaps cached: {'yes: ' + ', '.join(leaked) if leaked else 'no'}")
         finally:
-            if log_path.exists():
-                kept = REPO / ".bench-logs"
-                kept.mkdir(exist_ok=True)
-                (kept / "steady-operator.log").write_bytes(log_path.read_bytes())
-            if proc is not None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            stop_and_keep_log(proc, log_path, "steady-operator.log")
             cluster.stop()
     return 0
 
