@@ -23,7 +23,6 @@ destroy and removes the finalizer only after a destroy that succeeded for this d
 from __future__ import annotations
 
 import base64
-import copy
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -102,6 +101,7 @@ from pko.machinery.conditions import get_condition, is_true
 from pko.machinery.controller import Result
 from pko.machinery.manager import CACHE_SYNCED, Manager
 from pko.machinery.objects import add_finalizer, has_finalizer, remove_finalizer
+from pko.machinery.recentwrites import RecentWrites
 from pko.machinery.resource import SECRETS, Obj, Resource, ResourceClient, api_error_status
 from pko.machinery.store import DeletedFinalStateUnknown, object_key
 
@@ -195,12 +195,14 @@ class StackReconciler:
         self._secrets = ResourceClient(api, SECRETS)
         self.events = manager.events
         self.metrics = StackMetrics(manager)
-        self._written: dict[str, Obj] = {}
+        # A reconcile that read a Stack older than our own last write could miss `currentUpdate`
+        # and start a second Update: read through what we wrote until the cache has it.
+        self.recent = RecentWrites()
 
     # --- entry point -------------------------------------------------------------------------
 
     async def reconcile(self, key: str) -> Result:
-        obj = self._latest(key, self.stacks.indexer.get_by_key(key))
+        obj = self.recent.latest(key, self.stacks.indexer.get_by_key(key))
         if obj is None:
             self._ws_applied.pop(key, None)  # its Workspace (same name) goes with it
             return Result.done()
@@ -209,7 +211,7 @@ class StackReconciler:
         if deleting and not has_finalizer(obj, STACK_FINALIZER):
             return Result.done()
         if not deleting and not has_finalizer(obj, STACK_FINALIZER):
-            obj = self._wrote(await add_finalizer(self._stack_client, obj, STACK_FINALIZER))
+            obj = self.recent.wrote(await add_finalizer(self._stack_client, obj, STACK_FINALIZER))
             meta = metadata_of(obj)
         now = utcnow()
         generation = int(meta.get("generation") or 0)
@@ -220,7 +222,7 @@ class StackReconciler:
         if stack is None or errors:
             message = format_errors(errors)
             if deleting and not (obj.get("status") or {}).get("lastUpdate"):
-                self._wrote(await remove_finalizer(self._stack_client, obj, STACK_FINALIZER))
+                self.recent.wrote(await remove_finalizer(self._stack_client, obj, STACK_FINALIZER))
                 return Result.done()
             self.events.event(obj, "Warning", "StackConfigInvalid", message)
             mark_stalled(status, "SpecInvalid", message, generation, now)
@@ -267,7 +269,7 @@ class StackReconciler:
         if deleting and (not spec.destroy_on_finalize or spec.preview):
             mark_ready(status, generation, now)
             await self._save(obj, status, recorded)
-            self._wrote(await remove_finalizer(self._stack_client, obj, STACK_FINALIZER))
+            self.recent.wrote(await remove_finalizer(self._stack_client, obj, STACK_FINALIZER))
             return Result.done()
 
         # 2. the source, pinned to a revision
@@ -308,7 +310,7 @@ class StackReconciler:
             stalled = get_condition(conditions, "Stalled")
             if stalled is not None and stalled.get("status") == "True":
                 if deleting and not status.get("lastUpdate"):
-                    self._wrote(await remove_finalizer(self._stack_client, obj, STACK_FINALIZER))
+                    self.recent.wrote(await remove_finalizer(self._stack_client, obj, STACK_FINALIZER))
                     return Result.done()
                 ws_reason = str(stalled.get("reason") or "")
                 reason = (
@@ -339,31 +341,6 @@ class StackReconciler:
                 await self._save(obj, status)
             raise
         return Result.done()
-
-    def _latest(self, key: str, cached: Obj | None) -> Obj | None:
-        """The cached Stack, or what this controller last wrote if the cache has not caught up.
-
-        A reconcile that read a Stack older than our own last status write could miss
-        ``currentUpdate`` and start a second Update; resourceVersions are compared as numbers
-        (what every apiserver uses) and, if one is not, the cache wins.
-        """
-        written = self._written.get(key)
-        if cached is None or written is None or not _newer(written, cached):
-            self._written.pop(key, None)
-            return cached
-        return copy.deepcopy(written)
-
-    def caught_up(self, cached: Obj, *, gone: bool = False) -> None:
-        """Drop the remembered write of ``cached``'s Stack once the cache holds it (or the Stack is gone)."""
-        key = object_key(namespace_of(cached), str(metadata_of(cached).get("name")))
-        written = self._written.get(key)
-        if written is not None and (gone or not _newer(written, cached)):
-            self._written.pop(key, None)
-
-    def _wrote(self, obj: Obj) -> Obj:
-        """Remember the Stack as written (see :meth:`_latest`); returns it."""
-        self._written[object_key(namespace_of(obj), str(metadata_of(obj).get("name")))] = copy.deepcopy(obj)
-        return obj
 
     # --- steps -------------------------------------------------------------------------------
 
@@ -400,7 +377,7 @@ class StackReconciler:
                 await self._save(obj, status, recorded)
                 return Result.requeue_after(requeue) if requeue else Result.done()
             await self._save(obj, status, recorded)
-            self._wrote(await remove_finalizer(self._stack_client, obj, STACK_FINALIZER))
+            self.recent.wrote(await remove_finalizer(self._stack_client, obj, STACK_FINALIZER))
             return Result.done()
         if last.get("state") == "succeeded" and stack.spec.workspace_reclaim_policy == "Delete":
             await self._release_update(recorded)
@@ -684,7 +661,7 @@ class StackReconciler:
                 "metadata": {"name": metadata_of(obj).get("name"), "namespace": namespace_of(obj)},
                 "status": desired,
             }
-            written = self._wrote(
+            written = self.recent.wrote(
                 await self._stack_client.apply_status(body, field_manager=FIELD_MANAGER_STACK_STATUS)
             )
             self.metrics.observe(written)
@@ -724,16 +701,6 @@ def _applied(cached: Obj, digest: str, last: tuple[str, int] | None) -> bool:
         return False
     current = (meta.get("annotations") or {}).get(ANNOTATION_APPLIED_DIGEST)
     return current == digest == last[0] and int(meta.get("generation") or 0) == last[1]
-
-
-def _newer(a: Obj, b: Obj) -> bool:
-    """Whether ``a`` is a later version than ``b`` (numeric resourceVersions; else no)."""
-    try:
-        return int(metadata_of(a).get("resourceVersion") or 0) > int(
-            metadata_of(b).get("resourceVersion") or 0
-        )
-    except ValueError:
-        return False
 
 
 def _namespace_terminating(exc: ApiException) -> bool:
@@ -791,7 +758,7 @@ def _flux_mapper(reconciler: StackReconciler, resource: Resource) -> Callable[[O
 
 class _StackEvents:
     """Stack informer events: keep the gauges (as upstream's callbacks) and forget what this
-    controller wrote once the cache has caught up with it (see ``StackReconciler._latest``)."""
+    controller wrote once the cache has caught up with it (``RecentWrites``)."""
 
     def __init__(self, reconciler: StackReconciler) -> None:
         self.reconciler = reconciler
@@ -801,9 +768,9 @@ class _StackEvents:
 
     def on_update(self, old: Obj, new: Obj) -> None:
         self.reconciler.metrics.observe(new)
-        self.reconciler.caught_up(new)
+        self.reconciler.recent.caught_up(new)
 
     def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         self.reconciler.metrics.forget(obj)
         if not isinstance(obj, DeletedFinalStateUnknown):
-            self.reconciler.caught_up(obj, gone=True)
+            self.reconciler.recent.caught_up(obj, gone=True)

@@ -81,6 +81,7 @@ from pko.machinery.informer import SharedInformer
 from pko.machinery.manager import Manager
 from pko.machinery.objects import controller_of
 from pko.machinery.predicates import deletion_started, generation_changed, or_
+from pko.machinery.recentwrites import RecentWrites
 from pko.machinery.resource import PODS, SERVICES, STATEFULSETS, Obj, ResourceClient, api_error_status
 from pko.machinery.store import object_key
 from pko.tokens import TokenError, TokenSource
@@ -214,13 +215,13 @@ class WorkspaceReconciler:
         self._initialized: OrderedDict[str, str] = OrderedDict()
         # When this controller last applied each Workspace's StatefulSet (by Workspace uid).
         self._sts_applied: OrderedDict[str, float] = OrderedDict()
-        # The status last written per Workspace uid, for the same reason.
-        self._written: OrderedDict[str, Obj] = OrderedDict()
+        # Our status writes, read through until the cache has them (each write triggers a reconcile).
+        self._recent = RecentWrites()
 
     # --- the reconcile ---------------------------------------------------------------------
 
     async def reconcile(self, key: str) -> Result:
-        ws = self.workspaces.indexer.get_by_key(key)
+        ws = self._recent.latest(key, self.workspaces.indexer.get_by_key(key))
         if ws is None:
             return Result.done()
         if (ws.get("metadata") or {}).get("deletionTimestamp"):
@@ -528,13 +529,12 @@ class WorkspaceReconciler:
         version = pulumi_version or current.get("pulumiVersion")
         if version:
             status["pulumiVersion"] = version
-        uid = str(meta.get("uid"))
-        if status == self._written.get(uid) or status == {
+        if status == {
             k: current[k]
             for k in ("observedGeneration", "conditions", "address", "pulumiVersion")
             if k in current
         }:
-            return  # already there, or written by us and not yet in the cache
+            return  # already there (in the cache, or in our own write not yet watched back)
         body = {
             "apiVersion": WORKSPACES.api_version,
             "kind": WORKSPACES.kind,
@@ -549,9 +549,10 @@ class WorkspaceReconciler:
             if api_error_status(exc) == 404:
                 return
             raise
-        # Later steps of this reconcile compare against what was just written.
+        # Later steps of this reconcile, and the next reconciles until the cache has it, compare
+        # against what was just written.
         ws["status"] = updated.get("status") or status
-        _remember(self._written, uid, status)
+        self._recent.wrote(updated)
         ready = get_condition(conditions, READY) or {}
         log.info(
             "workspace status", workspace=f"{meta['namespace']}/{meta['name']}", reason=ready.get("reason")
