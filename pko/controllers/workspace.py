@@ -110,7 +110,7 @@ REQUEUE_WAITING: Final = 60.0
 # The StatefulSet controller creates a pod within this after an apply; only later is a missing pod
 # worth a dry run (an API write) to learn why it was refused.
 POD_CREATION_GRACE: Final = 5.0
-MEMORY_ENTRIES: Final = 4096  # per memory of recent writes (below)
+MEMORY_ENTRIES: Final = 4096  # StatefulSet apply times kept (_remember)
 # Per call to the agent once connected (SelectStack, SetAllConfig...); Install may fetch plugins.
 RPC_TIMEOUT: Final = 60.0
 INSTALL_TIMEOUT: Final = 600.0
@@ -211,12 +211,12 @@ class WorkspaceReconciler:
         self.service_client = ResourceClient(api, SERVICES, request_timeout=request_timeout)
         self.pod_client = ResourceClient(api, PODS, request_timeout=request_timeout)
         self.core = CoreV1Api(api)
-        # Pods initialized lately (uid -> Pulumi version): the caches may not show it yet.
-        self._initialized: OrderedDict[str, str] = OrderedDict()
         # When this controller last applied each Workspace's StatefulSet (by Workspace uid).
         self._sts_applied: OrderedDict[str, float] = OrderedDict()
-        # Our status writes, read through until the cache has them (each write triggers a reconcile).
+        # Our writes, read through until the caches have them (each triggers a reconcile that must
+        # not redo them): Workspace statuses, and the pod annotation that marks it initialized.
         self._recent = RecentWrites()
+        self._recent_pods = RecentWrites()
 
     # --- the reconcile ---------------------------------------------------------------------
 
@@ -306,7 +306,8 @@ class WorkspaceReconciler:
         # The rollout, as the StatefulSet controller reports it.
         sts_status = sts.get("status") or {}
         rolling = _Finding("RollingUpdate", "Waiting for the statefulset to be updated")
-        pod = self.pods.indexer.get_by_key(object_key(namespace, pod_name(name)))
+        pod_key = object_key(namespace, pod_name(name))
+        pod = self._recent_pods.latest(pod_key, self.pods.indexer.get_by_key(pod_key))
         if pod is None:
             # A refused pod shows only in the StatefulSet's Events (and its status stays
             # unobserved): ask the apiserver why, by a dry run, once the StatefulSet controller
@@ -359,10 +360,7 @@ class WorkspaceReconciler:
                 None,
                 version,
             )
-        annotated = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_INITIALIZED) == "true"
-        remembered = self._initialized.get(str(pod["metadata"].get("uid")))
-        version = version or remembered
-        if (annotated or remembered) and version:
+        if (pod["metadata"].get("annotations") or {}).get(ANNOTATION_INITIALIZED) == "true" and version:
             return _Finding("Succeeded", "", ready=True), Result.done(), address, version
         finding, result, version = await self._initialize(ws, spec, pod, address, version)
         return finding, result, address if finding.ready else None, version
@@ -461,15 +459,14 @@ class WorkspaceReconciler:
         pod_meta = pod["metadata"]
         body = {"metadata": {"annotations": {ANNOTATION_INITIALIZED: "true"}, "uid": pod_meta.get("uid")}}
         try:
-            await self.pod_client.patch(pod_meta["name"], body, namespace=pod_meta["namespace"])
+            self._recent_pods.wrote(
+                await self.pod_client.patch(pod_meta["name"], body, namespace=pod_meta["namespace"])
+            )
         except ApiException as exc:
             if api_error_status(exc) not in (404, 409, 422):
                 raise
             # The pod went (or was replaced) meanwhile: its successor initializes from scratch.
             return _Finding("WaitingForReplicas", "The workspace pod was replaced"), Result.requeue(), version
-        # Until the pod cache shows the annotation, a reconcile (our own status write triggers one)
-        # must not initialize the pod a second time.
-        _remember(self._initialized, str(pod_meta.get("uid")), version)
         log.info("workspace pod initialized", pod=pod_meta["name"], pulumi_version=version)
         self.events.event(ws, "Normal", "Initialized", f"Initialized workspace pod {pod_meta['name']!r}")
         return _Finding("Succeeded", "", ready=True), Result.done(), version
