@@ -125,6 +125,8 @@ def kube() -> Iterator[Kube]:
             "--timeout=300s",
             timeout=320,
         )
+        # Programs deploy Kubernetes objects with the workspaces' ServiceAccount (default/pulumi).
+        k.run("apply", "--server-side", "-n", "default", "-f", str(REPO / "config" / "samples" / "rbac.yaml"))
         yield k
     finally:
         if os.environ.get("PKO_E2E_KEEP") != "1":

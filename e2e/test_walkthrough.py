@@ -1,5 +1,8 @@
 """Seed 000's walkthrough on a real node: pko in the cluster, real workspace pods (agent image + the
-TEST-ONLY stand-in Pulumi CLI image), Services resolved by the cluster DNS, kubectl as users run it."""
+workspace image with the real Pulumi engine), Services resolved by the cluster DNS, kubectl as users run
+it. Programs deploy Kubernetes objects through pulumi-kubernetes with the workspace's ServiceAccount
+(config/samples/rbac.yaml lets `default/pulumi` manage ConfigMaps and Deployments), and every stack keeps
+its state on a PersistentVolumeClaim of its own, as the sample does."""
 
 from __future__ import annotations
 
@@ -34,16 +37,30 @@ metadata:
   name: {name}
 program:
   resources:
-    password:
-      type: random:RandomPassword
+    settings:
+      type: kubernetes:core/v1:ConfigMap
       properties:
-        length: 16
+        metadata:
+          name: {name}-settings
+        data:
+          greeting: hello
 {extra}  outputs:
-    password: ${{password.result}}
-    greeting: hello
+    greeting: ${{settings.data.greeting}}
+    uid:
+      fn::secret: ${{settings.metadata.uid}}
 """
 
 STACK = """\
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: {name}-state
+spec:
+  accessModes: [ReadWriteOnce]
+  resources:
+    requests:
+      storage: 1Gi
+---
 apiVersion: pulumi.com/v1
 kind: Stack
 metadata:
@@ -70,19 +87,46 @@ spec:
                   mountPath: /state
           volumes:
             - name: state
-              emptyDir: {{}}
+              persistentVolumeClaim:
+                claimName: {name}-state
 """
 
+# A resource whose creation takes `seconds`: pulumi-kubernetes awaits a Deployment until its pod is
+# ready, and this pod's readiness probe passes only after that long.
 HANG = """\
     wait:
-      type: test:index:Hang
+      type: kubernetes:apps/v1:Deployment
       properties:
-        seconds: {seconds}
+        metadata:
+          name: {name}-wait
+        spec:
+          selector:
+            matchLabels: {{app: {name}-wait}}
+          template:
+            metadata:
+              labels: {{app: {name}-wait}}
+            spec:
+              securityContext:
+                runAsNonRoot: true
+                runAsUser: 1000
+                seccompProfile: {{type: RuntimeDefault}}
+              terminationGracePeriodSeconds: 1
+              containers:
+                - name: wait
+                  image: localhost/pko-base-python:bookworm
+                  imagePullPolicy: Never
+                  command: [sh, -c, "sleep {seconds}; touch /tmp/ready; exec sleep 100000"]
+                  readinessProbe:
+                    exec: {{command: [test, -f, /tmp/ready]}}
+                    periodSeconds: 1
+                  securityContext:
+                    allowPrivilegeEscalation: false
+                    capabilities: {{drop: [ALL]}}
 """
 
 
 def program(name: str, hang: int | None = None) -> str:
-    return PROGRAM.format(name=name, extra=HANG.format(seconds=hang) if hang else "")
+    return PROGRAM.format(name=name, extra=HANG.format(name=name, seconds=hang) if hang else "")
 
 
 def stack(name: str, source: str) -> str:
@@ -112,60 +156,69 @@ def metrics(k: Kube) -> str:
 
 def test_program_stack_walkthrough(kube: Kube) -> None:
     k = kube
-    k.apply(program("random-yaml"))
-    k.apply(stack("random-yaml", "programRef:\n    name: random-yaml"))
-    s = ready(k, "random-yaml")
+    k.apply(program("walkthrough"))
+    k.apply(stack("walkthrough", "programRef:\n    name: walkthrough"))
+    s = ready(k, "walkthrough")
 
     # kubectl get workspace: IMAGE, READY, ADDRESS (the Service name that really connects)
-    table = k.run("get", "workspace", "random-yaml")
+    table = k.run("get", "workspace", "walkthrough")
     assert re.search(r"NAME\s+IMAGE\s+READY\s+ADDRESS", table), table
-    assert "random-yaml-workspace.default.svc.cluster.local:50051" in table, table
+    assert "walkthrough-workspace.default.svc.cluster.local:50051" in table, table
     assert " True " in table, table
-    updates = k.run("get", "update", "-l", "pulumi.com/stack-name=random-yaml")
+    updates = k.run("get", "update", "-l", "pulumi.com/stack-name=walkthrough")
     # the seed's columns: NAME WORKSPACE PROGRESSING FAILED COMPLETE URL
     assert re.search(r"NAME\s+WORKSPACE\s+PROGRESSING\s+FAILED\s+COMPLETE\s+URL", updates), updates
-    assert re.search(r"random-yaml\s+False\s+False\s+True", updates), updates
+    assert re.search(r"walkthrough\s+False\s+False\s+True", updates), updates
 
     # The Stack's status as the seed shows it
     status = s["status"]
     last = status["lastUpdate"]
     assert (last["state"], last["type"], last["failures"]) == ("succeeded", "up", 0), status
     assert last["lastSuccessfulCommit"].startswith("sha256:"), last
-    assert status["outputs"] == {"password": "[secret]", "greeting": "hello"}, status
+    assert status["outputs"] == {"uid": "[secret]", "greeting": "hello"}, status
+    # what Pulumi created, through pulumi-kubernetes with the workspace's ServiceAccount
+    created = k.get("configmap", "walkthrough-settings")
+    assert created is not None and created["data"] == {"greeting": "hello"}, created
 
     # kubectl exec into the workspace pod and use the CLI there (the seed's `pulumi import` path)
     def in_workspace(command: str) -> str:
-        shell = f"cd /share/workspace && {command}"
-        return k.run("exec", "random-yaml-workspace-0", "-c", "pulumi", "--", "sh", "-c", shell)
+        shell = f"cd /share/workspace && {command}"  # the envRefs (the passphrase) are the pod's env
+        return k.run("exec", "walkthrough-workspace-0", "-c", "pulumi", "--", "sh", "-c", shell)
 
     outputs = json.loads(in_workspace("pulumi stack output --json --show-secrets"))
-    assert outputs["greeting"] == "hello" and len(outputs["password"]) == 16, outputs
+    assert outputs == {"greeting": "hello", "uid": created["metadata"]["uid"]}, outputs
 
-    # ...and `pulumi import` there, as the seed does by hand (the stand-in CLI's import)
-
-    in_workspace("pulumi import test:index:Echo imported some-id --yes --protect=false")
+    # ...and `pulumi import` there, as the seed does by hand: an object made with kubectl comes under
+    # the stack's management (and goes with its destroy)
+    k.apply("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: walkthrough-imported\ndata:\n  a: b\n")
+    in_workspace(
+        "pulumi import kubernetes:core/v1:ConfigMap imported default/walkthrough-imported"
+        " --yes --protect=false"
+    )
     exported = json.loads(in_workspace("pulumi stack export"))
     imported = [r for r in exported["deployment"]["resources"] if r["urn"].endswith("::imported")]
-    assert imported and imported[0]["id"] == "some-id", exported
-    logs = k.run("logs", "random-yaml-workspace-0", "-c", "pulumi")
+    assert imported and imported[0]["id"] == "default/walkthrough-imported", exported
+    logs = k.run("logs", "walkthrough-workspace-0", "-c", "pulumi")
     assert logs.strip(), "the workspace agent wrote no log"
 
     # metrics, as seed 002 shows them
     text = metrics(k)
     assert re.search(r"^stacks_active(\{\})? [1-9]", text, re.M), text
-    assert 'stacks_failing{name="random-yaml",namespace="default"} 0.0' in text, text
+    assert 'stacks_failing{name="walkthrough",namespace="default"} 0.0' in text, text
 
     # kubectl delete stack: destroyOnFinalize destroys, then nothing is left behind
     update_names = [
         u["metadata"]["name"]
-        for u in k.json("get", "updates", "-l", "pulumi.com/stack-name=random-yaml")["items"]
+        for u in k.json("get", "updates", "-l", "pulumi.com/stack-name=walkthrough")["items"]
     ]
-    k.run("delete", "stack", "random-yaml", "--wait=false")
-    gone(k, "stack", "random-yaml")
-    gone(k, "workspace", "random-yaml")
+    k.run("delete", "stack", "walkthrough", "--wait=false")
+    gone(k, "stack", "walkthrough")
+    gone(k, "workspace", "walkthrough")
     for name in update_names:
         gone(k, "update", name)
-    k.run("delete", "program", "random-yaml")
+    gone(k, "configmap", "walkthrough-settings")  # destroyed by Pulumi
+    gone(k, "configmap", "walkthrough-imported")
+    k.run("delete", "program", "walkthrough")
 
 
 class _Quiet(WSGIRequestHandler):
@@ -305,7 +358,8 @@ def test_a_workspace_account_without_auth_delegation_reports_unauthenticated(kub
 
 
 SEEDS = Path(__file__).resolve().parents[1] / "test" / "data" / "seeds"
-WORKSPACE_IMAGE = "pko-workspace-standin:dev"  # TEST-ONLY, built by hack/build-images.sh
+SAMPLES = Path(__file__).resolve().parents[1] / "config" / "samples"
+WORKSPACE_IMAGE = "pko-workspace:dev"  # the real engine, built by hack/build-images.sh
 
 
 def test_seed_customized_workspace_runs_as_written(kube: Kube) -> None:
@@ -357,8 +411,7 @@ def test_a_workspace_image_that_cannot_be_pulled_is_reported_and_recovers(kube: 
     # imagePullPolicy Never: the kubelet reports the missing image without contacting any registry.
     missing = manifest.replace(
         "  workspaceTemplate:\n    spec:\n",
-        "  workspaceTemplate:\n    spec:\n      image: pko-workspace-standin:missing\n"
-        "      imagePullPolicy: Never\n",
+        "  workspaceTemplate:\n    spec:\n      image: pko-workspace:missing\n      imagePullPolicy: Never\n",
     )
     k.apply(missing)
 
@@ -368,11 +421,11 @@ def test_a_workspace_image_that_cannot_be_pulled_is_reported_and_recovers(kube: 
 
     ws = k.until("workspace badimage ImagePullFailed", pull_failed, 300)
     message = k.condition(ws, "Ready")["message"]
-    assert "pko-workspace-standin:missing" in message and "ErrImageNeverPull" in message, message
+    assert "pko-workspace:missing" in message and "ErrImageNeverPull" in message, message
     reconciling = k.condition(k.get("stack", "badimage"), "Ready")
     assert reconciling.get("status") == "False", reconciling
 
-    k.apply(missing.replace("pko-workspace-standin:missing", WORKSPACE_IMAGE))  # fixed
+    k.apply(missing.replace("pko-workspace:missing", WORKSPACE_IMAGE))  # fixed
     s = ready(k, "badimage", within=600)
     assert s["status"]["lastUpdate"]["state"] == "succeeded"
     k.run("delete", "stack", "badimage", "--wait=false")
@@ -388,7 +441,7 @@ metadata:
 spec:
   containers:
     - name: c
-      image: pko-workspace-standin:dev
+      image: pko-workspace:dev
       imagePullPolicy: Never
       command: ["sleep", "1"]
       securityContext: {context}
@@ -466,3 +519,63 @@ def test_config_and_secrets_from_a_configmap_and_a_secret_reach_the_program_only
     k.run("delete", "stack", "configured", "--wait=false")
     gone(k, "stack", "configured")
     k.run("delete", "program", "configured")
+
+
+def test_the_sample_deploys_kubernetes_objects_and_its_state_survives_pod_deletions(kube: Kube) -> None:
+    """The README's main job (config/samples, as hack/up.sh applies it): the real engine creates a
+    ConfigMap and a Deployment through pulumi-kubernetes, the secret output is masked, and the state on
+    the PersistentVolumeClaim outlives the workspace pod and the operator pod: the recreated pod finds
+    the stack with every resource, and the next update changes nothing."""
+    k = kube
+    k.run("apply", "--server-side", "-n", "default", "-k", str(SAMPLES))
+    s = ready(k, "hello")
+    outputs = s["status"]["outputs"]
+    assert outputs == {"configMap": "hello-page", "deployment": "hello", "greeting": "[secret]"}, outputs
+    k.run("rollout", "status", "deployment/hello", "--timeout=300s", timeout=320)
+    page = k.get("configmap", "hello-page")
+    deploy = k.get("deployment", "hello")
+    assert page is not None and deploy is not None
+
+    def urns() -> list[str]:
+        out = k.run("exec", "hello-workspace-0", "-c", "pulumi", "--", "sh", "-c",
+                    "cd /share/workspace && pulumi stack export")  # fmt: skip
+        return sorted(r["urn"] for r in json.loads(out)["deployment"]["resources"])
+
+    before = urns()
+    assert any(u.endswith("::web") for u in before) and any(u.endswith("::page") for u in before), before
+    old_pod = k.get("pod", "hello-workspace-0")
+    assert old_pod is not None
+    k.run("delete", "pod", "hello-workspace-0")
+    k.run("-n", OPERATOR_NS, "delete", "pod", "-l", "control-plane=controller-manager")
+
+    def new_pod_ready() -> bool:
+        pod = k.get("pod", "hello-workspace-0")
+        return bool(
+            pod
+            and pod["metadata"]["uid"] != old_pod["metadata"]["uid"]
+            and all(c.get("ready") for c in pod["status"].get("containerStatuses") or [{}])
+        )
+
+    k.until("a new workspace pod", new_pod_ready, 300)
+    assert urns() == before, "the recreated workspace pod lost resources"
+    # The next update (asked for by annotation, as users do) finds nothing to change.
+    last = s["status"]["lastUpdate"]["name"]
+    k.run("annotate", "stack", "hello", "pulumi.com/reconciliation-request=after-pod-deletion", "--overwrite")
+
+    def next_update() -> dict[str, Any] | None:
+        st = k.get("stack", "hello") or {}
+        lu = (st.get("status") or {}).get("lastUpdate") or {}
+        done = lu.get("name") not in (None, last) and k.condition(st, "Ready").get("status") == "True"
+        return st if done else None
+
+    k.until("the next update", next_update, 600)
+    assert k.get("configmap", "hello-page")["metadata"]["uid"] == page["metadata"]["uid"]  # type: ignore[index]
+    assert k.get("deployment", "hello")["metadata"]["generation"] == deploy["metadata"]["generation"]  # type: ignore[index]
+    k.run("exec", "hello-workspace-0", "-c", "pulumi", "--", "sh", "-c",
+          "cd /share/workspace && pulumi preview --expect-no-changes --non-interactive")  # fmt: skip
+
+    k.run("delete", "stack", "hello", "--wait=false")
+    gone(k, "stack", "hello", within=600)
+    gone(k, "deployment", "hello")  # destroyOnFinalize: Pulumi removed what it created
+    gone(k, "configmap", "hello-page")
+    k.run("delete", "program", "hello")

@@ -7,8 +7,9 @@
 #                                       very Dockerfile users build with Docker builds here too
 #   pko:dev                             the operator (top-level Dockerfile, buildah bud)
 #   pko-agent:dev                       the agent (hack/build-agent-image.sh)
-#   pko-workspace-standin:dev           TEST-ONLY workspace image: the base + the stand-in Pulumi CLI
-#                                       (test/fakepulumi). It never ships; its name says so.
+#   pko-workspace:dev                   the default workspace image: the real Pulumi CLI, language hosts
+#                                       and providers (hack/build-pulumi.sh, from their Go modules) on
+#                                       the base (images/workspace/Dockerfile)
 #
 # Usage: hack/build-images.sh [OUTPUT_DIR]   (default ~/.cache/pko/images; prints the archive paths)
 #
@@ -100,14 +101,26 @@ if ! up_to_date pko-agent "$agent_hash"; then
     echo "$agent_hash" > "$OUT/pko-agent.hash"
 fi
 
-# --- the TEST-ONLY workspace image: the stand-in Pulumi CLI ----------------------------------------------
-ws_hash="$(inputs_hash "$base_hash" images/workspace-standin test/fakepulumi pyproject.toml)"
-if ! up_to_date pko-workspace-standin "$ws_hash"; then
-    echo "build-images: building pko-workspace-standin:dev (test-only)" >&2
-    bah bud --quiet --isolation chroot --layers=false --build-arg "PYTHON_IMAGE=$BASE_IMAGE" "${RUN_MOUNTS[@]}" \
-        --ignorefile "$REPO/images/workspace-standin/Dockerfile.dockerignore" \
-        -f "$REPO/images/workspace-standin/Dockerfile" -t docker.io/library/pko-workspace-standin:dev "$REPO" >&2
-    export_archive docker.io/library/pko-workspace-standin:dev pko-workspace-standin "$ws_hash"
+# --- the workspace image: the real Pulumi engine ---------------------------------------------------------
+# The engine is built on this host (Go modules, cached by version in ~/.cache/pko) and handed to the
+# Dockerfile as ENGINE_IMAGE, a scratch image holding it at /engine: no golang image can be pulled here.
+ENGINE_DIR="$(bash "$REPO/hack/build-pulumi.sh" | tail -n 1)"
+engine_key="$(basename "$(dirname "$ENGINE_DIR")")"
+ws_hash="$(inputs_hash "$base_hash $engine_key" images/workspace hack/versions.env hack/build-pulumi.sh)"
+if ! up_to_date pko-workspace "$ws_hash"; then
+    echo "build-images: building pko-workspace:dev (images/workspace/Dockerfile, engine $engine_key)" >&2
+    engine_image="localhost/pko-pulumi-engine:$engine_key"
+    if ! bah inspect --type image "$engine_image" >/dev/null 2>&1; then
+        ctr="$(bah from --quiet scratch)"
+        bah copy --quiet "$ctr" "$ENGINE_DIR" /engine >/dev/null
+        bah commit --quiet --rm "$ctr" "$engine_image" >/dev/null
+    fi
+    bah bud --quiet --isolation chroot --layers=false --build-arg "PYTHON_IMAGE=$BASE_IMAGE" \
+        --build-arg "ENGINE_IMAGE=$engine_image" "${RUN_MOUNTS[@]}" \
+        --ignorefile "$REPO/images/workspace/Dockerfile.dockerignore" \
+        -f "$REPO/images/workspace/Dockerfile" -t docker.io/library/pko-workspace:dev "$REPO" >&2
+    export_archive docker.io/library/pko-workspace:dev pko-workspace "$ws_hash"
 fi
+rm -f "$OUT/pko-workspace-standin.oci.tar" "$OUT/pko-workspace-standin.hash"  # the retired stand-in image
 
-ls -1 "$OUT"/pko.oci.tar "$OUT"/pko-agent.oci.tar "$OUT"/pko-workspace-standin.oci.tar
+ls -1 "$OUT"/pko.oci.tar "$OUT"/pko-agent.oci.tar "$OUT"/pko-workspace.oci.tar

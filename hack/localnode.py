@@ -58,6 +58,8 @@ POD_SUBNET = "10.88.0.0/24"
 SERVICE_CIDR = "10.0.0.0/24"
 APISERVER_PORT = 6443
 PAUSE_IMAGE = "docker.io/library/pko-pause:3.4.1"
+STORAGE_CLASS = "local"
+STATIC_VOLUMES = 8
 PACKAGES = (
     "etcd-server",
     "containerd",
@@ -677,8 +679,54 @@ def up(imports: list[Path], timeout: float = 180.0) -> Path:
         return bool(ready and ready[0]["status"] == "True" and not taints)
 
     _wait("the node", node_ready, timeout, "kubelet.log")
+    _storage()
     _log(f"node {NODE_NAME} Ready at {NODE_IP}; KUBECONFIG={kubeconfig}")
     return STATE / "kubeconfig"
+
+
+def _storage() -> None:
+    """The node's local storage: a default StorageClass and static hostPath PersistentVolumes.
+
+    A PersistentVolumeClaim that names no class (the sample Stack's Pulumi state) binds to one of them,
+    as it would to a cloud disk on a real cluster, and its data outlives every pod that mounts it. The
+    directories are world-writable because a hostPath volume ignores fsGroup and workspace pods run as
+    uid 1000; they live under .node/ and go with `down`.
+    """
+    docs: list[dict[str, object]] = [
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {
+                "name": STORAGE_CLASS,
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+            },
+            "provisioner": "kubernetes.io/no-provisioner",
+            "reclaimPolicy": "Retain",
+            "volumeBindingMode": "Immediate",
+        }
+    ]
+    shutil.rmtree(STATE / "volumes", ignore_errors=True)  # etcd starts empty: so do the volumes
+    for i in range(STATIC_VOLUMES):
+        path = STATE / "volumes" / f"pv{i}"
+        path.mkdir(parents=True, exist_ok=True)
+        path.chmod(0o1777)
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": f"{NODE_NAME}-pv{i}"},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "storageClassName": STORAGE_CLASS,
+                    "hostPath": {"path": str(path), "type": "Directory"},
+                },
+            }
+        )
+    manifest = STATE / "storage.json"
+    manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+    _kubectl("apply", "--server-side", "-f", str(manifest))
 
 
 def _kill_containers() -> None:
@@ -717,7 +765,7 @@ def down() -> None:
     _unmount_all(STATE)
     _iptables_clean()
     _network_down()
-    for sub in ("kubelet", "run", "containerd", "cni", "etcd", "dns", "kubelet-pki"):
+    for sub in ("kubelet", "run", "containerd", "cni", "etcd", "dns", "kubelet-pki", "volumes"):
         shutil.rmtree(STATE / sub, ignore_errors=True)
     _log("node down")
 

@@ -7,8 +7,10 @@ set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$REPO"
 PY="$(bash hack/venv.sh)"
-# Build (or reuse the cached) kube binaries and install etcd before pytest's timeouts start.
+# Build (or reuse the cached) kube binaries and the real Pulumi engine (CLI, language hosts, providers:
+# hack/build-pulumi.sh, from their Go modules), and install etcd, before pytest's timeouts start.
 "$PY" hack/localcluster.py build >/dev/null
+bash hack/build-pulumi.sh >/dev/null
 bash hack/lint.sh
 
 check() {  # pytest's exit code 5 (nothing collected) is a failure, not a pass

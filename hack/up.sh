@@ -4,7 +4,8 @@
 # in the cluster, then the sample Program + Stack (config/samples) applied and waited for until Ready.
 # A second run reuses every cache (kube binaries, images) and recreates the node. Stop: hack/down.sh
 #
-# Stand-ins: only the Pulumi CLI (images/workspace-standin, TEST-ONLY; no registry here ships it).
+# No stand-ins: the workspace image (images/workspace) carries the real Pulumi CLI, language hosts and
+# pulumi-kubernetes, built from their Go modules by hack/build-pulumi.sh (cached in ~/.cache/pko).
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$REPO"
@@ -14,7 +15,7 @@ PY="$(bash hack/venv.sh)"
 export PYTHON="$PY"    # hack/build-agent.sh builds the agent with the project's virtualenv
 say "kube binaries (built once, cached in ~/.cache/pko)"
 "$PY" hack/localcluster.py build >/dev/null
-say "images (offline; cached by content in ~/.cache/pko/images)"
+say "the Pulumi engine and the images (offline; cached in ~/.cache/pko)"
 bash hack/build-images.sh >/dev/null
 say "the node: etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy, DNS"
 python3 hack/localnode.py up >/dev/null
@@ -32,27 +33,32 @@ kubectl -n pulumi-kubernetes-operator rollout status deployment/controller-manag
 
 say "the sample: kubectl apply -n default -k config/samples"
 kubectl apply --server-side -n default -k config/samples >/dev/null
-if ! kubectl -n default wait stack/random --for=condition=Ready --timeout=600s; then
+if ! kubectl -n default wait stack/hello --for=condition=Ready --timeout=600s; then
   echo "hack/up.sh: the sample Stack did not become Ready; what the cluster says:" >&2
-  kubectl -n default get stacks,workspaces,updates,pods -o wide >&2 || true
-  kubectl -n default describe stack random >&2 || true
+  kubectl -n default get stacks,workspaces,updates,pods,pvc -o wide >&2 || true
+  kubectl -n default describe stack hello >&2 || true
   kubectl -n pulumi-kubernetes-operator logs deployment/controller-manager --tail=50 >&2 || true
   exit 1
 fi
 
 kubectl -n default get stacks,workspaces,updates
+say "what Pulumi deployed (pulumi-kubernetes, with the workspace's ServiceAccount)"
+kubectl -n default rollout status deployment/hello --timeout=120s >&2
+kubectl -n default get deployments,configmaps -l app.kubernetes.io/name=hello
+echo "outputs: $(kubectl -n default get stack hello -o jsonpath='{.status.outputs}')"
 cat <<NEXT
 
-pko is running in the cluster and the sample Stack is Ready. Next:
+pko is running in the cluster and the sample Stack is Ready on the real Pulumi engine. Next:
 
   export KUBECONFIG=$KUBECONFIG
+  kubectl version                                    # the node's Kubernetes release
   kubectl get stacks,workspaces,updates -A
-  kubectl get stack random -o yaml                   # status: lastUpdate, outputs ([secret])
-  kubectl logs random-workspace-0 -c pulumi           # the workspace agent's log
-  kubectl exec -it random-workspace-0 -c pulumi -- sh -c 'cd /share/workspace && pulumi stack ls'
+  kubectl get stack hello -o yaml                    # status: lastUpdate, outputs (greeting is [secret])
+  kubectl get deploy,cm -l app.kubernetes.io/name=hello   # what Pulumi created
+  kubectl logs hello-workspace-0 -c pulumi           # the workspace agent's log
+  kubectl exec -it hello-workspace-0 -c pulumi -- sh -c 'cd /share/workspace && pulumi stack --show-urns'
+  kubectl delete pod hello-workspace-0               # the state is on the hello-state PVC: nothing is lost
   kubectl -n pulumi-kubernetes-operator port-forward svc/pulumi-kubernetes-operator-metrics 8383 &
   curl -s localhost:8383/metrics | grep ^stacks_      # stacks_active, stacks_failing
   hack/down.sh                                        # stop the node, remove everything
-
-(The Pulumi CLI in the workspace pod is a TEST-ONLY stand-in: images/workspace-standin.)
 NEXT

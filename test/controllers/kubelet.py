@@ -26,9 +26,10 @@ act, on pods labelled ``auto.pulumi.com/component=workspace`` in the namespaces 
   command naming ``agent`` (``/share/agent ...``, ``/share/tini /share/agent -- ...``, ``/agent``)
   runs ``python -m pko.agent ...`` (``serve`` gets ``--host <podIP>``), the bootstrap copy
   ``cp /agent /tini /share/`` writes small shims instead and succeeds, ``tini`` is dropped; any other
-  command runs as it is (``sh -c 'echo hi > /share/x'``). Every container gets the stand-in Pulumi
-  CLI first on PATH and its PULUMI_* variables as the image's environment (the container's own env
-  wins); the file backend is shared by all pods of one harness, like a real backend.
+  command runs as it is (``sh -c 'echo hi > /share/x'``). Every container gets the Pulumi engine
+  first on PATH and its PULUMI_* variables as the image's environment (the container's own env
+  wins); the file backend is shared by all pods of one harness, like a real backend. The engine is the
+  stand-in CLI unless ``engine=make_real_pulumi`` (test/realpulumi.py) brings the real one.
 * **Identity.** A container that mounts the service-account token path gets ``KUBECONFIG`` pointing
   at the test apiserver with a TokenRequest token bound to the pod, minted for the pod's
   ``serviceAccountName`` (what in-cluster config gives a real pod), so the agent's
@@ -613,7 +614,7 @@ class _PodRunner:
         """The process environment: host basics, the image's env, then the container's (which wins)."""
         server = urlsplit(self.k.server)
         env: dict[str, str] = {
-            "PATH": f"{self.k.fake.bin_dir}:{_BASE_PATH}",
+            "PATH": ":".join([*map(str, self.k.pulumi.path_dirs), _BASE_PATH]),
             "HOSTNAME": self.name,
             "HOME": str(self.dir / "home" / c.name),
             "LANG": "C.UTF-8",
@@ -1255,7 +1256,8 @@ class PlayKubelet:
     ``image_config`` gives an image's ``(entrypoint, cmd)`` for containers that set no command.
     ``image_env`` is added to every container's image environment (e.g. ``PULUMI_FAKE_VERSION``).
     ``backoff``/``max_backoff``: the restart and image-pull back-off (the kubelet's 10 s / 5 min,
-    shortened). ``max_grace`` caps a deletion's grace period (None: honoured as given).
+    shortened). ``max_grace`` caps a deletion's grace period (None: honoured as given). ``engine``
+    makes the Pulumi engine the pods run (the stand-in by default; ``make_real_pulumi`` for the real one).
     """
 
     def __init__(
@@ -1274,6 +1276,7 @@ class PlayKubelet:
         backoff: float = 0.5,
         max_backoff: float = 5.0,
         max_grace: float | None = None,
+        engine: Callable[[Path], FakePulumi] = make_fake_pulumi,
     ) -> None:
         self.api = api
         self.namespaces: set[str] = set(namespaces)
@@ -1294,7 +1297,7 @@ class PlayKubelet:
         self.max_backoff = max_backoff
         self.max_grace = max_grace
         self.root.mkdir(parents=True, exist_ok=True)
-        self.fake: FakePulumi = make_fake_pulumi(self.root / "pulumi")
+        self.pulumi: FakePulumi = engine(self.root / "pulumi")
         self._runners: dict[str, _PodRunner] = {}  # by uid, until the pod is deleted
         self._by_key: dict[str, _PodRunner] = {}  # the latest runner of each pod key
         self._unschedulable: dict[str, str] = {}
@@ -1450,9 +1453,10 @@ class PlayKubelet:
         return normalize_image(image) in {normalize_image(i) for i in self.images}
 
     def image_environment(self, pulumi_home: Path) -> dict[str, str]:
-        """What the images' ENV would hold: the stand-in Pulumi CLI (PATH is set separately)."""
-        pulumi_home.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in self.fake.env.items() if k != "PATH"}
+        """What the images' ENV would hold: the Pulumi engine's (PATH is set separately), with its
+        plugins in the pod's PULUMI_HOME as an image has them."""
+        self.pulumi.seed_home(pulumi_home)
+        env = {k: v for k, v in self.pulumi.env.items() if k != "PATH"}
         env["PULUMI_HOME"] = str(pulumi_home)
         env.update(self.image_env)
         return env

@@ -434,7 +434,7 @@ async def _served(env: Env) -> bool:
 
 def _state(env: Env, project: str, stack: str = "dev") -> Obj:
     """The stack's checkpoint in the play-kubelet's shared file backend (what `pulumi stack export` reads)."""
-    backend = Path(env.kubelet.fake.backend_url.removeprefix("file://"))
+    backend = Path(env.kubelet.pulumi.backend_url.removeprefix("file://"))
     checkpoint: Obj = json.loads((backend / ".pulumi" / "stacks" / project / f"{stack}.json").read_text())
     return checkpoint
 

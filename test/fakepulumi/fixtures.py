@@ -37,10 +37,19 @@ class FakePulumi:
         return self.bin_dir / "pulumi"
 
     @property
+    def path_dirs(self) -> list[Path]:
+        """The directories an image puts first on PATH for this CLI."""
+        return [self.bin_dir]
+
+    def seed_home(self, home: Path) -> None:
+        """Make ``home`` a PULUMI_HOME this CLI can run with (the stand-in needs nothing there)."""
+        home.mkdir(parents=True, exist_ok=True)
+
+    @property
     def env(self) -> dict[str, str]:
         """Variables to add to the environment of anything that runs ``pulumi``."""
         return {
-            "PATH": f"{self.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PATH": os.pathsep.join([*map(str, self.path_dirs), os.environ.get("PATH", "")]),
             "PULUMI_HOME": str(self.home),
             "PULUMI_BACKEND_URL": self.backend_url,
             "PULUMI_CONFIG_PASSPHRASE": self.passphrase,

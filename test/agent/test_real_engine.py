@@ -1,0 +1,208 @@
+"""What only the real engine can show: a Python project (the Python language host and a dynamic
+provider), and the agent's process dying under Pulumi: SIGTERM mid-`up` (Pulumi is interrupted and
+leaves no lock) and kill -9 of every process mid-`up`, as when a node loses the pod (the engine leaves
+its lock and a pending operation, which the next operation reports with the URNs, never wedging).
+
+The slow resource is a Python dynamic provider whose create sleeps: the engine runs it through the
+`pulumi-resource-pulumi-python` shim, so these runs cross every process boundary a workspace has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from conftest_agent import agent_env, collect, free_port, spawn, start_agent, stop_process
+from grpclib.client import Channel
+from pko.api.generated.google.protobuf import Value
+from pko.api.generated.pko.agent import v1 as pb
+from realpulumi import RealPulumi, make_real_pulumi
+from test_server import _connect, drain, is_pre, lock_files, wait_for_event
+
+pytestmark = pytest.mark.timeout(600)
+
+PYTHON_PROJECT = {
+    "Pulumi.yaml": "name: slowpy\nruntime: python\n",
+    "__main__.py": """\
+import time
+
+import pulumi
+from pulumi.dynamic import CreateResult, Resource, ResourceProvider
+
+
+class Slow(ResourceProvider):
+    def create(self, props):
+        time.sleep(float(props["seconds"]))
+        return CreateResult(id_="slow-1", outs={"seconds": props["seconds"], "said": props["say"]})
+
+
+class SlowThing(Resource):
+    said: pulumi.Output[str]
+
+    def __init__(self, name, seconds, say, opts=None):
+        super().__init__(Slow(), name, {"seconds": seconds, "say": say, "said": None}, opts)
+
+
+config = pulumi.Config()
+thing = SlowThing("slow", config.get_float("seconds") or 0.0, config.get("say") or "hi")
+pulumi.export("said", thing.said)
+pulumi.export("secret", pulumi.Output.secret("psst"))
+""",
+}
+SLOW_TYPE = "pulumi-python:dynamic:Resource"
+
+
+@pytest.fixture
+def real(tmp_path: Path) -> RealPulumi:
+    return make_real_pulumi(tmp_path / "pulumi")
+
+
+def write_project(base: Path) -> Path:
+    work = base / "workspace"
+    work.mkdir(parents=True, exist_ok=True)
+    for name, text in PYTHON_PROJECT.items():
+        (work / name).write_text(text)
+    return work
+
+
+def _env(real: RealPulumi) -> dict[str, str]:
+    return {**{k: v for k, v in real.env.items() if k != "PATH"}, "PATH": real.env["PATH"]}
+
+
+def _config(seconds: float, say: str = "hi") -> pb.SetAllConfigRequest:
+    return pb.SetAllConfigRequest(
+        config=[
+            pb.ConfigItem(key="seconds", value=Value.from_dict(str(seconds))),
+            pb.ConfigItem(key="say", value=Value.from_dict(say)),
+        ]
+    )
+
+
+async def test_a_python_project_with_a_dynamic_provider_runs(tmp_path: Path, real: RealPulumi) -> None:
+    work = write_project(tmp_path)
+    agent = await start_agent(work, tmp_path / "journal", env=_env(real), pulumi_root=real.root)
+    channel = agent.channel()
+    stub = agent.stub(channel)
+    try:
+        await stub.select_stack(pb.SelectStackRequest(stack_name="dev", create=True))
+        await stub.set_all_config(_config(0, "hello from python"))
+        _, up = collect(await drain(stub.up(pb.UpRequest(operation_id="u-1"))))
+        assert up is not None and up.state == pb.OperationState.SUCCEEDED, up
+        assert up.project_info == pb.ProjectInfo(name="slowpy", runtime="python")
+        outputs = {k: (json.loads(v.value), v.secret) for k, v in up.outputs.items()}
+        assert outputs == {"said": ("hello from python", False), "secret": ("psst", True)}, outputs
+        _, destroy = collect(await drain(stub.destroy(pb.DestroyRequest(operation_id="d-1"))))
+        assert destroy is not None and destroy.state == pb.OperationState.SUCCEEDED, destroy
+    finally:
+        channel.close()
+        await agent.stop()
+
+
+def _serve(work: Path, journal: Path, port: int, real: RealPulumi) -> list[str]:
+    return [
+        sys.executable, "-m", "pko.agent", "--", "serve", "--workspace", str(work), "--skip-install",
+        "--stack", "dev", "--host", "127.0.0.1", "--port", str(port), "--pulumi-root", str(real.root),
+        "--journal-dir", str(journal), "--shutdown-grace", "120",
+    ]  # fmt: skip
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (Pulumi runs in sessions of its own, so a process group
+    would miss them); what a pod's cgroup holds."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+async def _select_and_configure(channel: Channel, seconds: float) -> pb.AutomationServiceStub:
+    stub = pb.AutomationServiceStub(channel)
+    await stub.select_stack(pb.SelectStackRequest(stack_name="dev", create=True))
+    await stub.set_all_config(_config(seconds))
+    return stub
+
+
+async def test_sigterm_mid_up_interrupts_pulumi_and_leaves_no_lock(tmp_path: Path, real: RealPulumi) -> None:
+    work = write_project(tmp_path)
+    port = free_port()
+    proc = spawn(_serve(work, tmp_path / "journal", port, real), {**agent_env(), **_env(real)})
+    try:
+        channel = await _connect(port, proc)
+        stub = await _select_and_configure(channel, 8)
+        await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="t-1")))
+        await wait_for_event(stub, "t-1", is_pre(SLOW_TYPE))
+        watcher = asyncio.create_task(drain(stub.watch_operation(pb.WatchOperationRequest(operation_id="t-1"))))
+        await asyncio.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        _, result = collect(await asyncio.wait_for(watcher, 180))
+        channel.close()
+        assert result is not None and result.state == pb.OperationState.CANCELLED, result
+        assert result.failure is not None and result.failure.reason == "Terminated", result.failure
+        assert await asyncio.to_thread(proc.wait, 180) == 0
+    finally:
+        stop_process(proc)
+    assert lock_files(real) == [], "an interrupted update left its lock"
+
+    # The next agent on the same workspace and backend deploys without help.
+    port = free_port()
+    proc = spawn(_serve(work, tmp_path / "journal2", port, real), {**agent_env(), **_env(real)})
+    try:
+        channel = await _connect(port, proc)
+        stub = await _select_and_configure(channel, 0)
+        _, up = collect(await drain(stub.up(pb.UpRequest(operation_id="t-2"))))
+        channel.close()
+        assert up is not None and up.state == pb.OperationState.SUCCEEDED, up
+    finally:
+        stop_process(proc)
+
+
+async def test_kill_9_mid_up_is_reported_with_the_pending_urns_and_never_wedges(
+    tmp_path: Path, real: RealPulumi
+) -> None:
+    work = write_project(tmp_path)
+    port = free_port()
+    proc = spawn(_serve(work, tmp_path / "journal", port, real), {**agent_env(), **_env(real)})
+    try:
+        channel = await _connect(port, proc)
+        stub = await _select_and_configure(channel, 300)
+        await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="k-1")))
+        await wait_for_event(stub, "k-1", is_pre(SLOW_TYPE))
+        await asyncio.sleep(2)  # the create is under way in the dynamic provider
+        channel.close()
+        for pid in [proc.pid, *_descendants(proc.pid)]:  # everything in the "pod", at once
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        stop_process(proc)
+    assert lock_files(real), "kill -9 leaves the engine no chance to remove its lock"
+
+    port = free_port()
+    proc = spawn(_serve(work, tmp_path / "journal2", port, real), {**agent_env(), **_env(real)})
+    try:
+        channel = await _connect(port, proc)
+        stub = await _select_and_configure(channel, 0)
+        _, blocked = collect(await drain(stub.up(pb.UpRequest(operation_id="k-2"))))
+        assert blocked is not None and blocked.state == pb.OperationState.FAILED, blocked
+        assert blocked.failure is not None and blocked.failure.reason == "StackLocked", blocked.failure
+        assert blocked.failure.lock is not None and "(pid " in blocked.failure.lock.owner, blocked.failure
+        pending = [(p.type, p.urn) for p in blocked.failure.pending_operations]
+        assert pending == [("creating", f"urn:pulumi:dev::slowpy::{SLOW_TYPE}::slow")], pending
+        channel.close()
+    finally:
+        stop_process(proc)

@@ -1,0 +1,226 @@
+"""Stacks on the real Pulumi engine: the real operator, apiserver and kube-controller-manager, and the
+play-kubelet running real agents with the CLI, the YAML language host and pulumi-kubernetes that
+hack/build-pulumi.sh builds from their Go modules.
+
+Programs deploy Kubernetes objects into the test namespace through pulumi-kubernetes, with the
+workspace pod's ServiceAccount (a Role here lets it manage ConfigMaps and Deployments), as the
+operator's canonical use does. Each Pulumi operation the operator drives runs here at least once:
+up, preview, refresh (picking up drift made out of band), destroy, outputs with secrets masked,
+``spec.targets``, ``expectNoChanges``, and the engine's own errors (a YAML error, a provider error, a
+missing plugin) surfacing on the Stack in the engine's words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client import ApiClient, ApiException
+from realpulumi import make_real_pulumi
+
+from .kubelet import PlayKubelet
+from .operator import Operator
+from .test_stack import Env, wait_until
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+
+Obj = dict[str, Any]
+KUBELET_OPTIONS = {"engine": make_real_pulumi}
+WORKSPACE_SA = "default"
+
+
+@pytest.fixture(scope="module")
+async def env(
+    api_client: ApiClient,
+    namespace: str,
+    operator: Operator,
+    kubelet: PlayKubelet,
+    auth_delegator: Callable[..., Awaitable[str]],
+) -> Env:
+    await auth_delegator(WORKSPACE_SA)
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    rules = [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["*"]},
+        {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["get", "list", "watch"]},
+    ]
+    await rbac.create_namespaced_role(namespace, {"metadata": {"name": "pulumi-programs"}, "rules": rules})
+    await rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "pulumi-programs"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pulumi-programs"},
+            "subjects": [{"kind": "ServiceAccount", "name": WORKSPACE_SA, "namespace": namespace}],
+        },
+    )
+    return Env(api_client, namespace, operator, kubelet)
+
+
+def config_map(env: Env, name: str, data: dict[str, str]) -> Obj:
+    return {
+        "type": "kubernetes:core/v1:ConfigMap",
+        "properties": {"metadata": {"name": name, "namespace": env.ns}, "data": data},
+    }
+
+
+async def configmap(env: Env, name: str) -> Obj | None:
+    try:
+        found: Obj = await client.CoreV1Api(env.api).read_namespaced_config_map(name, env.ns)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return env.api.sanitize_for_serialization(found)  # type: ignore[no-any-return]
+
+
+async def next_run(env: Env, name: str, after: str, request: str) -> Obj:
+    """Ask for another run (the reconciliation-request annotation) and wait until it is recorded."""
+    patch = {"metadata": {"annotations": {"pulumi.com/reconciliation-request": request}}}
+    await env.stacks.patch(name, patch)
+
+    async def recorded() -> Obj | None:
+        current = await env.get(env.stacks, name)
+        last = ((current or {}).get("status") or {}).get("lastUpdate") or {}
+        return (
+            current
+            if last.get("name") not in (None, after) and last.get("reconcileRequest") == request
+            else None
+        )
+
+    stack: Obj = await wait_until(f"{name}: the run for {request!r}", recorded, within=300)
+    return stack
+
+
+async def failed_with(env: Env, name: str) -> Obj:
+    async def probe() -> Obj | None:
+        stack = await env.get(env.stacks, name)
+        status = (stack or {}).get("status") or {}
+        return (
+            stack
+            if (status.get("lastUpdate") or {}).get("state") == "failed" and status.get("lastFailure")
+            else None
+        )
+
+    stack: Obj = await wait_until(f"{name}: a failed update", probe, within=300)
+    return stack
+
+
+async def test_up_creates_kubernetes_objects_masks_secrets_and_destroy_removes_them(env: Env) -> None:
+    body = {
+        "resources": {"settings": config_map(env, "real-settings", {"greeting": "hello"})},
+        "outputs": {
+            "greeting": "${settings.data.greeting}",
+            "uid": {"fn::secret": "${settings.metadata.uid}"},
+        },
+    }
+    await env.create_program("real", body)
+    await env.create_stack("real", {"programRef": {"name": "real"}, "destroyOnFinalize": True})
+    stack = await env.condition("real", "Ready", "ProcessingCompleted", within=600)
+    status = stack["status"]
+    assert status["outputs"] == {"greeting": "hello", "uid": "[secret]"}, status
+    last = status["lastUpdate"]
+    assert (last["state"], last["type"]) == ("succeeded", "up"), last
+    created = await configmap(env, "real-settings")
+    assert created is not None and created["data"] == {"greeting": "hello"}, created
+    assert status["projectInfo"]["runtime"] == "yaml"
+
+    await env.stacks.delete("real")
+
+    async def gone() -> bool:
+        return await env.get(env.stacks, "real") is None and await configmap(env, "real-settings") is None
+
+    await wait_until("the stack destroyed and released", gone, within=300)
+
+
+async def test_refresh_picks_up_drift_made_out_of_band(env: Env) -> None:
+    body = {"resources": {"cm": config_map(env, "drifting-cm", {"value": "desired"})}}
+    await env.create_program("drifting", body)
+    await env.create_stack("drifting", {"programRef": {"name": "drifting"}})
+    stack = await env.condition("drifting", "Ready", "ProcessingCompleted", within=600)
+    core = client.CoreV1Api(env.api)
+    await core.patch_namespaced_config_map("drifting-cm", env.ns, {"data": {"value": "changed by hand"}})
+
+    # Without refresh, pulumi-kubernetes diffs the program against the state it last wrote: no change.
+    stack = await next_run(env, "drifting", stack["status"]["lastUpdate"]["name"], "no-refresh")
+    assert stack["status"]["lastUpdate"]["state"] == "succeeded"
+    assert (await configmap(env, "drifting-cm") or {})["data"] == {"value": "changed by hand"}
+
+    # With refresh, the engine reads the object back first, sees the drift and puts it right.
+    await env.stacks.patch("drifting", {"spec": {"refresh": True}})
+
+    async def restored() -> bool:
+        return (await configmap(env, "drifting-cm") or {}).get("data") == {"value": "desired"}
+
+    await wait_until("the drift undone by refresh + up", restored, within=300)
+
+
+async def test_targets_deploy_only_the_targeted_resource(env: Env) -> None:
+    body = {
+        "resources": {
+            "wanted": config_map(env, "targets-wanted", {"a": "1"}),
+            "skipped": config_map(env, "targets-skipped", {"b": "2"}),
+        }
+    }
+    await env.create_program("targeted", body)
+    urn = "urn:pulumi:dev::targeted::kubernetes:core/v1:ConfigMap::wanted"
+    await env.create_stack("targeted", {"programRef": {"name": "targeted"}, "targets": [urn]})
+    await env.condition("targeted", "Ready", "ProcessingCompleted", within=600)
+    assert await configmap(env, "targets-wanted") is not None
+    assert await configmap(env, "targets-skipped") is None
+
+
+async def test_a_preview_stack_changes_nothing(env: Env) -> None:
+    body = {"resources": {"cm": config_map(env, "previewed-cm", {"a": "1"})}}
+    await env.create_program("previewed", body)
+    await env.create_stack("previewed", {"programRef": {"name": "previewed"}, "preview": True})
+    stack = await env.condition("previewed", "Ready", "ProcessingCompleted", within=600)
+    last = stack["status"]["lastUpdate"]
+    assert (last["state"], last["type"]) == ("succeeded", "preview"), last
+    assert await configmap(env, "previewed-cm") is None
+
+
+async def test_expect_no_changes_fails_an_update_that_would_change_something(env: Env) -> None:
+    body = {"resources": {"cm": config_map(env, "unexpected-cm", {"a": "1"})}}
+    await env.create_program("unexpected", body)
+    await env.create_stack("unexpected", {"programRef": {"name": "unexpected"}, "expectNoChanges": True})
+    stack = await failed_with(env, "unexpected")
+    message = stack["status"]["lastUpdate"]["message"]
+    assert "no changes were expected but changes were proposed" in message, stack["status"]
+    assert await configmap(env, "unexpected-cm") is None
+
+
+@pytest.mark.parametrize(
+    ("name", "resources", "words"),
+    [
+        # a YAML error: the language host's own words about the unknown reference
+        ("yaml-error", {"cm": {"type": "kubernetes:core/v1:ConfigMap",
+                               "properties": {"data": "${nowhere.x}"}}},
+         "nowhere"),
+        # a provider error: the apiserver refuses the name, pulumi-kubernetes says so
+        ("provider-error", {"cm": {"type": "kubernetes:core/v1:ConfigMap",
+                                   "properties": {"metadata": {"name": "Not_A_Valid_Name"}}}},
+         "Not_A_Valid_Name"),
+        # a missing plugin: nothing is downloaded, the engine names the plugin
+        ("missing-plugin", {"pw": {"type": "random:index/randomPassword:RandomPassword",
+                                   "properties": {"length": 8}}},
+         "random"),
+    ],
+)  # fmt: skip
+async def test_engine_errors_reach_the_stack_in_the_engines_words(
+    env: Env, name: str, resources: Obj, words: str
+) -> None:
+    for resource in resources.values():
+        metadata = resource["properties"].get("metadata")
+        if metadata is not None:
+            metadata["namespace"] = env.ns
+    await env.create_program(name, {"resources": resources})
+    await env.create_stack(name, {"programRef": {"name": name}})
+    stack = await failed_with(env, name)
+    failure = stack["status"]["lastFailure"]
+    assert words in failure["message"] or words in stack["status"]["lastUpdate"].get("message", ""), failure
+    assert failure["transient"] is False, failure
+    ready = next(c for c in stack["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False", ready

@@ -1,0 +1,99 @@
+"""The real Pulumi engine for tests: the CLI, language hosts and providers hack/build-pulumi.sh builds
+from their Go modules (cached in ~/.cache/pko), laid out like the stand-in's :class:`FakePulumi` so a
+test, the agent or the play-kubelet takes either.
+
+Each :func:`make_real_pulumi` gets a PULUMI_HOME of its own whose ``plugins/`` links every provider the
+engine built (read-only, shared), a file backend directory, and the offline switches the workspace
+image sets: a plugin the engine lacks is an error naming it, never a download.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from fakepulumi.fixtures import FakePulumi
+
+REPO = Path(__file__).resolve().parents[1]
+PASSPHRASE = "real-pulumi-test-passphrase"
+OFFLINE = {
+    "PULUMI_SKIP_UPDATE_CHECK": "true",
+    "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+    "PULUMI_DISABLE_REGISTRY_RESOLVE": "true",
+    "PULUMI_IGNORE_AMBIENT_PLUGINS": "true",
+}
+
+
+def versions() -> dict[str, str]:
+    """hack/versions.env, the one place the engine's versions are pinned."""
+    out: dict[str, str] = {}
+    for line in (REPO / "hack" / "versions.env").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            out[key] = value
+    return out
+
+
+@functools.cache
+def engine_dir() -> Path:
+    """The built engine (bin/, plugins/), building it first if the cache lacks it (minutes, once).
+    ``PKO_PULUMI_ENGINE`` names another engine directory of the same layout to test instead."""
+    chosen = os.environ.get("PKO_PULUMI_ENGINE")
+    if chosen:
+        return Path(chosen)
+    done = subprocess.run(
+        ["bash", str(REPO / "hack" / "build-pulumi.sh")], check=True, capture_output=True, text=True
+    )
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+@dataclass(frozen=True)
+class RealPulumi(FakePulumi):
+    """The real engine, with the stand-in's fields (root, bin_dir, home, state_dir, backend_url)."""
+
+    @property
+    def path_dirs(self) -> list[Path]:
+        """The engine, then this interpreter's directory, whose `python3` has the `pulumi` SDK (the
+        workspace image's /opt/pulumi/python/bin)."""
+        return [self.bin_dir, Path(sys.executable).parent]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**super().env, **OFFLINE}
+
+    def seed_home(self, home: Path) -> None:
+        """Link every provider the engine built into ``home/plugins``, as the workspace image has them."""
+        plugins = home / "plugins"
+        plugins.mkdir(parents=True, exist_ok=True)
+        built = self.root / "plugins"
+        for plugin in sorted(built.iterdir()) if built.is_dir() else []:
+            link = plugins / plugin.name
+            if not link.exists():
+                link.symlink_to(plugin, target_is_directory=plugin.is_dir())
+
+
+def make_real_pulumi(base: Path) -> RealPulumi:
+    engine = engine_dir()
+    state = base / "state"
+    home = base / "pulumi-home"
+    state.mkdir(parents=True, exist_ok=True)
+    real = RealPulumi(
+        root=engine,
+        bin_dir=engine / "bin",
+        home=home,
+        state_dir=state,
+        backend_url=f"file://{state}",
+        passphrase=PASSPHRASE,
+    )
+    real.seed_home(home)
+    return real
+
+
+def real_env(real: RealPulumi) -> dict[str, str]:
+    """The environment a process running the real CLI gets: this one's, plus the engine's."""
+    return {**os.environ, **real.env}
