@@ -104,6 +104,18 @@ def _first_program_error(diagnostics: Iterable[tuple[str, str]]) -> str | None:
     return None
 
 
+def stale_own_lock(lock: pb.LockInfo | None, hostname: str, started: datetime) -> bool:
+    """Whether ``lock`` was left by a dead process of this very pod: taken on this host (a workspace
+    pod's hostname is its name) before this agent started. Every process of an earlier incarnation of
+    the pod, or of this container before a restart, is gone (kill -9, a lost node, an OOM kill), and
+    one workspace serves one stack, so no live process can hold that lock: removing it loses nothing.
+    Any other lock (another host, or taken since this agent started) is left for its owner."""
+    if lock is None or lock.acquired is None or not lock.owner:
+        return False
+    who = lock.owner.split(" (pid ", 1)[0]
+    return who.rpartition("@")[2] == hostname and lock.acquired < started
+
+
 def classify(
     *,
     error_class: str,

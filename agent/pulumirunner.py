@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -278,6 +279,8 @@ class PulumiRunner:
         self._stack: auto.Stack | None = None
         self._select_lock = threading.Lock()
         self.project_info = _project_info(workspace.project_settings())
+        # Locks taken on this host before now belong to dead processes (see failures.stale_own_lock).
+        self._started = datetime.now(UTC)
 
     @classmethod
     async def open(cls, settings: RunnerSettings) -> PulumiRunner:
@@ -566,12 +569,40 @@ class PulumiRunner:
         pending: list[pb.PendingOperation] = []
         if stack is not None:
             pending = self._pending_operations(stack)
-        return failures.classify(
+        failure = failures.classify(
             error_class=type(exc).__name__,
             error_text=f"{stderr}\n{stdout}",
             observations=observations,
             pending=pending,
         )
+        if stack is not None and failure.reason == "StackLocked":
+            self._release_stale_lock(stack, failure)
+        return failure
+
+    def _release_stale_lock(self, stack: auto.Stack, failure: pb.Failure) -> None:
+        """Remove a lock a dead process of this pod left (``pulumi cancel``), so the retry the
+        operator schedules for StackLocked runs; the failure still reports the lock and the pending
+        operations the interrupted update left, for the user to check those resources."""
+        lock = failure.lock
+        if lock is None or not failures.stale_own_lock(lock, socket.gethostname(), self._started):
+            return
+        try:
+            stack.cancel()
+        except auto_errors.CommandError as exc:
+            log.warning("could not remove a stale lock", owner=lock.owner, error=_error_text(exc)[1])
+            return
+        log.warning(
+            "removed a stale lock of this pod", owner=lock.owner, pending=len(failure.pending_operations)
+        )
+        failure.message += (
+            "; it was left by a process of this workspace pod that no longer runs, and has been removed:"
+            " the next attempt proceeds"
+        )
+        if failure.pending_operations:
+            failure.message += (
+                f" (check the {len(failure.pending_operations)} resource(s) the interrupted update left"
+                " pending: " + ", ".join(p.urn for p in failure.pending_operations) + ")"
+            )
 
     def _pending_operations(self, stack: auto.Stack) -> list[pb.PendingOperation]:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,28 @@ def test_a_diy_lock_names_its_owner() -> None:
     assert f.lock.owner == "alice@box (pid 4242)"
     assert f.lock.location.endswith("/locks/organization/proj/dev/4f0e.json")
     assert f.lock.acquired is not None and f.lock.acquired.year == 2026
+
+
+def test_only_a_lock_left_by_a_dead_process_of_this_pod_is_stale() -> None:
+    started = datetime(2026, 11, 23, 2, 0, tzinfo=UTC)
+    before, after = datetime(2026, 11, 23, 1, 0, tzinfo=UTC), datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
+
+    def lock(owner: str, at: datetime | None) -> pb.LockInfo:
+        return pb.LockInfo(owner=owner, location="file:///s/x.json", acquired=at)
+
+    assert failures.stale_own_lock(
+        lock("pulumi@web-workspace-0 (pid 31)", before), "web-workspace-0", started
+    )
+    # taken since this agent started: a live process of this pod (an exec'd `pulumi import`) holds it
+    assert not failures.stale_own_lock(
+        lock("pulumi@web-workspace-0 (pid 31)", after), "web-workspace-0", started
+    )
+    # another host's lock (a laptop, another pod) is never ours to remove
+    assert not failures.stale_own_lock(lock("alice@laptop (pid 31)", before), "web-workspace-0", started)
+    assert not failures.stale_own_lock(
+        lock("pulumi@web-workspace-0 (pid 31)", None), "web-workspace-0", started
+    )
+    assert not failures.stale_own_lock(None, "web-workspace-0", started)
 
 
 def test_program_and_resource_errors_are_told_apart() -> None:

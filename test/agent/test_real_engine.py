@@ -148,7 +148,9 @@ async def test_sigterm_mid_up_interrupts_pulumi_and_leaves_no_lock(tmp_path: Pat
         stub = await _select_and_configure(channel, 8)
         await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="t-1")))
         await wait_for_event(stub, "t-1", is_pre(SLOW_TYPE))
-        watcher = asyncio.create_task(drain(stub.watch_operation(pb.WatchOperationRequest(operation_id="t-1"))))
+        watcher = asyncio.create_task(
+            drain(stub.watch_operation(pb.WatchOperationRequest(operation_id="t-1")))
+        )
         await asyncio.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
         _, result = collect(await asyncio.wait_for(watcher, 180))
@@ -203,6 +205,12 @@ async def test_kill_9_mid_up_is_reported_with_the_pending_urns_and_never_wedges(
         assert blocked.failure.lock is not None and "(pid " in blocked.failure.lock.owner, blocked.failure
         pending = [(p.type, p.urn) for p in blocked.failure.pending_operations]
         assert pending == [("creating", f"urn:pulumi:dev::slowpy::{SLOW_TYPE}::slow")], pending
+        # The lock was this host's, from before this agent started: provably stale, so it was removed
+        # (and the failure says so, with the URNs to check); the retry the operator schedules proceeds.
+        assert "has been removed" in blocked.failure.message and pending[0][1] in blocked.failure.message
+        assert lock_files(real) == []
+        _, retried = collect(await drain(stub.up(pb.UpRequest(operation_id="k-3"))))
+        assert retried is not None and retried.state == pb.OperationState.SUCCEEDED, retried
         channel.close()
     finally:
         stop_process(proc)
