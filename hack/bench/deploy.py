@@ -1,16 +1,21 @@
-"""Deploying Stacks through the full path (issue 9): API writes per deployed Stack, and N Stacks from
-apply to Ready beside a bare-loop floor.
+"""Deploying Stacks through the full path on the real Pulumi engine: API writes per deployed Stack, the
+operator's own overhead per update beside the time `pulumi up` itself takes, agent start to serving,
+and N Stacks from apply to Ready beside a bare-loop floor.
 
 The real operator runs as a process (``python -m pko``) under its ServiceAccount and the shipped RBAC;
 kube-controller-manager's StatefulSet controller makes the pods; the play-kubelet
-(test/controllers/kubelet.py) runs each workspace pod's real agent as a process with the stand-in
-Pulumi CLI (test/fakepulumi, test-only). Every Stack is Program-sourced, so the agents fetch the
+(test/controllers/kubelet.py) runs each workspace pod's real agent as a process with the real Pulumi
+engine (hack/build-pulumi.sh: the CLI, the YAML host and pulumi-kubernetes). Every Stack is
+Program-sourced (a ConfigMap made by pulumi-kubernetes, and a secret output), so the agents fetch the
 operator's own artifacts over loopback. The operator's writes are counted from the apiserver's audit
-log (only requests made by its ServiceAccount), so the play-kubelet's and this script's writes never
-count.
+log (only requests made by its ServiceAccount), so the play-kubelet's, the programs' and this script's
+writes never count.
 
-1. **Writes per deployed Stack**: one Program + Stack applied as ``kubectl apply`` would, until Ready.
-2. **Throughput**: ``--stacks`` more at once, until all are Ready: wall time, operator CPU seconds
+1. **Agent start to serving**: ``python -m pko.agent serve`` on a YAML project with the real CLI, until
+   its first RPC answers, beside `pulumi version` alone (which opening the workspace runs).
+2. **Writes per deployed Stack** and **overhead per update**: one Program + Stack applied as
+   ``kubectl apply`` would, until Ready; beside it the `pulumi up` duration the engine reported.
+3. **Throughput**: ``--stacks`` more at once, until all are Ready: wall time, operator CPU seconds
    per Stack, its peak RSS; beside it the floor, the same number of writes made by a bare
    kubernetes-asyncio loop (ConfigMap creates, ``--floor-concurrency`` at a time).
 
@@ -23,12 +28,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +54,17 @@ from controllers.kubelet import (
     grant_auth_delegator,
 )
 from controllers.operator import OPERATOR_SERVICE_ACCOUNT, Operator
+from grpclib.client import Channel
+from grpclib.exceptions import GRPCError
+from kubernetes_asyncio import client
 from localcluster import LocalCluster
+from pko.api.generated.pko.agent import v1 as pb
+from realpulumi import make_real_pulumi
 from run import bounded, cpu_seconds, create_namespace, exit_on_sigterm, log, stop_and_keep_log
 from steady import free_port, rss_mb
 
 from pko.controllers.options import ControllerOptions
-from pko.controllers.resources import PROGRAMS, STACKS
+from pko.controllers.resources import PROGRAMS, STACKS, UPDATES
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import CONFIGMAPS, ResourceClient
 
@@ -69,10 +82,16 @@ rules:
 """
 PROGRAM_BODY: dict[str, Any] = {
     "resources": {
-        "pw": {"type": "random:RandomPassword", "properties": {"length": 16}},
-        "echo": {"type": "test:index:Echo", "properties": {"value": "hello"}},
+        "settings": {
+            "type": "kubernetes:core/v1:ConfigMap",
+            "properties": {"metadata": {"namespace": NAMESPACE}, "data": {"greeting": "hello"}},
+        },
     },
-    "outputs": {"greeting": "${echo.value}", "password": "${pw.result}"},
+    "outputs": {"greeting": "${settings.data.greeting}", "uid": {"fn::secret": "${settings.metadata.uid}"}},
+}
+PROGRAMS_ROLE: dict[str, Any] = {
+    "metadata": {"name": "programs"},
+    "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}],
 }
 
 
@@ -194,7 +213,63 @@ async def caches_synced(health_port: int, proc: subprocess.Popen[bytes], within:
         await asyncio.sleep(0.5)
 
 
+async def pulumi_seconds(api: Any, stacks: list[str]) -> list[float]:
+    """How long `pulumi up` took in each Stack's last Update, as the engine reported (start -> end)."""
+    out: list[float] = []
+    for name in stacks:
+        stack = await ResourceClient(api, STACKS, NAMESPACE).get(name)
+        last = ((stack.get("status") or {}).get("lastUpdate") or {}).get("name")
+        update = await ResourceClient(api, UPDATES, NAMESPACE).get(last) if last else {}
+        status = update.get("status") or {}
+        if status.get("startTime") and status.get("endTime"):
+            start = datetime.fromisoformat(status["startTime"].replace("Z", "+00:00"))
+            end = datetime.fromisoformat(status["endTime"].replace("Z", "+00:00"))
+            out.append((end - start).total_seconds())
+    return out
+
+
+async def agent_serving(tmp: Path, runs: int) -> tuple[list[float], list[float]]:
+    """Seconds from starting an agent process to its first answered RPC, and `pulumi version` alone."""
+    real = make_real_pulumi(tmp / "serving")
+    work = tmp / "serving" / "workspace"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "Pulumi.yaml").write_text("name: serving\nruntime: yaml\noutputs:\n  a: b\n")
+    env = {**os.environ, **real.env}
+    serving, versions = [], []
+    for i in range(runs):
+        t0 = time.monotonic()
+        subprocess.run([str(real.command), "version"], env=env, check=True, capture_output=True)  # noqa: ASYNC221
+        versions.append(time.monotonic() - t0)
+        port = free_port()
+        cmd = [
+            sys.executable, "-m", "pko.agent", "--", "serve", "--workspace", str(work), "--skip-install",
+            "--host", "127.0.0.1", "--port", str(port), "--pulumi-root", str(real.root),
+            "--journal-dir", str(tmp / "serving" / f"journal-{i}"),
+        ]  # fmt: skip
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: ASYNC220
+        try:
+            while True:
+                channel = Channel("127.0.0.1", port)
+                try:
+                    await pb.AutomationServiceStub(channel).pulumi_version(timeout=5)
+                    serving.append(time.monotonic() - t0)
+                    break
+                except (OSError, TimeoutError, GRPCError):
+                    if proc.poll() is not None or time.monotonic() - t0 > 60:
+                        raise RuntimeError("the agent did not start serving") from None
+                    await asyncio.sleep(0.01)
+                finally:
+                    channel.close()
+        finally:
+            proc.terminate()
+            proc.wait()
+    return serving, versions
+
+
 async def bench(cluster: LocalCluster, audit_path: Path, tmp: Path, args: argparse.Namespace) -> None:
+    log("agent start to serving, with the real CLI")
+    serving, versions = await agent_serving(tmp, args.agent_runs)
     api = await api_client(str(cluster.kubeconfig))
     async with api:
         subprocess.run(  # noqa: ASYNC221 - a one-off set-up step
@@ -204,6 +279,16 @@ async def bench(cluster: LocalCluster, audit_path: Path, tmp: Path, args: argpar
         )  # fmt: skip
         await create_namespace(api, NAMESPACE)
         await grant_auth_delegator(api, NAMESPACE, "default")
+        rbac = client.RbacAuthorizationV1Api(api)
+        await rbac.create_namespaced_role(NAMESPACE, PROGRAMS_ROLE)
+        await rbac.create_namespaced_role_binding(
+            NAMESPACE,
+            {
+                "metadata": {"name": "programs"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "programs"},
+                "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": NAMESPACE}],
+            },
+        )
         options = ControllerOptions(
             operator_namespace=OPERATOR_NAMESPACE, operator_service_account=OPERATOR_SERVICE_ACCOUNT
         )
@@ -212,7 +297,7 @@ async def bench(cluster: LocalCluster, audit_path: Path, tmp: Path, args: argpar
         await op.setup(tmp / "operator")
         kubelet = PlayKubelet(
             api, [NAMESPACE], root=tmp / "kubelet", server=cluster.server, ca_file=cluster.ca_file,
-            images=KNOWN_IMAGES, image_config=IMAGE_CONFIG,
+            images=KNOWN_IMAGES, image_config=IMAGE_CONFIG, engine=make_real_pulumi,
         )  # fmt: skip
         await kubelet.start()
         audit = Audit(audit_path, f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}")
@@ -237,6 +322,7 @@ async def bench(cluster: LocalCluster, audit_path: Path, tmp: Path, args: argpar
             one_wall = time.monotonic() - t0
             await asyncio.sleep(3)  # writes that trail Ready (events, the Update's cleanup)
             one = audit.take()
+            one_pulumi = await pulumi_seconds(api, ["app-0000"])
 
             n = args.stacks
             log(f"{n} Program-sourced Stacks at once, apply to Ready")
@@ -246,6 +332,7 @@ async def bench(cluster: LocalCluster, audit_path: Path, tmp: Path, args: argpar
             wall, cpu = time.monotonic() - t0, cpu_seconds(proc.pid) - cpu0
             await asyncio.sleep(3)
             many = audit.take()
+            many_pulumi = await pulumi_seconds(api, [f"app-{i + 1:04d}" for i in range(n)])
             writes = sum(many.values())
             log(f"the floor: {writes} ConfigMap creates, {args.floor_concurrency} at a time")
             floor_s = await floor(api, writes, args.floor_concurrency)
@@ -256,6 +343,21 @@ async def bench(cluster: LocalCluster, audit_path: Path, tmp: Path, args: argpar
             if op.api is not None:
                 await op.api.close()  # the operator's identity, opened by setup()
 
+    print("## Agent start to serving\n")
+    print("| figure | median s | runs |")
+    print("|---|---:|---:|")
+    print(f"| agent process start -> first RPC answered (goal 0.5 s) | {statistics.median(serving):.2f} | "
+          f"{len(serving)} |")  # fmt: skip
+    print(f"| of which `pulumi version` (opening the workspace runs it) | "
+          f"{statistics.median(versions):.2f} | {len(versions)} |\n")  # fmt: skip
+    one_up = one_pulumi[0] if one_pulumi else 0.0
+    print("## One Stack: the operator's overhead per update\n")
+    print("| figure | s |")
+    print("|---|---:|")
+    print(f"| Program + Stack applied -> Stack Ready | {one_wall:.1f} |")
+    print(f"| of which `pulumi up` in the workspace (the engine's own start -> end) | {one_up:.1f} |")
+    print(f"| the rest: workspace pod, agent, program fetch, stack select, config, status writes | "
+          f"{one_wall - one_up:.1f} ({one_wall / one_up:.1f}x the up) |\n" if one_up else "")  # fmt: skip
     print("## Writes per deployed Stack\n")
     print(f"One Program and one Stack applied; the operator's API writes until the Stack was Ready "
           f"({one_wall:.1f} s), from the apiserver's audit log:\n")  # fmt: skip
@@ -269,6 +371,8 @@ async def bench(cluster: LocalCluster, audit_path: Path, tmp: Path, args: argpar
     print(f"| operator CPU seconds per Stack | {cpu / n:.2f} |")
     print(f"| operator RSS peak (MB) | {peak[0]:.0f} |")
     print(f"| operator writes per Stack | {writes / n:.1f} |")
+    if many_pulumi:
+        print(f"| `pulumi up` per Stack, median (s) | {statistics.median(many_pulumi):.1f} |")
     print("\nThe operator's writes for them:\n")
     print_writes(many, n)
 
@@ -278,9 +382,10 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stacks", type=int, default=100)
     p.add_argument("--floor-concurrency", type=int, default=10)
+    p.add_argument("--agent-runs", type=int, default=5, help="agent start-to-serving runs")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for Ready")
     args = p.parse_args()
-    print("# pko deploying Stacks (issue 9)\n")
+    print("# pko deploying Stacks on the real Pulumi engine\n")
     with tempfile.TemporaryDirectory(prefix="pko-deploy-") as name:
         tmp = Path(name)
         policy = tmp / "audit-policy.yaml"

@@ -6,16 +6,24 @@ Programs deploy Kubernetes objects into the test namespace through pulumi-kubern
 workspace pod's ServiceAccount (a Role here lets it manage ConfigMaps and Deployments), as the
 operator's canonical use does. Each Pulumi operation the operator drives runs here at least once:
 up, preview, refresh (picking up drift made out of band), destroy, outputs with secrets masked,
-``spec.targets``, ``expectNoChanges``, and the engine's own errors (a YAML error, a provider error, a
+``spec.targets``, ``expectNoChanges``, a Python project from git (the Python language host and a
+dynamic provider), and the engine's own errors (a YAML error, a provider error, a
 missing plugin) surfacing on the Stack in the engine's words.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
+from dulwich.objects import Blob, Commit, Tree
+from dulwich.repo import Repo
+from dulwich.server import DictBackend
+from dulwich.web import make_wsgi_chain
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient, ApiException
 from realpulumi import make_real_pulumi
@@ -224,3 +232,74 @@ async def test_engine_errors_reach_the_stack_in_the_engines_words(
     assert failure["transient"] is False, failure
     ready = next(c for c in stack["status"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False", ready
+
+
+# --- a Python project from git -----------------------------------------------------------------------
+
+PYTHON_MAIN = b"""\
+import pulumi
+from pulumi.dynamic import CreateResult, Resource, ResourceProvider
+
+
+class Greeter(ResourceProvider):
+    def create(self, props):
+        return CreateResult(id_="greeter-1", outs={"greeting": props["name"].upper()})
+
+
+class Greeting(Resource):
+    greeting: pulumi.Output[str]
+
+    def __init__(self, name, who, opts=None):
+        super().__init__(Greeter(), name, {"name": who, "greeting": None}, opts)
+
+
+greeting = Greeting("hello", pulumi.Config().get("who") or "world")
+pulumi.export("greeting", greeting.greeting)
+"""
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def python_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A git server on 127.0.0.1 with a Python project under app/ on branch main."""
+    repo = Repo.init_bare(str(tmp_path_factory.mktemp("pygit")))
+    app = Tree()
+    for name, data in (
+        (b"Pulumi.yaml", b"name: pygreeter\nruntime: python\n"),
+        (b"__main__.py", PYTHON_MAIN),
+    ):
+        blob = Blob.from_string(data)
+        repo.object_store.add_object(blob)
+        app.add(name, 0o100644, blob.id)
+    root = Tree()
+    root.add(b"app", 0o040000, app.id)
+    commit = Commit()
+    commit.tree = root.id
+    commit.author = commit.committer = b"Test <test@example.com>"
+    commit.commit_time = commit.author_time = int(time.time())
+    commit.commit_timezone = commit.author_timezone = 0
+    commit.message = b"python project"
+    for obj in (app, root, commit):
+        repo.object_store.add_object(obj)
+    repo.refs[b"refs/heads/main"] = commit.id
+    repo.refs.set_symbolic_ref(b"HEAD", b"refs/heads/main")
+    server = make_server(
+        "127.0.0.1", 0, make_wsgi_chain(DictBackend({"/py.git": repo})), handler_class=_Quiet
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/py.git"
+    server.shutdown()
+    server.server_close()
+
+
+async def test_a_python_project_from_git_runs_with_a_dynamic_provider(env: Env, python_repo: str) -> None:
+    spec = {"projectRepo": python_repo, "branch": "main", "repoDir": "app", "config": {"who": "pko"}}
+    await env.create_stack("pygit", spec)
+    stack = await env.condition("pygit", "Ready", "ProcessingCompleted", within=600)
+    assert stack["status"]["outputs"] == {"greeting": "PKO"}, stack["status"]
+    assert stack["status"]["projectInfo"]["runtime"] == "python"
