@@ -42,6 +42,9 @@ _DIY_LOCK_LINE = re.compile(
     r"^\s*(?P<location>\S+): created by (?P<who>\S+) \(pid (?P<pid>\d+)\) at (?P<at>\S+)\s*$", re.M
 )
 _PENDING_TEXT = re.compile(r"resource\(s\) with pending operations")
+# Terminal colour and cursor sequences: language hosts colour their errors even when the CLI runs with
+# --color never, and a Stack's message is read in kubectl, not a terminal.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _DETAIL_LINES = 20
 
 
@@ -55,7 +58,7 @@ class RunObservations:
     def observe(self, event: Mapping[str, Any]) -> None:
         diag = event.get("diagnosticEvent")
         if isinstance(diag, Mapping) and diag.get("severity") == "error":
-            message = str(diag.get("message", "")).strip()
+            message = _ANSI.sub("", str(diag.get("message", ""))).strip()
             if message:
                 self.error_diagnostics.append((str(diag.get("urn") or ""), message))
         failed = event.get("resOpFailedEvent")
@@ -124,6 +127,7 @@ def classify(
     pending: list[pb.PendingOperation],
 ) -> pb.Failure:
     """Build the Failure for a run that raised ``error_class`` (an Automation API error name)."""
+    error_text = _ANSI.sub("", error_text)
     detail = tail(error_text)
     first_line = detail.splitlines()[-1] if detail else ""
     for snippet, reason, message, code in KNOWN_ERRORS:

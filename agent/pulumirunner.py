@@ -89,6 +89,11 @@ def _error_text(exc: BaseException) -> tuple[str, str]:
     return "", str(exc)
 
 
+def _truthy(value: str | None) -> bool:
+    """How the Pulumi CLI reads a boolean environment variable."""
+    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
 def _child_environ() -> dict[str, str]:
     """The agent's environment as Pulumi should see it.
 
@@ -417,11 +422,18 @@ class PulumiRunner:
             raise CommandFailed("add environments", self._classify(exc, failures.RunObservations())) from None
 
     async def install(self) -> None:
+        """``pulumi install``: the program's dependencies, and its plugins unless the image says plugins
+        are never downloaded (PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION, as pko's workspace image
+        does): `install` resolves a plugin that names no version against the network even when one is
+        installed, so it would fail offline; the operation then finds the installed plugins, and names
+        a missing one in the engine's words."""
+
         def on_output(line: str) -> None:
             log.info("pulumi install", line=line)
 
+        no_plugins = _truthy(self._env_lookup("PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION"))
         try:
-            await asyncio.to_thread(self._ws.install, on_output=on_output)
+            await asyncio.to_thread(self._ws.install, no_plugins=no_plugins, on_output=on_output)
         except auto_errors.CommandError as exc:
             raise CommandFailed("install", self._classify(exc, failures.RunObservations())) from None
 
@@ -571,7 +583,7 @@ class PulumiRunner:
             pending = self._pending_operations(stack)
         failure = failures.classify(
             error_class=type(exc).__name__,
-            error_text=f"{stderr}\n{stdout}",
+            error_text=f"{stdout}\n{stderr}",  # the CLI writes its error last, on stderr
             observations=observations,
             pending=pending,
         )

@@ -2,8 +2,8 @@
 from their Go modules (cached in ~/.cache/pko), laid out like the stand-in's :class:`FakePulumi` so a
 test, the agent or the play-kubelet takes either.
 
-Each :func:`make_real_pulumi` gets a PULUMI_HOME of its own whose ``plugins/`` links every provider the
-engine built (read-only, shared), a file backend directory, and the offline switches the workspace
+Each :func:`make_real_pulumi` gets a PULUMI_HOME of its own whose ``plugins/`` holds every provider the
+engine built (linked, read-only, shared), a file backend directory, and the offline switches the workspace
 image sets: a plugin the engine lacks is an error naming it, never a download.
 """
 
@@ -67,14 +67,20 @@ class RealPulumi(FakePulumi):
         return {**super().env, **OFFLINE}
 
     def seed_home(self, home: Path) -> None:
-        """Link every provider the engine built into ``home/plugins``, as the workspace image has them."""
-        plugins = home / "plugins"
-        plugins.mkdir(parents=True, exist_ok=True)
+        """Install every provider the engine built into ``home/plugins``, as the workspace image has them:
+        a directory per plugin (the CLI lists real directories only, never a symlink to one) whose
+        files link to the built ones."""
         built = self.root / "plugins"
         for plugin in sorted(built.iterdir()) if built.is_dir() else []:
-            link = plugins / plugin.name
-            if not link.exists():
-                link.symlink_to(plugin, target_is_directory=plugin.is_dir())
+            target = home / "plugins" / plugin.name
+            if plugin.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                for file in plugin.iterdir():
+                    if not (target / file.name).exists():
+                        (target / file.name).symlink_to(file)
+            elif not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.touch()  # the install's .lock marker
 
 
 def make_real_pulumi(base: Path) -> RealPulumi:

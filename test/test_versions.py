@@ -22,7 +22,10 @@ def test_the_workspace_image_is_built_from_the_pinned_versions_only() -> None:
     assert "COPY hack/versions.env hack/build-pulumi.sh hack/" in dockerfile
     assert 'pip install "pulumi==${PULUMI_SDK_VERSION}"' in dockerfile
     ignore = (REPO / "images/workspace/Dockerfile.dockerignore").read_text().split()
-    assert [line for line in ignore if line.startswith("!")] == ["!hack/versions.env", "!hack/build-pulumi.sh"]
+    assert [line for line in ignore if line.startswith("!")] == [
+        "!hack/versions.env",
+        "!hack/build-pulumi.sh",
+    ]
     # No version is written anywhere but versions.env: the build script reads every one from there.
     script = (REPO / "hack/build-pulumi.sh").read_text()
     for key, value in versions().items():

@@ -51,6 +51,13 @@ def test_a_diy_lock_names_its_owner() -> None:
     assert f.lock.acquired is not None and f.lock.acquired.year == 2026
 
 
+def test_colour_codes_never_reach_a_message() -> None:
+    text = "Duration: 1s\n\x1b[31mError\x1b[0m: error resolving type of resource settings: no plugin\n"
+    failure = _classify(text)
+    assert failure.message == "Error: error resolving type of resource settings: no plugin"
+    assert "\x1b" not in failure.detail
+
+
 def test_only_a_lock_left_by_a_dead_process_of_this_pod_is_stale() -> None:
     started = datetime(2026, 11, 23, 2, 0, tzinfo=UTC)
     before, after = datetime(2026, 11, 23, 1, 0, tzinfo=UTC), datetime(2026, 11, 23, 3, 0, tzinfo=UTC)

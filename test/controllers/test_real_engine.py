@@ -112,7 +112,13 @@ async def failed_with(env: Env, name: str) -> Obj:
             else None
         )
 
-    stack: Obj = await wait_until(f"{name}: a failed update", probe, within=300)
+    try:
+        stack: Obj = await wait_until(f"{name}: a failed update", probe, within=300)
+    except AssertionError as exc:
+        current = await env.get(env.stacks, name)
+        raise AssertionError(
+            f"{exc}\nstatus: {(current or {}).get('status')}\n{env.kubelet.describe()}"
+        ) from None
     return stack
 
 
@@ -190,14 +196,42 @@ async def test_a_preview_stack_changes_nothing(env: Env) -> None:
     assert await configmap(env, "previewed-cm") is None
 
 
-async def test_expect_no_changes_fails_an_update_that_would_change_something(env: Env) -> None:
+async def test_an_update_expecting_no_changes_fails_when_the_engine_proposes_some(env: Env) -> None:
+    """expectNoChanges is an Update's field: on a workspace where nothing is deployed yet (a preview-only
+    Stack made it), an `up` expecting no changes fails, in the engine's own words. The real engine
+    checks after the update (so the ConfigMap exists): `pulumi up --expect-no-changes` deploys, then
+    errors if anything changed."""
     body = {"resources": {"cm": config_map(env, "unexpected-cm", {"a": "1"})}}
     await env.create_program("unexpected", body)
-    await env.create_stack("unexpected", {"programRef": {"name": "unexpected"}, "expectNoChanges": True})
-    stack = await failed_with(env, "unexpected")
-    message = stack["status"]["lastUpdate"]["message"]
-    assert "no changes were expected but changes were proposed" in message, stack["status"]
-    assert await configmap(env, "unexpected-cm") is None
+    await env.create_stack("unexpected", {"programRef": {"name": "unexpected"}, "preview": True})
+    await env.condition("unexpected", "Ready", "ProcessingCompleted", within=600)
+    ws = await env.workspaces.get("unexpected")
+    owner = {
+        "apiVersion": "auto.pulumi.com/v1alpha1",
+        "kind": "Workspace",
+        "name": "unexpected",
+        "uid": ws["metadata"]["uid"],
+        "controller": True,
+    }
+    update = {
+        "apiVersion": "auto.pulumi.com/v1alpha1",
+        "kind": "Update",
+        "metadata": {"name": "unexpected-by-hand", "namespace": env.ns, "ownerReferences": [owner]},
+        "spec": {"workspaceName": "unexpected", "stackName": "dev", "type": "up", "expectNoChanges": True},
+    }
+    await env.updates.create(update)
+
+    async def complete() -> Obj | None:
+        found = await env.get(env.updates, "unexpected-by-hand")
+        conditions = ((found or {}).get("status") or {}).get("conditions") or []
+        return found if any(c["type"] == "Complete" and c["status"] == "True" for c in conditions) else None
+
+    done = await wait_until("the hand-made update complete", complete, within=300)
+    failed = next(c for c in done["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["status"] == "True", done["status"]
+    message = done["status"].get("message", "")
+    assert "no changes were expected for update but changes were proposed" in message, done["status"]
+    assert "no changes were expected" in failed["message"], failed
 
 
 @pytest.mark.parametrize(
