@@ -376,7 +376,9 @@ def test_seed_customized_workspace_runs_as_written(kube: Kube) -> None:
     pod_spec = template["podTemplate"]["spec"]
     assert pod_spec["initContainers"][0]["image"] == "busybox"
     pod_spec["initContainers"][0]["image"] = WORKSPACE_IMAGE
-    base = yaml.safe_load(stack("my-stack", "programRef:\n    name: my-stack"))["spec"]
+    claim, suite_stack = yaml.safe_load_all(stack("my-stack", "programRef:\n    name: my-stack"))
+    k.apply(yaml.safe_dump(claim))  # the suite's state volume
+    base = suite_stack["spec"]
     base_pod = base["workspaceTemplate"]["spec"]["podTemplate"]["spec"]  # the suite's state volume
     pod_spec["containers"][0]["volumeMounts"] += base_pod["containers"][0]["volumeMounts"]
     pod_spec["volumes"] += base_pod["volumes"]

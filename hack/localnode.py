@@ -59,7 +59,7 @@ SERVICE_CIDR = "10.0.0.0/24"
 APISERVER_PORT = 6443
 PAUSE_IMAGE = "docker.io/library/pko-pause:3.4.1"
 STORAGE_CLASS = "local"
-STATIC_VOLUMES = 8
+STATIC_VOLUMES = 32  # enough for the e2e suite, whose every Stack keeps its state on a claim
 PACKAGES = (
     "etcd-server",
     "containerd",
@@ -797,7 +797,7 @@ def main(argv: list[str] | None = None) -> int:
         imports = args.imports or sorted(
             p
             for p in IMAGES.glob("*.oci.tar")
-            if p.name not in ("pko-pause.oci.tar", "pko-base-python.oci.tar")
+            if p.name != "pko-pause.oci.tar"  # imported first, always
         )
         try:
             print(up(imports))

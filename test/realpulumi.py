@@ -4,7 +4,7 @@ test, the agent or the play-kubelet takes either.
 
 Each :func:`make_real_pulumi` gets a PULUMI_HOME of its own whose ``plugins/`` holds every provider the
 engine built (linked, read-only, shared), a file backend directory, and the offline switches the workspace
-image sets: a plugin the engine lacks is an error naming it, never a download.
+image sets (IMAGE_ENV): a plugin the engine lacks is an error naming it, never a download.
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from fakepulumi.fixtures import FakePulumi
 
 REPO = Path(__file__).resolve().parents[1]
 PASSPHRASE = "real-pulumi-test-passphrase"
-OFFLINE = {
+# The workspace image's environment (images/workspace/Dockerfile, which says why each is set).
+IMAGE_ENV = {
     "PULUMI_SKIP_UPDATE_CHECK": "true",
     "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
     "PULUMI_DISABLE_REGISTRY_RESOLVE": "true",
     "PULUMI_IGNORE_AMBIENT_PLUGINS": "true",
+    "KUBE_FEATURE_WatchListClient": "false",
 }
 
 
@@ -64,7 +66,7 @@ class RealPulumi(FakePulumi):
 
     @property
     def env(self) -> dict[str, str]:
-        return {**super().env, **OFFLINE}
+        return {**super().env, **IMAGE_ENV}
 
     def seed_home(self, home: Path) -> None:
         """Install every provider the engine built into ``home/plugins``, as the workspace image has them:
