@@ -235,10 +235,10 @@ def test_quickstart_adds_the_default_pulumi_workspace_identity(default_objs: lis
     assert {identity(o) for o in default_objs} <= {identity(o) for o in objs}
 
 
-def test_sample_stack_deploys_the_sample_program_with_a_file_backend() -> None:
+def test_sample_stack_deploys_the_sample_program_with_its_state_on_a_claim() -> None:
     objs = build(CONFIG / "samples")
-    program = find(objs, "Program", "random")
-    stack = find(objs, "Stack", "random")
+    program = find(objs, "Program", "hello")
+    stack = find(objs, "Stack", "hello")
     assert stack["spec"]["programRef"] == {"name": program["metadata"]["name"]}
     assert stack["spec"]["backend"].startswith("file:///")
     assert stack["spec"]["serviceAccountName"] == "pulumi"  # created by config/quickstart
@@ -246,7 +246,17 @@ def test_sample_stack_deploys_the_sample_program_with_a_file_backend() -> None:
     pod = stack["spec"]["workspaceTemplate"]["spec"]["podTemplate"]["spec"]
     mounts = [m for c in pod["containers"] for m in c.get("volumeMounts", []) if c["name"] == "pulumi"]
     assert [m["mountPath"] for m in mounts] == [state_dir], "the file backend must live on a mounted volume"
-    assert {v["name"] for v in pod["volumes"]} == {m["name"] for m in mounts}
+    # ... a PersistentVolumeClaim, so the state outlives the workspace pod (never an emptyDir)
+    (volume,) = pod["volumes"]
+    assert volume["name"] == mounts[0]["name"]
+    claim = find(objs, "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
+    assert "storageClassName" not in claim["spec"]  # the cluster's default class
+    # The program's resources are Kubernetes objects the workspace's ServiceAccount may manage.
+    kinds = {r["type"] for r in program["program"]["resources"].values()}
+    assert kinds == {"kubernetes:core/v1:ConfigMap", "kubernetes:apps/v1:Deployment"}
+    binding = find(objs, "RoleBinding", "pulumi-hello")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "pulumi"}]
+    assert program["program"]["outputs"]["greeting"] == {"fn::secret": '${page.data["index.html"]}'}
 
 
 # ---------------------------------------------------------------- cluster: install
