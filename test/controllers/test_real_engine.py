@@ -53,7 +53,11 @@ async def env(
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]},
         {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["*"]},
         {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": [""],
+            "resources": ["pods", "events", "persistentvolumeclaims"],
+            "verbs": ["get", "list", "watch"],
+        },
     ]
     await rbac.create_namespaced_role(namespace, {"metadata": {"name": "pulumi-programs"}, "rules": rules})
     await rbac.create_namespaced_role_binding(
