@@ -135,6 +135,8 @@ async def test_the_lifecycle_of_a_stack(agent: RunningAgent, engine: FakePulumi)
 
 
 async def test_a_program_error_names_what_is_wrong(tmp_path: Path, engine: FakePulumi) -> None:
+    """A program error comes back as a structured ProgramError naming the culprit (was a stand-in-only
+    test in test_server.py)."""
     program = "name: broken\nruntime: yaml\noutputs:\n  x: ${nope}\n"
     agent = await _start(tmp_path, engine, program, stack="dev")
     channel = agent.channel()

@@ -10,15 +10,17 @@ The slow resource is a Python dynamic provider whose create sleeps: the engine r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from conftest_agent import agent_env, collect, free_port, spawn, start_agent, stop_process
-from grpclib.client import Channel
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
 from realpulumi import RealPulumi, make_real_pulumi
@@ -70,10 +72,6 @@ def write_project(base: Path) -> Path:
     return work
 
 
-def _env(real: RealPulumi) -> dict[str, str]:
-    return {**{k: v for k, v in real.env.items() if k != "PATH"}, "PATH": real.env["PATH"]}
-
-
 def _config(seconds: float, say: str = "hi") -> pb.SetAllConfigRequest:
     return pb.SetAllConfigRequest(
         config=[
@@ -85,7 +83,7 @@ def _config(seconds: float, say: str = "hi") -> pb.SetAllConfigRequest:
 
 async def test_a_python_project_with_a_dynamic_provider_runs(tmp_path: Path, real: RealPulumi) -> None:
     work = write_project(tmp_path)
-    agent = await start_agent(work, tmp_path / "journal", env=_env(real), pulumi_root=real.root)
+    agent = await start_agent(work, tmp_path / "journal", env=real.env, pulumi_root=real.root)
     channel = agent.channel()
     stub = agent.stub(channel)
     try:
@@ -132,20 +130,29 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-async def _select_and_configure(channel: Channel, seconds: float) -> pb.AutomationServiceStub:
-    stub = pb.AutomationServiceStub(channel)
-    await stub.select_stack(pb.SelectStackRequest(stack_name="dev", create=True))
-    await stub.set_all_config(_config(seconds))
-    return stub
+@contextlib.asynccontextmanager
+async def agent_process(
+    work: Path, journal: Path, real: RealPulumi, seconds: float
+) -> AsyncIterator[tuple[subprocess.Popen[bytes], pb.AutomationServiceStub]]:
+    """An agent process serving ``work`` with the stack selected and configured to sleep ``seconds``."""
+    port = free_port()
+    proc = spawn(_serve(work, journal, port, real), {**agent_env(), **real.env})
+    try:
+        channel = await _connect(port, proc)
+        try:
+            stub = pb.AutomationServiceStub(channel)
+            await stub.select_stack(pb.SelectStackRequest(stack_name="dev", create=True))
+            await stub.set_all_config(_config(seconds))
+            yield proc, stub
+        finally:
+            channel.close()
+    finally:
+        stop_process(proc)
 
 
 async def test_sigterm_mid_up_interrupts_pulumi_and_leaves_no_lock(tmp_path: Path, real: RealPulumi) -> None:
     work = write_project(tmp_path)
-    port = free_port()
-    proc = spawn(_serve(work, tmp_path / "journal", port, real), {**agent_env(), **_env(real)})
-    try:
-        channel = await _connect(port, proc)
-        stub = await _select_and_configure(channel, 8)
+    async with agent_process(work, tmp_path / "journal", real, 8) as (proc, stub):
         await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="t-1")))
         await wait_for_event(stub, "t-1", is_pre(SLOW_TYPE))
         watcher = asyncio.create_task(
@@ -154,51 +161,30 @@ async def test_sigterm_mid_up_interrupts_pulumi_and_leaves_no_lock(tmp_path: Pat
         await asyncio.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
         _, result = collect(await asyncio.wait_for(watcher, 180))
-        channel.close()
         assert result is not None and result.state == pb.OperationState.CANCELLED, result
         assert result.failure is not None and result.failure.reason == "Terminated", result.failure
         assert await asyncio.to_thread(proc.wait, 180) == 0
-    finally:
-        stop_process(proc)
     assert lock_files(real) == [], "an interrupted update left its lock"
 
     # The next agent on the same workspace and backend deploys without help.
-    port = free_port()
-    proc = spawn(_serve(work, tmp_path / "journal2", port, real), {**agent_env(), **_env(real)})
-    try:
-        channel = await _connect(port, proc)
-        stub = await _select_and_configure(channel, 0)
+    async with agent_process(work, tmp_path / "journal2", real, 0) as (_, stub):
         _, up = collect(await drain(stub.up(pb.UpRequest(operation_id="t-2"))))
-        channel.close()
         assert up is not None and up.state == pb.OperationState.SUCCEEDED, up
-    finally:
-        stop_process(proc)
 
 
 async def test_kill_9_mid_up_is_reported_with_the_pending_urns_and_never_wedges(
     tmp_path: Path, real: RealPulumi
 ) -> None:
     work = write_project(tmp_path)
-    port = free_port()
-    proc = spawn(_serve(work, tmp_path / "journal", port, real), {**agent_env(), **_env(real)})
-    try:
-        channel = await _connect(port, proc)
-        stub = await _select_and_configure(channel, 300)
+    async with agent_process(work, tmp_path / "journal", real, 300) as (proc, stub):
         await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="k-1")))
         await wait_for_event(stub, "k-1", is_pre(SLOW_TYPE))
         await asyncio.sleep(2)  # the create is under way in the dynamic provider
-        channel.close()
         for pid in [proc.pid, *_descendants(proc.pid)]:  # everything in the "pod", at once
             os.kill(pid, signal.SIGKILL)
-    finally:
-        stop_process(proc)
     assert lock_files(real), "kill -9 leaves the engine no chance to remove its lock"
 
-    port = free_port()
-    proc = spawn(_serve(work, tmp_path / "journal2", port, real), {**agent_env(), **_env(real)})
-    try:
-        channel = await _connect(port, proc)
-        stub = await _select_and_configure(channel, 0)
+    async with agent_process(work, tmp_path / "journal2", real, 0) as (_, stub):
         _, blocked = collect(await drain(stub.up(pb.UpRequest(operation_id="k-2"))))
         assert blocked is not None and blocked.state == pb.OperationState.FAILED, blocked
         assert blocked.failure is not None and blocked.failure.reason == "StackLocked", blocked.failure
@@ -211,6 +197,3 @@ async def test_kill_9_mid_up_is_reported_with_the_pending_urns_and_never_wedges(
         assert lock_files(real) == []
         _, retried = collect(await drain(stub.up(pb.UpRequest(operation_id="k-3"))))
         assert retried is not None and retried.state == pb.OperationState.SUCCEEDED, retried
-        channel.close()
-    finally:
-        stop_process(proc)

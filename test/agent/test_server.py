@@ -323,21 +323,6 @@ async def test_a_caller_that_disconnects_reattaches_and_gets_the_whole_journal(
         await again.stop()
 
 
-async def test_program_errors_come_back_as_structured_failures(tmp_path: Path, fake: FakePulumi) -> None:
-    program = "name: broken\nruntime: yaml\noutputs:\n  x: ${nope}\n"
-    agent = await _agent(tmp_path, fake, program, stack="dev")
-    channel = agent.channel()
-    try:
-        _, result = collect(await drain(agent.stub(channel).up(pb.UpRequest(operation_id="e-1"))))
-        assert result is not None and result.state == pb.OperationState.FAILED
-        assert result.failure is not None and result.failure.reason == "ProgramError", result.failure
-        assert "nope" in result.failure.message
-        assert result.summary is not None and result.summary.result == "failed"
-    finally:
-        channel.close()
-        await agent.stop()
-
-
 async def test_a_failing_resource_is_a_resource_failure(tmp_path: Path, fake: FakePulumi) -> None:
     program = (
         "name: failing\nruntime: yaml\nresources:\n"
