@@ -539,8 +539,9 @@ def test_the_sample_deploys_kubernetes_objects_and_its_state_survives_pod_deleti
     assert page is not None and deploy is not None
 
     def urns() -> list[str]:
+        # --stack: a recreated pod's CLI has no stack selected until the agent runs an operation
         out = k.run("exec", "hello-workspace-0", "-c", "pulumi", "--", "sh", "-c",
-                    "cd /share/workspace && pulumi stack export")  # fmt: skip
+                    "cd /share/workspace && pulumi stack export --stack dev")  # fmt: skip
         return sorted(r["urn"] for r in json.loads(out)["deployment"]["resources"])
 
     before = urns()
@@ -574,7 +575,7 @@ def test_the_sample_deploys_kubernetes_objects_and_its_state_survives_pod_deleti
     assert k.get("configmap", "hello-page")["metadata"]["uid"] == page["metadata"]["uid"]  # type: ignore[index]
     assert k.get("deployment", "hello")["metadata"]["generation"] == deploy["metadata"]["generation"]  # type: ignore[index]
     k.run("exec", "hello-workspace-0", "-c", "pulumi", "--", "sh", "-c",
-          "cd /share/workspace && pulumi preview --expect-no-changes --non-interactive")  # fmt: skip
+          "cd /share/workspace && pulumi preview --stack dev --expect-no-changes --non-interactive")  # fmt: skip
 
     k.run("delete", "stack", "hello", "--wait=false")
     gone(k, "stack", "hello", within=600)
