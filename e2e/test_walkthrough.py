@@ -575,7 +575,7 @@ def test_the_sample_deploys_kubernetes_objects_and_its_state_survives_pod_deleti
     assert k.get("configmap", "hello-page")["metadata"]["uid"] == page["metadata"]["uid"]  # type: ignore[index]
     assert k.get("deployment", "hello")["metadata"]["generation"] == deploy["metadata"]["generation"]  # type: ignore[index]
     k.run("exec", "hello-workspace-0", "-c", "pulumi", "--", "sh", "-c",
-          "cd /share/workspace && pulumi preview --stack dev --expect-no-changes --non-interactive")  # fmt: skip
+          "cd /share/workspace && pulumi preview -s dev --expect-no-changes --non-interactive")  # fmt: skip
 
     k.run("delete", "stack", "hello", "--wait=false")
     gone(k, "stack", "hello", within=600)
