@@ -100,8 +100,3 @@ def make_real_pulumi(base: Path) -> RealPulumi:
     )
     real.seed_home(home)
     return real
-
-
-def real_env(real: RealPulumi) -> dict[str, str]:
-    """The environment a process running the real CLI gets: this one's, plus the engine's."""
-    return {**os.environ, **real.env}
