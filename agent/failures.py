@@ -112,11 +112,14 @@ def stale_own_lock(lock: pb.LockInfo | None, hostname: str, started: datetime) -
     pod's hostname is its name) before this agent started. Every process of an earlier incarnation of
     the pod, or of this container before a restart, is gone (kill -9, a lost node, an OOM kill), and
     one workspace serves one stack, so no live process can hold that lock: removing it loses nothing.
-    Any other lock (another host, or taken since this agent started) is left for its owner."""
+    Any other lock (another host, or taken since this agent started) is left for its owner.
+
+    The engine prints a lock's time to the whole second, so a lock taken in the second the agent
+    started reads as earlier than ``started``: compare against that second, erring towards "live"."""
     if lock is None or lock.acquired is None or not lock.owner:
         return False
     who = lock.owner.split(" (pid ", 1)[0]
-    return who.rpartition("@")[2] == hostname and lock.acquired < started
+    return who.rpartition("@")[2] == hostname and lock.acquired < started.replace(microsecond=0)
 
 
 def classify(

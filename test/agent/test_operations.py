@@ -72,6 +72,12 @@ def test_only_a_lock_left_by_a_dead_process_of_this_pod_is_stale() -> None:
     assert not failures.stale_own_lock(
         lock("pulumi@web-workspace-0 (pid 31)", after), "web-workspace-0", started
     )
+    # taken in the second the agent started, printed without its fraction: still live
+    assert not failures.stale_own_lock(
+        lock("pulumi@web-workspace-0 (pid 31)", started),
+        "web-workspace-0",
+        started.replace(microsecond=600_000),
+    )
     # another host's lock (a laptop, another pod) is never ours to remove
     assert not failures.stale_own_lock(lock("alice@laptop (pid 31)", before), "web-workspace-0", started)
     assert not failures.stale_own_lock(
