@@ -35,6 +35,7 @@ from pko.agent import pulumirunner as pr
 from pko.agent.auth import KubeAuthorizer
 from pko.agent.h2guard import DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEPALIVE_TIME, GuardedServer
 from pko.agent.journal import Journal
+from pko.agent.proctime import seconds_since_start
 from pko.api.generated.pko.agent import v1 as pb
 
 log = structlog.get_logger("pko.agent.server")
@@ -217,7 +218,13 @@ async def serve(options: ServeOptions, install_signal_handlers: bool = True) -> 
     if options.bound is not None and not options.bound.done():
         options.bound.set_result((host, port))
     serving.set(True)
-    log.info("server listening", host=host, port=port, auth="kube" if options.authorizer else "none")
+    log.info(
+        "server listening",
+        host=host,
+        port=port,
+        auth="kube" if options.authorizer else "none",
+        startup_seconds=seconds_since_start(),
+    )
 
     loop = asyncio.get_running_loop()
     signals = 0

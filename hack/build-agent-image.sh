@@ -4,18 +4,21 @@
 # Usage: hack/build-agent-image.sh [OUTPUT_DIR]   (default: ~/.cache/pko/images; prints the archive's path)
 #
 # Environment:
-#   PKO_AGENT_BINARY  a prebuilt agent executable (hack/build-agent.sh output); built here when unset
+#   PKO_AGENT_BINARY  a prebuilt agent executable (hack/build-agent.sh output, `agent-lib/` beside it);
+#                     built here when unset
 #   PKO_AGENT_IMAGE   the image name recorded in the archive (default docker.io/library/pko-agent:dev,
 #                     which is what a pod's `image: pko-agent:dev` resolves to)
 #
 # The archive (oci-layout, index.json, blobs) is what a node's containerd imports with
 # `ctr -n k8s.io images import`. The image is FROM scratch with exactly the layout agent/Dockerfile
 # produces for CI with a registry; keep the two in step (test/agent/test_agent_image.py compares them):
-#   /agent        the PyInstaller one-file agent (it runs later inside the user's Pulumi image)
+#   /agent        the PyInstaller one-folder agent's executable (it runs later inside the user's
+#   /agent-lib/   Pulumi image), and its interpreter and dependencies
 #   /tini         Debian's tini-static
 #   /bin/busybox  Debian's busybox-static, with /bin/cp -> busybox: the workspace pod's `bootstrap`
-#                 init container runs this image with args `cp /agent /tini /share/` (the Go
-#                 operator's contract; its distroless:debug base has busybox for the same reason)
+#                 init container runs this image with args `cp -r /agent /agent-lib /tini /share/`
+#                 (the Go operator's `cp /agent /tini /share/`, plus the folder; its distroless:debug
+#                 base has busybox for the same reason)
 #   ENTRYPOINT ["/tini", "--"], PATH=/bin, USER 65532:65532
 # buildah runs with the vfs driver and private, temporary storage, so nothing is cached outside
 # OUTPUT_DIR and nothing is left in the repository or in buildah's system storage.
@@ -45,10 +48,12 @@ AGENT="${PKO_AGENT_BINARY:-}"
 if [ -z "$AGENT" ]; then
     AGENT="$(bash "$REPO/hack/build-agent.sh" "$WORK/agent-bin" | tail -n 1)"
 fi
-[ -x "$AGENT" ] || { echo "build-agent-image: no executable agent at '$AGENT'" >&2; exit 1; }
+[ -x "$AGENT" ] && [ -d "$(dirname "$AGENT")/agent-lib" ] || {
+    echo "build-agent-image: no executable agent with agent-lib/ beside it at '$AGENT'" >&2; exit 1; }
 
 ROOTFS="$WORK/rootfs"
 install -D -m 0755 "$AGENT" "$ROOTFS/agent"
+cp -r "$(dirname "$AGENT")/agent-lib" "$ROOTFS/agent-lib"
 install -D -m 0755 /usr/bin/tini-static "$ROOTFS/tini"
 install -D -m 0755 /bin/busybox "$ROOTFS/bin/busybox"
 ln -s busybox "$ROOTFS/bin/cp"

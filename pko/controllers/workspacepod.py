@@ -10,6 +10,8 @@ Differences, each for a reason:
   ``protocol``): apply refuses duplicates, and 1.20 needs ``protocol`` on a port to merge it. So the
   operator's env vars replace a same-named entry instead of appending a duplicate (the kubelet would
   have used the last one anyway: same result).
+* The ``bootstrap`` container copies ``/agent-lib/`` beside ``/agent`` (``cp -r``): our agent is a
+  one-folder bundle, where the Go agent is one static binary.
 * The ``fetch`` container runs ``/share/agent init`` directly, not through ``sh -c``: the agent image
   has no shell. A ``local`` source is a ``busybox ln -sfn`` (the image's busybox).
 * The operator-built init containers use ``terminationMessagePolicy: FallbackToLogsOnError``, so a
@@ -69,6 +71,9 @@ WORKSPACE_PORT: Final = 50051
 PULUMI_CONTAINER: Final = "pulumi"
 BOOTSTRAP_CONTAINER: Final = "bootstrap"
 FETCH_CONTAINER: Final = "fetch"
+# The agent image's executable, the folder it runs from (a PyInstaller one-folder build: no unpacking
+# at each start) and tini, copied where the user's Pulumi image can run them.
+BOOTSTRAP_COPY: Final = ("cp", "-r", "/agent", "/agent-lib", "/tini", "/share/")
 SHARE_VOLUME: Final = "share"
 SHARE_PATH: Final = "/share"
 WORKSPACE_DIR: Final = "/share/workspace"
@@ -310,9 +315,7 @@ def desired_statefulset(workspace: Mapping[str, Any], spec: WorkspaceSpec, optio
     name, namespace = _meta(workspace)
     labels = workspace_labels(name)
     revision = revision_hash(workspace.get("spec") or {})
-    init_containers = [
-        _agent_container(BOOTSTRAP_CONTAINER, options, ["cp", "/agent", "/tini", "/share/"], [])
-    ]
+    init_containers = [_agent_container(BOOTSTRAP_CONTAINER, options, list(BOOTSTRAP_COPY), [])]
     fetch = _fetch_container(spec, options)
     if fetch is not None:
         init_containers.append(fetch)

@@ -4,8 +4,8 @@ Checked without any container runtime: the archive's index, manifest, config and
 against their digests; the one layer holds exactly the files agent/Dockerfile puts in the image
 (same paths, modes, entrypoint, env, user); and, unpacked into an empty directory and run with an
 empty environment, tini starts the agent and the busybox `cp` performs the workspace pod's
-`bootstrap` step (`cp /agent /tini /share/`). Slow: it needs the PyInstaller build, which it shares
-with test_selfcontained.py (or takes from $PKO_AGENT_BINARY).
+`bootstrap` step (`cp -r /agent /agent-lib /tini /share/`). Slow: it needs the PyInstaller build,
+which it shares with test_selfcontained.py (or takes from $PKO_AGENT_BINARY).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from pko.controllers.workspacepod import BOOTSTRAP_COPY
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "docker.io/library/pko-agent:dev"
@@ -117,6 +119,7 @@ class DockerfileImage:
     """What agent/Dockerfile's final stage declares, and the root filesystem its build stage lays out."""
 
     entries: dict[str, tuple[str, str]]  # path -> ("file", source) or ("symlink", target)
+    trees: dict[str, str]  # path -> the folder copied there whole (`cp -r`)
     entrypoint: list[str]
     cmd: list[str]
     env: list[str]
@@ -128,6 +131,7 @@ def read_dockerfile() -> DockerfileImage:
     final = text[text.rindex("\nFROM ") + 1 :]
     assert final.splitlines()[0].strip() == "FROM scratch"
     entries: dict[str, tuple[str, str]] = {}
+    trees: dict[str, str] = {}
     for command in re.split(r"&&|\n", text):
         words = shlex.split(command.strip(), comments=True)
         if (
@@ -138,6 +142,8 @@ def read_dockerfile() -> DockerfileImage:
             entries[words[5].removeprefix("/rootfs/")] = ("file", words[4])
         elif len(words) == 4 and words[:2] == ["ln", "-s"] and words[3].startswith("/rootfs/"):
             entries[words[3].removeprefix("/rootfs/")] = ("symlink", words[2])
+        elif len(words) == 4 and words[:2] == ["cp", "-r"] and words[3].startswith("/rootfs/"):
+            trees[words[3].removeprefix("/rootfs/")] = words[2]
     directives = {}
     for line in final.splitlines():
         keyword, _, rest = line.strip().partition(" ")
@@ -145,6 +151,7 @@ def read_dockerfile() -> DockerfileImage:
             directives[keyword] = rest.strip()
     return DockerfileImage(
         entries=entries,
+        trees=trees,
         entrypoint=json.loads(directives["ENTRYPOINT"]),
         cmd=json.loads(directives["CMD"]),
         env=[directives["ENV"]],
@@ -198,7 +205,19 @@ def test_archive_is_a_valid_oci_image_matching_the_dockerfile(archive: Path, age
     assert settings["User"] == dockerfile.user == "65532:65532"
     assert settings["Env"] == dockerfile.env == ["PATH=/bin"]
 
-    assert {n for n, e in image.layer.items() if e.kind != "dir"} == set(dockerfile.entries)
+    # The agent's folder (`agent-lib/`, beside the executable) is copied whole, as built.
+    assert dockerfile.trees == {"agent-lib": "/out/agent/agent-lib"}
+    built = agent_binary.parent / "agent-lib"
+    files = {str(p.relative_to(agent_binary.parent)): p for p in built.rglob("*") if not p.is_dir()}
+    in_tree = {n: e for n, e in image.layer.items() if n.startswith("agent-lib/") and e.kind != "dir"}
+    assert set(in_tree) == set(files), set(in_tree) ^ set(files)
+    for name, entry in in_tree.items():
+        assert entry.mode & 0o444 == 0o444, f"{name} is not readable by the pod's user"
+        if entry.kind == "file":
+            assert entry.data == files[name].read_bytes(), f"{name} differs from the build"
+
+    others = {n for n, e in image.layer.items() if e.kind != "dir" and not n.startswith("agent-lib/")}
+    assert others == set(dockerfile.entries)
     assert image.layer["tmp"].kind == "dir" and image.layer["tmp"].mode == 0o1777
     for name, (kind, source) in dockerfile.entries.items():
         entry = image.layer[name]
@@ -250,8 +269,8 @@ def test_unpacked_image_runs_the_agent_and_the_bootstrap_copy(archive: Path, tmp
         assert inside.returncode == 0, inside.stderr
         assert "serve" in inside.stdout
 
-    # The `bootstrap` init container: the image's entrypoint and PATH with args `cp /agent /tini
-    # /share/`, re-rooted under `root` (no chroot: the test must not need privileges).
+    # The `bootstrap` init container: the image's entrypoint and PATH with its args (`cp -r /agent
+    # /agent-lib /tini /share/`), re-rooted under `root` (no chroot: the test must not need privileges).
     share = tmp_path / "share"
     share.mkdir()
     entrypoint = [
@@ -267,9 +286,7 @@ def test_unpacked_image_runs_the_agent_and_the_bootstrap_copy(archive: Path, tmp
             "-i",
             "PATH=" + ":".join(path_dirs),
             *entrypoint,
-            "cp",
-            str(root / "agent"),
-            str(root / "tini"),
+            *[str(root / a.lstrip("/")) if a.startswith("/") else a for a in BOOTSTRAP_COPY[:-1]],
             f"{share}/",
         ],
         capture_output=True,
@@ -279,6 +296,9 @@ def test_unpacked_image_runs_the_agent_and_the_bootstrap_copy(archive: Path, tmp
     assert copied.returncode == 0, copied.stderr
     assert (share / "agent").read_bytes() == image.layer["agent"].data
     assert (share / "tini").read_bytes() == image.layer["tini"].data
+    assert (share / "agent-lib" / "base_library.zip").read_bytes() == image.layer[
+        "agent-lib/base_library.zip"
+    ].data
 
     # The main container's command shape: `/share/tini /share/agent -- serve ...`.
     main = subprocess.run(

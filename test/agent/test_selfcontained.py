@@ -1,9 +1,9 @@
 """The self-contained agent executable (hack/build-agent.sh) serves without our Python or venv.
 
 Building takes minutes, so the test is marked slow; set PKO_AGENT_BINARY to a prebuilt executable
-to skip the build. The executable is copied to an empty directory and run from there with a minimal
-environment: no venv on PATH, no PYTHONPATH/PYTHONHOME, only the stand-in `pulumi` (a test
-double, never shipped) on PATH.
+to skip the build. The executable and its ``agent-lib/`` are copied to an empty directory and run
+from there with a minimal environment: no venv on PATH, no PYTHONPATH/PYTHONHOME, only the stand-in
+`pulumi` (a test double, never shipped) on PATH.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ async def test_the_executable_serves_health_without_the_venv(agent_binary: Path,
     run_dir = tmp_path / "elsewhere"
     run_dir.mkdir()
     exe = run_dir / "agent"
-    shutil.copy2(agent_binary, exe)
+    shutil.copy2(agent_binary, exe)  # as the pod's bootstrap copies it: the executable and its folder
+    shutil.copytree(agent_binary.parent / "agent-lib", run_dir / "agent-lib")
     venv_bin = str(Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin")
     env = {
         "PATH": os.pathsep.join([str(fake.bin_dir), "/usr/bin", "/bin"]),

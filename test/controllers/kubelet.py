@@ -25,11 +25,12 @@ act, on pods labelled ``auto.pulumi.com/component=workspace`` in the namespaces 
 * **Programs.** An image has no filesystem here, so the agent image's programs are mapped: a
   command naming ``agent`` (``/share/agent ...``, ``/share/tini /share/agent -- ...``, ``/agent``)
   runs ``python -m pko.agent ...`` (``serve`` gets ``--host <podIP>``), the bootstrap copy
-  ``cp /agent /tini /share/`` writes small shims instead and succeeds, ``tini`` is dropped; any other
-  command runs as it is (``sh -c 'echo hi > /share/x'``). Every container gets the Pulumi engine
-  first on PATH and its PULUMI_* variables as the image's environment (the container's own env
-  wins); the file backend is shared by all pods of one harness, like a real backend. The engine is the
-  stand-in CLI unless ``engine=make_real_pulumi`` (test/realpulumi.py) brings the real one.
+  ``cp -r /agent /agent-lib /tini /share/`` writes small shims instead and succeeds, ``tini`` is
+  dropped; any other command runs as it is (``sh -c 'echo hi > /share/x'``). Every container gets
+  the Pulumi engine first on PATH and its PULUMI_* variables as the image's environment (the
+  container's own env wins); the file backend is shared by all pods of one harness, like a real
+  backend. The engine is the stand-in CLI unless ``engine=make_real_pulumi`` (test/realpulumi.py)
+  brings the real one.
 * **Identity.** A container that mounts the service-account token path gets ``KUBECONFIG`` pointing
   at the test apiserver with a TokenRequest token bound to the pod, minted for the pod's
   ``serviceAccountName`` (what in-cluster config gives a real pod), so the agent's
@@ -1223,7 +1224,7 @@ def _write_items(path: Path, data: Mapping[str, str], items: list[Obj] | None) -
 
 
 def _bootstrap_copy(dest: Path, log_path: Path) -> int:
-    """The agent image's ``cp /agent /tini /share/``: shims that run this checkout's agent."""
+    """The agent image's ``cp -r /agent /agent-lib /tini /share/``: shims that run this checkout's agent."""
     dest.mkdir(parents=True, exist_ok=True)
     agent = dest / "agent"
     agent.write_text(

@@ -79,7 +79,7 @@ def workspace_statefulset(
                         {
                             "name": "bootstrap",
                             "image": AGENT_IMAGE,
-                            "args": ["cp", "/agent", "/tini", "/share/"],
+                            "args": ["cp", "-r", "/agent", "/agent-lib", "/tini", "/share/"],
                             "volumeMounts": share,
                             "env": [pulumi_env],
                             "securityContext": restricted,

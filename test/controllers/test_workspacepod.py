@@ -109,7 +109,7 @@ def test_seed_init_containers_keep_bootstrap_first_and_add_extra() -> None:
     bootstrap = spec["initContainers"][0]
     assert bootstrap["image"] == "example/agent:v1"
     assert bootstrap["imagePullPolicy"] == "Always"
-    assert bootstrap["args"] == ["cp", "/agent", "/tini", "/share/"]
+    assert bootstrap["args"] == ["cp", "-r", "/agent", "/agent-lib", "/tini", "/share/"]
     assert bootstrap["volumeMounts"] == [{"name": "share", "mountPath": "/share"}]
     assert bootstrap["securityContext"] == {
         "allowPrivilegeEscalation": False,
