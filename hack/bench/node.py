@@ -1,0 +1,207 @@
+"""The sample Stack on the real node that ``hack/up.sh`` leaves running: workspace pod created -> agent
+serving, and an update from apply to Ready beside the real ``pulumi up`` in the same pod.
+
+    hack/up.sh
+    .venv/bin/python hack/bench/node.py                 # 3 pod restarts, 5 updates
+    .venv/bin/python hack/bench/node.py --restarts 1 --updates 1
+
+1. **Pod created -> agent serving**: the workspace pod is deleted (as a user or a node drain would);
+   from the moment its replacement appears in the API, the times until its agent logs ``server
+   listening`` and until the pod is Ready (readiness is the agent's gRPC health, probed by the
+   kubelet), and the agent's own start-up (process start, as the kernel counts it, to listening).
+2. **Apply -> Ready per update**: a new value of the sample's ``greeting`` config is patched into the
+   Stack (a new generation, as ``kubectl apply`` of an edited manifest makes); from the patch until the
+   Stack is Ready for that generation, beside the ``pulumi up`` itself: the agent's log from the
+   operation's start to its end (the CLI process, refresh included as the sample asks). The rest is
+   the operator's overhead per update: Update object, RPCs, config, status writes.
+
+The sample is left as found (its config restored, one more update). Everything is read from the node's
+API and the agent's log; nothing runs beside the cluster. Figures are medians of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime
+from typing import Any
+
+from common import REPO, api_client
+from kubernetes_asyncio.client.exceptions import ApiException
+from run import exit_on_sigterm, log
+
+from pko.controllers.resources import STACKS, UPDATES
+from pko.machinery.conditions import get_condition
+from pko.machinery.resource import PODS, ResourceClient
+
+NAMESPACE = "default"
+STACK = "hello"
+POD = f"{STACK}-workspace-0"
+KUBECONFIG = REPO / ".node" / "kubeconfig"
+POLL = 0.05
+
+
+def agent_log(pod: str) -> list[dict[str, Any]]:
+    """The workspace agent's JSON log lines (container ``pulumi``)."""
+    out = subprocess.run(
+        ["kubectl", f"--kubeconfig={KUBECONFIG}", "-n", NAMESPACE, "logs", pod, "-c", "pulumi"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    lines = []
+    for line in out.splitlines():
+        try:
+            lines.append(json.loads(line))
+        except ValueError:
+            continue
+    return lines
+
+
+def when(entry: dict[str, Any]) -> float:
+    return datetime.fromisoformat(str(entry["ts"]).replace("Z", "+00:00")).timestamp()
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    cond = get_condition((pod.get("status") or {}).get("conditions"), "Ready")
+    return bool(cond and cond.get("status") == "True")
+
+
+async def until(check: Any, within: float, what: str) -> Any:
+    deadline = time.monotonic() + within
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {within:.0f}s waiting for {what}")
+        await asyncio.sleep(POLL)
+
+
+async def restart(pods: ResourceClient) -> dict[str, float]:
+    """Delete the workspace pod; time its replacement from creation to agent serving and Ready."""
+    old = (await pods.get(POD))["metadata"]["uid"]
+    await pods.delete(POD)
+
+    async def replaced() -> dict[str, Any] | None:
+        try:
+            pod = await pods.get(POD)
+        except ApiException as exc:
+            if exc.status == 404:  # not there yet
+                return None
+            raise
+        return pod if pod["metadata"]["uid"] != old else None
+
+    await until(replaced, 300, "the replacement pod")
+    created = time.time()
+
+    async def ready() -> dict[str, Any] | None:
+        pod = await pods.get(POD)
+        return pod if pod_ready(pod) else None
+
+    await until(ready, 300, "the replacement pod to be Ready")
+    ready_at = time.time()
+    listening = [e for e in agent_log(POD) if e.get("event") == "server listening"]
+    if not listening:
+        raise RuntimeError("the agent never logged `server listening`")
+    served_at = when(listening[-1])
+    return {
+        "serving": served_at - created,
+        "ready": ready_at - created,
+        "startup": float(listening[-1].get("startup_seconds") or 0.0),
+    }
+
+
+async def stack_ready_for(stacks: ResourceClient, generation: int) -> dict[str, Any] | None:
+    stack = await stacks.get(STACK)
+    status = stack.get("status") or {}
+    cond = get_condition(status.get("conditions"), "Ready")
+    last = status.get("lastUpdate") or {}
+    if cond and cond.get("status") == "True" and last.get("generation") == generation:
+        return stack
+    return None
+
+
+async def update(stacks: ResourceClient, updates: ResourceClient, greeting: str | None) -> dict[str, float]:
+    """Patch a new greeting (None: remove it); time apply -> Ready and the `pulumi up` inside."""
+    t0 = time.time()
+    patched = await stacks.patch(STACK, {"spec": {"config": {"greeting": greeting}}})
+    generation = int(patched["metadata"]["generation"])
+    stack = await until(lambda: stack_ready_for(stacks, generation), 600, f"generation {generation} Ready")
+    wall = time.time() - t0
+    name = stack["status"]["lastUpdate"]["name"]
+    op_id = (await updates.get(name))["metadata"]["uid"]  # the agent's operation id
+    entries = [e for e in agent_log(POD) if e.get("operation") == op_id]
+    started = [when(e) for e in entries if e.get("event") == "operation started"]
+    ended = [when(e) for e in entries if e.get("event") in ("operation succeeded", "operation failed")]
+    if not started or not ended:
+        raise RuntimeError(f"the agent's log has no start and end for operation {name}")
+    return {"wall": wall, "up": ended[-1] - started[-1]}
+
+
+async def bench(args: argparse.Namespace) -> None:
+    api = await api_client(str(KUBECONFIG))
+    async with api:
+        stacks = ResourceClient(api, STACKS, NAMESPACE)
+        pods = ResourceClient(api, PODS, NAMESPACE)
+        updates = ResourceClient(api, UPDATES, NAMESPACE)
+        first = await stacks.get(STACK)
+        if await stack_ready_for(stacks, int(first["metadata"]["generation"])) is None:
+            raise RuntimeError("the sample Stack is not Ready; run hack/up.sh first")
+        original = ((first.get("spec") or {}).get("config") or {}).get("greeting")
+
+        restarts = []
+        for i in range(args.restarts):
+            log(f"workspace pod restart {i + 1}/{args.restarts}")
+            restarts.append(await restart(pods))
+        timed = []
+        try:
+            for i in range(args.updates):
+                log(f"update {i + 1}/{args.updates}")
+                timed.append(await update(stacks, updates, f"Hello from update {i + 1} of the node bench"))
+        finally:
+            log("restoring the sample's config")
+            await update(stacks, updates, original)
+
+    def med(rows: list[dict[str, float]], key: str) -> float:
+        return statistics.median(r[key] for r in rows)
+
+    print("# The sample Stack on the local node, real Pulumi engine\n")
+    if restarts:
+        print(f"## Workspace pod created -> agent serving ({len(restarts)} restarts, medians)\n")
+        print("| figure | s |")
+        print("|---|---:|")
+        print(f"| pod created -> agent logs `server listening` | {med(restarts, 'serving'):.2f} |")
+        startup, ready = med(restarts, "startup"), med(restarts, "ready")
+        print(f"| of which the agent process: start -> listening (goal 0.5 s) | {startup:.2f} |")
+        print(f"| pod created -> pod Ready (the kubelet's readiness probe) | {ready:.2f} |\n")
+    if timed:
+        wall, up = med(timed, "wall"), med(timed, "up")
+        print(f"## One update, apply -> Ready ({len(timed)} updates, medians)\n")
+        print("| figure | s |")
+        print("|---|---:|")
+        print(f"| Stack patched -> Ready for the new generation | {wall:.2f} |")
+        print(f"| of which `pulumi up` in the workspace pod (agent: operation start -> end) | {up:.2f} |")
+        print(f"| the operator's overhead per update | {wall - up:.2f} ({wall / up:.2f}x the up) |")
+
+
+def main() -> int:
+    exit_on_sigterm()
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--restarts", type=int, default=3, help="workspace pod deletions to time")
+    p.add_argument("--updates", type=int, default=5, help="config updates to time")
+    args = p.parse_args()
+    if not KUBECONFIG.exists():
+        print("bench: no local node; run hack/up.sh first", file=sys.stderr)
+        return 2
+    asyncio.run(bench(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
