@@ -128,13 +128,11 @@ async def _kube_api_client(kubeconfig: Path | None) -> Any:
 
 
 async def run_serve(args: argparse.Namespace) -> int:
-    import structlog
-    from kubernetes_asyncio import client
-    from pko.agent.auth import KubeAuthorizer
-    from pko.agent.pulumirunner import RunnerError, RunnerSettings
-    from pko.agent.server import ServeOptions, serve
+    # Start-up order is chosen for speed: the workspace is opened (a `pulumi version` process, on the
+    # other core) as soon as the runner's module is loaded, and the rest (the server, the Kubernetes
+    # client for auth) is imported while it runs.
+    from pko.agent.pulumirunner import PulumiRunner, RunnerError, RunnerSettings
 
-    log = structlog.get_logger("pko.agent")
     try:
         work_dir = args.workspace.resolve(strict=True)
     except OSError:
@@ -152,41 +150,56 @@ async def run_serve(args: argparse.Namespace) -> int:
         secrets_provider=args.secrets_provider,
         stack_name=args.stack,
     )
-    api: client.ApiClient | None = None
+    opening = asyncio.create_task(PulumiRunner.open(settings))
+    await asyncio.sleep(0)  # let it start its process before the imports below hold the interpreter
+
+    import structlog
+    from pko.agent.server import ServeOptions, serve
+
+    log = structlog.get_logger("pko.agent")
+    api: Any = None
     authorizer = None
-    if args.auth_mode == AUTH_MODE_KUBE:
-        api = await _kube_api_client(args.kubeconfig)
-        authorizer = KubeAuthorizer(
-            api_client=api,
-            audiences=list(args.kube_audience),
-            workspace_namespace=args.kube_workspace_namespace,
-            workspace_name=args.kube_workspace_name,
-        )
-        log.info(
-            "kubernetes authorization enabled",
-            audiences=args.kube_audience,
-            namespace=args.kube_workspace_namespace,
-            workspace=args.kube_workspace_name,
-        )
-    limits = {
-        k: v for k, v in (("idle_timeout", args.idle_timeout), ("keepalive_time", args.keepalive_time)) if v
-    }
-    options = ServeOptions(
-        runner=settings,
-        host=args.host,
-        port=args.port,
-        journal_dir=args.journal_dir or work_dir.parent / ".agent" / "operations",
-        shutdown_grace=args.shutdown_grace,
-        skip_install=args.skip_install,
-        authorizer=authorizer,
-        **limits,
-    )
     try:
-        return await serve(options)
+        if args.auth_mode == AUTH_MODE_KUBE:
+            from pko.agent.auth import KubeAuthorizer
+
+            api = await _kube_api_client(args.kubeconfig)
+            authorizer = KubeAuthorizer(
+                api_client=api,
+                audiences=list(args.kube_audience),
+                workspace_namespace=args.kube_workspace_namespace,
+                workspace_name=args.kube_workspace_name,
+            )
+            log.info(
+                "kubernetes authorization enabled",
+                audiences=args.kube_audience,
+                namespace=args.kube_workspace_namespace,
+                workspace=args.kube_workspace_name,
+            )
+        limits = {
+            name: value
+            for name, value in (("idle_timeout", args.idle_timeout), ("keepalive_time", args.keepalive_time))
+            if value
+        }
+        options = ServeOptions(
+            runner=settings,
+            host=args.host,
+            port=args.port,
+            journal_dir=args.journal_dir or work_dir.parent / ".agent" / "operations",
+            shutdown_grace=args.shutdown_grace,
+            skip_install=args.skip_install,
+            authorizer=authorizer,
+            **limits,
+        )
+        return await serve(options, runner=await opening)
     except RunnerError as exc:
         print(f"agent: {exc}", file=sys.stderr)
         return 1
     finally:
+        if not opening.done():
+            opening.cancel()
+        elif not opening.cancelled():
+            opening.exception()  # retrieved: reported above, or moot after an earlier error
         if api is not None:
             await api.close()
 

@@ -9,6 +9,7 @@ the bootloader's.
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 
@@ -27,8 +28,8 @@ def seconds_since_start() -> float | None:
     try:
         pid: int | str = "self"
         parent = os.getppid()
-        if parent > 1 and _exe(parent) == _exe("self"):
-            pid = parent
+        if getattr(sys, "frozen", False) and parent > 1 and _exe(parent) == _exe("self"):
+            pid = parent  # a one-file bundle's bootloader (a plain interpreter's parent may be one too)
         return time.clock_gettime(time.CLOCK_BOOTTIME) - _started_since_boot(pid)
     except (OSError, ValueError, IndexError):
         return None

@@ -187,9 +187,15 @@ class ServeOptions:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-async def serve(options: ServeOptions, install_signal_handlers: bool = True) -> int:
-    """Run the agent until ``options.stop`` is set or SIGTERM/SIGINT arrives; returns an exit code."""
-    runner = await pr.PulumiRunner.open(options.runner)
+async def serve(
+    options: ServeOptions, install_signal_handlers: bool = True, runner: pr.PulumiRunner | None = None
+) -> int:
+    """Run the agent until ``options.stop`` is set or SIGTERM/SIGINT arrives; returns an exit code.
+
+    ``runner``: the workspace, already opened from ``options.runner`` (the CLI opens it while it
+    imports the rest); opened here when None."""
+    if runner is None:
+        runner = await pr.PulumiRunner.open(options.runner)
     log.info(
         "opened workspace",
         workspace=str(options.runner.work_dir),
