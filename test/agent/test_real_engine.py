@@ -197,3 +197,26 @@ async def test_kill_9_mid_up_is_reported_with_the_pending_urns_and_never_wedges(
         assert lock_files(real) == []
         _, retried = collect(await drain(stub.up(pb.UpRequest(operation_id="k-3"))))
         assert retried is not None and retried.state == pb.OperationState.SUCCEEDED, retried
+
+
+async def test_a_shell_in_the_symlinked_workspace_finds_the_agents_stack(
+    tmp_path: Path, real: RealPulumi
+) -> None:
+    """The pod's /share/workspace is a symlink into the fetched source; `kubectl exec` users `cd` there
+    and run `pulumi` (seed 000's `pulumi import`): they must find the stack the agent selected, though
+    the agent opened the workspace by the symlink's target (the CLI keys a selection by its project's
+    resolved path)."""
+    source = write_project(tmp_path / "source")
+    link = tmp_path / "workspace"
+    link.symlink_to(source, target_is_directory=True)
+    async with agent_process(link, tmp_path / "journal", real, 0):
+        shown = await asyncio.to_thread(
+            subprocess.run,
+            ["sh", "-c", f"cd {link} && pulumi stack --show-name"],
+            env={**agent_env(), **real.env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == "dev"
