@@ -539,7 +539,8 @@ def test_the_sample_deploys_kubernetes_objects_and_its_state_survives_pod_deleti
     assert page is not None and deploy is not None
 
     def urns() -> list[str]:
-        # --stack: a recreated pod's CLI has no stack selected until the agent runs an operation
+        # --stack: a recreated pod has no stack selected until the operator (itself restarted here)
+        # initializes it through the agent; this may run before that
         out = k.run("exec", "hello-workspace-0", "-c", "pulumi", "--", "sh", "-c",
                     "cd /share/workspace && pulumi stack export --stack dev")  # fmt: skip
         return sorted(r["urn"] for r in json.loads(out)["deployment"]["resources"])
