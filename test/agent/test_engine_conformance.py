@@ -2,8 +2,10 @@
 (test/fakepulumi) that fast tests use. Everything the stand-in claims about Pulumi that these tests
 touch must hold for the real engine too, so the stand-in cannot drift from it unnoticed.
 
-Programs here need no provider (config, secrets, outputs, the stack resource), so both engines run
-them as they are; the agent drives each through the Automation API over its gRPC service.
+Most programs here need no provider (config, secrets, outputs, the stack resource), so both engines
+run them as they are; where resources matter, each engine gets a resource it has (the stand-in's
+`test:index:Echo`, a Python dynamic provider doing the same for the real one) under the same
+assertions. The agent drives each through the Automation API over its gRPC service.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from fakepulumi.fixtures import FakePulumi, make_fake_pulumi
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
 from realpulumi import make_real_pulumi
+from test_real_engine import SLOW_TYPE
 from test_server import drain, lock_files, write_program
 
 pytestmark = pytest.mark.timeout(300)
@@ -209,6 +212,221 @@ async def test_a_held_lock_is_reported_with_its_owner(tmp_path: Path, engine: Fa
         os.remove(lock_dir / "0f7c6a1e-1111-4222-8333-944455556666.json")
         _, after = collect(await drain(stub.up(pb.UpRequest(operation_id="l-2"))))
         assert after is not None and after.state == pb.OperationState.SUCCEEDED, after
+    finally:
+        channel.close()
+        await agent.stop()
+
+
+# -- resources: the same assertions, with a resource each engine has ------------------------------
+# The stand-in's `test:index:Echo` and, for the real engine, a Python dynamic provider doing the same
+# (its output `text` is its input; a changed input is an in-place update).
+ECHO_YAML = """\
+name: demo
+runtime: yaml
+config:
+  v:
+    type: string
+    default: one
+resources:
+  a:
+    type: test:index:Echo
+    properties:
+      text: ${v}
+  b:
+    type: test:index:Echo
+    properties:
+      text: ${a.text}-b
+  c:
+    type: test:index:Echo
+    properties:
+      text: ${v}-c
+outputs:
+  a: ${a.text}
+  b: ${b.text}
+  c: ${c.text}
+"""
+ECHO_PYTHON = """\
+import pulumi
+from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider, UpdateResult
+
+
+class Echo(ResourceProvider):
+    def create(self, props):
+        return CreateResult(id_="echo", outs={"text": props["text"]})
+
+    def diff(self, _id, olds, news):
+        return DiffResult(changes=olds.get("text") != news.get("text"))
+
+    def update(self, _id, olds, news):
+        return UpdateResult(outs={"text": news["text"]})
+
+
+class EchoResource(Resource):
+    text: pulumi.Output[str]
+
+    def __init__(self, name, text):
+        super().__init__(Echo(), name, {"text": text})
+
+
+v = pulumi.Config().get("v") or "one"
+a = EchoResource("a", v)
+b = EchoResource("b", a.text.apply(lambda t: f"{t}-b"))
+c = EchoResource("c", f"{v}-c")
+pulumi.export("a", a.text)
+pulumi.export("b", b.text)
+pulumi.export("c", c.text)
+"""
+ECHO_PROJECTS: dict[str, tuple[dict[str, str], str]] = {
+    "standin": ({"Pulumi.yaml": ECHO_YAML}, "test:index:Echo"),
+    "real": ({"Pulumi.yaml": "name: demo\nruntime: python\n", "__main__.py": ECHO_PYTHON}, SLOW_TYPE),
+}
+
+
+async def test_a_targeted_up_changes_only_its_target(
+    tmp_path: Path, engine: FakePulumi, request: pytest.FixtureRequest
+) -> None:
+    """`spec.targets` as the engine applies it: only the targeted resource changes, the others keep
+    their old outputs (which the stack outputs still show), and the next full up catches them up."""
+    files, type_ = ECHO_PROJECTS[request.node.callspec.params["engine"]]
+    work = tmp_path / "workspace"
+    work.mkdir()
+    for name, text in files.items():
+        (work / name).write_text(text)
+    env = {**_env(engine), "PATH": engine.env["PATH"]}  # the real engine's Python host needs the SDK
+    agent = await start_agent(work, tmp_path / "journal", env=env, pulumi_root=engine.root, stack="dev")
+    channel = agent.channel()
+    stub = agent.stub(channel)
+
+    async def up(op: str, *targets: str) -> pb.OperationResult:
+        _, result = collect(await drain(stub.up(pb.UpRequest(operation_id=op, target=list(targets)))))
+        assert result is not None and result.state == pb.OperationState.SUCCEEDED, result
+        return result
+
+    async def changes(op: str, *targets: str) -> dict[str, int]:
+        _, result = collect(
+            await drain(stub.preview(pb.PreviewRequest(operation_id=op, target=list(targets))))
+        )
+        assert result is not None and result.state == pb.OperationState.SUCCEEDED, result
+        return dict(result.change_summary)
+
+    def outputs(result: pb.OperationResult) -> dict[str, str]:
+        return {k: json.loads(v.value) for k, v in result.outputs.items()}
+
+    a = f"urn:pulumi:dev::demo::{type_}::a"
+    try:
+        assert outputs(await up("t-1")) == {"a": "one", "b": "one-b", "c": "one-c"}
+        await stub.set_all_config(
+            pb.SetAllConfigRequest(config=[pb.ConfigItem(key="v", value=Value.from_dict("two"))])
+        )
+        # The stack, b and c stay as they are; b's input would change only after a's output did.
+        assert await changes("p-1", a) == {"same": 3, "update": 1}
+        assert outputs(await up("t-2", a)) == {"a": "two", "b": "one-b", "c": "one-c"}
+        assert await changes("p-2") == {"same": 2, "update": 2}
+        assert outputs(await up("t-3")) == {"a": "two", "b": "two-b", "c": "two-c"}
+        assert await changes("p-3") == {"same": 4}
+    finally:
+        channel.close()
+        await agent.stop()
+
+
+DRIFT_YAML = """\
+name: demo
+runtime: yaml
+config:
+  path:
+    type: string
+resources:
+  d:
+    type: test:index:Drift
+    properties:
+      path: ${path}
+outputs:
+  value: ${d.value}
+"""
+DRIFT_PYTHON = """\
+import pulumi
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider
+
+
+def _read(path):
+    with open(path) as f:
+        return f.read()
+
+
+class Drift(ResourceProvider):
+    \"\"\"A resource whose real value lives in a file outside Pulumi (the stand-in's test:index:Drift).\"\"\"
+
+    def create(self, props):
+        return CreateResult(id_=props["path"], outs={"path": props["path"], "value": _read(props["path"])})
+
+    def read(self, id_, props):
+        return ReadResult(id_=id_, outs={"path": id_, "value": _read(id_)})
+
+    def diff(self, _id, olds, news):
+        return DiffResult(changes=olds.get("path") != news.get("path"))
+
+
+class DriftResource(Resource):
+    value: pulumi.Output[str]
+
+    def __init__(self, name, path):
+        super().__init__(Drift(), name, {"path": path, "value": None})
+
+
+d = DriftResource("d", pulumi.Config().require("path"))
+pulumi.export("value", d.value)
+"""
+DRIFT_PROJECTS: dict[str, dict[str, str]] = {
+    "standin": {"Pulumi.yaml": DRIFT_YAML},
+    "real": {"Pulumi.yaml": "name: demo\nruntime: python\n", "__main__.py": DRIFT_PYTHON},
+}
+
+
+async def test_refresh_reads_back_a_change_made_outside_pulumi(
+    tmp_path: Path, engine: FakePulumi, request: pytest.FixtureRequest
+) -> None:
+    """Drift: `up` believes the state; `refresh` (or `up --refresh`, the Stack's `refresh: true`) reads
+    the real value back, and the next `up` keeps it.
+
+    Not asserted, because the engines differ: whether that refresh counts as a change (and so fails
+    `--expect-no-changes`). The real engine (3.274) reports a Python dynamic resource whose read
+    value moved as unchanged (its provider's diff, on inputs, sees none), while the stand-in reports
+    an update. Drift of a Kubernetes object put right by `refresh: true` is shown on the real engine in
+    test/controllers/test_real_engine.py."""
+    cloud = tmp_path / "cloud.txt"
+    cloud.write_text("one")
+    work = tmp_path / "workspace"
+    work.mkdir()
+    for name, text in DRIFT_PROJECTS[request.node.callspec.params["engine"]].items():
+        (work / name).write_text(text)
+    env = {**_env(engine), "PATH": engine.env["PATH"]}
+    agent = await start_agent(work, tmp_path / "journal", env=env, pulumi_root=engine.root, stack="dev")
+    channel = agent.channel()
+    stub = agent.stub(channel)
+
+    async def up(op: str, refresh: bool = False) -> str:
+        _, result = collect(await drain(stub.up(pb.UpRequest(operation_id=op, refresh=refresh))))
+        assert result is not None and result.state == pb.OperationState.SUCCEEDED, result
+        return str(json.loads(result.outputs["value"].value))
+
+    async def refresh(op: str, expect_no_changes: bool = False) -> pb.OperationResult:
+        request = pb.RefreshRequest(operation_id=op, expect_no_changes=expect_no_changes)
+        _, result = collect(await drain(stub.refresh(request)))
+        assert result is not None
+        return result
+
+    try:
+        await stub.set_all_config(
+            pb.SetAllConfigRequest(config=[pb.ConfigItem(key="path", value=Value.from_dict(str(cloud)))])
+        )
+        assert await up("u-1") == "one"
+        assert (await refresh("r-1", expect_no_changes=True)).state == pb.OperationState.SUCCEEDED
+        cloud.write_text("two")
+        assert await up("u-2") == "one", "without a refresh the state is believed"
+        assert (await refresh("r-2")).state == pb.OperationState.SUCCEEDED
+        assert await up("u-3") == "two", "the refreshed value is kept: the program did not change"
+        cloud.write_text("three")
+        assert await up("u-4", refresh=True) == "three"
     finally:
         channel.close()
         await agent.stop()
