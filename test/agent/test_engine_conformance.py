@@ -10,6 +10,7 @@ assertions. The agent drives each through the Automation API over its gRPC servi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -20,11 +21,14 @@ from pathlib import Path
 import pytest
 from conftest_agent import RunningAgent, collect, start_agent
 from fakepulumi.fixtures import FakePulumi, make_fake_pulumi
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
 from realpulumi import make_real_pulumi
-from test_real_engine import SLOW_TYPE
-from test_server import drain, lock_files, write_program
+from test_real_engine import PYTHON_PROJECT, SLOW_TYPE
+from test_real_engine import _config as slow_config
+from test_server import FOREVER_PROGRAM, drain, is_pre, lock_files, wait_for_event, write_program
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -427,6 +431,52 @@ async def test_refresh_reads_back_a_change_made_outside_pulumi(
         assert await up("u-3") == "two", "the refreshed value is kept: the program did not change"
         cloud.write_text("three")
         assert await up("u-4", refresh=True) == "three"
+    finally:
+        channel.close()
+        await agent.stop()
+
+
+async def test_cancel_mid_up_is_graceful_and_leaves_no_lock(
+    tmp_path: Path, engine: FakePulumi, request: pytest.FixtureRequest
+) -> None:
+    """While an `up` runs, other operations and config changes are refused; a cancel interrupts Pulumi
+    as CTRL-C does, which ends the update cleanly: Cancelled, nothing pending, no lock left."""
+    real = request.node.callspec.params["engine"] == "real"
+    work = tmp_path / "workspace"
+    work.mkdir()
+    files = PYTHON_PROJECT if real else {"Pulumi.yaml": FOREVER_PROGRAM}
+    for name, text in files.items():
+        (work / name).write_text(text)
+    env = {**_env(engine), "PATH": engine.env["PATH"]}
+    agent = await start_agent(work, tmp_path / "journal", env=env, pulumi_root=engine.root, stack="dev")
+    channel = agent.channel()
+    stub = agent.stub(channel)
+    try:
+        if real:
+            await stub.set_all_config(slow_config(8))
+        started = await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="c-1")))
+        assert not started.attached and started.state == pb.OperationState.RUNNING
+        await wait_for_event(stub, "c-1", is_pre(SLOW_TYPE if real else "test:index:Hang"))
+
+        with pytest.raises(GRPCError) as busy:
+            await stub.start_operation(
+                pb.StartOperationRequest(preview=pb.PreviewRequest(operation_id="c-2"))
+            )
+        assert busy.value.status == Status.ABORTED
+        with pytest.raises(GRPCError) as config_busy:
+            await stub.set_all_config(
+                pb.SetAllConfigRequest(config=[pb.ConfigItem(key="k", value=Value.from_dict("v"))])
+            )
+        assert config_busy.value.status == Status.FAILED_PRECONDITION
+
+        await stub.cancel_operation(pb.CancelOperationRequest(operation_id="c-1"))
+        watch = stub.watch_operation(pb.WatchOperationRequest(operation_id="c-1"))
+        events, result = collect(await asyncio.wait_for(drain(watch), 120))
+        assert result is not None and result.state == pb.OperationState.CANCELLED, result
+        assert result.failure is not None and result.failure.reason == "Cancelled", result.failure
+        assert not result.failure.pending_operations
+        assert lock_files(engine) == []
+        assert any("cancelEvent" in e for e in events)
     finally:
         channel.close()
         await agent.stop()

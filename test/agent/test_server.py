@@ -240,43 +240,6 @@ async def test_select_config_preview_up_refresh_destroy(flow_agent: RunningAgent
         channel.close()
 
 
-async def test_cancel_mid_up_is_graceful_and_leaves_no_lock(tmp_path: Path, fake: FakePulumi) -> None:
-    agent = await _agent(tmp_path, fake, FOREVER_PROGRAM, stack="dev")
-    channel = agent.channel()
-    stub = agent.stub(channel)
-    try:
-        started = await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="c-1")))
-        assert not started.attached and started.state == pb.OperationState.RUNNING
-        await wait_for_event(stub, "c-1", is_pre("test:index:Hang"))
-
-        # While it runs: another operation and config changes are refused.
-        with pytest.raises(GRPCError) as busy:
-            await stub.start_operation(
-                pb.StartOperationRequest(preview=pb.PreviewRequest(operation_id="c-2"))
-            )
-        assert busy.value.status == Status.ABORTED
-        with pytest.raises(GRPCError) as config_busy:
-            await stub.set_all_config(
-                pb.SetAllConfigRequest(config=[pb.ConfigItem(key="k", value=Value.from_dict("v"))])
-            )
-        assert config_busy.value.status == Status.FAILED_PRECONDITION
-
-        await stub.cancel_operation(pb.CancelOperationRequest(operation_id="c-1"))
-        events, result = collect(
-            await asyncio.wait_for(
-                drain(stub.watch_operation(pb.WatchOperationRequest(operation_id="c-1"))), 120
-            )
-        )
-        assert result is not None and result.state == pb.OperationState.CANCELLED, result
-        assert result.failure is not None and result.failure.reason == "Cancelled"
-        assert not result.failure.pending_operations
-        assert lock_files(fake) == []
-        assert any("cancelEvent" in e for e in events)
-    finally:
-        channel.close()
-        await agent.stop()
-
-
 async def test_a_caller_that_disconnects_reattaches_and_gets_the_whole_journal(
     tmp_path: Path, fake: FakePulumi
 ) -> None:
