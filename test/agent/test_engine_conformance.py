@@ -28,7 +28,15 @@ from pko.api.generated.pko.agent import v1 as pb
 from realpulumi import make_real_pulumi
 from test_real_engine import PYTHON_PROJECT, SLOW_TYPE
 from test_real_engine import _config as slow_config
-from test_server import FOREVER_PROGRAM, drain, is_pre, lock_files, wait_for_event, write_program
+from test_server import (
+    FOREVER_PROGRAM,
+    HANG_PROGRAM,
+    drain,
+    is_pre,
+    lock_files,
+    wait_for_event,
+    write_program,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -436,27 +444,43 @@ async def test_refresh_reads_back_a_change_made_outside_pulumi(
         await agent.stop()
 
 
+def _is_real(request: pytest.FixtureRequest) -> bool:
+    return bool(request.node.callspec.params["engine"] == "real")
+
+
+async def _slow_agent(
+    tmp_path: Path, engine: FakePulumi, real: bool, seconds: float, **kw: str
+) -> tuple[RunningAgent, str]:
+    """An agent whose `up` takes ``seconds`` in one resource (forever on the stand-in when 0), with
+    the stack selected; and that resource's type."""
+    work = tmp_path / "workspace"
+    work.mkdir(exist_ok=True)
+    stand_in = HANG_PROGRAM.format(seconds=seconds) if seconds else FOREVER_PROGRAM
+    for name, text in (PYTHON_PROJECT if real else {"Pulumi.yaml": stand_in}).items():
+        (work / name).write_text(text)
+    env = {**_env(engine), "PATH": engine.env["PATH"]}
+    agent = await start_agent(work, tmp_path / "journal", env=env, pulumi_root=engine.root, stack="dev", **kw)
+    if real:
+        channel = agent.channel()
+        try:
+            await agent.stub(channel).set_all_config(slow_config(seconds or 8))
+        finally:
+            channel.close()
+    return agent, SLOW_TYPE if real else "test:index:Hang"
+
+
 async def test_cancel_mid_up_is_graceful_and_leaves_no_lock(
     tmp_path: Path, engine: FakePulumi, request: pytest.FixtureRequest
 ) -> None:
     """While an `up` runs, other operations and config changes are refused; a cancel interrupts Pulumi
     as CTRL-C does, which ends the update cleanly: Cancelled, nothing pending, no lock left."""
-    real = request.node.callspec.params["engine"] == "real"
-    work = tmp_path / "workspace"
-    work.mkdir()
-    files = PYTHON_PROJECT if real else {"Pulumi.yaml": FOREVER_PROGRAM}
-    for name, text in files.items():
-        (work / name).write_text(text)
-    env = {**_env(engine), "PATH": engine.env["PATH"]}
-    agent = await start_agent(work, tmp_path / "journal", env=env, pulumi_root=engine.root, stack="dev")
+    agent, slow_type = await _slow_agent(tmp_path, engine, _is_real(request), 0)
     channel = agent.channel()
     stub = agent.stub(channel)
     try:
-        if real:
-            await stub.set_all_config(slow_config(8))
         started = await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="c-1")))
         assert not started.attached and started.state == pb.OperationState.RUNNING
-        await wait_for_event(stub, "c-1", is_pre(SLOW_TYPE if real else "test:index:Hang"))
+        await wait_for_event(stub, "c-1", is_pre(slow_type))
 
         with pytest.raises(GRPCError) as busy:
             await stub.start_operation(
@@ -480,3 +504,53 @@ async def test_cancel_mid_up_is_graceful_and_leaves_no_lock(
     finally:
         channel.close()
         await agent.stop()
+
+
+async def test_a_caller_that_disconnects_reattaches_and_gets_the_whole_journal(
+    tmp_path: Path, engine: FakePulumi, request: pytest.FixtureRequest
+) -> None:
+    """The operator may lose its stream mid-`up` (its own restart, a network blip): the operation runs
+    on, and watching it again replays every event from the start, then the result, also after the
+    agent itself restarted on the same /share."""
+    agent, slow_type = await _slow_agent(tmp_path, engine, _is_real(request), 3)
+    first = agent.channel()
+    seen: list[pb.OperationEvent] = []
+    try:
+        async for ev in agent.stub(first).up(pb.UpRequest(operation_id="d-1")):
+            seen.append(ev)
+            if ev.engine_event is not None and is_pre(slow_type)(ev.engine_event.to_dict()):
+                break
+    finally:
+        first.close()  # the caller goes away mid-up
+
+    second = agent.channel()
+    try:
+        stub = agent.stub(second)
+        replay = await asyncio.wait_for(
+            drain(stub.watch_operation(pb.WatchOperationRequest(operation_id="d-1"))), 120
+        )
+        assert replay[: len(seen)] == seen
+        _, result = collect(replay)
+        assert result is not None and result.state == pb.OperationState.SUCCEEDED, result
+        tail = await drain(
+            stub.watch_operation(pb.WatchOperationRequest(operation_id="d-1", from_sequence=len(seen) + 1))
+        )
+        assert tail == replay[len(seen) :]
+        status = await stub.get_operation(pb.GetOperationRequest(operation_id="d-1"))
+        assert status.result == result and status.last_sequence == len(replay) - 1
+    finally:
+        second.close()
+    await agent.stop()
+
+    # A new agent process (same /share) still serves the journal.
+    env = {**_env(engine), "PATH": engine.env["PATH"]}
+    again = await start_agent(tmp_path / "workspace", tmp_path / "journal", env=env, pulumi_root=engine.root)
+    channel = again.channel()
+    try:
+        replay_after_restart = await drain(
+            again.stub(channel).watch_operation(pb.WatchOperationRequest(operation_id="d-1"))
+        )
+        assert replay_after_restart == replay
+    finally:
+        channel.close()
+        await again.stop()

@@ -240,52 +240,6 @@ async def test_select_config_preview_up_refresh_destroy(flow_agent: RunningAgent
         channel.close()
 
 
-async def test_a_caller_that_disconnects_reattaches_and_gets_the_whole_journal(
-    tmp_path: Path, fake: FakePulumi
-) -> None:
-    agent = await _agent(tmp_path, fake, HANG_PROGRAM.format(seconds=3), stack="dev")
-    first = agent.channel()
-    seen: list[pb.OperationEvent] = []
-    try:
-        async for ev in agent.stub(first).up(pb.UpRequest(operation_id="d-1")):
-            seen.append(ev)
-            if ev.engine_event is not None and is_pre("test:index:Hang")(ev.engine_event.to_dict()):
-                break
-    finally:
-        first.close()  # the caller goes away mid-up
-
-    second = agent.channel()
-    try:
-        stub = agent.stub(second)
-        replay = await asyncio.wait_for(
-            drain(stub.watch_operation(pb.WatchOperationRequest(operation_id="d-1"))), 120
-        )
-        assert replay[: len(seen)] == seen
-        _, result = collect(replay)
-        assert result is not None and result.state == pb.OperationState.SUCCEEDED, result
-        tail = await drain(
-            stub.watch_operation(pb.WatchOperationRequest(operation_id="d-1", from_sequence=len(seen) + 1))
-        )
-        assert tail == replay[len(seen) :]
-        status = await stub.get_operation(pb.GetOperationRequest(operation_id="d-1"))
-        assert status.result == result and status.last_sequence == len(replay) - 1
-    finally:
-        second.close()
-    await agent.stop()
-
-    # A new agent process (same /share) still serves the journal.
-    again = await _agent(tmp_path, fake, HANG_PROGRAM.format(seconds=3))
-    channel = again.channel()
-    try:
-        replay_after_restart = await drain(
-            again.stub(channel).watch_operation(pb.WatchOperationRequest(operation_id="d-1"))
-        )
-        assert replay_after_restart == replay
-    finally:
-        channel.close()
-        await again.stop()
-
-
 async def test_a_failing_resource_is_a_resource_failure(tmp_path: Path, fake: FakePulumi) -> None:
     program = (
         "name: failing\nruntime: yaml\nresources:\n"
