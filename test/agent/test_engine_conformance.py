@@ -554,3 +554,53 @@ async def test_a_caller_that_disconnects_reattaches_and_gets_the_whole_journal(
     finally:
         channel.close()
         await again.stop()
+
+
+FAILING_PYTHON = """\
+from pulumi.dynamic import Resource, ResourceProvider
+
+
+class Failing(ResourceProvider):
+    def create(self, props):
+        raise Exception("no capacity")
+
+
+class FailingResource(Resource):
+    def __init__(self, name):
+        super().__init__(Failing(), name, {})
+
+
+FailingResource("f")
+"""
+FAILING_PROJECTS: dict[str, dict[str, str]] = {
+    "standin": {
+        "Pulumi.yaml": "name: failing\nruntime: yaml\nresources:\n"
+        "  f:\n    type: test:Fail\n    properties:\n      message: no capacity\n"
+    },
+    "real": {"Pulumi.yaml": "name: failing\nruntime: python\n", "__main__.py": FAILING_PYTHON},
+}
+
+
+async def test_a_failing_resource_is_a_resource_failure(
+    tmp_path: Path, engine: FakePulumi, request: pytest.FixtureRequest
+) -> None:
+    """A provider that refuses a create is a ResourceOperationFailed naming the provider's words, not
+    a program error; no lock is left."""
+    work = tmp_path / "workspace"
+    work.mkdir()
+    for name, text in FAILING_PROJECTS[request.node.callspec.params["engine"]].items():
+        (work / name).write_text(text)
+    env = {**_env(engine), "PATH": engine.env["PATH"]}
+    agent = await start_agent(work, tmp_path / "journal", env=env, pulumi_root=engine.root, stack="dev")
+    channel = agent.channel()
+    try:
+        _, result = collect(await drain(agent.stub(channel).up(pb.UpRequest(operation_id="f-1"))))
+        assert result is not None and result.state == pb.OperationState.FAILED, result
+        assert result.failure is not None and result.failure.reason == "ResourceOperationFailed", (
+            result.failure
+        )
+        assert "no capacity" in result.failure.message, result.failure
+        assert lock_files(engine) == []
+    finally:
+        channel.close()
+        await agent.stop()

@@ -240,23 +240,6 @@ async def test_select_config_preview_up_refresh_destroy(flow_agent: RunningAgent
         channel.close()
 
 
-async def test_a_failing_resource_is_a_resource_failure(tmp_path: Path, fake: FakePulumi) -> None:
-    program = (
-        "name: failing\nruntime: yaml\nresources:\n"
-        "  f:\n    type: test:Fail\n    properties:\n      message: no capacity\n"
-    )
-    agent = await _agent(tmp_path, fake, program, stack="dev")
-    channel = agent.channel()
-    try:
-        _, result = collect(await drain(agent.stub(channel).up(pb.UpRequest(operation_id="f-1"))))
-        assert result is not None and result.failure is not None
-        assert result.failure.reason == "ResourceOperationFailed", result.failure
-        assert "no capacity" in result.failure.message
-    finally:
-        channel.close()
-        await agent.stop()
-
-
 async def test_a_crashed_update_reports_the_lock_owner_and_pending_urns(
     tmp_path: Path, fake: FakePulumi
 ) -> None:
