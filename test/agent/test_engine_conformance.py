@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from conftest_agent import RunningAgent, collect, start_agent
 from fakepulumi.fixtures import FakePulumi, make_fake_pulumi
+from fakepulumi.test_targets_drift_import import TARGETS
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from pko.api.generated.google.protobuf import Value
@@ -79,6 +80,19 @@ async def _start(tmp_path: Path, engine: FakePulumi, program: str, **kw: str) ->
         work, tmp_path / "journal", env=_env(engine, kw.get("passphrase")), pulumi_root=engine.root,
         stack=kw.get("stack"),
     )  # fmt: skip
+
+
+async def _start_project(
+    tmp_path: Path, engine: FakePulumi, files: dict[str, str], **kw: str
+) -> RunningAgent:
+    """An agent on a project of ``files`` with the engine's PATH (the real Python host needs the SDK's
+    python3 on it), the stack ``dev`` selected."""
+    work = tmp_path / "workspace"
+    work.mkdir(exist_ok=True)
+    for name, text in files.items():
+        (work / name).write_text(text)
+    env = {**_env(engine), "PATH": engine.env["PATH"]}
+    return await start_agent(work, tmp_path / "journal", env=env, pulumi_root=engine.root, stack="dev", **kw)
 
 
 @pytest.fixture
@@ -230,33 +244,9 @@ async def test_a_held_lock_is_reported_with_its_owner(tmp_path: Path, engine: Fa
 
 
 # -- resources: the same assertions, with a resource each engine has ------------------------------
-# The stand-in's `test:index:Echo` and, for the real engine, a Python dynamic provider doing the same
-# (its output `text` is its input; a changed input is an in-place update).
-ECHO_YAML = """\
-name: demo
-runtime: yaml
-config:
-  v:
-    type: string
-    default: one
-resources:
-  a:
-    type: test:index:Echo
-    properties:
-      text: ${v}
-  b:
-    type: test:index:Echo
-    properties:
-      text: ${a.text}-b
-  c:
-    type: test:index:Echo
-    properties:
-      text: ${v}-c
-outputs:
-  a: ${a.text}
-  b: ${b.text}
-  c: ${c.text}
-"""
+# The stand-in's `test:index:Echo` (the program of its own --target tests) and, for the real engine,
+# a Python dynamic provider doing the same (its output `text` is its input; a changed input is an
+# in-place update).
 ECHO_PYTHON = """\
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider, UpdateResult
@@ -289,7 +279,7 @@ pulumi.export("b", b.text)
 pulumi.export("c", c.text)
 """
 ECHO_PROJECTS: dict[str, tuple[dict[str, str], str]] = {
-    "standin": ({"Pulumi.yaml": ECHO_YAML}, "test:index:Echo"),
+    "standin": ({"Pulumi.yaml": TARGETS}, "test:index:Echo"),
     "real": ({"Pulumi.yaml": "name: demo\nruntime: python\n", "__main__.py": ECHO_PYTHON}, SLOW_TYPE),
 }
 
@@ -300,12 +290,7 @@ async def test_a_targeted_up_changes_only_its_target(
     """`spec.targets` as the engine applies it: only the targeted resource changes, the others keep
     their old outputs (which the stack outputs still show), and the next full up catches them up."""
     files, type_ = ECHO_PROJECTS[request.node.callspec.params["engine"]]
-    work = tmp_path / "workspace"
-    work.mkdir()
-    for name, text in files.items():
-        (work / name).write_text(text)
-    env = {**_env(engine), "PATH": engine.env["PATH"]}  # the real engine's Python host needs the SDK
-    agent = await start_agent(work, tmp_path / "journal", env=env, pulumi_root=engine.root, stack="dev")
+    agent = await _start_project(tmp_path, engine, files)
     channel = agent.channel()
     stub = agent.stub(channel)
 
@@ -407,12 +392,7 @@ async def test_refresh_reads_back_a_change_made_outside_pulumi(
     test/controllers/test_real_engine.py."""
     cloud = tmp_path / "cloud.txt"
     cloud.write_text("one")
-    work = tmp_path / "workspace"
-    work.mkdir()
-    for name, text in DRIFT_PROJECTS[request.node.callspec.params["engine"]].items():
-        (work / name).write_text(text)
-    env = {**_env(engine), "PATH": engine.env["PATH"]}
-    agent = await start_agent(work, tmp_path / "journal", env=env, pulumi_root=engine.root, stack="dev")
+    agent = await _start_project(tmp_path, engine, DRIFT_PROJECTS[request.node.callspec.params["engine"]])
     channel = agent.channel()
     stub = agent.stub(channel)
 
@@ -453,13 +433,10 @@ async def _slow_agent(
 ) -> tuple[RunningAgent, str]:
     """An agent whose `up` takes ``seconds`` in one resource (forever on the stand-in when 0), with
     the stack selected; and that resource's type."""
-    work = tmp_path / "workspace"
-    work.mkdir(exist_ok=True)
     stand_in = HANG_PROGRAM.format(seconds=seconds) if seconds else FOREVER_PROGRAM
-    for name, text in (PYTHON_PROJECT if real else {"Pulumi.yaml": stand_in}).items():
-        (work / name).write_text(text)
-    env = {**_env(engine), "PATH": engine.env["PATH"]}
-    agent = await start_agent(work, tmp_path / "journal", env=env, pulumi_root=engine.root, stack="dev", **kw)
+    agent = await _start_project(
+        tmp_path, engine, PYTHON_PROJECT if real else {"Pulumi.yaml": stand_in}, **kw
+    )
     if real:
         channel = agent.channel()
         try:
@@ -586,12 +563,7 @@ async def test_a_failing_resource_is_a_resource_failure(
 ) -> None:
     """A provider that refuses a create is a ResourceOperationFailed naming the provider's words, not
     a program error; no lock is left."""
-    work = tmp_path / "workspace"
-    work.mkdir()
-    for name, text in FAILING_PROJECTS[request.node.callspec.params["engine"]].items():
-        (work / name).write_text(text)
-    env = {**_env(engine), "PATH": engine.env["PATH"]}
-    agent = await start_agent(work, tmp_path / "journal", env=env, pulumi_root=engine.root, stack="dev")
+    agent = await _start_project(tmp_path, engine, FAILING_PROJECTS[request.node.callspec.params["engine"]])
     channel = agent.channel()
     try:
         _, result = collect(await drain(agent.stub(channel).up(pb.UpRequest(operation_id="f-1"))))
