@@ -14,7 +14,8 @@ serving, and an update from apply to Ready beside the real ``pulumi up`` in the 
    Stack (a new generation, as ``kubectl apply`` of an edited manifest makes); from the patch until the
    Stack is Ready for that generation, beside the ``pulumi up`` itself: the agent's log from the
    operation's start to its end (the CLI process, refresh included as the sample asks). The rest is
-   the operator's overhead per update: Update object, RPCs, config, status writes.
+   the overhead per update: the workspace pod re-created for the new config (the Workspace's spec
+   carries it, as upstream's does), the Update object, RPCs, config, status writes.
 
 The sample is left as found (its config restored, one more update). Everything is read from the node's
 API and the agent's log; nothing runs beside the cluster. Figures are medians of one run.
