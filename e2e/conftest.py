@@ -1,6 +1,9 @@
 """The end-to-end suite: a real node on this machine (hack/localnode.py), the images built offline
 (hack/build-images.sh), pko installed with ``kubectl apply --server-side -k config/local`` and running
-in the cluster as its Deployment. Tests drive it with kubectl, as users do.
+in the cluster as its Deployment. Tests drive it with kubectl, as users do: the kubectl built with the
+node's Kubernetes (hack/build-kubernetes.sh), never the machine's, which may be outside the version skew.
+The workspaces' namespace (``default``) enforces the ``restricted`` Pod Security Standard, as
+config/samples labels it.
 
 A machine that cannot run a node (not root, no cgroups, no kube binaries buildable) skips the whole
 suite and says why; ``PKO_E2E_REQUIRE=1`` (set by ``.ci/run``) turns that skip into a failure.
@@ -21,6 +24,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 OPERATOR_NS = "pulumi-kubernetes-operator"
+WORKSPACE_NS = "default"
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
 
 
 def _cannot_run_a_node() -> str | None:
@@ -34,13 +42,15 @@ def _cannot_run_a_node() -> str | None:
 class Kube:
     """kubectl against the node, plus waiting helpers."""
 
-    def __init__(self, kubeconfig: Path) -> None:
+    def __init__(self, kubeconfig: Path, bin_dir: Path) -> None:
         self.kubeconfig = kubeconfig
-        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        self.kubectl = str(bin_dir / "kubectl")
+        path = os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])
+        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PATH": path}
 
     def run(self, *args: str, check: bool = True, input: str | None = None, timeout: float = 120) -> str:
         proc = subprocess.run(
-            ["kubectl", *args], capture_output=True, text=True, env=self.env, input=input, timeout=timeout
+            [self.kubectl, *args], capture_output=True, text=True, env=self.env, input=input, timeout=timeout
         )
         if check and proc.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
@@ -51,7 +61,7 @@ class Kube:
 
     def get(self, kind: str, name: str, namespace: str = "default") -> dict[str, Any] | None:
         out = subprocess.run(
-            ["kubectl", "get", kind, name, "-n", namespace, "-o", "json", "--ignore-not-found"],
+            [self.kubectl, "get", kind, name, "-n", namespace, "-o", "json", "--ignore-not-found"],
             capture_output=True, text=True, env=self.env, timeout=60,
         )  # fmt: skip
         return json.loads(out.stdout) if out.returncode == 0 and out.stdout.strip() else None
@@ -92,17 +102,29 @@ def kube() -> Iterator[Kube]:
         pytest.skip(f"e2e skipped: {reason}")
     python = sys.executable
     env = {**os.environ, "PYTHON": python}
-    subprocess.run(
-        [python, str(REPO / "hack" / "localcluster.py"), "build"], check=True, stdout=subprocess.DEVNULL
+    built = subprocess.run(
+        [python, str(REPO / "hack" / "localcluster.py"), "build"],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
+    bin_dir = Path(built.stdout.strip().splitlines()[-1])
     subprocess.run(
         ["bash", str(REPO / "hack" / "build-images.sh")], check=True, env=env, stdout=subprocess.DEVNULL
     )
     subprocess.run(
         [sys.executable, str(REPO / "hack" / "localnode.py"), "up"], check=True, stdout=subprocess.DEVNULL
     )
-    k = Kube(REPO / ".node" / "kubeconfig")
+    k = Kube(REPO / ".node" / "kubeconfig", bin_dir)
     try:
+        # Before any workspace pod: the PodSecurity admission refuses what `restricted` refuses there.
+        k.run(
+            "label",
+            "--overwrite",
+            "namespace",
+            WORKSPACE_NS,
+            *(f"{key}={value}" for key, value in RESTRICTED.items()),
+        )
         k.run("apply", "--server-side", "-k", str(REPO / "config" / "local"))
         for crd in (
             "stacks.pulumi.com",

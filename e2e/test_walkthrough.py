@@ -24,7 +24,7 @@ from dulwich.repo import Repo
 from dulwich.server import DictBackend
 from dulwich.web import make_wsgi_chain
 
-from .conftest import OPERATOR_NS, Kube
+from .conftest import OPERATOR_NS, RESTRICTED, WORKSPACE_NS, Kube
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -435,40 +435,76 @@ def test_a_workspace_image_that_cannot_be_pulled_is_reported_and_recovers(kube: 
     k.run("delete", "program", "badimage")
 
 
-BREAKS_RESTRICTED = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  containers:
-    - name: c
-      image: pko-workspace:dev
-      imagePullPolicy: Never
-      command: ["sleep", "1"]
-      securityContext: {context}
-"""
+def _pod_breaking_restricted(name: str, container_context: dict[str, Any]) -> str:
+    """A pod that would satisfy `restricted` but for ``container_context``, so PodSecurity's refusal
+    names that one check."""
+    context: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    context.update(container_context)
+    if context.get("privileged"):  # API validation refuses privileged with allowPrivilegeEscalation false
+        del context["allowPrivilegeEscalation"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "c",
+                    "image": WORKSPACE_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sleep", "1"],
+                    "securityContext": context,
+                }
+            ],
+        },
+    }
+    return json.dumps(pod)
 
 
 def test_workspace_pods_run_under_the_enforced_restricted_profile(kube: Kube) -> None:
-    """The workspaces' namespace admits only `restricted` pods (on 1.20 through the PodSecurityPolicy
-    that encodes it, hack/localnode-podsecurity.yaml), and the workspace pods run there."""
+    """The workspaces' namespace enforces the `restricted` Pod Security Standard through the PodSecurity
+    admission (its `pod-security.kubernetes.io/enforce` label), which refuses a privileged pod, a root
+    pod and an escalating pod with its own message, and admits the workspace pods as pko makes them:
+    PodSecurity fills in no default, so they pass as they are."""
     k = kube
+    labels = (k.get("namespace", WORKSPACE_NS, "") or {})["metadata"]["labels"]
+    assert {key: labels.get(key) for key in RESTRICTED} == RESTRICTED, labels
     for name, context, why in (
-        ("privileged", "{privileged: true}", "Privileged containers are not allowed"),
-        ("as-root", "{runAsUser: 0}", "running with the root UID is forbidden"),
-        ("escalating", "{allowPrivilegeEscalation: true}", "Allowing privilege escalation"),
+        (
+            "privileged",
+            {"privileged": True},
+            'privileged (container "c" must not set securityContext.privileged=true)',
+        ),
+        ("as-root", {"runAsUser": 0}, 'runAsUser=0 (container "c" must not set runAsUser=0)'),
+        (
+            "escalating",
+            {"allowPrivilegeEscalation": True},
+            'allowPrivilegeEscalation != false (container "c" must set'
+            " securityContext.allowPrivilegeEscalation=false)",
+        ),
     ):
         with pytest.raises(AssertionError) as refused:
-            k.apply(BREAKS_RESTRICTED.format(name=name, context=context))
-        assert why in str(refused.value), refused.value
+            k.apply(_pod_breaking_restricted(name, context))
+        message = str(refused.value)
+        assert f'pods "{name}" is forbidden: violates PodSecurity "restricted:latest": ' in message, message
+        assert why in message, message
+        assert k.get("pod", name) is None
+    # The same pod without the offending setting is admitted (server-side dry run: nothing runs).
+    k.run("apply", "--server-side", "--dry-run=server", "-f", "-", input=_pod_breaking_restricted("ok", {}))
     k.apply(program("restricted"))
     k.apply(stack("restricted", "programRef:\n    name: restricted"))
     ready(k, "restricted")
     pod = k.get("pod", "restricted-workspace-0")
     assert pod is not None
-    assert pod["metadata"]["annotations"]["kubernetes.io/psp"] == "pss-restricted"
-    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert pod["metadata"]["namespace"] == WORKSPACE_NS
+    assert "kubernetes.io/psp" not in (pod["metadata"].get("annotations") or {})
+    spec = pod["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in [*spec["initContainers"], *spec["containers"]]:
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False, container
+        assert container["securityContext"]["capabilities"]["drop"] == ["ALL"], container
     k.run("delete", "stack", "restricted", "--wait=false")
     gone(k, "stack", "restricted")
     k.run("delete", "program", "restricted")

@@ -7,11 +7,20 @@ kube-scheduler, kubelet, containerd + runc, a CNI bridge, kube-proxy and cluster
     python3 hack/localnode.py status
 
 Standard library only (it runs before the project's virtualenv exists). Needs root, cgroups and
-the kube binaries `hack/build-kube.sh` builds (cached in ~/.cache/pko). Every trap of these
-machines is handled here: containerd with ``restrict_oom_score_adj`` and the ``native`` snapshotter,
-runc on cgroup v1 with the ``cgroupfs`` driver, a pause image compiled from the kube source tree,
-a node IP on a veth pair of our own (no ``dummy`` module), ``--kubelet-preferred-address-types``
-so the apiserver never resolves the node name through an outside DNS server.
+the Kubernetes and etcd binaries `hack/build-kubernetes.sh` builds from the Go module proxy (the
+versions in `hack/versions.env`, cached in ~/.cache/pko); kubectl is the one built with them. Every
+trap of these machines is handled here: Debian's containerd 1.6 with ``restrict_oom_score_adj`` and the
+``native`` snapshotter; runc on cgroup v1 with the ``cgroupfs`` driver (containerd 1.6 lacks the CRI
+RuntimeConfig call, so the kubelet uses its configured ``cgroupDriver``, and on cgroup v1 it needs
+``failCgroupV1: false``); a pause image compiled from ``build/pause/linux/pause.c`` of the
+k8s.io/kubernetes module of the same release; a node IP on a veth pair of our own (no ``dummy``
+module); ``--kubelet-preferred-address-types`` so the apiserver never resolves the node name through
+an outside DNS server.
+
+Pod Security: the PodSecurity admission (built in since 1.25) enforces the level a namespace's
+``pod-security.kubernetes.io/enforce`` label names; the node sets no cluster-wide default, so the
+namespaces where workspaces run are labelled ``restricted`` by what creates them (config/manager,
+config/samples, e2e/).
 
 Network: the node IP ``10.87.0.1`` (veth ``pkonode0``), pods on the bridge ``pkobr0``
 (``10.88.0.0/24``), Services in ``10.0.0.0/24``. Nothing is masqueraded and DNS never forwards:
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import json
 import os
 import secrets
@@ -35,7 +45,6 @@ import signal
 import ssl
 import subprocess
 import sys
-import tarfile
 import time
 import urllib.error
 import urllib.request
@@ -43,6 +52,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from localcluster import _apt_install, ensure_binaries, free_port
+
+bin_dir = functools.cache(ensure_binaries)  # Kubernetes, etcd and kubectl of hack/versions.env
 
 HACK = Path(__file__).resolve().parent
 REPO = HACK.parent
@@ -57,11 +68,9 @@ BRIDGE = "pkobr0"
 POD_SUBNET = "10.88.0.0/24"
 SERVICE_CIDR = "10.0.0.0/24"
 APISERVER_PORT = 6443
-PAUSE_IMAGE = "docker.io/library/pko-pause:3.4.1"
 STORAGE_CLASS = "local"
 STATIC_VOLUMES = 32  # enough for the e2e suite, whose every Stack keeps its state on a claim
 PACKAGES = (
-    "etcd-server",
     "containerd",
     "runc",
     "containernetworking-plugins",
@@ -276,7 +285,8 @@ def _https_ok(path: str, token: str) -> bool:
 
 
 def _kubectl(*args: str, check: bool = True) -> str:
-    return sh("kubectl", f"--kubeconfig={STATE / 'kubeconfig'}", *args, check=check)
+    """kubectl of the node's own release (the machine's may be outside the version skew)."""
+    return sh(str(bin_dir() / "kubectl"), f"--kubeconfig={STATE / 'kubeconfig'}", *args, check=check)
 
 
 # --- host network -------------------------------------------------------------------------------------
@@ -354,38 +364,82 @@ def _unmount_all(root: Path) -> None:
 # --- images -------------------------------------------------------------------------------------------
 
 
-def _pause_archive() -> Path:
-    """The pause image, compiled from the kube source tree (no image can be pulled here)."""
-    archive = IMAGES / "pko-pause.oci.tar"
+def _versions() -> dict[str, str]:
+    values = {}
+    for line in (HACK / "versions.env").read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not line.lstrip().startswith("#"):
+            values[key.strip()] = value.strip()
+    return values
+
+
+def _kubernetes_module() -> Path:
+    """The k8s.io/kubernetes module of the node's release, from the Go module cache (downloaded once
+    through the Go module proxy; hack/build-kubernetes.sh already did)."""
+    version = _versions()["KUBERNETES_VERSION"]
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    env = {
+        **os.environ,
+        "GOMODCACHE": str(CACHE / "go" / "mod"),
+        "GOFLAGS": "-mod=mod",
+        "GOTOOLCHAIN": "local",
+        "GOWORK": "off",
+    }
+    proc = subprocess.run(
+        [go, "mod", "download", "-json", f"k8s.io/kubernetes@v{version}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd="/",
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"go mod download k8s.io/kubernetes@v{version}: {proc.stdout}{proc.stderr}")
+    return Path(json.loads(proc.stdout)["Dir"])
+
+
+def _pause_version(module: Path) -> str:
+    """The pause image's version the release ships: ``TAG ?=`` in build/pause/Makefile."""
+    for line in (module / "build" / "pause" / "Makefile").read_text().splitlines():
+        if line.replace(" ", "").startswith("TAG?="):
+            return line.split("=", 1)[1].strip()
+    raise RuntimeError(f"no TAG in {module}/build/pause/Makefile")
+
+
+def _pause_archive() -> tuple[Path, str]:
+    """The pause image (its archive and its name), compiled from the release's own
+    ``build/pause/linux/pause.c`` as upstream's Makefile does (no image can be pulled here). The archive
+    is named by the pause version, so an archive of another version is never reused."""
+    module = _kubernetes_module()
+    tag = _pause_version(module)
+    image = f"docker.io/library/pko-pause:{tag}"
+    archive = IMAGES / f"pko-pause-{tag}.oci.tar"
     if archive.exists():
-        return archive
+        return archive, image
     IMAGES.mkdir(parents=True, exist_ok=True)
     work = STATE / "pause-build"
     shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    source = next((CACHE / "build-1.20.2").glob("kubernetes_*.orig.tar.gz"))
-    with tarfile.open(source) as tar:
-        member = next(m for m in tar.getmembers() if m.name.endswith("build/pause/linux/pause.c"))
-        (work / "pause.c").write_bytes(tar.extractfile(member).read())  # type: ignore[union-attr]
-    (work / "rootfs").mkdir()
+    (work / "rootfs").mkdir(parents=True)
+    k8s = _versions()["KUBERNETES_VERSION"]
     sh(
         "gcc",
         "-Os",
+        "-Wall",
+        "-Werror",
         "-static",
-        "-DVERSION=v3.4.1-pko",
+        f"-DVERSION=v{tag}-k8s-v{k8s}",
         "-o",
         str(work / "rootfs" / "pause"),
-        str(work / "pause.c"),
+        str(module / "build" / "pause" / "linux" / "pause.c"),
     )
     store = ["--storage-driver", "vfs", "--root", str(work / "store"), "--runroot", str(work / "run")]
     ctr = sh("buildah", *store, "from", "--quiet", "scratch").strip()
     sh("buildah", *store, "copy", "--quiet", ctr, str(work / "rootfs" / "pause"), "/pause")
     sh("buildah", *store, "config", "--entrypoint", '["/pause"]', "--user", "65535:65535", ctr)
-    sh("buildah", *store, "commit", "--quiet", ctr, PAUSE_IMAGE)
-    sh("buildah", *store, "push", "--quiet", PAUSE_IMAGE, f"oci-archive:{archive}.partial:{PAUSE_IMAGE}")
+    sh("buildah", *store, "commit", "--quiet", ctr, image)
+    sh("buildah", *store, "push", "--quiet", image, f"oci-archive:{archive}.partial:{image}")
     os.replace(f"{archive}.partial", archive)
     shutil.rmtree(work, ignore_errors=True)
-    return archive
+    return archive, image
 
 
 def _ctr(*args: str, check: bool = True) -> str:
@@ -409,7 +463,7 @@ def import_images(paths: list[Path]) -> None:
 # --- up / down ----------------------------------------------------------------------------------------
 
 
-def _containerd_config() -> Path:
+def _containerd_config(pause_image: str) -> Path:
     cni = STATE / "cni"
     (cni / "net.d").mkdir(parents=True, exist_ok=True)
     (cni / "net.d" / "10-pko.conflist").write_text(
@@ -445,7 +499,7 @@ state = "{STATE / "run" / "containerd-state"}"
 [grpc]
   address = "{STATE / "run" / "containerd.sock"}"
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE_IMAGE}"
+  sandbox_image = "{pause_image}"
   restrict_oom_score_adj = true
   disable_apparmor = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -477,7 +531,10 @@ def _kubelet_config() -> Path:
                 "readOnlyPort": 0,
                 "healthzBindAddress": "127.0.0.1",
                 "healthzPort": free_port(),
+                # containerd 1.6 has no CRI RuntimeConfig: the kubelet uses this driver
                 "cgroupDriver": "cgroupfs",
+                "failCgroupV1": False,  # this host is cgroup v1 (the kubelet refuses it otherwise)
+                "containerRuntimeEndpoint": f"unix://{STATE / 'run' / 'containerd.sock'}",
                 "clusterDNS": [NODE_IP],
                 "clusterDomain": "cluster.local",
                 "resolvConf": str(STATE / "resolv.conf"),
@@ -513,7 +570,7 @@ def up(imports: list[Path], timeout: float = 180.0) -> Path:
     if _pids():
         down()
     _apt_install(*PACKAGES)
-    bins = ensure_binaries()
+    bins = bin_dir()
     for sub in ("logs", "run"):
         (STATE / sub).mkdir(parents=True, exist_ok=True)
     _pki(STATE / "pki")
@@ -527,16 +584,17 @@ def up(imports: list[Path], timeout: float = 180.0) -> Path:
     _kubeconfig(STATE / "kubeconfig", admin, server)
 
     # containerd, then the images (pause first)
-    _spawn("containerd", ["containerd", "--config", str(_containerd_config())])
+    pause_archive, pause_image = _pause_archive()
+    _spawn("containerd", ["containerd", "--config", str(_containerd_config(pause_image))])
     _wait("containerd", lambda: _ctr("version") != "", 30, "containerd.log")
-    import_images([_pause_archive(), *imports])
+    import_images([pause_archive, *imports])
 
     etcd_port, etcd_peer = free_port(), free_port()
     shutil.rmtree(STATE / "etcd", ignore_errors=True)
     _spawn(
         "etcd",
         [
-            "etcd",
+            f"{bins}/etcd",
             "--name=pko-node",
             f"--data-dir={STATE / 'etcd'}",
             f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
@@ -570,16 +628,12 @@ def up(imports: list[Path], timeout: float = 180.0) -> Path:
             f"--kubelet-client-key={pki / 'kubelet-client.key'}",
             "--kubelet-preferred-address-types=InternalIP",
             "--allow-privileged=true",
-            "--enable-admission-plugins=PodSecurityPolicy",
             "--profiling=false",
             "--v=1",
         ],
     )
     _wait("kube-apiserver", lambda: _https_ok("/readyz", admin), timeout, "kube-apiserver.log")
     kubeconfig = str(STATE / "kubeconfig")
-    # Before any controller makes a pod: with the PodSecurityPolicy plugin, a pod no policy admits
-    # is refused, and this is the only policy (`restricted`).
-    _kubectl("apply", "--server-side", "-f", str(HACK / "localnode-podsecurity.yaml"))
     _spawn(
         "kube-controller-manager",
         [
@@ -592,7 +646,6 @@ def up(imports: list[Path], timeout: float = 180.0) -> Path:
             "--controllers=*,-nodeipam,-ttl,-csrsigning,-bootstrapsigner,-tokencleaner",
             "--use-service-account-credentials=true",
             "--leader-elect=false",
-            "--port=0",
             f"--secure-port={free_port()}",
             "--bind-address=127.0.0.1",
             "--v=1",
@@ -606,7 +659,6 @@ def up(imports: list[Path], timeout: float = 180.0) -> Path:
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
             "--leader-elect=false",
-            "--port=0",
             f"--secure-port={free_port()}",
             "--bind-address=127.0.0.1",
             "--v=1",
@@ -649,6 +701,7 @@ def up(imports: list[Path], timeout: float = 180.0) -> Path:
             f"--cluster-cidr={POD_SUBNET}",
             f"--hostname-override={NODE_NAME}",
             "--conntrack-max-per-core=0",
+            "--nodeport-addresses=primary",  # NodePorts on the node address only, never on eth0
             f"--metrics-bind-address=127.0.0.1:{free_port()}",
             f"--healthz-bind-address=127.0.0.1:{free_port()}",
             "--v=1",
@@ -660,8 +713,6 @@ def up(imports: list[Path], timeout: float = 180.0) -> Path:
             f"{bins}/kubelet",
             f"--config={_kubelet_config()}",
             f"--kubeconfig={kubeconfig}",
-            "--container-runtime=remote",
-            f"--container-runtime-endpoint=unix://{STATE / 'run' / 'containerd.sock'}",
             f"--node-ip={NODE_IP}",
             f"--hostname-override={NODE_NAME}",
             f"--root-dir={STATE / 'kubelet'}",
@@ -797,7 +848,7 @@ def main(argv: list[str] | None = None) -> int:
         imports = args.imports or sorted(
             p
             for p in IMAGES.glob("*.oci.tar")
-            if p.name != "pko-pause.oci.tar"  # imported first, always
+            if not p.name.startswith("pko-pause")  # the current one is imported first, always
         )
         try:
             print(up(imports))

@@ -4,6 +4,10 @@
 # in the cluster, then the sample Program + Stack (config/samples) applied and waited for until Ready.
 # A second run reuses every cache (kube binaries, images) and recreates the node. Stop: hack/down.sh
 #
+# The node runs the Kubernetes and etcd of hack/versions.env, built from the Go module proxy by
+# hack/build-kubernetes.sh; this script's kubectl is the one built with them (first on PATH), since the
+# machine's may be outside the supported version skew.
+#
 # No stand-ins: the workspace image (images/workspace) carries the real Pulumi CLI, language hosts and
 # pulumi-kubernetes, built from their Go modules by hack/build-pulumi.sh (cached in ~/.cache/pko).
 set -euo pipefail
@@ -13,8 +17,9 @@ say() { printf '\n== %s\n' "$*" >&2; }
 
 PY="$(bash hack/venv.sh)"
 export PYTHON="$PY"    # hack/build-agent.sh builds the agent with the project's virtualenv
-say "kube binaries (built once, cached in ~/.cache/pko)"
-"$PY" hack/localcluster.py build >/dev/null
+say "Kubernetes and etcd (built once from the Go module proxy, cached in ~/.cache/pko)"
+KUBE_BIN="$("$PY" hack/localcluster.py build | tail -1)"
+export PATH="$KUBE_BIN:$PATH"
 say "the Pulumi engine and the images (offline; cached in ~/.cache/pko)"
 bash hack/build-images.sh >/dev/null
 say "the node: etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy, DNS"
@@ -31,7 +36,7 @@ for crd in stacks.pulumi.com programs.pulumi.com workspaces.auto.pulumi.com upda
 done
 kubectl -n pulumi-kubernetes-operator rollout status deployment/controller-manager --timeout=300s
 
-say "the sample: kubectl apply -n default -k config/samples"
+say "the sample: kubectl apply -n default -k config/samples (labels default: Pod Security restricted)"
 kubectl apply --server-side -n default -k config/samples >/dev/null
 if ! kubectl -n default wait stack/hello --for=condition=Ready --timeout=600s; then
   echo "hack/up.sh: the sample Stack did not become Ready; what the cluster says:" >&2
@@ -41,6 +46,7 @@ if ! kubectl -n default wait stack/hello --for=condition=Ready --timeout=600s; t
   exit 1
 fi
 
+kubectl version
 kubectl -n default get stacks,workspaces,updates
 say "what Pulumi deployed (pulumi-kubernetes, with the workspace's ServiceAccount)"
 kubectl -n default rollout status deployment/hello --timeout=120s >&2
@@ -51,6 +57,7 @@ cat <<NEXT
 pko is running in the cluster and the sample Stack is Ready on the real Pulumi engine. Next:
 
   export KUBECONFIG=$KUBECONFIG
+  export PATH=$KUBE_BIN:\$PATH    # kubectl of the node's release
   kubectl version                                    # the node's Kubernetes release
   kubectl get stacks,workspaces,updates -A
   kubectl get stack hello -o yaml                    # status: lastUpdate, outputs (greeting is [secret])
