@@ -5,10 +5,21 @@ without a DeltaFIFO: handlers are synchronous and only enqueue keys, so the refl
 each change to the store and notifies handlers in the same step, on the event loop.
 
 Reflector rules (why each one exists):
-- The first list is a consistent read (``resourceVersion`` unset), paged, so a cold start never
-  sees data older than etcd and never holds more than one page of raw JSON at a time.
+- The first list is a consistent read (``resourceVersion`` unset), so a cold start never sees data
+  older than etcd. It is a *streaming list* when the server offers one (the WatchList feature,
+  beta and on by default since Kubernetes 1.34): one watch with ``sendInitialEvents=true``,
+  ``resourceVersionMatch=NotOlderThan`` and bookmarks, whose ADDED events are the list and whose
+  BOOKMARK annotated ``k8s.io/initial-events-end`` ends it; the same stream then goes on as the
+  watch. Nothing reaches the cache or the handlers before that bookmark: the collected state
+  replaces the cache at once, exactly as a list would. A server without the feature answers 400
+  or 422 (``sendInitialEvents is forbidden``); one that ignores the parameters (older than 1.27)
+  sends a bookmark without the annotation, or changes, or ends the stream without it: then the
+  informer lists and watches instead, from then on. Otherwise the list is a paged LIST, so it never
+  holds more than one page of raw JSON at a time.
 - The watch starts from the list's resourceVersion with bookmarks on, so reconnects resume from a
-  recent version even when nothing in the selection changed.
+  recent version even when nothing in the selection changed (the watch cache sends a bookmark
+  about every minute and 2 s before the watch's ``timeoutSeconds``; a server without the watch
+  cache sends none).
 - A watch the server ends (its ``timeoutSeconds``) or a broken connection is resumed from the last
   resourceVersion seen: the apiserver replays what was missed. Only when it answers
   ``410 Gone`` (the version was compacted) do we relist; the relist is then diffed against the
@@ -16,11 +27,12 @@ Reflector rules (why each one exists):
 - After other errors (403, 404, 5xx) we back off (exponential, jittered, capped) and relist with
   ``resourceVersionMatch=NotOlderThan`` so the cache never goes back in time.
 
-Invariants: ``has_synced()`` turns true once the first list is in the store and every handler
-has seen it; a handler added later first receives an ``on_add`` for every cached object; the
+Invariants: ``has_synced()`` turns true once the first list (LIST or streamed) is in the store and
+every handler has seen it; a handler added later first receives an ``on_add`` for every cached object; the
 cache holds transformed objects only (by default without managedFields and last-applied
-annotations), encoded (see :mod:`pko.machinery.store`). Each list page is transformed and encoded
-as it arrives, so a cold sync never holds more than one page of decoded objects; an update's
+annotations), encoded (see :mod:`pko.machinery.store`). Each list page (or streamed object) is
+transformed and encoded as it arrives, so a cold sync never holds more than one page of decoded
+objects; an update's
 ``old`` object is decoded from the cache only when there are handlers to receive it.
 """
 
@@ -40,7 +52,7 @@ import aiohttp
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
-from pko.machinery.resource import Resource, ResourceClient, api_error_status
+from pko.machinery.resource import Resource, ResourceClient, WatchEvent, api_error_status
 from pko.machinery.store import (
     NAMESPACE_INDEX,
     DeletedFinalStateUnknown,
@@ -109,7 +121,9 @@ class FuncHandler:
 class ReflectorStats:
     """Plain counters, always kept (metrics are optional); tests assert on them."""
 
-    lists: int = 0
+    lists: int = 0  # complete lists in the cache, LIST or streamed
+    streamed_lists: int = 0  # of which streamed (sendInitialEvents)
+    streaming_refusals: int = 0  # the server refused or ignored a streaming list (then: LIST)
     watches: int = 0
     relists_gone: int = 0
     errors: int = 0
@@ -124,7 +138,21 @@ class ReflectorMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         labels = ["resource"]
-        self.lists = Counter("pko_reflector_lists", "Complete lists.", labels, registry=registry)
+        self.lists = Counter(
+            "pko_reflector_lists", "Complete lists (LIST or streamed).", labels, registry=registry
+        )
+        self.streamed_lists = Counter(
+            "pko_reflector_streamed_lists",
+            "Complete lists received as a watch stream (sendInitialEvents).",
+            labels,
+            registry=registry,
+        )
+        self.streaming_refusals = Counter(
+            "pko_reflector_streaming_refusals",
+            "Streaming lists the server refused or ignored (the reflector then lists and watches).",
+            labels,
+            registry=registry,
+        )
         self.watches = Counter("pko_reflector_watches", "Watch requests started.", labels, registry=registry)
         self.relists_gone = Counter(
             "pko_reflector_relists_gone",
@@ -169,6 +197,10 @@ class _RelistNeeded(Exception):
     """Raised inside the reflector when the watch cannot resume (410 Gone)."""
 
 
+class _StreamingUnsupported(Exception):
+    """Raised inside the reflector when the server refused or ignored a streaming list."""
+
+
 # ----- the informer ------------------------------------------------------------------------------
 
 
@@ -193,6 +225,7 @@ class SharedInformer:
         backoff_initial: float = 0.8,
         backoff_max: float = 30.0,
         metrics_registry: CollectorRegistry | None = None,
+        streaming_list: bool = True,
     ) -> None:
         self.client = client
         self.resource: Resource = client.resource
@@ -207,6 +240,9 @@ class SharedInformer:
         self._field_selector = field_selector
         self._page_size = page_size
         self._min_watch_timeout = min_watch_timeout
+        # Whether to list by streaming; turned off for good once the server refuses or ignores it.
+        self.streaming_list = streaming_list
+        self._listed = False  # set by a streaming watch when its initial events are in the cache
         self._backoff = Backoff(backoff_initial, backoff_max)
         self._metrics = ReflectorMetrics.for_registry(metrics_registry) if metrics_registry else None
         self.stats = ReflectorStats()
@@ -307,12 +343,24 @@ class SharedInformer:
         consistent = True  # the next list must be a consistent read (first list, or after 410)
         while True:
             try:
-                if need_list:
+                if need_list and self.streaming_list:
+                    self._listed = False
+                    try:
+                        went_on = await self._watch(stream_list=True, consistent=consistent)
+                    finally:
+                        if self._listed:  # the list is in: whatever ended the stream, watch from it
+                            need_list, consistent = False, False
+                elif need_list:
                     await self._list_and_replace(consistent)
                     need_list, consistent = False, False
-                if not await self._watch():
+                    went_on = await self._watch()
+                else:
+                    went_on = await self._watch()
+                if not went_on:
                     # The server ended a watch at once without news: do not spin.
                     await asyncio.sleep(self._backoff.next())
+            except _StreamingUnsupported:
+                continue  # list at once, then watch
             except _RelistNeeded:
                 self._count("relists_gone")
                 self._log.info(
@@ -341,9 +389,15 @@ class SharedInformer:
 
     async def _list_and_replace(self, consistent: bool) -> None:
         entries, list_rv = await self._list_all(consistent)
+        self._replace(entries, list_rv, streamed=False)
+
+    def _replace(self, entries: list[StoredObject], list_rv: str, *, streamed: bool) -> None:
+        """Make ``entries`` (a complete list at ``list_rv``) the cache; tell handlers what changed."""
         self._count("lists")
+        if streamed:
+            self._count("streamed_lists")
         result = self.indexer.replace_entries(entries)
-        del entries
+        entries.clear()
         self.last_sync_resource_version = list_rv
         added, updated, deleted = result.added_entries, result.updated_entries, result.deleted_entries
         if self._handlers:  # decode one object at a time, and only for handlers
@@ -355,7 +409,12 @@ class SharedInformer:
                 self._notify_delete(DeletedFinalStateUnknown(gone.key, gone.decode()))
         if not self._synced.is_set():
             self._synced.set()
-            self._log.info("synced", objects=len(self.indexer), resource_version=list_rv)
+            self._log.info(
+                "synced",
+                objects=len(self.indexer),
+                resource_version=list_rv,
+                by="streaming list" if streamed else "list",
+            )
         elif added or updated or deleted:
             self._log.info("relist applied", added=len(added), updated=len(updated), deleted=len(deleted))
 
@@ -392,34 +451,74 @@ class SharedInformer:
             token = page.continue_token
             del page
 
-    async def _watch(self) -> bool:
-        """Watch until the server ends the stream; False if it ended at once with no events."""
+    async def _watch(self, *, stream_list: bool = False, consistent: bool = False) -> bool:
+        """Watch until the server ends the stream; False if it ended at once with no events.
+
+        ``stream_list``: start with a streaming list (a consistent read when ``consistent``, else
+        not older than the last resourceVersion) and replace the cache with it when its
+        initial-events-end bookmark arrives (then ``self._listed`` is set).
+        """
         timeout = random.randint(self._min_watch_timeout, 2 * self._min_watch_timeout)
         loop = asyncio.get_running_loop()
         started, received = loop.time(), 0
         self._count("watches")
         stream = self.client.watch(
-            resource_version=self.last_sync_resource_version,
+            resource_version="" if stream_list and consistent else self.last_sync_resource_version,
             timeout_seconds=timeout,
+            send_initial_events=stream_list,
             label_selector=self._label_selector,
             field_selector=self._field_selector,
         )
+        initial: list[StoredObject] | None = [] if stream_list else None  # None: past the list
         try:
             async with stream as events:
                 async for event in events:
                     received += 1
                     self._backoff.reset()
-                    self._apply(event.type, event.object)
-        except Exception as exc:
-            if api_error_status(exc) == 410:
-                raise _RelistNeeded() from exc
+                    if initial is None:
+                        self._apply(event.type, event.object)
+                    elif event.ends_initial_events:
+                        self._count_event(event.type)
+                        self._replace(initial, resource_version(event.object), streamed=True)
+                        self._listed, initial = True, None
+                    else:
+                        self._collect(initial, event)
+        except (_StreamingUnsupported, asyncio.CancelledError):
             raise
+        except Exception as exc:
+            status = api_error_status(exc)
+            if status == 410:
+                raise _RelistNeeded() from exc
+            if initial is not None and received == 0 and status in (400, 422):
+                self._streaming_unsupported(f"refused: {_describe(exc)}")
+            raise
+        if initial is not None:
+            self._streaming_unsupported("the stream ended before its initial-events-end bookmark")
         return received > 0 or loop.time() - started >= 1.0
 
-    def _apply(self, etype: str, obj: Obj) -> None:
+    def _collect(self, initial: list[StoredObject], event: WatchEvent) -> None:
+        """One initial event of a streaming list: kept aside until the list is complete."""
+        self._count_event(event.type)
+        if event.type != "ADDED":
+            # A bookmark without the end annotation, or a change, before the list ended: the
+            # server ignored sendInitialEvents (what it sent is a plain watch).
+            self._streaming_unsupported(f"a {event.type} event before the initial-events-end bookmark")
+        obj = self._transform(event.object) if self._transform is not None else event.object
+        initial.append(self.indexer.encode(obj))
+
+    def _streaming_unsupported(self, why: str) -> None:
+        self.streaming_list = False
+        self._count("streaming_refusals")
+        self._log.info("the server does not serve streaming lists; listing and watching", reason=why)
+        raise _StreamingUnsupported(why)
+
+    def _count_event(self, etype: str) -> None:
         self.stats.events[etype] += 1
         if self._metrics is not None:
             self._metrics.events.labels(self.resource.name, etype).inc()
+
+    def _apply(self, etype: str, obj: Obj) -> None:
+        self._count_event(etype)
         if etype == "BOOKMARK":
             self.last_sync_resource_version = resource_version(obj)
             return

@@ -6,10 +6,11 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from kubernetes_asyncio import client
 
-from pko.machinery.resource import NAMESPACES, ResourceClient
+from pko.machinery.resource import NAMESPACES, ObjectList, ResourceClient, WatchStream
 
 
 class TcpProxy:
@@ -82,6 +83,25 @@ class TcpProxy:
         await self.cut()
         pumps = list(self._pumps)
         await asyncio.gather(*pumps, return_exceptions=True)
+
+
+class RecordingClient(ResourceClient):
+    """A ResourceClient that records the arguments of every list and watch request it makes."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+
+    async def list(self, **kwargs: Any) -> ObjectList:
+        self.requests.append(("list", kwargs))
+        return await super().list(**kwargs)
+
+    def watch(self, **kwargs: Any) -> WatchStream:
+        self.requests.append(("watch", kwargs))
+        return super().watch(**kwargs)
+
+    def calls(self, kind: str) -> list[dict[str, Any]]:
+        return [kwargs for k, kwargs in self.requests if k == kind]
 
 
 async def create_namespace(api: client.ApiClient, prefix: str = "mach") -> str:

@@ -1,9 +1,21 @@
-"""Informers against a real kube-apiserver: events, indexes, 410 Gone, apiserver restarts."""
+"""Informers against a real kube-apiserver: events, indexes, bookmarks, streaming lists (and the
+fallback to list+watch), 410 Gone, apiserver restarts.
+
+Notes for a current apiserver (1.37): the watch cache sends a watch a BOOKMARK 2 s before its
+``timeoutSeconds`` and about every minute, so a short ``min_watch_timeout`` shows one within
+seconds. A watch from a compacted resourceVersion is answered 410 Gone only when it reaches etcd:
+the watch cache keeps its own window of events (at least 75 s of them, growing with the load), so
+the 410 tests run on a private control plane with ``--watch-cache=false`` and check, with a raw
+watch, that the server really answers 410. The WatchList feature (streaming lists) is on by
+default since 1.34 (etcd-backed watches serve it too); the fallback is shown on a private
+apiserver with ``--feature-gates=WatchList=false``, which answers 422 as 1.19-1.26 servers do.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -11,7 +23,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from kube_helpers import create_namespace, delete_namespace, eventually
+from kube_helpers import RecordingClient, create_namespace, delete_namespace, eventually
+from kubernetes_asyncio.client import ApiException
 from localcluster import LocalCluster
 from prometheus_client import CollectorRegistry
 
@@ -306,6 +319,147 @@ async def test_resync_redelivers_cached_objects_as_updates(
     assert old is new
 
 
+# ----- bookmarks and streaming lists -------------------------------------------------------------
+
+
+@pytest.mark.cluster
+async def test_bookmarks_advance_the_resource_version_and_the_next_watch_resumes_from_them(
+    api_client: Any, namespace: str, informers: list[SharedInformer]
+) -> None:
+    watched = RecordingClient(api_client, CONFIGMAPS, namespace)
+    # Watches of 4-8 s: the watch cache sends each one a bookmark 2 s before its timeout.
+    informer = SharedInformer(watched, label_selector=SELECTOR, min_watch_timeout=4)
+    informers.append(informer)
+    rec = Recorder()
+    informer.add_event_handler(rec)
+    informer.start()
+    assert await informer.wait_for_sync(60)
+    synced_rv = int(informer.last_sync_resource_version)
+    bookmarks = informer.stats.events["BOOKMARK"]  # so far: the streaming list's end, if any
+    # A change outside the informer's selection (no pko-test label): no event, a newer version.
+    outsider = await ResourceClient(api_client, CONFIGMAPS, namespace).create(
+        {"metadata": {"name": "outsider"}}
+    )
+    outsider_rv = int(outsider["metadata"]["resourceVersion"])
+    assert outsider_rv > synced_rv
+
+    await eventually(
+        lambda: int(informer.last_sync_resource_version) >= outsider_rv,
+        "a bookmark past the outsider",
+        within=30,
+    )
+    assert informer.stats.events["BOOKMARK"] > bookmarks
+    assert rec.events == [], "the outsider is outside the selection"
+
+    def resumed_past_outsider() -> bool:
+        later = watched.calls("watch")[1:]
+        return any(int(w["resource_version"] or 0) >= outsider_rv for w in later)
+
+    # The server ends the watch at its timeout; the next watch starts from the bookmark's version
+    # (nothing in the selection changed: only a bookmark can have carried it there).
+    await eventually(resumed_past_outsider, "a watch resumed from the bookmark's resourceVersion", within=30)
+    assert informer.stats.lists == 1 and informer.stats.relists_gone == 0
+    assert rec.events == []
+
+
+@pytest.mark.cluster
+async def test_the_initial_sync_is_a_streaming_list_that_goes_on_as_the_watch(
+    api_client: Any, namespace: str, informers: list[SharedInformer]
+) -> None:
+    writer = ResourceClient(api_client, CONFIGMAPS, namespace)
+    created = [await writer.create(configmap(f"s-{i}", {"i": str(i)})) for i in range(3)]
+    await writer.create({"metadata": {"name": "unlabelled"}})
+    watched = RecordingClient(api_client, CONFIGMAPS, namespace)
+    informer = SharedInformer(watched, label_selector=SELECTOR)
+    informers.append(informer)
+    rec = Recorder()
+    informer.add_event_handler(rec)
+    informer.start()
+    assert await informer.wait_for_sync(60)
+
+    assert watched.calls("list") == [], "no LIST request: the list came as a watch stream"
+    [request] = watched.calls("watch")
+    assert request["send_initial_events"] is True and request["resource_version"] == ""  # consistent
+    assert informer.stats.lists == 1 and informer.stats.streamed_lists == 1
+    assert informer.stats.streaming_refusals == 0
+    assert informer.stats.events["ADDED"] == 3 and informer.stats.events["BOOKMARK"] == 1
+    assert sorted(rec.keys("add")) == [f"{namespace}/s-{i}" for i in range(3)]
+    # The end bookmark's version: at least that of every object listed.
+    assert int(informer.last_sync_resource_version) >= max(
+        int(c["metadata"]["resourceVersion"]) for c in created
+    )
+    assert await cache_matches(informer, writer)
+
+    # The same stream goes on as the watch.
+    await writer.create(configmap("s-late", {"i": "late"}))
+    await writer.delete("s-0")
+    await eventually(lambda: f"{namespace}/s-0" in rec.keys("delete"), "the delete of s-0")
+    assert f"{namespace}/s-late" in rec.keys("add")
+    assert len(watched.calls("watch")) == 1 and informer.stats.lists == 1
+    assert await cache_matches(informer, writer)
+
+
+@pytest.fixture(scope="module")
+def no_watchlist_cluster() -> Iterator[LocalCluster]:
+    """A private control plane whose apiserver lacks streaming lists (WatchList off): it answers a
+    watch with sendInitialEvents 422 Invalid, as every apiserver from 1.19 to 1.26 does."""
+    if os.environ.get("KUBECONFIG"):
+        pytest.skip("needs a control plane started by the tests (unset KUBECONFIG)")
+    with tempfile.TemporaryDirectory(prefix="pko-nowatchlist-") as d:
+        c = LocalCluster(
+            d, extra_apiserver_args=["--feature-gates=WatchList=false"], with_controller_manager=False
+        )
+        try:
+            c.start()
+            yield c
+        finally:
+            c.stop()
+
+
+async def drain(client: ResourceClient, **watch: Any) -> None:
+    async with client.watch(timeout_seconds=5, **watch) as events:
+        async for _ in events:
+            pass
+
+
+@pytest.mark.cluster
+async def test_a_server_without_streaming_lists_is_listed_and_watched(
+    no_watchlist_cluster: LocalCluster, make_client: Any, informers: list[SharedInformer]
+) -> None:
+    api = await make_client(no_watchlist_cluster.kubeconfig)
+    namespace = await create_namespace(api)
+    writer = ResourceClient(api, CONFIGMAPS, namespace)
+    with pytest.raises(ApiException) as refused:
+        await drain(writer, resource_version="", send_initial_events=True)
+    assert refused.value.status == 422 and "sendInitialEvents" in str(refused.value.body)
+
+    for name in ("a", "b"):
+        await writer.create(configmap(name, {"v": "0"}))
+    watched = RecordingClient(api, CONFIGMAPS, namespace)
+    informer = SharedInformer(watched, label_selector=SELECTOR, backoff_initial=0.2, backoff_max=1.0)
+    informers.append(informer)
+    rec = Recorder()
+    informer.add_event_handler(rec)
+    informer.start()
+    assert await informer.wait_for_sync(60)
+    assert sorted(rec.keys("add")) == [f"{namespace}/a", f"{namespace}/b"]
+    assert informer.stats.streaming_refusals == 1 and informer.stats.streamed_lists == 0
+    assert informer.stats.lists == 1 and informer.stats.errors == 0 and not informer.streaming_list
+    await eventually(lambda: len(watched.calls("watch")) == 2, "the plain watch after the list")
+    assert [kind for kind, _ in watched.requests] == ["watch", "list", "watch"]
+    first, second = watched.calls("watch")
+    assert first["send_initial_events"] is True
+    assert second.get("send_initial_events", False) is False
+    assert watched.calls("list")[0]["resource_version"] is None  # a consistent LIST...
+    assert second["resource_version"]  # ...and a watch from its resourceVersion
+    assert await cache_matches(informer, writer)
+
+    await writer.create(configmap("c", {"v": "0"}))
+    await eventually(lambda: f"{namespace}/c" in rec.keys("add"), "the add of c through the plain watch")
+    assert informer.stats.streaming_refusals == 1 and len(watched.calls("list")) == 1
+    await delete_namespace(api, namespace)
+
+
 # ----- disconnection, 410 Gone, apiserver restart ------------------------------------------------
 
 
@@ -388,20 +542,33 @@ async def test_informer_relists_after_410_gone_and_reports_missed_deletes_as_tom
     writer = ResourceClient(direct, CONFIGMAPS, namespace)
     await seed(writer)
 
-    informer, rec = await start_recorded_informer(ResourceClient(via_proxy, CONFIGMAPS, namespace), informers)
+    watched = RecordingClient(via_proxy, CONFIGMAPS, namespace)
+    informer, rec = await start_recorded_informer(watched, informers)
     rv_before = informer.last_sync_resource_version
+    assert informer.stats.streamed_lists == 1, "etcd-backed watches serve streaming lists too"
 
     await proxy.cut()
     await eventually(lambda: informer.stats.errors >= 1, "the informer noticing the cut")
     await change_while_disconnected(writer)
     revision = await etcd_compact(nocache_cluster.etcd_url)
     assert revision > int(rv_before)
+    # The server really answers a watch from the informer's version with 410 Gone.
+    with pytest.raises(ApiException) as gone:
+        await drain(writer, resource_version=rv_before)
+    assert gone.value.status == 410
     await proxy.restore()
 
     await eventually(lambda: informer.stats.relists_gone >= 1, "a relist caused by 410 Gone")
     await eventually(lambda: cache_matches(informer, writer), "cache equal to a fresh list")
     assert informer.stats.relists_gone == 1
-    assert informer.stats.lists == 2
+    assert informer.stats.lists == 2 and informer.stats.streamed_lists == 2
+    # Every watch after the cut resumed from the old version until the 410; then one consistent
+    # streaming list (resourceVersion unset), not a LIST.
+    watches = watched.calls("watch")
+    relist = next(i for i, w in enumerate(watches) if i > 0 and w.get("send_initial_events"))
+    assert watches[relist]["resource_version"] == ""
+    assert all(w["resource_version"] == rv_before for w in watches[1:relist])
+    assert watched.calls("list") == []
     assert_missed_changes_delivered(rec, namespace, tombstones=True)
     await delete_namespace(direct, namespace)
 
@@ -438,3 +605,65 @@ async def test_factory_bounds_list_requests_with_the_kube_api_timeout() -> None:
     async with ApiClient(Configuration()) as api:
         factory = InformerFactory(api, request_timeout=7.5)
         assert factory.informer(CONFIGMAPS).client.request_timeout == 7.5
+
+
+@pytest.mark.parametrize("ignored_by", ["a plain bookmark", "the end of the stream"])
+async def test_a_server_that_ignores_streaming_list_parameters_is_listed_and_watched(ignored_by: str) -> None:
+    """A server that knows neither sendInitialEvents nor resourceVersionMatch for watches (older
+    than 1.19: unknown parameters are ignored) answers a plain watch from "now": ADDED events for
+    what exists, then a bookmark without the end annotation, or the end of the stream. No such
+    apiserver is at hand: this one is a stub, speaking the watch protocol over real HTTP."""
+    from aiohttp import web
+    from kubernetes_asyncio.client import ApiClient, Configuration
+
+    items = [{"metadata": {"name": n, "namespace": "ns", "resourceVersion": "5"}, "data": {}} for n in "ab"]
+    queries: list[dict[str, str]] = []
+
+    def line(etype: str, obj: Obj) -> bytes:
+        return json.dumps({"type": etype, "object": obj}).encode() + b"\n"
+
+    async def configmaps(request: web.Request) -> web.StreamResponse:
+        query = dict(request.query)
+        queries.append(query)
+        if query.get("watch") != "true":
+            body = {"kind": "ConfigMapList", "apiVersion": "v1", "metadata": {"resourceVersion": "10"}}
+            return web.json_response({**body, "items": items})
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        if not query.get("resourceVersion"):  # "now": synthetic ADDED events first
+            for item in items:
+                await resp.write(line("ADDED", item))
+            if ignored_by == "the end of the stream":
+                return resp
+            await resp.write(line("BOOKMARK", {"kind": "ConfigMap", "metadata": {"resourceVersion": "10"}}))
+        await asyncio.sleep(3600)  # until the client goes
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/ns/configmaps", configmaps)
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    informer = None
+    try:
+        async with ApiClient(Configuration(host=f"http://127.0.0.1:{port}")) as api:
+            informer = SharedInformer(ResourceClient(api, CONFIGMAPS, "ns"), backoff_initial=0.1)
+            rec = Recorder()
+            informer.add_event_handler(rec)
+            informer.start()
+            assert await informer.wait_for_sync(10)
+            assert informer.stats.streaming_refusals == 1 and not informer.streaming_list
+            assert informer.stats.lists == 1 and informer.stats.streamed_lists == 0
+            assert sorted(rec.keys("add")) == ["ns/a", "ns/b"], "the ignored stream's events are dropped"
+            await eventually(lambda: len(queries) == 3, "the plain watch after the list", within=10)
+            first, listed, watched = queries
+            assert first["sendInitialEvents"] == "true" and first["resourceVersionMatch"] == "NotOlderThan"
+            assert listed.get("watch") is None
+            assert watched["resourceVersion"] == "10" and "sendInitialEvents" not in watched
+            await informer.stop()
+    finally:
+        if informer is not None:
+            await informer.stop()
+        await runner.cleanup()
