@@ -68,15 +68,59 @@ class AuthWorld:
     workspace: str
     audience: str
 
-    async def mint(self, service_account: str, audience: str | None = None) -> str:
-        """A bound token from TokenRequest, as the operator gets one."""
+    async def mint(
+        self, service_account: str, audience: str | None = None, *, bound_pod: client.V1Pod | None = None
+    ) -> str:
+        """A bound token from TokenRequest, as the operator gets one; with ``bound_pod``, bound to
+        that Pod (as a kubelet's projected token is): valid only while that very Pod exists."""
+        bound = None
+        if bound_pod is not None:
+            bound = client.V1BoundObjectReference(
+                api_version="v1", kind="Pod", name=bound_pod.metadata.name, uid=bound_pod.metadata.uid
+            )
         req = client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(audiences=[audience or self.audience], expiration_seconds=3600)
+            spec=client.V1TokenRequestSpec(
+                audiences=[audience or self.audience], expiration_seconds=3600, bound_object_ref=bound
+            )
         )
         res = await client.CoreV1Api(self.api).create_namespaced_service_account_token(
             service_account, self.namespace, req
         )
         return str(res.status.token)
+
+    async def review(self, token: str, audiences: list[str] | None = None) -> client.V1TokenReviewStatus:
+        """The apiserver's own TokenReview of ``token`` (no agent, no cache); ``audiences`` None: the
+        apiserver's own audiences (``--api-audiences``)."""
+        review = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=audiences))
+        res = await client.AuthenticationV1Api(self.api).create_token_review(review)
+        return res.status
+
+    async def create_pod(self, name: str, service_account: str) -> client.V1Pod:
+        """A Pod running as ``service_account``; no node takes it (it stays Pending)."""
+        pod = client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1PodSpec(
+                service_account_name=service_account,
+                automount_service_account_token=False,
+                containers=[client.V1Container(name="main", image="registry.invalid/pause:none")],
+            ),
+        )
+        created: client.V1Pod = await client.CoreV1Api(self.api).create_namespaced_pod(self.namespace, pod)
+        return created
+
+    async def delete_pod(self, name: str) -> None:
+        """Delete the Pod and wait until it is gone (a Pod no node took goes at once)."""
+        core = client.CoreV1Api(self.api)
+        await core.delete_namespaced_pod(name, self.namespace)
+        for _ in range(300):
+            try:
+                await core.read_namespaced_pod(name, self.namespace)
+            except client.ApiException as exc:
+                if exc.status == 404:
+                    return
+                raise
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"pod {name} still there a minute after its deletion")
 
     async def create_service_account(self, name: str) -> None:
         await client.CoreV1Api(self.api).create_namespaced_service_account(

@@ -3,13 +3,24 @@
 Calls go through a real grpclib server with the auth hook installed, serving the generated
 ``AutomationServiceBase`` (every method UNIMPLEMENTED): a call that passes the gate comes back
 UNIMPLEMENTED, one that does not comes back UNAUTHENTICATED or PERMISSION_DENIED.
+
+Tokens are what a current apiserver issues (bound, expiring, audience-scoped: TokenRequest). One
+the apiserver cannot mint, an expired one (TokenRequest's minimum lifetime is 10 minutes), is
+signed here with the test control plane's service-account signing key (``pki/sa.key``), with the
+very header and claims of a token the apiserver minted, only the times changed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import logging
+import time
+import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import h2.config
 import h2.connection
@@ -316,3 +327,124 @@ async def test_a_non_ascii_authorization_header_is_refused_quietly(
     await auth_world.create_service_account("after-garbage")
     await auth_world.grant("after-garbage")
     assert await gate.call(await auth_world.mint("after-garbage")) == PASSED
+
+
+# --- bound, expiring, audience-scoped tokens (issue 17) -----------------------------------------
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _unb64(part: str) -> Any:
+    return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+
+
+def _sign(signing_key: Path, header: dict[str, Any], claims: dict[str, Any]) -> str:
+    """An RS256 JWT signed with the apiserver's service-account key, as the apiserver signs its own."""
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+    key = serialization.load_pem_private_key(signing_key.read_bytes(), password=None)
+    assert isinstance(key, rsa.RSAPrivateKey)
+    signing_input = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
+    signature = key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
+    return f"{signing_input}.{_b64(signature)}"
+
+
+@pytest.fixture
+def signing_key(cluster: Any) -> Path:
+    key = Path(cluster.dir) / "pki" / "sa.key"
+    if not key.is_file():
+        pytest.skip("needs the service-account signing key of a control plane started by the tests")
+    return key
+
+
+@pytest.mark.cluster
+async def test_an_expired_token_is_refused_on_first_use(auth_world: AuthWorld, signing_key: Path) -> None:
+    await auth_world.create_service_account("lapsed")
+    await auth_world.grant("lapsed")
+    minted = await auth_world.mint("lapsed")
+    header_part, claims_part, _ = minted.split(".")
+    header, claims = _unb64(header_part), _unb64(claims_part)
+    assert header["alg"] == "RS256" and header.get("kid")
+    assert claims["aud"] == [auth_world.audience]
+    assert claims["sub"] == f"system:serviceaccount:{auth_world.namespace}:lapsed"
+    assert claims["kubernetes.io"]["serviceaccount"]["name"] == "lapsed"
+    assert {"iss", "exp", "iat", "nbf"} <= set(claims)
+
+    now = int(time.time())
+
+    def resigned(issued: int, lifetime: int) -> str:
+        times = {"iat": issued, "nbf": issued, "exp": issued + lifetime, "jti": str(uuid.uuid4())}
+        return _sign(signing_key, header, {**claims, **times})
+
+    valid = resigned(now, 600)
+    # Expired 10 minutes ago: well past the apiserver's 1-minute clock-skew leeway.
+    expired = resigned(now - 1200, 600)
+    # The control: the apiserver accepts what we sign, so the refusal below is the expiry's.
+    ok = await auth_world.review(valid, [auth_world.audience])
+    assert ok.authenticated and ok.user.username == claims["sub"]
+    refused = await auth_world.review(expired, [auth_world.audience])
+    assert not refused.authenticated
+    assert "expired" in (refused.error or ""), refused.error
+
+    authorizer = auth_world.authorizer(CacheTTLs(token_success=3600.0))
+    async with _Gate(authorizer) as gate:
+        assert await gate.call(expired) == Status.UNAUTHENTICATED
+        assert authorizer.token_reviews == 1, "refused by the apiserver's TokenReview on first use"
+        assert await gate.call(valid) == PASSED
+
+
+@pytest.mark.cluster
+async def test_a_token_for_another_audience_is_refused_by_the_apiservers_review(
+    auth_world: AuthWorld, gate: _Gate
+) -> None:
+    await auth_world.create_service_account("elsewhere")
+    await auth_world.grant("elsewhere")
+    # A good token for the apiserver itself (pko-test is one of its --api-audiences), and one for
+    # another workspace's agent: both valid, neither for this agent.
+    for audience in ("pko-test", f"other-ws.{auth_world.namespace}"):
+        token = await auth_world.mint("elsewhere", audience=audience)
+        assert (await auth_world.review(token, [audience])).authenticated
+        refused = await auth_world.review(token, [auth_world.audience])
+        assert not refused.authenticated, audience
+        assert await gate.call(token) == Status.UNAUTHENTICATED, audience
+    assert await gate.call(await auth_world.mint("elsewhere")) == PASSED
+
+
+@pytest.mark.cluster
+async def test_a_token_bound_to_a_deleted_pod_is_refused_once_the_positive_ttl_passed(
+    auth_world: AuthWorld,
+) -> None:
+    await auth_world.create_service_account("tenant")
+    await auth_world.grant("tenant")
+    pod = await auth_world.create_pod("holder", "tenant")  # no node: it stays Pending
+    token = await auth_world.mint("tenant", bound_pod=pod)
+    bound = _unb64(token.split(".")[1])["kubernetes.io"]["pod"]
+    assert bound == {"name": "holder", "uid": pod.metadata.uid}
+
+    now = [1000.0]
+    cached = auth_world.authorizer(clock=lambda: now[0])  # the TTLs the agent runs with
+    async with _Gate(cached) as gate:
+        assert await gate.call(token) == PASSED
+        await auth_world.delete_pod("holder")
+
+        errors: list[str] = []
+
+        async def apiserver_refuses() -> bool:
+            status = await auth_world.review(token, [auth_world.audience])
+            errors.append(status.error or "")
+            return not status.authenticated
+
+        # The apiserver itself trusts a positive authentication for 10 s (its token cache).
+        await _wait_until(apiserver_refuses)
+        assert "invalidated" in errors[-1], errors[-1]
+        async with _Gate(auth_world.authorizer()) as fresh:
+            assert await fresh.call(token) == Status.UNAUTHENTICATED, "a new gate refuses it at once"
+        assert await gate.call(token) == PASSED, "the decision is cached for a while..."
+        now[0] += CacheTTLs().token_success + 1.0
+        assert await gate.call(token) == Status.UNAUTHENTICATED, "...but not past the positive TTL"
+    # A Pod of the same name is another Pod (a new uid): the token stays refused.
+    await auth_world.create_pod("holder", "tenant")
+    assert not (await auth_world.review(token, [auth_world.audience])).authenticated
