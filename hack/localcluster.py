@@ -5,8 +5,8 @@ Used by the test suite (test/conftest.py) and by `hack/cluster-up.sh` / `hack/cl
 Standard library only, so it runs before the project's virtualenv exists.
 
 Why hand-rolled rather than kind/envtest: no container engine or registry is reachable on our
-machines; the binaries are built once from Debian's `kubernetes` source package by
-`hack/build-kube.sh` and cached outside the repo (see README and local-cluster notes there).
+machines; the binaries (Kubernetes and etcd, at the versions in `hack/versions.env`) are built once
+from their Go modules by `hack/build-kubernetes.sh` and cached outside the repo (see the README).
 
 Every port is picked free at start, so two runs never collide. State (pids, ports) is written to
 `<dir>/state.json` so a later process can stop a cluster it did not start.
@@ -68,13 +68,13 @@ def _apt_install(*packages: str) -> None:
 
 
 def ensure_binaries() -> Path:
-    """Return the directory holding the kube binaries, building them once if needed."""
-    _apt_install("etcd-server", "etcd-client", "openssl")
+    """Return the directory holding the Kubernetes and etcd binaries, building them once if needed."""
+    _apt_install("openssl")
     override = os.environ.get("PKO_KUBE_BIN_DIR")
     if override:
         return Path(override)
     out = subprocess.run(
-        ["bash", str(HACK_DIR / "build-kube.sh")], check=True, stdout=subprocess.PIPE, text=True
+        ["bash", str(HACK_DIR / "build-kubernetes.sh")], check=True, stdout=subprocess.PIPE, text=True
     ).stdout
     return Path(out.strip().splitlines()[-1])
 
@@ -359,7 +359,7 @@ class LocalCluster:
         self._spawn(
             "etcd",
             [
-                shutil.which("etcd") or "/usr/bin/etcd",
+                f"{st.bin_dir}/etcd",
                 "--name=pko",
                 f"--data-dir={data}",
                 f"--listen-client-urls={st.etcd_url}",
@@ -431,7 +431,6 @@ class LocalCluster:
                 "--controllers=*,-nodeipam,-ttl,-nodelifecycle,-csrsigning,-bootstrapsigner,-tokencleaner",
                 "--leader-elect=false",
                 "--use-service-account-credentials=false",
-                "--port=0",
                 f"--secure-port={free_port()}",
                 "--bind-address=127.0.0.1",
                 "--v=1",

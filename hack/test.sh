@@ -7,9 +7,11 @@ set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$REPO"
 PY="$(bash hack/venv.sh)"
-# Build (or reuse the cached) kube binaries and the real Pulumi engine (CLI, language hosts, providers:
-# hack/build-pulumi.sh, from their Go modules), and install etcd, before pytest's timeouts start.
-"$PY" hack/localcluster.py build >/dev/null
+# Build (or reuse the cached) Kubernetes + etcd (hack/build-kubernetes.sh) and the real Pulumi engine (CLI,
+# language hosts, providers: hack/build-pulumi.sh), all from their Go modules, before pytest's timeouts
+# start. The tests' kubectl is the one built with the control plane (the machine's may be out of skew).
+KUBE_BIN="$("$PY" hack/localcluster.py build | tail -1)"
+export PATH="$KUBE_BIN:$PATH"
 bash hack/build-pulumi.sh >/dev/null
 bash hack/lint.sh
 
