@@ -6,16 +6,17 @@ each change to the store and notifies handlers in the same step, on the event lo
 
 Reflector rules (why each one exists):
 - The first list is a consistent read (``resourceVersion`` unset), so a cold start never sees data
-  older than etcd. It is a *streaming list* when the server offers one (the WatchList feature,
-  beta and on by default since Kubernetes 1.34): one watch with ``sendInitialEvents=true``,
+  older than etcd. It is a *streaming list* when the server offers one (the WatchList feature:
+  on by default in 1.32 and since 1.34): one watch with ``sendInitialEvents=true``,
   ``resourceVersionMatch=NotOlderThan`` and bookmarks, whose ADDED events are the list and whose
   BOOKMARK annotated ``k8s.io/initial-events-end`` ends it; the same stream then goes on as the
   watch. Nothing reaches the cache or the handlers before that bookmark: the collected state
-  replaces the cache at once, exactly as a list would. A server without the feature answers 400
-  or 422 (``sendInitialEvents is forbidden``); one that ignores the parameters (older than 1.27)
-  sends a bookmark without the annotation, or changes, or ends the stream without it: then the
-  informer lists and watches instead, from then on. Otherwise the list is a paged LIST, so it never
-  holds more than one page of raw JSON at a time.
+  replaces the cache at once, exactly as a list would. A server without the feature answers 422
+  (1.19 to 1.31 and 1.33 by default: ``resourceVersionMatch``/``sendInitialEvents is forbidden``)
+  or 400; one that ignores the parameters (older than 1.19) sends a bookmark without the
+  annotation, or changes, or ends the stream without it: then the informer lists and watches
+  instead, from then on. Otherwise the list is a paged LIST, so it never holds more than one page
+  of raw JSON at a time.
 - The watch starts from the list's resourceVersion with bookmarks on, so reconnects resume from a
   recent version even when nothing in the selection changed (the watch cache sends a bookmark
   about every minute and 2 s before the watch's ``timeoutSeconds``; a server without the watch

@@ -253,11 +253,12 @@ class ResourceClient:
         30 s) bounds silence on the socket so a vanished server is noticed.
 
         ``send_initial_events`` asks for a streaming list (the WatchList feature, served by default
-        since Kubernetes 1.34): the stream starts with an ADDED event per object, state at least as
+        in 1.32 and since 1.34): the stream starts with an ADDED event per object, state at least as
         new as ``resource_version`` (a consistent read when it is ``""``), then a BOOKMARK annotated
         :data:`INITIAL_EVENTS_END_ANNOTATION`, then changes as any watch. It implies
         ``resourceVersionMatch=NotOlderThan`` and bookmarks, as the apiserver requires. A server
-        without the feature answers 422 (Invalid: ``sendInitialEvents is forbidden``).
+        without the feature answers 422 Invalid (``sendInitialEvents``, or before 1.27
+        ``resourceVersionMatch``, ``is forbidden for watch``).
         """
         query = [
             *_selectors(label_selector, field_selector),

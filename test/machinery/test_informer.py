@@ -8,7 +8,7 @@ the watch cache keeps its own window of events (at least 75 s of them, growing w
 the 410 tests run on a private control plane with ``--watch-cache=false`` and check, with a raw
 watch, that the server really answers 410. The WatchList feature (streaming lists) is on by
 default since 1.34 (etcd-backed watches serve it too); the fallback is shown on a private
-apiserver with ``--feature-gates=WatchList=false``, which answers 422 as 1.19-1.26 servers do.
+apiserver with ``--feature-gates=WatchList=false``, which answers 422 as 1.19-1.31 and 1.33 do.
 """
 
 from __future__ import annotations
@@ -402,7 +402,7 @@ async def test_the_initial_sync_is_a_streaming_list_that_goes_on_as_the_watch(
 @pytest.fixture(scope="module")
 def no_watchlist_cluster() -> Iterator[LocalCluster]:
     """A private control plane whose apiserver lacks streaming lists (WatchList off): it answers a
-    watch with sendInitialEvents 422 Invalid, as every apiserver from 1.19 to 1.26 does."""
+    watch with sendInitialEvents 422 Invalid, as apiservers 1.19-1.31 and 1.33 do by default."""
     if os.environ.get("KUBECONFIG"):
         pytest.skip("needs a control plane started by the tests (unset KUBECONFIG)")
     with tempfile.TemporaryDirectory(prefix="pko-nowatchlist-") as d:
