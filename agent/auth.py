@@ -11,7 +11,11 @@ apiserver error is ``INTERNAL`` and an unreachable apiserver ``UNAVAILABLE`` (RE
 Decisions are cached in bounded LRUs: TokenReview success 2 min (kube-apiserver's own webhook token
 cache default; the Go agent's 1 h let a token outlive its expiry, its service account's deletion and
 its re-creation), never beyond the token's own ``exp`` (read from the JWT without trusting it for
-anything else), failure 10 s; SubjectAccessReview allow 5 min, deny 5 s. Concurrent calls with the
+anything else), failure 10 s; SubjectAccessReview allow 5 min, deny 5 s. So an expired token is
+refused on first use (kube-apiserver allows 1 min of clock skew past ``exp``), and a token whose
+grounds are gone (its ServiceAccount deleted or recreated, the Pod
+it is bound to deleted) passes at most 2 min more, plus the 10 s kube-apiserver itself trusts a
+successful token authentication (its token cache). Concurrent calls with the
 same unknown token share one TokenReview (single flight). Tokens are never logged and never used as
 cache keys (only their SHA-256 is). Errors talking to the apiserver are not cached.
 
