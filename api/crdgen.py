@@ -14,12 +14,15 @@ How a model becomes a structural OpenAPI v3 schema:
   our own models (a template merged over what the controller builds);
 * constraints (``ge``, ``min_length``, ``pattern``...) become ``minimum``/``minLength``/``pattern``;
   markers from ``pko.api.markers`` add ``format``, list types, preserve-unknown-fields, defaults;
+* ``Rule`` markers (on a field, or ``@Rule(...)`` on a model) become ``x-kubernetes-validations``
+  (CEL, evaluated by the apiserver on every write; Kubernetes >= 1.25);
 * descriptions come from field docstrings (``use_attribute_docstrings``), else the field's model
   docstring; templates (``ApplyConfigurationOf``) carry none, their fields are documented in the
   CRD of the object they template, and the Stack CRD must stay under 256 KiB.
 
-Only what kube-apiserver 1.20 accepts is emitted: no CEL, no defaults except the CRD defaults the
-Go operator also has. Output is deterministic (sorted keys), so regenerating is a no-op.
+No defaults are emitted except the CRD defaults the Go operator also has (and the list-map key
+defaults of embedded Kubernetes types). Output is deterministic (sorted keys), so regenerating is a
+no-op.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ from pko.api.markers import (
     ListAtomic,
     ListMap,
     PreserveUnknown,
+    Rule,
+    rules_of,
 )
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -60,7 +65,8 @@ class CrdGenError(TypeError):
 
 @dataclass(frozen=True)
 class _Ctx:
-    """Generation mode: ``partial`` (a template) drops required, defaults, list-map keys, descriptions."""
+    """Generation mode: ``partial`` (a template) drops required, defaults, list-map keys, rules,
+    descriptions."""
 
     partial: bool = False
     stack: tuple[type[BaseModel], ...] = ()
@@ -137,6 +143,9 @@ def _apply_constraints(schema: Schema, metadata: Sequence[Any], ctx: _Ctx) -> No
         elif isinstance(item, CrdDefault):
             if not ctx.partial:
                 schema["default"] = item.value
+        elif isinstance(item, Rule):
+            if not ctx.partial:
+                schema.setdefault("x-kubernetes-validations", []).append(item.render())
         elif getattr(item, "pattern", None) is not None:
             schema["pattern"] = item.pattern
         elif isinstance(item, (Extension, PreserveUnknown, K8sType, ApplyConfigurationOf)):
@@ -220,17 +229,20 @@ def _model_schema(model: type[BaseModel], ctx: _Ctx) -> Schema:
         schema["description"] = description
     if required:
         schema["required"] = sorted(required)
+    if rules_of(model) and not ctx.partial:
+        schema["x-kubernetes-validations"] = [rule.render() for rule in rules_of(model)]
     return schema
 
 
 _ROOT_FIELDS: Final = ("api_version", "kind", "metadata")
 
 
-def _root_schema(model: type[BaseModel], ctx: _Ctx, *, name_max_length: int | None = None) -> Schema:
+def _root_schema(model: type[BaseModel], ctx: _Ctx) -> Schema:
     """The schema of a whole object: apiVersion, kind, metadata, then the model's own top-level fields.
 
-    At the CRD root, metadata may only constrain ``name``/``generateName``; inside a template
-    (``ctx.partial``) it is the full object-metadata model.
+    At the CRD root, metadata is validated by the apiserver itself; the schema only declares
+    ``name`` (a string), so that a rule on the model can report at ``.metadata.name``. Inside a
+    template (``ctx.partial``) it is the full object-metadata model.
     """
     base = _model_schema(model, ctx)
     props: Schema = base["properties"]
@@ -238,9 +250,7 @@ def _root_schema(model: type[BaseModel], ctx: _Ctx, *, name_max_length: int | No
     if ctx.partial:
         meta = props["metadata"]
     else:
-        meta = {"type": "object"}
-        if name_max_length is not None:
-            meta["properties"] = {"name": {"type": "string", "maxLength": name_max_length}}
+        meta = {"type": "object", "properties": {"name": {"type": "string"}}}
     props["apiVersion"] = {
         "type": "string",
         "description": "APIVersion defines the versioned schema of this representation of an object.",
@@ -300,7 +310,6 @@ class CrdDefinition:
     columns: tuple[PrinterColumn, ...]
     extra_versions: tuple[ServedVersion, ...] = ()
     short_names: tuple[str, ...] = ()
-    name_max_length: int | None = None
     required: tuple[str, ...] = ()
 
     @property
@@ -341,7 +350,6 @@ DEFINITIONS: Final[tuple[CrdDefinition, ...]] = (
                 deprecation_warning="pulumi.com/v1alpha1 Stack is deprecated; use pulumi.com/v1 Stack",
             ),
         ),
-        name_max_length=stack.MAX_NAME_LENGTH,
         required=("spec",),
     ),
     CrdDefinition(
@@ -389,7 +397,7 @@ DEFINITIONS: Final[tuple[CrdDefinition, ...]] = (
 
 def object_schema(definition: CrdDefinition) -> Schema:
     """The ``openAPIV3Schema`` of one CRD."""
-    schema = _root_schema(definition.model, _Ctx(), name_max_length=definition.name_max_length)
+    schema = _root_schema(definition.model, _Ctx())
     if definition.required:
         schema["required"] = sorted({*schema.get("required", ()), *definition.required})
     return schema

@@ -1,37 +1,31 @@
 """CRD-ready OpenAPI v3 schemas for the Kubernetes types our CRDs embed (pod template etc.).
 
 Why: a CRD schema prunes every field it does not list, so `workspaceTemplate.spec.podTemplate`
-must carry a complete, *current* PodTemplateSpec schema; yet the CRDs must also install on
-kube-apiserver 1.20. The raw definitions are imported from a current Kubernetes release by
-`hack/import_k8s_openapi.py` into `api/schemas/k8s-openapi-v<release>.json` (exactly one such
-file); this module turns one definition into a schema a CRD can embed.
+must carry a complete, *current* PodTemplateSpec schema. The raw definitions are imported from a
+current Kubernetes release by `hack/import_k8s_openapi.py` into
+`api/schemas/k8s-openapi-v<release>.json` (exactly one such file); this module turns one
+definition into a schema a CRD can embed.
 
 `k8s_schema(name)` returns a fully inlined (no `$ref`) structural schema. The conversion:
 
 * descriptions are dropped unless asked for: with them a pod template alone is ~340 KB (the Go
-  operator's Stack CRD is 1.5 MB), above the 256 KiB client-side `kubectl apply` limit; without
-  them it is ~67 KB;
+  operator's Stack CRD is 1.5 MB), above the 256 KiB annotation in which client-side
+  `kubectl apply` keeps the whole CRD; without them it is ~67 KB;
 * IntOrString and Quantity become `x-kubernetes-int-or-string: true` with no `type` (Quantity
   also gets its grammar as a `pattern`); the swagger 2 spelling `format: int-or-string` is
   converted the same way. No `anyOf: [integer, string]` (controller-gen's spelling): the
-  apiserver implies it for validation. Known 1.20 limit, measured: its apply machinery re-adds
-  that anyOf to every int-or-string node, fails to parse it, and then treats every list of the
-  *whole* CR as atomic for server-side apply (two managers conflict on `containers` instead of
-  merging by name). Validation, storage and single-manager apply are unaffected, current
-  releases are fine, and the alternative (untyped preserve-unknown-fields) would accept
-  `cpu: {}`; so int-or-string stays;
+  apiserver implies it, and server-side apply merges int-or-string nodes either way;
 * vendor extensions a CRD does not accept (`x-kubernetes-patch-strategy`,
-  `x-kubernetes-patch-merge-key`, `x-kubernetes-group-version-kind`, `x-kubernetes-unions`) and
-  CEL `x-kubernetes-validations` (unknown to 1.20) are dropped; `x-kubernetes-list-type`,
-  `x-kubernetes-list-map-keys` and `x-kubernetes-map-type` are kept, so server-side apply merges
-  containers, env, ports, volumes... by key as it does for real pods;
-* list-map keys: 1.20 refuses a CRD whose `x-kubernetes-list-map-keys` names a property that is
-  neither required nor defaulted. Upstream marks such keys with a `+default` the swagger does not
-  carry; we restore the real default where 1.20 can take it (`LIST_MAP_KEY_DEFAULTS`: a port's
-  `protocol` is "TCP", as Kubernetes applies to pods), so keyed merging keeps working. Any other
-  such key downgrades its list to atomic (replace-whole-list on apply) rather than inventing a
-  default. That includes `imagePullSecrets` (key `name`, upstream default ""): 1.20 reads an
-  empty-string default as null and refuses the CRD;
+  `x-kubernetes-patch-merge-key`, `x-kubernetes-group-version-kind`, `x-kubernetes-unions`) are
+  dropped; `x-kubernetes-list-type`, `x-kubernetes-list-map-keys`, `x-kubernetes-map-type` and CEL
+  `x-kubernetes-validations` are kept, so server-side apply merges containers, env, ports,
+  volumes... by key as it does for real pods;
+* list-map keys: the apiserver refuses a CRD whose `x-kubernetes-list-map-keys` names a property
+  that is neither required nor defaulted. Upstream marks such keys with a `+default` the swagger
+  does not carry; we restore it (`LIST_MAP_KEY_DEFAULTS`: a port's `protocol` is "TCP", an
+  imagePullSecret's `name` is "", as Kubernetes applies to pods), so keyed merging keeps working.
+  Any other such key downgrades its list to atomic (replace-whole-list on apply) rather than
+  inventing a default;
 * embedded ObjectMeta (PodTemplateSpec.metadata, an ephemeral volume's claim template) becomes
   an object with only `EMBEDDED_METADATA_FIELDS` (controller-gen's embedded-metadata style):
   server-managed fields make no sense in a template, and an empty object would prune everything.
@@ -39,10 +33,10 @@ file); this module turns one definition into a schema a CRD can embed.
 * an `object` with neither properties nor additionalProperties gets
   `x-kubernetes-preserve-unknown-fields` (otherwise it would prune all its content).
 
-Invariants (checked by `crd_schema_problems`, enforced by tests against a real 1.20 apiserver):
+Invariants (checked by `crd_schema_problems`, enforced by tests against a real kube-apiserver):
 every node has a `type` or is int-or-string/preserve-unknown-fields; `properties` and
-`additionalProperties` never together; no `$ref`, no `default` except the list-map ones (never
-""), only CRD-accepted extensions. The definitions have no recursion; inlining raises if one appears.
+`additionalProperties` never together; no `$ref`, no `default` except the list-map ones, only
+CRD-accepted extensions. The definitions have no recursion; inlining raises if one appears.
 """
 
 from __future__ import annotations
@@ -108,12 +102,13 @@ EMBEDDED_METADATA_FIELDS: Final = ("annotations", "finalizers", "generateName", 
 LIST_MAP_KEY_DEFAULTS: Final[Mapping[tuple[str, str], Any]] = {
     (_CORE + "ContainerPort", "protocol"): "TCP",
     (_CORE + "ServicePort", "protocol"): "TCP",
+    (_CORE + "LocalObjectReference", "name"): "",  # imagePullSecrets
 }
 
 # Closed value sets of the Kubernetes API: the Go `+enum` types, which a current apiserver lists as
 # `enum` in its OpenAPI v3 but the swagger v2 we import states only in prose ("One of Always, ...").
 # Without them a CRD accepts e.g. `restartPolicy: Sometimes`, and the user learns of it only when the
-# workspace StatefulSet is created. Only sets that are closed in every release since 1.20 are listed
+# workspace StatefulSet is created. Only sets that are closed in every supported release are listed
 # (no `Container.restartPolicy`, whose set grows with sidecar restart rules).
 ENUMS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
     (_CORE + "PodSpec", "restartPolicy"): ("Always", "OnFailure", "Never"),
@@ -165,16 +160,16 @@ _COPIED: Final = frozenset(
         "x-kubernetes-map-type",
         "x-kubernetes-preserve-unknown-fields",
         "x-kubernetes-embedded-resource",
+        "x-kubernetes-validations",
     }
 )
-# Swagger keywords a CRD (or 1.20) does not accept; they carry no validation we lose.
+# Swagger keywords a CRD does not accept; they carry no validation we lose.
 _DROPPED: Final = frozenset(
     {
         "x-kubernetes-patch-strategy",
         "x-kubernetes-patch-merge-key",
         "x-kubernetes-group-version-kind",
         "x-kubernetes-unions",
-        "x-kubernetes-validations",
     }
 )
 _CRD_EXTENSIONS: Final = frozenset(
@@ -185,6 +180,7 @@ _CRD_EXTENSIONS: Final = frozenset(
         "x-kubernetes-map-type",
         "x-kubernetes-preserve-unknown-fields",
         "x-kubernetes-embedded-resource",
+        "x-kubernetes-validations",
     }
 )
 
@@ -298,7 +294,7 @@ def _ref_name(ref: str, where: str) -> str:
 
 
 def _resolve_list_map_keys(schema: dict[str, Any], item_name: str) -> None:
-    """Make a list-map installable on 1.20: every key required or defaulted, else atomic."""
+    """Make a list-map installable: every key required or defaulted, else atomic."""
     items = schema["items"]
     required = set(items.get("required", ()))
     keys: list[str] = schema["x-kubernetes-list-map-keys"]
@@ -397,14 +393,12 @@ def _walk(schema: Mapping[str, Any], path: str) -> Iterator[tuple[str, Mapping[s
 
 
 def crd_schema_problems(schema: Mapping[str, Any], path: str = "") -> list[str]:
-    """What kube-apiserver 1.20 (or current) would refuse in this CRD schema; empty when none.
+    """What kube-apiserver would refuse in this CRD schema; empty when none.
 
     Covers the rules the conversion must keep: structural typing, properties xor
     additionalProperties, no $ref, only CRD extensions, list/map-type placement, list-map keys
-    scalar and required-or-defaulted, set items scalar or atomic; and two 1.20 traps seen on a
-    real apiserver: a "" default (refused as null) and anyOf/allOf/oneOf/not (the CRD installs,
-    but the CR's OpenAPI model fails to build, so server-side apply treats every list as
-    atomic). Usable on whole CRD schemas.
+    scalar and required-or-defaulted, set items scalar or atomic. Usable on whole CRD schemas.
+    (CEL rules are compiled and costed by the apiserver only: the cluster tests install them.)
     """
     problems: list[str] = []
     for where, node, structural in _walk(schema, path):
@@ -424,11 +418,6 @@ def crd_schema_problems(schema: Mapping[str, Any], path: str = "") -> list[str]:
             problems.append(f"{at}: no type")
         if int_or_string and "type" in node:
             problems.append(f"{at}: int-or-string with a type")
-        for keyword in ("anyOf", "allOf", "oneOf", "not"):
-            if keyword in node:
-                problems.append(f"{at}: {keyword} (1.20 cannot build the OpenAPI model, breaking apply)")
-        if node.get("default") == "":
-            problems.append(f"{at}: empty-string default (1.20 reads it as null and refuses it)")
         if "properties" in node and "additionalProperties" in node:
             problems.append(f"{at}: both properties and additionalProperties")
         if "x-kubernetes-map-type" in node and node.get("type") != "object":

@@ -3,7 +3,7 @@
 Pydantic ignores metadata objects it does not know, so these markers cost nothing at validation
 time; ``pko.api.crdgen`` reads them when it turns a model into an OpenAPI v3 structural schema.
 They hold only what a Python type cannot say on its own (integer width, list semantics, a
-server-side default, "this is one of our extensions").
+server-side default, a cross-field rule, "this is one of our extensions").
 
 Every marker is a frozen dataclass, so markers compare by value and are hashable.
 """
@@ -11,7 +11,7 @@ Every marker is a frozen dataclass, so markers compare by value and are hashable
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, TypeVar
 
 
 @dataclass(frozen=True)
@@ -25,8 +25,8 @@ class Format:
 class ListMap:
     """A list merged by key under server-side apply (``x-kubernetes-list-type: map``).
 
-    Invariant: every key is a required field of the item model (1.20 refuses a map key that is
-    neither required nor defaulted).
+    Invariant: every key is a required field of the item model (the apiserver refuses a CRD whose
+    map key is neither required nor defaulted).
     """
 
     keys: tuple[str, ...]
@@ -47,7 +47,7 @@ class PreserveUnknown:
 
 @dataclass(frozen=True)
 class CrdDefault:
-    """A default the apiserver applies on write (and 1.20 accepts).
+    """A default the apiserver applies on write.
 
     Use only where the Go operator's CRD has the same default; otherwise default in the model.
     """
@@ -75,6 +75,57 @@ class ApplyConfigurationOf:
     model: type[Any]
 
 
+_RULES_ATTRIBUTE: Final = "__pko_crd_rules__"
+
+T = TypeVar("T", bound=type)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A CEL validation rule the apiserver evaluates on every write (``x-kubernetes-validations``).
+
+    On a field, ``Annotated[X, Rule(...)]``, ``self`` is the field's value. On a model, as a class
+    decorator ``@Rule(...)`` (the spelling of kubebuilder's ``+kubebuilder:validation:XValidation``
+    above a Go type), ``self`` is an object of that model: at a CRD root, the whole object
+    (``self.metadata.name``). A model's rules are its own: a subclass states its own (``rules_of``).
+
+    ``message`` is what the apiserver reports, at the node's path or at ``field_path`` (a path
+    relative to the node, e.g. ``.branch``). Rules are dropped inside templates
+    (``ApplyConfigurationOf``): a template is partial, a rule about the whole object would misfire.
+
+    Why here and not only in ``pko.api.validation``: the apiserver refuses the object on create and
+    update, so ``kubectl apply`` fails with the message instead of the object being Stalled later.
+    CEL rules need Kubernetes >= 1.25 (on by default there). Every rule keeps a Python twin in
+    ``pko.api.validation`` (objects stored before a rule existed are still checked); the rule must
+    never refuse what the twin accepts.
+    """
+
+    rule: str
+    message: str
+    field_path: str | None = None
+    reason: str | None = None
+
+    def render(self) -> dict[str, str]:
+        """The ``x-kubernetes-validations`` entry."""
+        entry = {"rule": self.rule, "message": self.message}
+        if self.field_path is not None:
+            entry["fieldPath"] = self.field_path
+        if self.reason is not None:
+            entry["reason"] = self.reason
+        return entry
+
+    def __call__(self, model: T) -> T:
+        """Class decorator: add this rule to ``model``'s own rules (in the order they are written)."""
+        setattr(model, _RULES_ATTRIBUTE, (self, *rules_of(model)))
+        return model
+
+
+def rules_of(model: type) -> tuple[Rule, ...]:
+    """The rules declared on ``model`` itself with ``@Rule(...)`` (not those of its bases)."""
+    rules: tuple[Rule, ...] = vars(model).get(_RULES_ATTRIBUTE, ())
+    return rules
+
+
 __all__ = [
     "ApplyConfigurationOf",
     "CrdDefault",
@@ -83,4 +134,6 @@ __all__ = [
     "ListAtomic",
     "ListMap",
     "PreserveUnknown",
+    "Rule",
+    "rules_of",
 ]

@@ -6,6 +6,10 @@ users' manifests still carry (``accessTokenSecret``, ``envs``, ``envSecrets``, `
 onto the Workspace (see each field's docstring). ``status.nextRetryTime`` is our extension.
 
 The same schema is served as the legacy ``pulumi.com/v1alpha1`` (not stored).
+
+The ``@Rule`` decorators are CEL rules the apiserver checks on every write (the Go operator's name
+rule, and the cross-field rules its controllers and API docs state); each has a Python twin in
+``pko.api.validation``.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pko.api import update as update_api
 from pko.api import workspace as workspace_api
-from pko.api.markers import ApplyConfigurationOf, Extension, ListAtomic
+from pko.api.markers import ApplyConfigurationOf, Extension, ListAtomic, Rule
 from pko.api.meta import (
     Conditions,
     GoDuration,
@@ -36,6 +40,11 @@ PLURAL: Final = "stacks"
 
 MAX_NAME_LENGTH: Final = 42
 """Longest Stack name: derived object names (``<name>-workspace-0``, Update names) must stay valid."""
+NAME_TOO_LONG_MESSAGE: Final = (
+    f"Stack name must be no more than {MAX_NAME_LENGTH} characters to accommodate workspace pod naming "
+    "(name + '-workspace' + 10-char hash must fit within Kubernetes' 63-character label limit)"
+)
+"""The Go operator's message for its CEL rule ``size(self.metadata.name) <= 42`` (users search for it)."""
 
 RECONCILE_REQUEST_ANNOTATION: Final = "pulumi.com/reconciliation-request"
 
@@ -94,10 +103,23 @@ class LiteralRef(KubeModel):
     """Value to load."""
 
 
+def _union_rule(members: tuple[tuple[str, str], ...]) -> Rule:
+    """The member named by ``type`` is set, and no other (``members``: (type, field) pairs)."""
+    return Rule(
+        " && ".join(f"(self.type == '{kind}') == has(self.{field})" for kind, field in members),
+        "exactly the field named by type must be set: "
+        + ", ".join(f"{field} for {kind}" for kind, field in members),
+    )
+
+
+_REF_MEMBERS: Final = (("Env", "env"), ("FS", "filesystem"), ("Secret", "secret"), ("Literal", "literal"))
+
+
+@_union_rule(_REF_MEMBERS)
 class ResourceRef(KubeModel):
     """Where a value comes from: one of a Secret key or a literal (Env and FS are refused in v2).
 
-    Invariant checked by ``pko.api.validation``: the key named by ``type`` is set, no other is.
+    Invariant (a CEL rule, and ``pko.api.validation``): the key named by ``type`` is set, no other is.
     """
 
     type: ResourceSelectorType
@@ -113,6 +135,7 @@ class ResourceRef(KubeModel):
     """LiteralRef refers to a literal value."""
 
 
+@_union_rule((*_REF_MEMBERS, ("ConfigMap", "configMap")))
 class EnvRef(ResourceRef):
     """Where an environment variable's value comes from: a ResourceRef, or a ConfigMap key (pko
     extension: upstream has no way to take a plain setting from a ConfigMap)."""
@@ -167,6 +190,10 @@ class BasicAuth(KubeModel):
     """The password."""
 
 
+@Rule(
+    "has(self.accessToken) || has(self.sshAuth) || has(self.basicAuth) || has(self.githubApp)",
+    "must specify one of accessToken, sshAuth, basicAuth or githubApp",
+)
 class GitAuthConfig(KubeModel):
     """Git authentication. When more than one mode is set, the first of sshAuth, accessToken, githubApp,
     basicAuth wins."""
@@ -231,6 +258,42 @@ WorkspaceApplyConfiguration = Annotated[dict[str, Any], ApplyConfigurationOf(wor
 UpdateApplyConfiguration = Annotated[dict[str, Any], ApplyConfigurationOf(update_api.Update)]
 
 
+def _set(field: str) -> str:
+    """CEL: the string field is set and not empty (the Python checks test truthiness)."""
+    return f"(has(self.{field}) && self.{field} != '')"
+
+
+_OTHER_GIT_FIELDS_SET: Final = " || ".join(
+    (
+        _set("commit"),
+        _set("branch"),
+        _set("repoDir"),
+        "has(self.gitAuth)",
+        _set("gitAuthSecret"),
+        "(has(self.shallow) && self.shallow)",
+    )
+)
+
+
+@Rule(
+    f"[{_set('projectRepo')}, has(self.fluxSource), has(self.programRef)].filter(s, s).size() <= 1",
+    "only one of projectRepo, fluxSource or programRef may be set",
+)
+@Rule(
+    f"{_set('projectRepo')} || !({_OTHER_GIT_FIELDS_SET})",
+    "required when commit, branch, repoDir, gitAuth, gitAuthSecret or shallow is set",
+    field_path=".projectRepo",
+)
+@Rule(f"!{_set('commit')} || !{_set('branch')}", "mutually exclusive with spec.commit", field_path=".branch")
+@Rule(
+    f"!{_set('projectRepo')} || {_set('commit')} || {_set('branch')}",
+    "one of commit or branch is required with projectRepo",
+)
+@Rule(
+    f"!has(self.gitAuth) || !{_set('gitAuthSecret')}",
+    "mutually exclusive with spec.gitAuthSecret",
+    field_path=".gitAuth",
+)
 class StackSpec(KubeModel):
     """The desired state of a Pulumi stack managed by the operator."""
 
@@ -483,6 +546,7 @@ class StackStatus(KubeModel):
     """(pko extension) LastFailure classifies the last failed operation (cleared by a success)."""
 
 
+@Rule(f"size(self.metadata.name) <= {MAX_NAME_LENGTH}", NAME_TOO_LONG_MESSAGE, field_path=".metadata.name")
 class Stack(KubeModel):
     """A Stack (pulumi.com/v1; also served as pulumi.com/v1alpha1)."""
 
@@ -504,6 +568,7 @@ __all__ = [
     "KIND",
     "LEGACY_VERSION",
     "MAX_NAME_LENGTH",
+    "NAME_TOO_LONG_MESSAGE",
     "PLURAL",
     "RECONCILE_REQUEST_ANNOTATION",
     "VERSION",

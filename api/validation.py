@@ -1,4 +1,4 @@
-"""Cross-field rules the CRD schema cannot express on kube-apiserver 1.20 (no CEL), written once.
+"""Cross-field rules of the API, checked by the operator before it acts, written once.
 
 Reconcilers call ``parse_*`` on the raw object: it returns the model and every problem found,
 each a ``FieldError`` named by its wire path (``spec.envRefs[FOO].secret``). A non-empty list
@@ -10,6 +10,13 @@ controllers make before acting (git source, git auth, resource refs, namespace i
 source reference) and the constraints its API docs state in prose (commit/branch exclusive,
 Program get/properties exclusive, ...). Rules are pure functions of the object (and its
 namespace), so they are tested without a cluster.
+
+Those a CEL expression can state are also ``Rule`` markers on the models (``pko.api.markers``),
+so the apiserver refuses such an object on write; the checks here stay, as the operator's
+defence: objects stored before a rule existed (an upgrade; CRD validation ratcheting keeps
+unchanged invalid fields), CRDs installed from an older pko, and the rules CEL cannot state
+(namespaces, deprecated ref types, duplicate config keys across maps, the workspace template
+supplying the program). A CEL rule never refuses what these checks accept.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Final, TypeVar
 
 from pko.api.program import Program
-from pko.api.stack import MAX_NAME_LENGTH, ResourceRef, Stack, StackSpec
+from pko.api.stack import MAX_NAME_LENGTH, NAME_TOO_LONG_MESSAGE, ResourceRef, Stack, StackSpec
 from pko.api.update import Update
 from pko.api.workspace import GitAuth, Workspace, WorkspaceStack
 from pydantic import BaseModel, ValidationError
@@ -127,7 +134,6 @@ def _ref_union_errors(ref: ResourceRef, path: str) -> Iterator[FieldError]:
     for key in present:
         if key != expected:
             yield FieldError(f"{path}.{to_camel(key)}", f"must not be set when type is {ref.type!r}")
-
 
 
 def _namespace_errors(ref: ResourceRef, path: str, namespace: str | None) -> Iterator[FieldError]:
@@ -300,7 +306,7 @@ def validate_stack(stack: Stack) -> list[FieldError]:
     errors: list[FieldError] = []
     name = stack.metadata.name or ""
     if len(name) > MAX_NAME_LENGTH:
-        errors.append(FieldError("metadata.name", f"must be no more than {MAX_NAME_LENGTH} characters"))
+        errors.append(FieldError("metadata.name", NAME_TOO_LONG_MESSAGE))
     errors += _stack_source_errors(spec)
     errors += _stack_git_errors(spec, namespace)
     errors += _stack_flux_errors(spec)

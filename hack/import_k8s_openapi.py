@@ -2,10 +2,20 @@
 """Import the Kubernetes OpenAPI definitions our CRDs embed (PodTemplateSpec and friends).
 
 Why: a CRD schema silently prunes every field it does not list, so an embedded pod template
-must be described by a *current* Kubernetes release's definitions, not by the 1.20 apiserver we
-test on (its /openapi/v2 lacks e.g. sidecar `initContainers[].restartPolicy`). The definitions
-come from the public tomplus/kubernetes_asyncio repository (our client library), whose
-`kubernetes_asyncio/swagger.json.unprocessed` is the upstream swagger with descriptions.
+must be described by a Kubernetes release at least as recent as the one it runs on: a field the
+import lacks (e.g. 1.37's `emptyDir.mode`) is silently dropped from a Workspace's podTemplate.
+The import is the release the tests run (`KUBERNETES_VERSION` in hack/versions.env), and a
+cluster test cross-checks it against the test apiserver's own /openapi/v2.
+
+Sources, each the upstream swagger with descriptions:
+
+* `--from-go-module`: `api/openapi-spec/swagger.json` of the Go module
+  `k8s.io/kubernetes@v<KUBERNETES_VERSION>`, fetched by `go mod download` into the cache
+  hack/build-kubernetes.sh uses (`~/.cache/pko/go/mod`); the recorded `commit` is the module's
+  go.sum hash (`h1:...`): the proxy gives no git commit, the hash pins the content just as well;
+* `--from-mirror`: `kubernetes_asyncio/swagger.json.unprocessed` of a bare mirror of
+  tomplus/kubernetes_asyncio (our client library; its release lags Kubernetes);
+* `--swagger PATH --release X.Y.Z`: any swagger.json.
 
 This script writes the *raw* transitive closure of the definitions reachable from `ROOTS`
 (descriptions and vendor extensions kept, nothing rewritten) to
@@ -21,21 +31,24 @@ the output is byte-for-byte a function of (swagger, ROOTS, source) -- sorted key
 indentation -- so `--check` can re-derive it.
 
 Usage:
+    hack/import_k8s_openapi.py --from-go-module         # k8s.io/kubernetes@v$KUBERNETES_VERSION
     hack/import_k8s_openapi.py --from-mirror            # the local bare mirror of kubernetes_asyncio
     hack/import_k8s_openapi.py --swagger PATH --release 1.35.0 [--commit SHA]
     hack/import_k8s_openapi.py --check                  # committed file == closure of ROOTS over itself
     hack/import_k8s_openapi.py --check --from-mirror    # ... and == a fresh import from the mirror
 
-Stdlib only, so it runs before the project is installed.
+Stdlib and `go` only, so it runs before the project is installed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -50,6 +63,12 @@ SOURCE_PATH = "kubernetes_asyncio/swagger.json.unprocessed"
 # the swagger's own info.version is "unversioned".
 RELEASE_CONSTANTS_PATH = "scripts/constants.py"
 DEFAULT_MIRROR = Path("/work/.mirror/tomplus+kubernetes_asyncio/repo")
+
+GO_MODULE = "k8s.io/kubernetes"
+GO_MODULE_REPOSITORY = "https://github.com/kubernetes/kubernetes"
+GO_MODULE_SWAGGER = "api/openapi-spec/swagger.json"
+DEFAULT_GOMODCACHE = Path.home() / ".cache" / "pko" / "go" / "mod"  # hack/build-kubernetes.sh's
+VERSIONS_ENV = REPO_ROOT / "hack" / "versions.env"
 
 _CORE = "io.k8s.api.core.v1."
 _META = "io.k8s.apimachinery.pkg.apis.meta.v1."
@@ -182,6 +201,28 @@ def read_mirror(mirror: Path) -> tuple[dict[str, Any], str, str]:
     return swagger, release, commit
 
 
+def pinned_release() -> str:
+    """KUBERNETES_VERSION from hack/versions.env: the release the tests and the node run."""
+    match = re.search(r"^KUBERNETES_VERSION=(\S+)$", VERSIONS_ENV.read_text(), re.MULTILINE)
+    if match is None:
+        raise ImportError_(f"no KUBERNETES_VERSION in {VERSIONS_ENV}")
+    return normalize_release(match.group(1))
+
+
+def read_go_module(release: str, modcache: Path) -> tuple[dict[str, Any], str]:
+    """(swagger, go.sum hash) of k8s.io/kubernetes@v<release>, downloaded into `modcache` if needed."""
+    env = {**os.environ, "GOMODCACHE": str(modcache), "GOFLAGS": "-mod=mod"}
+    result = subprocess.run(
+        ["go", "mod", "download", "-json", f"{GO_MODULE}@v{normalize_release(release)}"],
+        check=True, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir(),  # outside any module
+    )  # fmt: skip
+    module = json.loads(result.stdout)
+    if module.get("Error"):
+        raise ImportError_(f"go mod download {GO_MODULE}: {module['Error']}")
+    swagger = json.loads((Path(module["Dir"]) / GO_MODULE_SWAGGER).read_text(encoding="utf-8"))
+    return swagger, str(module["Sum"])
+
+
 def write(document: Mapping[str, Any]) -> Path:
     """Write the document and remove every other imported release: exactly one is committed."""
     target = output_path(document["source"]["kubernetesRelease"])
@@ -250,6 +291,15 @@ def main(argv: list[str] | None = None) -> int:
     origin = parser.add_mutually_exclusive_group()
     origin.add_argument("--swagger", type=Path, help="a swagger.json (with descriptions)")
     origin.add_argument(
+        "--from-go-module",
+        nargs="?",
+        const=DEFAULT_GOMODCACHE,
+        type=Path,
+        metavar="GOMODCACHE",
+        help=f"the Go module {GO_MODULE} at --release (default: KUBERNETES_VERSION of hack/versions.env), "
+        f"downloaded into GOMODCACHE (default {DEFAULT_GOMODCACHE})",
+    )
+    origin.add_argument(
         "--from-mirror",
         nargs="?",
         const=DEFAULT_MIRROR,
@@ -265,7 +315,17 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         fresh: dict[str, Any] | None = None
-        if args.from_mirror is not None:
+        if args.from_go_module is not None:
+            release = args.release or pinned_release()
+            swagger, digest = read_go_module(release, args.from_go_module)
+            fresh = build_document(
+                swagger,
+                release=release,
+                repository=GO_MODULE_REPOSITORY,
+                commit=digest,
+                path=GO_MODULE_SWAGGER,
+            )
+        elif args.from_mirror is not None:
             swagger, release, commit = read_mirror(args.from_mirror)
             fresh = build_document(
                 swagger, release=release, repository=SOURCE_REPOSITORY, commit=commit, path=SOURCE_PATH
@@ -285,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"drift: {problem}", file=sys.stderr)
             return 1 if problems else 0
         if fresh is None:
-            parser.error("give --from-mirror, --swagger or --check")
+            parser.error("give --from-go-module, --from-mirror, --swagger or --check")
         target = write(fresh)
     except (ImportError_, subprocess.CalledProcessError, OSError, ValueError) as exc:
         print(f"import_k8s_openapi: {exc}", file=sys.stderr)

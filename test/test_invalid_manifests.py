@@ -7,8 +7,8 @@ the CRDs from config/crd installed; it must be refused with 422 Invalid, and the
 message must contain every expected text, the first of which names the offending field; every
 cause the apiserver lists must be about that field (so a manifest cannot pass for another reason).
 
-Field paths are compared without list indices: kube-apiserver 1.20 reports `containers.name`
-where current releases report `containers[0].name`.
+Field paths are compared without list indices (`containers[0].name` and `containers.name` are the
+same field), so a `# expect:` line may spell them either way.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ DATA = Path(__file__).resolve().parent / "data" / "invalid"
 PLURALS = {"Stack": "stacks", "Program": "programs", "Workspace": "workspaces", "Update": "updates"}
 EXPECT = re.compile(r"^#\s*expect:\s*(?P<text>.+?)\s*$")
 LIST_INDEX = re.compile(r"\[\d+\]")
+# Not a cause of its own: the apiserver skips the CEL rules of an object that fails its schema and
+# says so in one more cause (field "<nil>").
+RULES_NOT_CHECKED = "some validation rules were not checked because the object was invalid"
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,11 @@ async def test_apiserver_rejects_invalid_manifest(api_client: Any, namespace: st
             assert LIST_INDEX.sub("", expected) in message, f"{path.name}: {expected!r} not in {message!r}"
         # One mistake per manifest: every cause the apiserver lists is about the named field.
         field = LIST_INDEX.sub("", manifest.expects[0])
-        causes = [LIST_INDEX.sub("", c.get("field", "")) for c in status["details"].get("causes", [])]
+        causes = [
+            LIST_INDEX.sub("", c.get("field", ""))
+            for c in status["details"].get("causes", [])
+            if RULES_NOT_CHECKED not in c.get("message", "")
+        ]
         assert causes, f"{path.name}: no causes in {status}"
         for cause in causes:
             assert cause == field or cause.startswith(field + "."), f"{path.name}: unexpected cause {cause!r}"

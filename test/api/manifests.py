@@ -6,11 +6,16 @@ cluster test means every field of the CRD schema.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 
 def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]:
-    """A Stack with every spec and status field set (sources are mutually exclusive in practice)."""
+    """A Stack with every spec field set, bar the alternatives the CRD's rules make exclusive.
+
+    Its source is git at a commit with gitAuth; ``stack_variants`` adds the other sources (git at a
+    branch with gitAuthSecret, a Flux source, a Program), so that together they set every field.
+    """
     ref_secret = {"type": "Secret", "secret": {"name": "git", "key": "token"}}
     return {
         "apiVersion": "pulumi.com/v1",
@@ -43,7 +48,6 @@ def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]
             },
             "secretsProvider": "awskms:///arn:aws:kms:us-east-1:111122223333:key/abcd",
             "projectRepo": "https://github.com/pulumi/examples",
-            "gitAuthSecret": "git-credentials",
             "gitAuth": {
                 "accessToken": ref_secret,
                 "sshAuth": {"sshPrivateKey": ref_secret, "password": ref_secret},
@@ -52,17 +56,7 @@ def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]
             },
             "repoDir": "random-yaml/",
             "commit": "2b0889718d3e63feeb6079ccd5e4488d8601e353",
-            "branch": "refs/heads/master",
             "shallow": True,
-            "fluxSource": {
-                "sourceRef": {
-                    "apiVersion": "source.toolkit.fluxcd.io/v1",
-                    "kind": "GitRepository",
-                    "name": "repo",
-                },
-                "dir": "basic/",
-            },
-            "programRef": {"name": "staticwebsite"},
             "targets": ["urn:pulumi:dev::project::aws:s3/bucket:Bucket::b"],
             "targetDependents": True,
             "prerequisites": [{"name": "network", "requirement": {"succeededWithinDuration": "1h30m"}}],
@@ -150,6 +144,37 @@ def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]
             "suspend": True,
             "maxUpdateFailures": 5,
         },
+    }
+
+
+STACK_GIT_FIELDS = ("projectRepo", "gitAuthSecret", "gitAuth", "repoDir", "commit", "branch", "shallow")
+
+
+def stack_variants(name: str = "full", namespace: str = "default") -> dict[str, dict[str, Any]]:
+    """``full_stack`` and the same Stack with each other source: together they set every field."""
+    base = full_stack(name, namespace)
+
+    def variant(**source: Any) -> dict[str, Any]:
+        obj = copy.deepcopy(base)
+        for field in STACK_GIT_FIELDS:
+            obj["spec"].pop(field, None)
+        obj["spec"].update(shallow=False, **source)  # the model writes its default back
+        return obj
+
+    flux = {
+        "sourceRef": {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository", "name": "repo"},
+        "dir": "basic/",
+    }
+    return {
+        "git-commit": base,
+        "git-branch": variant(
+            projectRepo="https://github.com/pulumi/examples",
+            branch="refs/heads/master",
+            gitAuthSecret="git-credentials",
+            repoDir="random-yaml/",
+        ),
+        "flux": variant(fluxSource=flux),
+        "program": variant(programRef={"name": "staticwebsite"}),
     }
 
 

@@ -1,8 +1,8 @@
 """The embedded Kubernetes schemas (pko.api.k8sschema) and their importer (hack/import_k8s_openapi.py).
 
 Pure tests prove the conversion rules and that the committed definitions are exactly what the
-importer produces; the cluster tests prove the result installs on kube-apiserver 1.20 and keeps
-current-release pod fields that 1.20 itself does not know.
+importer produces; the cluster tests prove the result installs on the test kube-apiserver, keeps
+every pod field it sends, and drives server-side apply (containers merged by name).
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ REPO = Path(__file__).resolve().parents[2]
 CORE = "io.k8s.api.core.v1."
 META = "io.k8s.apimachinery.pkg.apis.meta.v1."
 POD_TEMPLATE = CORE + "PodTemplateSpec"
-MIRROR = Path("/work/.mirror/tomplus+kubernetes_asyncio/repo")
 
 
 def _load_importer() -> ModuleType:
@@ -86,10 +85,10 @@ def test_exactly_one_import_is_committed_and_its_source_is_recorded() -> None:
     files = sorted((REPO / "api" / "schemas").glob("k8s-openapi-v*.json"))
     assert [f.name for f in files] == [f"k8s-openapi-v{K8S_RELEASE}.json"]
     assert re.fullmatch(r"1\.\d+\.\d+", K8S_RELEASE)
-    assert int(K8S_RELEASE.split(".")[1]) >= 30, "must come from a current release, not the 1.20 we test on"
-    assert K8S_SOURCE["repository"] == "https://github.com/tomplus/kubernetes_asyncio"
-    assert K8S_SOURCE["path"] == "kubernetes_asyncio/swagger.json.unprocessed"
-    assert re.fullmatch(r"[0-9a-f]{40}", K8S_SOURCE["commit"])
+    assert K8S_RELEASE == importer.pinned_release(), "import the release the tests run (hack/versions.env)"
+    assert K8S_SOURCE["repository"] == "https://github.com/kubernetes/kubernetes"
+    assert K8S_SOURCE["path"] == "api/openapi-spec/swagger.json"
+    assert re.fullmatch(r"h1:[A-Za-z0-9+/]{43}=", K8S_SOURCE["commit"])  # the Go module's go.sum hash
 
 
 def test_committed_file_is_what_the_importer_writes() -> None:
@@ -168,17 +167,18 @@ def test_importer_takes_the_closure_records_the_release_and_replaces_the_old_fil
 
 
 @pytest.mark.skipif(
-    not MIRROR.is_dir(), reason="the kubernetes_asyncio mirror is only on development machines"
+    not (importer.DEFAULT_GOMODCACHE / f"k8s.io/kubernetes@v{K8S_RELEASE}").is_dir(),
+    reason="the k8s.io/kubernetes module is cached by hack/build-kubernetes.sh",
 )
-def test_committed_file_equals_a_fresh_import_from_the_mirror() -> None:
-    assert importer.main(["--check", "--from-mirror", str(MIRROR)]) == 0
+def test_committed_file_equals_a_fresh_import_from_the_go_module() -> None:
+    assert importer.main(["--check", "--from-go-module"]) == 0
 
 
 # --- the conversion -------------------------------------------------------------------------------
 
 
-# Pod template fields of the current release that kube-apiserver 1.20's own schema lacks.
-CURRENT_ONLY_PATHS = (
+# Pod template fields of recent releases (1.21 to 1.33): the import must be current.
+RECENT_PATHS = (
     "spec.initContainers[].restartPolicy",  # native sidecars
     "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[].namespaceSelector",
     "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[].podAffinityTerm.matchLabelKeys",
@@ -194,9 +194,9 @@ CURRENT_ONLY_PATHS = (
 )
 
 
-def test_pod_template_has_current_fields_that_kubernetes_1_20_lacks() -> None:
+def test_pod_template_has_recent_fields() -> None:
     pod = k8s_schema(POD_TEMPLATE)
-    for path in CURRENT_ONLY_PATHS:
+    for path in RECENT_PATHS:
         assert at(pod, path), path
 
 
@@ -218,7 +218,7 @@ def test_quantity_and_int_or_string_become_int_or_string_without_type() -> None:
 
 def test_every_committed_definition_converts_to_an_installable_schema() -> None:
     forbidden = re.compile(
-        r'"(\$ref|x-kubernetes-(patch-strategy|patch-merge-key|group-version-kind|unions|validations))"'
+        r'"(\$ref|x-kubernetes-(patch-strategy|patch-merge-key|group-version-kind|unions))"'
     )
     for name in importer.closure(json.loads(importer.committed_files()[0].read_text())["definitions"]):
         for descriptions in (False, True):
@@ -227,7 +227,7 @@ def test_every_committed_definition_converts_to_an_installable_schema() -> None:
             assert not forbidden.search(json.dumps(schema)), name
 
 
-def test_structural_checker_reports_what_1_20_refuses() -> None:
+def test_structural_checker_reports_what_the_apiserver_refuses() -> None:
     bad = {
         "type": "object",
         "properties": {
@@ -255,8 +255,6 @@ def test_structural_checker_reports_what_1_20_refuses() -> None:
                 "items": {"type": "object", "properties": {}},
             },
             "maptype": {"type": "string", "x-kubernetes-map-type": "atomic"},
-            "emptydefault": {"type": "string", "default": ""},
-            "anyof": {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]},
         },
     }
     problems = "\n".join(crd_schema_problems(bad))
@@ -268,8 +266,6 @@ def test_structural_checker_reports_what_1_20_refuses() -> None:
         ".ports: list-map key protocol is neither required nor defaulted",
         ".objset: set of non-atomic objects",
         ".maptype: x-kubernetes-map-type on a non-object",
-        ".emptydefault: empty-string default",
-        ".anyof: anyOf",
     ):
         assert expected in problems
 
@@ -281,14 +277,14 @@ def test_list_map_keys_get_the_real_kubernetes_defaults() -> None:
         assert ports["x-kubernetes-list-map-keys"] == ["containerPort", "protocol"]
         assert at(ports, "[].protocol")["default"] == "TCP"
     assert at(k8s_schema(CORE + "ServiceSpec"), "ports[].protocol")["default"] == "TCP"
-    # Upstream's default for an imagePullSecret's name is "", which 1.20 refuses: atomic list.
+    # An imagePullSecret's name defaults to "" upstream: a keyed list too.
     pull_secrets = at(pod, "spec.imagePullSecrets")
-    assert pull_secrets["x-kubernetes-list-type"] == "atomic"
-    assert "x-kubernetes-list-map-keys" not in pull_secrets
-    assert "default" not in at(pull_secrets, "[].name")
-    # Defaults are added only where 1.20 needs them, never elsewhere.
+    assert pull_secrets["x-kubernetes-list-type"] == "map"
+    assert pull_secrets["x-kubernetes-list-map-keys"] == ["name"]
+    assert at(pull_secrets, "[].name")["default"] == ""
+    # Defaults are added only where a list-map key needs one, never elsewhere.
     defaults = [node for node in all_nodes(pod) if "default" in node]
-    assert len(defaults) == 3  # the ports of containers, initContainers, ephemeralContainers
+    assert len(defaults) == 4  # the ports of (init, ephemeral) containers, imagePullSecrets' name
     assert "default" not in at(pod, "spec.containers[].env[].valueFrom.secretKeyRef.name")
 
 
@@ -343,7 +339,7 @@ def test_recursion_and_unknown_keywords_are_refused() -> None:
         K8sType(CORE + "NoSuchThing")
 
 
-def test_vendor_extensions_crds_refuse_are_dropped() -> None:
+def test_vendor_extensions_crds_refuse_are_dropped_and_cel_rules_kept() -> None:
     definitions = {
         "x.T": {
             "type": "object",
@@ -366,6 +362,7 @@ def test_vendor_extensions_crds_refuse_are_dropped() -> None:
     assert inline_definition(definitions, "x.T") == {
         "type": "object",
         "x-kubernetes-map-type": "atomic",
+        "x-kubernetes-validations": [{"rule": "self.a > 0"}],
         "properties": {
             "a": {"type": "integer", "format": "int32"},
             "l": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"},
@@ -451,7 +448,7 @@ def test_aliases_name_their_kubernetes_types_and_drive_pydantic_json_schema() ->
     assert k8s_schema(POD_TEMPLATE) in options
 
 
-# --- on a real kube-apiserver 1.20 ----------------------------------------------------------------
+# --- on a real kube-apiserver ---------------------------------------------------------------------
 
 GROUP = "schematest.pko.dev"
 NAMESPACE = "default"
@@ -574,15 +571,8 @@ async def holders(cluster: Any, api_client: Any) -> AsyncIterator[Holders]:
     await installed.uninstall()
 
 
-async def _server_minor(api_client: Any) -> int:
-    from kubernetes_asyncio import client
-
-    version = await client.VersionApi(api_client).get_code()
-    return int(re.sub(r"\D.*", "", version.minor))  # "20", or "20+" on some distributions
-
-
 def _realistic_pod_template() -> dict[str, Any]:
-    """A pod template using fields 1.20 does not know, plus every int-or-string shape."""
+    """A pod template using recent fields, plus every int-or-string shape."""
     return {
         "metadata": {"labels": {"app": "ws"}, "annotations": {"note": "x"}},
         "spec": {
@@ -675,48 +665,53 @@ def _with_server_defaults(template: dict[str, Any]) -> dict[str, Any]:
     return stored
 
 
-async def _assert_apply_merges_containers_by_name(holders: Holders, name: str) -> None:
+async def _assert_apply_merges_lists_by_key(holders: Holders, name: str) -> None:
+    """Two managers' containers (and imagePullSecrets) merge by name, as for a real pod.
+
+    Int-or-string nodes included: kube-apiserver 1.20 failed to build the apply model of a CR
+    with them and treated every list as atomic; current releases do not.
+    """
     template = _realistic_pod_template()
     await holders.apply(name, template, manager="owner")
     sidecar = {"name": "sidecar", "image": "proxy:1", "ports": [{"containerPort": 8080, "protocol": "UDP"}]}
-    await holders.apply(name, {"spec": {"containers": [sidecar]}}, manager="injector")
+    injected = {"spec": {"containers": [sidecar], "imagePullSecrets": [{"name": "mirror"}]}}
+    await holders.apply(name, injected, manager="injector")
     stored = await holders.get(name)
-    containers = stored["spec"]["podTemplate"]["spec"]["containers"]
-    assert [c["name"] for c in containers] == ["pulumi", "sidecar"]
-    assert containers[0] == _with_server_defaults(template)["spec"]["containers"][0]
-    assert containers[1] == sidecar
+    pod = stored["spec"]["podTemplate"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["pulumi", "sidecar"]
+    assert pod["containers"][0] == _with_server_defaults(template)["spec"]["containers"][0]
+    assert pod["containers"][1] == sidecar
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}]
     assert {entry["manager"] for entry in stored["metadata"]["managedFields"]} == {"owner", "injector"}
 
 
-def _int_or_string_as_preserved(schema: Any) -> Any:
-    """The schema with every int-or-string node replaced by an untyped preserve-unknown-fields one."""
-    if isinstance(schema, dict):
-        if schema.get("x-kubernetes-int-or-string"):
-            return {"x-kubernetes-preserve-unknown-fields": True}
-        return {key: _int_or_string_as_preserved(value) for key, value in schema.items()}
-    if isinstance(schema, list):
-        return [_int_or_string_as_preserved(value) for value in schema]
-    return schema
+def _field_paths(schema: dict[str, Any], path: str = "") -> Iterator[str]:
+    for prop, sub in schema.get("properties", {}).items():
+        yield f"{path}.{prop}"
+        yield from _field_paths(sub, f"{path}.{prop}")
+    if isinstance(schema.get("items"), dict):
+        yield from _field_paths(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from _field_paths(schema["additionalProperties"], f"{path}{{}}")
 
 
 @pytest.mark.cluster
-async def test_the_1_20_apiserver_schema_lacks_what_ours_keeps(api_client: Any) -> None:
-    """Cross-check of CURRENT_ONLY_PATHS against the test apiserver's own /openapi/v2."""
-    if await _server_minor(api_client) > 20:
-        pytest.skip("the cross-check is about kube-apiserver 1.20")
+async def test_our_pod_template_knows_every_field_of_the_test_apiserver(api_client: Any) -> None:
+    """Cross-check against the test apiserver's own /openapi/v2: the import is at least as recent
+    as the Kubernetes we test on, so no pod field it serves is pruned from a podTemplate."""
     published = await api_client.call_api(
         "/openapi/v2", "GET", auth_settings=["BearerToken"], response_types_map={200: "object"},
         _return_http_data_only=True,
     )  # fmt: skip
-    old_pod = inline_definition(published["definitions"], POD_TEMPLATE)
-    assert at(old_pod, "spec.containers[].image") == {"type": "string"}
-    for path in CURRENT_ONLY_PATHS:
-        with pytest.raises(KeyError):
-            at(old_pod, path)
+    theirs = set(_field_paths(inline_definition(published["definitions"], POD_TEMPLATE)))
+    ours = set(_field_paths(k8s_schema(POD_TEMPLATE)))
+    assert sorted(theirs - ours) == [], "re-import: hack/import_k8s_openapi.py"
+    for path in RECENT_PATHS:
+        assert "." + path in theirs
 
 
 @pytest.mark.cluster
-async def test_pod_template_schema_installs_on_1_20_and_keeps_current_fields(holders: Holders) -> None:
+async def test_pod_template_schema_installs_and_keeps_recent_fields(holders: Holders) -> None:
     template = _realistic_pod_template()
     await holders.create("created", template)
     stored = await holders.get("created")
@@ -730,11 +725,11 @@ async def test_pod_template_schema_installs_on_1_20_and_keeps_current_fields(hol
         (lambda t: t["spec"].__setitem__("containers", "pulumi"), "spec.podTemplate.spec.containers"),
         (
             lambda t: t["spec"]["containers"][0]["resources"]["limits"].__setitem__("cpu", "lots"),
-            "spec.podTemplate.spec.containers.resources.limits.cpu",
+            "spec.podTemplate.spec.containers[0].resources.limits.cpu",
         ),
         (
             lambda t: t["spec"]["containers"][0]["livenessProbe"]["httpGet"].__setitem__("port", True),
-            "spec.podTemplate.spec.containers.livenessProbe.httpGet.port",
+            "spec.podTemplate.spec.containers[0].livenessProbe.httpGet.port",
         ),
         (lambda t: t["metadata"].__setitem__("labels", ["a"]), "spec.podTemplate.metadata.labels"),
     ],
@@ -750,40 +745,17 @@ async def test_malformed_pod_template_is_rejected_naming_the_field(
     with pytest.raises(ApiException) as raised:
         await holders.create("bad", template)
     assert raised.value.status == 422
-    assert field in json.loads(raised.value.body or "{}")["message"]
+    assert field + ":" in json.loads(raised.value.body or "{}")["message"]
 
 
 @pytest.mark.cluster
-async def test_list_map_annotations_drive_server_side_apply_on_1_20(cluster: Any, api_client: Any) -> None:
-    """Everything but int-or-string is understood by 1.20's apply machinery: with those nodes
-    swapped out, two managers' containers merge by name (keys, atomic items, defaults all valid)."""
-    swapped = Holders(
-        api_client, _int_or_string_as_preserved(_crd("SwappedHolder", k8s_schema(POD_TEMPLATE)))
-    )
-    await swapped.install()
-    try:
-        await _assert_apply_merges_containers_by_name(swapped, "merged")
-    finally:
-        await swapped.uninstall()
-
-
-@pytest.mark.cluster
-async def test_server_side_apply_merges_containers_by_name(
-    holders: Holders, api_client: Any, request: pytest.FixtureRequest
-) -> None:
-    if await _server_minor(api_client) <= 20:
-        # kube-apiserver 1.20 re-adds anyOf to every x-kubernetes-int-or-string node while building
-        # a CR's apply model, then fails to parse it ("invalid property: anyOf") and falls back to
-        # treating every list of the CR as atomic. Fixed upstream later; strict so we notice.
-        request.applymarker(
-            pytest.mark.xfail(raises=Exception, strict=True, reason="1.20 int-or-string apply bug")
-        )
-    await _assert_apply_merges_containers_by_name(holders, "applied")
+async def test_server_side_apply_merges_lists_by_key(holders: Holders) -> None:
+    await _assert_apply_merges_lists_by_key(holders, "applied")
 
 
 @pytest.mark.cluster
 def test_described_schema_installs_too(cluster: Any) -> None:
-    """The variant with descriptions (about 340 KB) is valid for 1.20 too, applied server-side by kubectl."""
+    """The variant with descriptions (about 340 KB) installs too, applied server-side by kubectl."""
     crd = _crd("DescribedHolder", k8s_schema(POD_TEMPLATE, descriptions=True))
     name = crd["metadata"]["name"]
 

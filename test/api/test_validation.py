@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 import pytest
+from pko.api.stack import NAME_TOO_LONG_MESSAGE
 from pko.api.validation import (
     FieldError,
     deprecation_warnings,
@@ -297,7 +298,7 @@ def test_parse_reports_a_missing_required_field() -> None:
 def test_format_errors_is_one_line_for_a_condition_message() -> None:
     errors = stack_errors({**GIT, "commit": "abc"}, name="a" * 43)
     assert format_errors(errors) == (
-        "metadata.name: must be no more than 42 characters; spec.branch: mutually exclusive with spec.commit"
+        f"metadata.name: {NAME_TOO_LONG_MESSAGE}; spec.branch: mutually exclusive with spec.commit"
     )
 
 
