@@ -346,3 +346,44 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Stack", "status.lastFailure.updateName"),
         ("Stack", "status.nextRetryTime"),
     ]
+
+
+# --- the Rule marker -------------------------------------------------------------------------
+
+
+def test_rule_marker_on_models_and_fields_in_order_and_never_inside_templates() -> None:
+    from typing import Annotated
+
+    from pko.api.markers import ApplyConfigurationOf, Rule, rules_of
+    from pydantic import BaseModel
+
+    @Rule("has(self.a) || has(self.b)", "one of a or b is required")
+    @Rule("!has(self.a) || self.a != 'x'", "a must not be x", field_path=".a", reason="FieldValueForbidden")
+    class Toy(BaseModel):
+        metadata: dict[str, str] | None = None  # a template is of a whole object
+        a: str | None = None
+        b: Annotated[int, Rule("self >= 0", "b must not be negative")] | None = None
+
+    class Child(Toy):
+        pass
+
+    class Holder(BaseModel):
+        toy: Toy
+        template: Annotated[dict[str, Any], ApplyConfigurationOf(Toy)] | None = None
+
+    assert [r.message for r in rules_of(Toy)] == ["one of a or b is required", "a must not be x"]
+    assert rules_of(Child) == ()  # a model's rules are its own
+    schema = crdgen.model_schema(Holder)["properties"]
+    assert schema["toy"]["x-kubernetes-validations"] == [
+        {"rule": "has(self.a) || has(self.b)", "message": "one of a or b is required"},
+        {
+            "rule": "!has(self.a) || self.a != 'x'",
+            "message": "a must not be x",
+            "fieldPath": ".a",
+            "reason": "FieldValueForbidden",
+        },
+    ]
+    assert schema["toy"]["properties"]["b"]["x-kubernetes-validations"] == [
+        {"rule": "self >= 0", "message": "b must not be negative"}
+    ]
+    assert "x-kubernetes-validations" not in json.dumps(schema["template"])
