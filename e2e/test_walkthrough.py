@@ -498,7 +498,6 @@ def test_workspace_pods_run_under_the_enforced_restricted_profile(kube: Kube) ->
     pod = k.get("pod", "restricted-workspace-0")
     assert pod is not None
     assert pod["metadata"]["namespace"] == WORKSPACE_NS
-    assert "kubernetes.io/psp" not in (pod["metadata"].get("annotations") or {})
     spec = pod["spec"]
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
