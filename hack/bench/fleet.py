@@ -56,7 +56,7 @@ from pko.controllers.workspacepod import (
     parse_spec,
 )
 from pko.machinery.conditions import set_condition
-from pko.machinery.resource import PODS, SECRETS, SERVICEACCOUNTS, SERVICES, STATEFULSETS, Obj, ResourceClient
+from pko.machinery.resource import PODS, SERVICEACCOUNTS, SERVICES, STATEFULSETS, Obj, ResourceClient
 
 CONCURRENCY = 32
 KUBECTL = "kubectl"
@@ -369,26 +369,7 @@ async def seed_fleet(
 
 
 async def _service_account(api: Any, namespace: str, name: str) -> None:
-    """A ServiceAccount with the token Secret kube-controller-manager would add (no kcm runs here):
-    Kubernetes 1.20's ServiceAccount admission refuses pods of an account without one."""
-    accounts, secrets = ResourceClient(api, SERVICEACCOUNTS), ResourceClient(api, SECRETS)
+    """The workspace pods' ServiceAccount (ServiceAccount admission refuses a pod whose account is
+    missing). A current cluster gives it no token Secret: pods get projected, bound tokens."""
     body = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}}
-    account = await accounts.apply(body, field_manager=KCM)
-    token = f"{name}-token-bench"
-    await secrets.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "type": "kubernetes.io/service-account-token",
-            "metadata": {
-                "name": token,
-                "namespace": namespace,
-                "annotations": {
-                    "kubernetes.io/service-account.name": name,
-                    "kubernetes.io/service-account.uid": account["metadata"]["uid"],
-                },
-            },
-        },
-        field_manager=KCM,
-    )
-    await accounts.apply({**body, "secrets": [{"name": token}]}, field_manager=KCM)
+    await ResourceClient(api, SERVICEACCOUNTS).apply(body, field_manager="kubectl")
