@@ -45,16 +45,15 @@ from grpclib.const import Status
 from grpclib.events import RecvRequest, listen
 from grpclib.exceptions import GRPCError
 from grpclib.server import Server
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
+from pko.agent.kubeapi import KubeAPI, KubeAPIError
 from prometheus_client import Counter
 
 log = structlog.get_logger("pko.agent.auth")
 
-# Library loggers that print bearer tokens at DEBUG: kubernetes_asyncio logs response bodies (a
-# TokenReview echoes spec.token) and hpack logs every header it encodes or decodes (the request's
-# authorization header). Pinned at INFO whatever the agent's log level.
-TOKEN_LEAKING_LOGGERS = ("kubernetes_asyncio.client.rest", "hpack")
+# Library loggers that print bearer tokens at DEBUG: hpack logs every header it encodes or decodes
+# (the request's authorization header). Pinned at INFO whatever the agent's log level. (The agent's
+# own apiserver client, pko.agent.kubeapi, logs nothing.)
+TOKEN_LEAKING_LOGGERS = ("hpack",)
 
 
 def silence_token_leaking_loggers() -> None:
@@ -147,8 +146,8 @@ class RetryPolicy:
 
 
 def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, ApiException):
-        return exc.status is None or exc.status == 429 or exc.status >= 500
+    if isinstance(exc, KubeAPIError):
+        return exc.status == 429 or exc.status >= 500
     return isinstance(exc, (OSError, asyncio.TimeoutError))
 
 
@@ -218,11 +217,11 @@ def bearer_token(authorization: str | None) -> str | None:
 class KubeAuthorizer:
     """Checks bearer tokens against the apiserver for one Workspace; see the module docstring.
 
-    ``api_client`` is the agent's own identity: it needs ``create`` on ``tokenreviews`` and
-    ``subjectaccessreviews`` (ClusterRole ``system:auth-delegator``).
+    ``api`` is the agent's own identity (``pko.agent.kubeapi.connect``): it needs ``create`` on
+    ``tokenreviews`` and ``subjectaccessreviews`` (ClusterRole ``system:auth-delegator``).
     """
 
-    api_client: client.ApiClient
+    api: KubeAPI
     audiences: list[str]
     workspace_namespace: str
     workspace_name: str
@@ -239,8 +238,6 @@ class KubeAuthorizer:
         silence_token_leaking_loggers()
         self._tokens: TTLCache[str, _TokenDecision] = TTLCache(self.max_entries, self.clock)
         self._access: TTLCache[UserInfo, tuple[bool, str]] = TTLCache(self.max_entries, self.clock)
-        self._authn = client.AuthenticationV1Api(self.api_client)
-        self._authz = client.AuthorizationV1Api(self.api_client)
         self._reviews: dict[str, asyncio.Future[_TokenDecision]] = {}
         self._refusals = RefusalLog(self.refusal_log_interval)
         self.token_reviews = 0  # TokenReviews sent (single flight makes this lower than the calls)
@@ -310,10 +307,11 @@ class KubeAuthorizer:
         return ttl
 
     async def _review_token(self, token: str) -> _TokenDecision:
-        review = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=self.audiences))
         try:
-            res = await _with_retries(lambda: self._authn.create_token_review(review), self.retry)
-        except ApiException as exc:
+            status: dict[str, Any] = await _with_retries(
+                lambda: self.api.create_token_review(token, self.audiences), self.retry
+            )
+        except KubeAPIError as exc:
             if exc.status == 403:
                 log.error("the agent may not create TokenReviews: bind it to system:auth-delegator")
                 raise GRPCError(Status.UNAUTHENTICATED, "TokenReview API is unavailable") from None
@@ -322,15 +320,24 @@ class KubeAuthorizer:
         except (TimeoutError, OSError) as exc:
             log.warning("TokenReview failed", error=type(exc).__name__)
             raise GRPCError(Status.UNAUTHENTICATED, "TokenReview failed") from None
-        status = res.status
-        if status is None or not status.authenticated or status.user is None:
-            return _TokenDecision(None, (status.error if status else None) or "not authenticated")
-        granted = set(status.audiences or [])
+        u = status.get("user")
+        if status.get("authenticated") is not True or not isinstance(u, dict):
+            return _TokenDecision(None, _text(status.get("error")) or "not authenticated")
+        granted = set(_strings(status.get("audiences")))
         if not granted.intersection(self.audiences):
             return _TokenDecision(None, "token audiences do not match")
-        u = status.user
-        extra = tuple(sorted((k, tuple(v or [])) for k, v in (u.extra or {}).items()))
-        user = UserInfo(username=u.username or "", uid=u.uid or "", groups=tuple(u.groups or []), extra=extra)
+        extra_map = u.get("extra")
+        extra = tuple(
+            sorted(
+                (str(k), _strings(v)) for k, v in (extra_map.items() if isinstance(extra_map, dict) else ())
+            )
+        )
+        user = UserInfo(
+            username=_text(u.get("username")),
+            uid=_text(u.get("uid")),
+            groups=_strings(u.get("groups")),
+            extra=extra,
+        )
         return _TokenDecision(user, "")
 
     async def check_access(self, user: UserInfo) -> tuple[bool, str]:
@@ -342,26 +349,29 @@ class KubeAuthorizer:
         return decision
 
     async def _review_access(self, user: UserInfo) -> tuple[bool, str]:
-        sar = client.V1SubjectAccessReview(
-            spec=client.V1SubjectAccessReviewSpec(
-                user=user.username,
-                uid=user.uid or None,
-                groups=list(user.groups) or None,
-                extra={k: list(v) for k, v in user.extra} or None,
-                resource_attributes=client.V1ResourceAttributes(
-                    group=API_GROUP,
-                    version=API_VERSION,
-                    resource=RESOURCE,
-                    subresource=SUBRESOURCE,
-                    verb=VERB,
-                    namespace=self.workspace_namespace,
-                    name=self.workspace_name,
-                ),
-            )
-        )
+        spec: dict[str, Any] = {
+            "user": user.username,
+            "resourceAttributes": {
+                "group": API_GROUP,
+                "version": API_VERSION,
+                "resource": RESOURCE,
+                "subresource": SUBRESOURCE,
+                "verb": VERB,
+                "namespace": self.workspace_namespace,
+                "name": self.workspace_name,
+            },
+        }
+        if user.uid:
+            spec["uid"] = user.uid
+        if user.groups:
+            spec["groups"] = list(user.groups)
+        if user.extra:
+            spec["extra"] = {k: list(v) for k, v in user.extra}
         try:
-            res = await _with_retries(lambda: self._authz.create_subject_access_review(sar), self.retry)
-        except ApiException as exc:
+            status: dict[str, Any] = await _with_retries(
+                lambda: self.api.create_subject_access_review(spec), self.retry
+            )
+        except KubeAPIError as exc:
             if exc.status == 403:
                 log.error("the agent may not create SubjectAccessReviews: bind it to system:auth-delegator")
                 raise GRPCError(Status.UNAUTHENTICATED, "SubjectAccessReview API is unavailable") from None
@@ -370,7 +380,14 @@ class KubeAuthorizer:
         except (TimeoutError, OSError) as exc:
             log.warning("SubjectAccessReview failed", error=type(exc).__name__)
             raise GRPCError(Status.UNAVAILABLE, "SubjectAccessReview failed") from None
-        status = res.status
-        allowed = bool(status and status.allowed and not status.denied)
-        reason = (status.reason if status else None) or ("" if allowed else "forbidden")
+        allowed = status.get("allowed") is True and status.get("denied") is not True
+        reason = _text(status.get("reason")) or ("" if allowed else "forbidden")
         return allowed, reason
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()

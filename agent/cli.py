@@ -16,7 +16,10 @@ import asyncio
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pko.agent.kubeapi import KubeAPI
 
 AUTH_MODE_NONE = "none"
 AUTH_MODE_KUBE = "kube"
@@ -114,23 +117,10 @@ def _validate_serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error("--port must be between 1 and 65535")
 
 
-async def _kube_api_client(kubeconfig: Path | None) -> Any:
-    """An ApiClient for the agent's own identity (kubeconfig, $KUBECONFIG, or the pod's account)."""
-    from kubernetes_asyncio import client, config
-
-    cfg = client.Configuration()
-    path = kubeconfig or (Path(os.environ["KUBECONFIG"]) if os.environ.get("KUBECONFIG") else None)
-    if path is not None:
-        await config.load_kube_config(config_file=str(path), client_configuration=cfg)
-    else:
-        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    return client.ApiClient(configuration=cfg)
-
-
 async def run_serve(args: argparse.Namespace) -> int:
     # Start-up order is chosen for speed: the workspace is opened (a `pulumi version` process, on the
-    # other core) as soon as the runner's module is loaded, and the rest (the server, the Kubernetes
-    # client for auth) is imported while it runs.
+    # other core) as soon as the runner's module is loaded, and the rest (the server, the apiserver
+    # client for auth: pko.agent.kubeapi, a few stdlib modules) is imported while it runs.
     from pko.agent.pulumirunner import PulumiRunner, RunnerError, RunnerSettings
 
     try:
@@ -154,18 +144,19 @@ async def run_serve(args: argparse.Namespace) -> int:
     await asyncio.sleep(0)  # let it start its process before the imports below hold the interpreter
 
     import structlog
+    from pko.agent.kubeapi import KubeConfigError, connect
     from pko.agent.server import ServeOptions, serve
 
     log = structlog.get_logger("pko.agent")
-    api: Any = None
+    api: KubeAPI | None = None
     authorizer = None
     try:
         if args.auth_mode == AUTH_MODE_KUBE:
             from pko.agent.auth import KubeAuthorizer
 
-            api = await _kube_api_client(args.kubeconfig)
+            api = connect(args.kubeconfig)
             authorizer = KubeAuthorizer(
-                api_client=api,
+                api=api,
                 audiences=list(args.kube_audience),
                 workspace_namespace=args.kube_workspace_namespace,
                 workspace_name=args.kube_workspace_name,
@@ -195,6 +186,9 @@ async def run_serve(args: argparse.Namespace) -> int:
     except RunnerError as exc:
         print(f"agent: {exc}", file=sys.stderr)
         return 1
+    except KubeConfigError as exc:
+        print(f"agent: --auth-mode kube: {exc}", file=sys.stderr)
+        return 2
     finally:
         if not opening.done():
             opening.cancel()

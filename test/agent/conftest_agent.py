@@ -27,6 +27,7 @@ from kubernetes_asyncio import client
 # Re-exported for the agent tests: the one free-port helper (hack/ is on sys.path: test/conftest.py).
 from localcluster import free_port  # noqa: F401
 from pko.agent.auth import CacheTTLs, KubeAuthorizer
+from pko.agent.kubeapi import KubeAPI, load_kubeconfig
 from pko.agent.pulumirunner import RunnerSettings
 from pko.agent.server import ServeOptions, serve
 from pko.api.generated.pko.agent import v1 as pb
@@ -61,9 +62,14 @@ def agent_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # -- Kubernetes identities -------------------------------------------------------------------------
 @dataclass
 class AuthWorld:
-    """A namespace with service accounts, some granted ``use`` on ``workspaces/rpc`` of WORKSPACE."""
+    """A namespace with service accounts, some granted ``use`` on ``workspaces/rpc`` of WORKSPACE.
+
+    ``api`` (kubernetes-asyncio) is the test's hands; ``kube`` is the agent's own client, from the
+    cluster's kubeconfig, that authorizers get.
+    """
 
     api: client.ApiClient
+    kube: KubeAPI
     namespace: str
     workspace: str
     audience: str
@@ -180,7 +186,7 @@ class AuthWorld:
         self, ttls: CacheTTLs | None = None, clock: Callable[[], float] = time.monotonic
     ) -> KubeAuthorizer:
         return KubeAuthorizer(
-            api_client=self.api,
+            api=self.kube,
             audiences=[self.audience],
             workspace_namespace=self.namespace,
             workspace_name=self.workspace,
@@ -190,7 +196,7 @@ class AuthWorld:
 
 
 @pytest.fixture(scope="session")
-async def auth_world(api_client: client.ApiClient) -> AsyncIterator[AuthWorld]:
+async def auth_world(api_client: client.ApiClient, cluster: Any) -> AsyncIterator[AuthWorld]:
     ns = f"agent-auth-{uuid.uuid4().hex[:6]}"
     core = client.CoreV1Api(api_client)
     await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
@@ -208,8 +214,12 @@ async def auth_world(api_client: client.ApiClient) -> AsyncIterator[AuthWorld]:
             ],
         ),
     )
-    world = AuthWorld(api=api_client, namespace=ns, workspace=WORKSPACE, audience=f"{WORKSPACE}.{ns}")
+    kube = load_kubeconfig([Path(cluster.kubeconfig)])
+    world = AuthWorld(
+        api=api_client, kube=kube, namespace=ns, workspace=WORKSPACE, audience=f"{WORKSPACE}.{ns}"
+    )
     yield world
+    await kube.close()
     with contextlib.suppress(Exception):
         await core.delete_namespace(ns)
 

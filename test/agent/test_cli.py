@@ -63,6 +63,48 @@ def test_kube_auth_mode_requires_its_settings(tmp_path: Path, extra: list[str], 
     assert message in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("kubeconfig", "env", "message"),
+    [
+        (
+            {
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"exec": {"command": "aws-iam-authenticator"}}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            },
+            {},
+            "user 'u': 'exec' is not supported by the agent",
+        ),
+        (None, {}, "not in a cluster (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset)"),
+        (
+            None,
+            {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "1"},
+            "cannot load the cluster CA",
+        ),
+    ],
+    ids=["exec-plugin", "no-settings", "in-cluster-without-files"],
+)
+def test_kube_auth_settings_it_cannot_use_end_serve_with_the_reason(
+    tmp_path: Path, kubeconfig: dict[str, object] | None, env: dict[str, str], message: str
+) -> None:
+    if env and Path("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt").exists():
+        pytest.skip("this machine has in-cluster settings of its own")
+    base = {
+        k: v for k, v in agent_env().items() if k != "KUBECONFIG" and not k.startswith("KUBERNETES_SERVICE")
+    }
+    flags = ["--auth-mode", "kube", "--kube-audience", "a", "--kube-workspace-namespace", "n"]
+    flags += ["--kube-workspace-name", "w"]
+    if kubeconfig is not None:
+        path = tmp_path / "kubeconfig"
+        path.write_text(json.dumps(kubeconfig))
+        flags += ["--kubeconfig", str(path)]
+    proc = agent("serve", "--workspace", str(tmp_path), *flags, env={**base, **env})
+    assert proc.returncode == 2, proc.stderr
+    assert "agent: --auth-mode kube: " in proc.stderr and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_a_leading_double_dash_is_ignored_as_tini_passes_it(tmp_path: Path) -> None:
     proc = agent("--", "serve", "--workspace", str(tmp_path / "missing"))
     assert proc.returncode == 2

@@ -1,0 +1,532 @@
+"""The agent's own small Kubernetes API client: where the apiserver is, who the agent is, and JSON POSTs.
+
+The agent talks to the apiserver for two things only, a TokenReview and a SubjectAccessReview per
+unknown caller (``pko.agent.auth``). kubernetes-asyncio's client package imports every model and API
+(about a quarter of a second, half the agent's start-up imports), and aiohttp alone adds some 80 ms;
+this module needs neither: HTTP/1.1 over asyncio streams and the ``ssl`` module, both already loaded.
+
+Connection settings come from, in this order (``connect``):
+
+* a kubeconfig file (``--kubeconfig``, else ``$KUBECONFIG``, several files joined by ``:`` merged as
+  kubectl merges them: the first file to set a value wins): the current context's cluster
+  (``server``, ``certificate-authority``/``-data``, ``insecure-skip-tls-verify``,
+  ``tls-server-name``) and user (``token``, ``tokenFile``, ``client-certificate``/``-data`` with
+  ``client-key``/``-data``). Anything else that would change how the agent connects or who it is
+  (``exec``, ``auth-provider``, ``username``/``password``, impersonation, ``proxy-url``) is refused
+  with an error naming the field, rather than silently connecting as someone else or nobody;
+* in-cluster: ``KUBERNETES_SERVICE_HOST``/``KUBERNETES_SERVICE_PORT``, the pod's projected
+  ServiceAccount token and ``ca.crt`` under ``/var/run/secrets/kubernetes.io/serviceaccount``.
+
+A token read from a file (in-cluster, ``tokenFile``) is re-read at most once a minute, as client-go
+does, since the kubelet rotates projected tokens; and at once after a 401, when the request is
+retried once if the file holds a new token. Environment proxies are not used (nor were they by the
+kubernetes-asyncio client this replaces). Nothing here logs: a TokenReview carries the token it
+reviews, in the request and echoed in the response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import os
+import ssl
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+TOKEN_REFRESH_SECONDS = 60.0  # client-go's cached file token source
+MAX_RESPONSE_BYTES = 16 << 20
+MAX_IDLE_CONNECTIONS = 4
+TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
+SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+
+# Kubeconfig fields that are understood, or that do not change where or as whom we connect.
+_CLUSTER_FIELDS = {
+    "server",
+    "certificate-authority",
+    "certificate-authority-data",
+    "insecure-skip-tls-verify",
+    "tls-server-name",
+    "disable-compression",
+    "extensions",
+}
+_USER_FIELDS = {
+    "token",
+    "tokenFile",
+    "client-certificate",
+    "client-certificate-data",
+    "client-key",
+    "client-key-data",
+    "extensions",
+}
+
+
+class KubeConfigError(Exception):
+    """The connection settings are missing, malformed or ask for something this client does not do."""
+
+
+class KubeAPIError(Exception):
+    """The apiserver answered with an error status (``status``; ``reason`` is its Status reason)."""
+
+    def __init__(self, status: int, reason: str = "") -> None:
+        super().__init__(f"apiserver answered {status}{f' ({reason})' if reason else ''}")
+        self.status = status
+        self.reason = reason
+
+
+class KubeProtocolError(ConnectionError):
+    """The connection broke or the apiserver's HTTP answer could not be read."""
+
+
+class FileToken:
+    """A bearer token kept in a file that is rotated underneath us: re-read at most every ``period``
+    seconds, or at once on ``refresh``; a failed re-read keeps the last good token."""
+
+    def __init__(
+        self, path: Path, period: float = TOKEN_REFRESH_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.path = path
+        self.period = period
+        self._clock = clock
+        self._token = ""
+        self._read_at = 0.0
+        self.refresh()
+        if not self._token:
+            raise KubeConfigError(f"cannot read a token from {path}")
+
+    def get(self) -> str:
+        if self._clock() - self._read_at >= self.period:
+            self.refresh()
+        return self._token
+
+    def refresh(self) -> bool:
+        """Re-read the file; True when it now holds another token than before."""
+        self._read_at = self._clock()
+        try:
+            token = self.path.read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            return False
+        if not token or token == self._token:
+            return False
+        self._token = token
+        return True
+
+
+@dataclass
+class _Connection:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+
+
+class KubeAPI:
+    """JSON over HTTP/1.1 to one apiserver as one identity, with a few kept-alive connections."""
+
+    def __init__(
+        self,
+        server: str,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+        token: str | None = None,
+        token_file: FileToken | None = None,
+    ) -> None:
+        url = urlsplit(server)
+        if url.scheme not in ("https", "http") or not url.hostname:
+            raise KubeConfigError(f"server {server!r} is not an http(s) URL")
+        self.server = server
+        self._host = url.hostname
+        self._port = url.port or (443 if url.scheme == "https" else 80)
+        self._prefix = url.path.rstrip("/")
+        self._authority = url.netloc.rpartition("@")[2]
+        if url.scheme == "https" and ssl_context is None:
+            ssl_context = ssl.create_default_context()
+        self._ssl = ssl_context if url.scheme == "https" else None
+        self._server_hostname = server_hostname if self._ssl is not None else None
+        self._token = token
+        self._token_file = token_file
+        self._idle: list[_Connection] = []
+        self._closed = False
+
+    # -- the two reviews -----------------------------------------------------------------------
+    async def create_token_review(self, token: str, audiences: list[str]) -> dict[str, Any]:
+        """POST a TokenReview; returns its ``status`` (``authenticated``, ``user``, ``audiences``,
+        ``error``)."""
+        spec: dict[str, Any] = {"token": token}
+        if audiences:
+            spec["audiences"] = audiences
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
+        return _status(await self.post(TOKEN_REVIEWS, body))
+
+    async def create_subject_access_review(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """POST a SubjectAccessReview; returns its ``status`` (``allowed``, ``denied``, ``reason``)."""
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        return _status(await self.post(SUBJECT_ACCESS_REVIEWS, body))
+
+    # -- HTTP ----------------------------------------------------------------------------------
+    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` as JSON; returns the decoded answer or raises KubeAPIError / OSError."""
+        payload = json.dumps(body, separators=(",", ":")).encode()
+        token = self._bearer()
+        status, data = await self._exchange(path, payload, token)
+        if status == 401 and self._token_file is not None and self._token_file.refresh():
+            status, data = await self._exchange(path, payload, self._bearer())  # rotated under us
+        if not 200 <= status < 300:
+            raise KubeAPIError(status, _reason(data))
+        try:
+            answer = json.loads(data)
+        except ValueError:
+            raise KubeAPIError(status, "malformed response") from None
+        if not isinstance(answer, dict):
+            raise KubeAPIError(status, "malformed response")
+        return answer
+
+    def _bearer(self) -> str | None:
+        if self._token_file is not None:
+            return self._token_file.get()
+        return self._token
+
+    async def _exchange(self, path: str, payload: bytes, token: str | None) -> tuple[int, bytes]:
+        head = [
+            f"POST {self._prefix}{path} HTTP/1.1",
+            f"Host: {self._authority}",
+            "Content-Type: application/json",
+            "Accept: application/json",
+            f"Content-Length: {len(payload)}",
+            "User-Agent: pko-agent",
+        ]
+        if token:
+            head.append(f"Authorization: Bearer {token}")
+        request = ("\r\n".join(head) + "\r\n\r\n").encode() + payload
+        while True:
+            conn, reused = await self._connection()
+            try:
+                conn.writer.write(request)
+                await conn.writer.drain()
+                status, data, keep = await _read_response(conn.reader)
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+                conn.writer.close()
+                if reused:
+                    continue  # a kept-alive connection the server had closed: once more on a new one
+                if isinstance(exc, OSError):
+                    raise
+                raise KubeProtocolError(f"bad answer from {self._authority}: {exc}") from None
+            except BaseException:
+                conn.writer.close()  # cancelled or timed out mid-exchange: the connection is unusable
+                raise
+            self._release(conn, keep)
+            return status, data
+
+    async def _connection(self) -> tuple[_Connection, bool]:
+        if self._closed:
+            raise KubeProtocolError("the client is closed")
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.writer.is_closing() and not conn.reader.at_eof():
+                return conn, True
+            conn.writer.close()
+        reader, writer = await asyncio.open_connection(
+            self._host, self._port, ssl=self._ssl, server_hostname=self._server_hostname
+        )
+        return _Connection(reader, writer), False
+
+    def _release(self, conn: _Connection, keep: bool) -> None:
+        if keep and not self._closed and len(self._idle) < MAX_IDLE_CONNECTIONS:
+            self._idle.append(conn)
+        else:
+            conn.writer.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.writer.close()
+        for conn in idle:
+            try:
+                await conn.writer.wait_closed()
+            except (OSError, ssl.SSLError):
+                pass
+
+    async def __aenter__(self) -> KubeAPI:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
+    """One HTTP/1.1 response: (status, body, whether the connection may be reused)."""
+    while True:
+        line = await reader.readuntil(b"\r\n")
+        version, _, rest = line.decode("latin-1").strip().partition(" ")
+        if not version.startswith("HTTP/1."):
+            raise ValueError(f"not an HTTP/1.x status line: {line[:40]!r}")
+        status = int(rest.partition(" ")[0])
+        headers: dict[str, str] = {}
+        while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
+            name, sep, value = line.decode("latin-1").partition(":")
+            if not sep:
+                raise ValueError("malformed header line")
+            headers[name.strip().lower()] = value.strip()
+        if status >= 200 or status == 101:
+            break
+        # 1xx (100 Continue, 103 Early Hints): informational; the real answer follows.
+    connection = headers.get("connection", "").lower()
+    keep = version == "HTTP/1.1" and "close" not in connection
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            length = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0].strip(), 16)
+            if length == 0:
+                while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers
+                    pass
+                break
+            size += length
+            if size > MAX_RESPONSE_BYTES:
+                raise ValueError("response too large")
+            chunks.append(await reader.readexactly(length))
+            await reader.readexactly(2)
+        return status, b"".join(chunks), keep
+    if "content-length" in headers:
+        length = int(headers["content-length"])
+        if not 0 <= length <= MAX_RESPONSE_BYTES:
+            raise ValueError("bad or too large Content-Length")
+        return status, await reader.readexactly(length), keep
+    if status in (204, 304):
+        return status, b"", keep
+    data = await reader.read(MAX_RESPONSE_BYTES + 1)  # delimited by the connection's end
+    while len(data) <= MAX_RESPONSE_BYTES and (more := await reader.read(MAX_RESPONSE_BYTES + 1 - len(data))):
+        data += more
+    if len(data) > MAX_RESPONSE_BYTES:
+        raise ValueError("response too large")
+    return status, data, False
+
+
+def _reason(data: bytes) -> str:
+    """A Status answer's ``reason`` (``Forbidden``, ``TooManyRequests``, ...): never its message,
+    which may quote the request."""
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        return ""
+    reason = answer.get("reason") if isinstance(answer, dict) else None
+    return reason if isinstance(reason, str) else ""
+
+
+def _status(answer: dict[str, Any]) -> dict[str, Any]:
+    status = answer.get("status")
+    return status if isinstance(status, dict) else {}
+
+
+# -- settings --------------------------------------------------------------------------------------
+def connect(kubeconfig: Path | None = None, environ: Mapping[str, str] | None = None) -> KubeAPI:
+    """The agent's client: ``kubeconfig``, else ``$KUBECONFIG``, else in-cluster."""
+    env = os.environ if environ is None else environ
+    if kubeconfig is not None:
+        return load_kubeconfig([kubeconfig])
+    if env.get("KUBECONFIG"):
+        return load_kubeconfig([Path(p) for p in env["KUBECONFIG"].split(os.pathsep) if p])
+    return load_incluster(env)
+
+
+def load_incluster(
+    environ: Mapping[str, str] | None = None, directory: Path = SERVICE_ACCOUNT_DIR
+) -> KubeAPI:
+    """The pod's own identity: its ServiceAccount token (rotated: see FileToken) and the cluster CA."""
+    env = os.environ if environ is None else environ
+    host, port = env.get("KUBERNETES_SERVICE_HOST", ""), env.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port:
+        raise KubeConfigError(
+            "no kubeconfig (--kubeconfig, $KUBECONFIG) and not in a cluster "
+            "(KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset)"
+        )
+    if ":" in host:
+        host = f"[{host}]"
+    ca = directory / "ca.crt"
+    try:
+        context = _ssl_context(ca_file=ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise KubeConfigError(f"cannot load the cluster CA {ca}: {exc}") from None
+    return KubeAPI(f"https://{host}:{port}", ssl_context=context, token_file=FileToken(directory / "token"))
+
+
+def load_kubeconfig(paths: list[Path]) -> KubeAPI:
+    """The current context of the kubeconfig file(s) ``paths`` (merged, first value wins)."""
+    merged: dict[str, Any] = {"clusters": {}, "users": {}, "contexts": {}, "current-context": ""}
+    origin: dict[tuple[str, str], Path] = {}  # where a named entry came from: relative paths
+    read_any = False
+    for path in paths:
+        if not path.exists() and len(paths) > 1:
+            continue  # kubectl skips missing files of a list
+        doc = _read_config(path)
+        read_any = True
+        if not merged["current-context"] and isinstance(doc.get("current-context"), str):
+            merged["current-context"] = doc["current-context"]
+        for kind, inner in (("clusters", "cluster"), ("users", "user"), ("contexts", "context")):
+            for entry in doc.get(kind) or []:
+                if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                    raise KubeConfigError(f"{path}: every entry of {kind} needs a name")
+                if entry["name"] not in merged[kind]:
+                    body = entry.get(inner) or {}
+                    if not isinstance(body, dict):
+                        raise KubeConfigError(f"{path}: {kind} {entry['name']!r}: {inner} is not a mapping")
+                    merged[kind][entry["name"]] = body
+                    origin[(kind, entry["name"])] = path
+    if not read_any:
+        raise KubeConfigError(f"none of the kubeconfig files exist: {', '.join(map(str, paths))}")
+    where = ", ".join(map(str, paths))
+    current = merged["current-context"]
+    if not current:
+        raise KubeConfigError(f"kubeconfig {where} has no current-context")
+    context = merged["contexts"].get(current)
+    if context is None:
+        raise KubeConfigError(f"kubeconfig {where}: context {current!r} not found")
+    cluster_name, user_name = context.get("cluster"), context.get("user")
+    cluster = merged["clusters"].get(cluster_name) if isinstance(cluster_name, str) else None
+    if cluster is None:
+        raise KubeConfigError(
+            f"kubeconfig {where}: cluster {cluster_name!r} of context {current!r} not found"
+        )
+    user: dict[str, Any] = {}
+    if user_name:
+        found = merged["users"].get(user_name) if isinstance(user_name, str) else None
+        if found is None:
+            raise KubeConfigError(f"kubeconfig {where}: user {user_name!r} of context {current!r} not found")
+        user = found
+    _refuse_unknown(cluster, _CLUSTER_FIELDS, f"cluster {cluster_name!r}")
+    _refuse_unknown(user, _USER_FIELDS, f"user {user_name!r}")
+    cluster_dir = origin[("clusters", cluster_name)].parent
+    user_dir = origin[("users", user_name)].parent if user_name else cluster_dir
+
+    server = cluster.get("server")
+    if not isinstance(server, str) or not server:
+        raise KubeConfigError(f"kubeconfig: cluster {cluster_name!r} has no server")
+    context_ssl = None
+    if server.startswith("https://"):
+        try:
+            context_ssl = _ssl_context(
+                ca_file=_path(cluster, "certificate-authority", cluster_dir),
+                ca_data=_data(cluster, "certificate-authority-data", f"cluster {cluster_name!r}"),
+                insecure=cluster.get("insecure-skip-tls-verify") is True,
+                cert_file=_path(user, "client-certificate", user_dir),
+                cert_data=_data(user, "client-certificate-data", f"user {user_name!r}"),
+                key_file=_path(user, "client-key", user_dir),
+                key_data=_data(user, "client-key-data", f"user {user_name!r}"),
+            )
+        except (OSError, ssl.SSLError) as exc:
+            raise KubeConfigError(
+                f"kubeconfig: cluster {cluster_name!r} / user {user_name!r}: {exc}"
+            ) from None
+    token_file = None
+    token_path = _path(user, "tokenFile", user_dir)
+    if token_path is not None:
+        token_file = FileToken(token_path)  # client-go: the file, re-read, wins over token
+    token = user.get("token")
+    tls_name = cluster.get("tls-server-name")
+    return KubeAPI(
+        server,
+        ssl_context=context_ssl,
+        server_hostname=tls_name if isinstance(tls_name, str) and tls_name else None,
+        token=token if isinstance(token, str) and token else None,
+        token_file=token_file,
+    )
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise KubeConfigError(f"cannot read kubeconfig {path}: {exc.strerror or exc}") from None
+    try:
+        if text.lstrip().startswith("{"):
+            doc = json.loads(text)  # what our tests and tools write; no YAML parser needed
+        else:
+            import yaml
+
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            doc = yaml.load(text, Loader=loader)  # a safe loader: C if built, else Python
+    except ValueError as exc:  # yaml.YAMLError is not one: caught below
+        raise KubeConfigError(f"kubeconfig {path} is not valid JSON: {exc}") from None
+    except Exception as exc:
+        raise KubeConfigError(f"kubeconfig {path} is not valid YAML: {exc}") from None
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise KubeConfigError(f"kubeconfig {path} is not a mapping")
+    return doc
+
+
+def _refuse_unknown(entry: dict[str, Any], known: set[str], what: str) -> None:
+    for key, value in entry.items():
+        if key not in known and value not in (None, "", [], {}, False):
+            raise KubeConfigError(f"kubeconfig: {what}: {key!r} is not supported by the agent")
+
+
+def _path(entry: dict[str, Any], key: str, base: Path) -> Path | None:
+    value = entry.get(key)
+    if not value:
+        return None
+    if not isinstance(value, str):
+        raise KubeConfigError(f"kubeconfig: {key} must be a path")
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def _data(entry: dict[str, Any], key: str, what: str) -> bytes | None:
+    value = entry.get(key)
+    if not value:
+        return None
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, TypeError, ValueError):
+        raise KubeConfigError(f"kubeconfig: {what}: {key} is not base64") from None
+
+
+def _ssl_context(
+    *,
+    ca_file: Path | None = None,
+    ca_data: bytes | None = None,
+    insecure: bool = False,
+    cert_file: Path | None = None,
+    cert_data: bytes | None = None,
+    key_file: Path | None = None,
+    key_data: bytes | None = None,
+) -> ssl.SSLContext:
+    """TLS as client-go sets it up: the given CA only (else the system's), optional client cert."""
+    if insecure and (ca_file or ca_data):
+        raise KubeConfigError("insecure-skip-tls-verify and a certificate authority are exclusive")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_alpn_protocols(["http/1.1"])
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif ca_data is not None:
+        context.load_verify_locations(cadata=ca_data.decode("ascii", "replace"))
+    elif ca_file is not None:
+        context.load_verify_locations(cafile=str(ca_file))
+    else:
+        context.load_default_certs()
+    if (cert_file or cert_data) and not (key_file or key_data):
+        raise KubeConfigError("a client certificate needs its client key (client-key or client-key-data)")
+    if (key_file or key_data) and not (cert_file or cert_data):
+        raise KubeConfigError("a client key needs its client certificate (client-certificate or -data)")
+    if cert_file or cert_data:
+        # The ssl module loads a key pair from files only: -data goes through a private scratch dir.
+        with tempfile.TemporaryDirectory(prefix="pko-kube-") as scratch:
+            if cert_data is not None:
+                cert_file = Path(scratch) / "client.crt"
+                cert_file.write_bytes(cert_data)
+            if key_data is not None:
+                key_file = Path(scratch) / "client.key"
+                key_file.touch(mode=0o600)
+                key_file.write_bytes(key_data)
+            context.load_cert_chain(str(cert_file), str(key_file))
+    return context
