@@ -12,6 +12,11 @@
 # folder is copied once per pod (`cp -r`, a fraction of that) and starts as fast as `python -m`.
 # The project is installed (not editable) into a scratch site-packages first, because PyInstaller
 # cannot follow the editable install's import hook that maps agent/ and api/ into `pko`.
+# Only the agent's part of the project is collected (pko.agent, pko.api, and what they import, e.g.
+# pko.logging), not the operator's (pko.machinery, pko.controllers). kubernetes_asyncio and aiohttp
+# are excluded: the agent talks to the apiserver with its own client (pko.agent.kubeapi), and
+# test/agent/test_kubeapi.py checks that nothing it imports needs them. mypy and hypothesis are
+# pulled in only by pydantic's plugins for them, which the agent never loads.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -36,7 +41,14 @@ trap 'rm -rf "$WORK"' EXIT
     --clean \
     --log-level WARN \
     --paths "$WORK/site" \
-    --collect-submodules pko \
+    --collect-submodules pko.agent \
+    --collect-submodules pko.api \
+    --exclude-module kubernetes_asyncio \
+    --exclude-module aiohttp \
+    --exclude-module pko.machinery \
+    --exclude-module pko.controllers \
+    --exclude-module mypy \
+    --exclude-module hypothesis \
     --collect-submodules pulumi.automation \
     --copy-metadata pulumi \
     --distpath "$OUT" \

@@ -12,12 +12,15 @@ import asyncio
 import os
 import shutil
 import signal
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest_agent import free_port, spawn, stop_process
+from conftest_agent import AuthWorld, free_port, spawn, stop_process
 from fakepulumi.fixtures import make_fake_pulumi
 from grpclib.client import Channel
+from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest
@@ -28,7 +31,9 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-async def test_the_executable_serves_health_without_the_venv(agent_binary: Path, tmp_path: Path) -> None:
+def _install(agent_binary: Path, tmp_path: Path) -> tuple[Path, Path, dict[str, str], Any]:
+    """The executable and its folder copied as the pod's bootstrap copies them, a workspace, and a
+    minimal environment: (executable, workspace, env, the stand-in pulumi)."""
     fake = make_fake_pulumi(tmp_path / "pulumi")
     share = tmp_path / "share"
     work = share / "workspace"
@@ -37,7 +42,7 @@ async def test_the_executable_serves_health_without_the_venv(agent_binary: Path,
     run_dir = tmp_path / "elsewhere"
     run_dir.mkdir()
     exe = run_dir / "agent"
-    shutil.copy2(agent_binary, exe)  # as the pod's bootstrap copies it: the executable and its folder
+    shutil.copy2(agent_binary, exe)
     shutil.copytree(agent_binary.parent / "agent-lib", run_dir / "agent-lib")
     venv_bin = str(Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin")
     env = {
@@ -49,33 +54,87 @@ async def test_the_executable_serves_health_without_the_venv(agent_binary: Path,
         "PULUMI_CONFIG_PASSPHRASE": fake.passphrase,
     }
     assert venv_bin not in env["PATH"]
+    return exe, work, env, fake
+
+
+async def _until_serving(
+    proc: subprocess.Popen[bytes], port: int, token: str | None = None
+) -> tuple[Any, Any]:
+    """Health and PulumiVersion (with ``token``, if any) once the agent answers."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 180
+    metadata = {"authorization": f"Bearer {token}"} if token else None
+    while True:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            raise AssertionError(f"agent exited with {proc.returncode}:\n{err}")
+        channel = Channel("127.0.0.1", port)
+        try:
+            reply = await HealthStub(channel).Check(HealthCheckRequest(), timeout=5)
+            version = await pb.AutomationServiceStub(channel, metadata=metadata).pulumi_version(timeout=30)
+            return reply, version
+        except (TimeoutError, OSError, GRPCError):
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+        finally:
+            channel.close()
+
+
+async def test_the_executable_serves_health_without_the_venv(agent_binary: Path, tmp_path: Path) -> None:
+    exe, work, env, _ = _install(agent_binary, tmp_path)
     port = free_port()
     proc = spawn(
         [str(exe), "--", "serve", "--workspace", str(work), "--skip-install", "--host", "127.0.0.1",
          "--port", str(port)],
         env,
-        cwd=run_dir,
+        cwd=exe.parent,
     )  # fmt: skip
     try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 180
-        while True:
-            if proc.poll() is not None:
-                err = proc.stderr.read().decode() if proc.stderr else ""
-                raise AssertionError(f"agent exited with {proc.returncode}:\n{err}")
-            channel = Channel("127.0.0.1", port)
-            try:
-                reply = await HealthStub(channel).Check(HealthCheckRequest(), timeout=5)
-                version = await pb.AutomationServiceStub(channel).pulumi_version(timeout=30)
-                break
-            except (TimeoutError, OSError, GRPCError):
-                if loop.time() > deadline:
-                    raise
-                await asyncio.sleep(0.5)
-            finally:
-                channel.close()
+        reply, version = await _until_serving(proc, port)
         assert reply.status == reply.SERVING
         assert version.version
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 120) == 0
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.cluster
+async def test_the_executable_checks_tokens_with_the_apiserver(
+    agent_binary: Path, tmp_path: Path, auth_world: AuthWorld, cluster: Any
+) -> None:
+    """--auth-mode kube in the bundle (no kubernetes_asyncio, no aiohttp in it): the agent's own
+    client reads the kubeconfig, and TLS to the apiserver works with the bundled ssl."""
+    exe, work, env, _ = _install(agent_binary, tmp_path)
+    await auth_world.create_service_account("bundle-caller")
+    await auth_world.grant("bundle-caller")
+    token = await auth_world.mint("bundle-caller")
+    port = free_port()
+    proc = spawn(
+        [str(exe), "--", "serve", "--workspace", str(work), "--skip-install", "--host", "127.0.0.1",
+         "--port", str(port), "--auth-mode", "kube", "--kube-audience", auth_world.audience,
+         "--kube-workspace-namespace", auth_world.namespace, "--kube-workspace-name", auth_world.workspace,
+         "--kubeconfig", str(cluster.kubeconfig)],
+        env,
+        cwd=exe.parent,
+    )  # fmt: skip
+    try:
+        _, version = await _until_serving(proc, port, token)
+        assert version.version
+        channel = Channel("127.0.0.1", port)
+        try:
+            with pytest.raises(GRPCError) as refused:
+                await pb.AutomationServiceStub(channel).pulumi_version(timeout=30)
+            assert refused.value.status == Status.UNAUTHENTICATED
+            stranger = await auth_world.mint("bundle-caller", audience=f"other.{auth_world.namespace}")
+            with pytest.raises(GRPCError) as refused:
+                await pb.AutomationServiceStub(
+                    channel, metadata={"authorization": f"Bearer {stranger}"}
+                ).pulumi_version(timeout=30)
+            assert refused.value.status == Status.UNAUTHENTICATED
+        finally:
+            channel.close()
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(proc.wait, 120) == 0
     finally:
