@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cluster DNS records for a local node: Services and Endpoints from the API, as a hosts file dnsmasq reads.
+"""Cluster DNS for a local node: Services and EndpointSlices from the API, as a hosts file dnsmasq reads.
 
 No CoreDNS package exists here, so ``hack/localnode.py`` runs dnsmasq (``--hostsdir``, which re-reads
 changed files by itself, ``--no-resolv``: it never forwards a query) and this watcher, which writes:
@@ -8,8 +8,12 @@ changed files by itself, ``--no-resolv``: it never forwards a query) and this wa
   (also the not-ready ones when ``publishNotReadyAddresses`` is set), as CoreDNS answers;
 * ``<hostname>.<svc>.<ns>.svc.cluster.local``: an endpoint that has a hostname (StatefulSet pods).
 
-It lists Services and Endpoints every second and rewrites the file (atomically) only when the records
-change. Standard library only.
+Endpoints come from ``discovery.k8s.io/v1`` EndpointSlices (labelled ``kubernetes.io/service-name``), as
+CoreDNS reads them: the v1 Endpoints API is deprecated since Kubernetes 1.33. An endpoint whose
+``ready`` condition is unset counts as ready (the API's rule).
+
+It lists Services and EndpointSlices every second and rewrites the file (atomically) only when the
+records change. Standard library only.
 """
 
 from __future__ import annotations
@@ -43,9 +47,17 @@ def _get(server: str, token: str, ctx: ssl.SSLContext, path: str) -> dict[str, A
         return data
 
 
-def records(services: list[dict[str, Any]], endpoints: list[dict[str, Any]]) -> list[tuple[str, str]]:
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+def records(services: list[dict[str, Any]], slices: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(ip, name) pairs for the hosts file, sorted."""
-    by_key = {(e["metadata"]["namespace"], e["metadata"]["name"]): e for e in endpoints}
+    by_key: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for eps in slices:
+        meta = eps.get("metadata") or {}
+        service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+        if service and eps.get("addressType") in ("IPv4", "IPv6"):
+            by_key.setdefault((meta.get("namespace", ""), service), []).append(eps)
     out: set[tuple[str, str]] = set()
     for svc in services:
         ns, name = svc["metadata"]["namespace"], svc["metadata"]["name"]
@@ -56,14 +68,14 @@ def records(services: list[dict[str, Any]], endpoints: list[dict[str, Any]]) -> 
             out.add((cluster_ip, fqdn))
             continue
         publish_all = bool(spec.get("publishNotReadyAddresses"))
-        for subset in (by_key.get((ns, name)) or {}).get("subsets") or []:
-            addresses = list(subset.get("addresses") or [])
-            if publish_all:
-                addresses += subset.get("notReadyAddresses") or []
-            for address in addresses:
-                out.add((address["ip"], fqdn))
-                if address.get("hostname"):
-                    out.add((address["ip"], f"{address['hostname']}.{fqdn}"))
+        for eps in by_key.get((ns, name), []):
+            for endpoint in eps.get("endpoints") or []:
+                if not publish_all and (endpoint.get("conditions") or {}).get("ready") is False:
+                    continue
+                for ip in endpoint.get("addresses") or []:
+                    out.add((ip, fqdn))
+                    if endpoint.get("hostname"):
+                        out.add((ip, f"{endpoint['hostname']}.{fqdn}"))
     return sorted(out)
 
 
@@ -93,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     while True:
         try:
             services = _get(server, token, ctx, "/api/v1/services")["items"]
-            endpoints = _get(server, token, ctx, "/api/v1/endpoints")["items"]
-            if write_if_changed(target, records(services, endpoints)):
+            slices = _get(server, token, ctx, "/apis/discovery.k8s.io/v1/endpointslices")["items"]
+            if write_if_changed(target, records(services, slices)):
                 print(f"clusterdns: {len(services)} services written", flush=True)
         except Exception as exc:
             print(f"clusterdns: {exc}", file=sys.stderr, flush=True)

@@ -439,6 +439,9 @@ def _pause_archive() -> tuple[Path, str]:
     sh("buildah", *store, "push", "--quiet", image, f"oci-archive:{archive}.partial:{image}")
     os.replace(f"{archive}.partial", archive)
     shutil.rmtree(work, ignore_errors=True)
+    for stale in IMAGES.glob("pko-pause*.oci.tar"):  # another release's pause
+        if stale != archive:
+            stale.unlink()
     return archive, image
 
 
