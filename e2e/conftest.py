@@ -3,7 +3,7 @@
 in the cluster as its Deployment. Tests drive it with kubectl, as users do: the kubectl built with the
 node's Kubernetes (hack/build-kubernetes.sh), never the machine's, which may be outside the version skew.
 The workspaces' namespace (``default``) enforces the ``restricted`` Pod Security Standard, as
-config/samples labels it.
+hack/up.sh labels it (this suite labels it before it installs pko).
 
 A machine that cannot run a node (not root, no cgroups, no kube binaries buildable) skips the whole
 suite and says why; ``PKO_E2E_REQUIRE=1`` (set by ``.ci/run``) turns that skip into a failure.

@@ -94,7 +94,7 @@ if ! up_to_date pko "$op_hash"; then
 fi
 
 # --- the agent ----------------------------------------------------------------------------------------
-agent_hash="$(inputs_hash "" agent api pko/__init__.py pyproject.toml hack/build-agent.sh hack/build-agent-image.sh)"
+agent_hash="$(inputs_hash "" agent api pko/__init__.py pko/logging.py pyproject.toml hack/build-agent.sh hack/build-agent-image.sh)"
 if ! up_to_date pko-agent "$agent_hash"; then
     echo "build-images: building pko-agent:dev" >&2
     PKO_AGENT_IMAGE=docker.io/library/pko-agent:dev bash "$REPO/hack/build-agent-image.sh" "$OUT" >&2

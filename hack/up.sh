@@ -36,7 +36,12 @@ for crd in stacks.pulumi.com programs.pulumi.com workspaces.auto.pulumi.com upda
 done
 kubectl -n pulumi-kubernetes-operator rollout status deployment/controller-manager --timeout=300s
 
-say "the sample: kubectl apply -n default -k config/samples (labels default: Pod Security restricted)"
+say "the sample's namespace enforces Pod Security restricted: kubectl label namespace default ..."
+# A namespace label, not an object in config/samples: `kubectl delete -k config/samples` must never try
+# to delete the `default` namespace. The PodSecurity admission (built in since 1.25) enforces it.
+kubectl label --overwrite namespace default pod-security.kubernetes.io/enforce=restricted \
+  pod-security.kubernetes.io/enforce-version=latest >/dev/null
+say "the sample: kubectl apply -n default -k config/samples"
 kubectl apply --server-side -n default -k config/samples >/dev/null
 if ! kubectl -n default wait stack/hello --for=condition=Ready --timeout=600s; then
   echo "hack/up.sh: the sample Stack did not become Ready; what the cluster says:" >&2
