@@ -106,7 +106,7 @@ fi
 # Dockerfile as ENGINE_IMAGE, a scratch image holding it at /engine: no golang image can be pulled here.
 ENGINE_DIR="$(bash "$REPO/hack/build-pulumi.sh" | tail -n 1)"
 engine_key="$(basename "$(dirname "$ENGINE_DIR")")"
-ws_hash="$(inputs_hash "$base_hash $engine_key" images/workspace hack/versions.env hack/build-pulumi.sh)"
+ws_hash="$(inputs_hash "$base_hash $engine_key" images/workspace hack/versions.env hack/build-pulumi.sh hack/gomod.sh)"
 if ! up_to_date pko-workspace "$ws_hash"; then
     echo "build-images: building pko-workspace:dev (images/workspace/Dockerfile, engine $engine_key)" >&2
     engine_image="localhost/pko-pulumi-engine:$engine_key"

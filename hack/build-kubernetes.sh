@@ -53,25 +53,15 @@ exec 9>"$CACHE_ROOT/.build-kubernetes.lock"
 flock 9
 if have_all; then echo "$BIN_DIR"; exit 0; fi
 
-# The module and build caches are shared with hack/build-pulumi.sh.
-export GOMODCACHE="$CACHE_ROOT/go/mod" GOCACHE="$CACHE_ROOT/go/build" GOFLAGS="-mod=mod -buildvcs=false"
-export CGO_ENABLED=0 GOTOOLCHAIN=local GOWORK=off GONOSUMDB="" GOPRIVATE=""
-command -v go >/dev/null || { echo "build-kubernetes: Go is required (go 1.26 or newer)" >&2; exit 1; }
+# The Go environment and module copies of every hack/ build (caches under the pko cache).
+# shellcheck source=hack/gomod.sh
+. "$REPO/hack/gomod.sh"
+gomod_env
 
 WORK="$OUT/src"
 NEW="$OUT/bin.partial"
 rm -rf "$WORK" "$NEW"
 mkdir -p "$WORK" "$NEW"
-
-# fetch MODULE VERSION DEST: a writable copy of the module's zip contents at DEST.
-fetch() {
-    local dir
-    dir="$(go mod download -json "$1@$2" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
-    [ -n "$dir" ] && [ -f "$dir/go.mod" ] || { echo "build-kubernetes: $1@$2 is not served" >&2; exit 1; }
-    mkdir -p "$3"
-    cp -a "$dir/." "$3/"
-    chmod -R u+w "$3"
-}
 
 gobuild() {  # DIR OUTPUT TAGS LDFLAGS PACKAGE...
     local dir="$1" out="$2" tags="$3" ldflags="$4"
@@ -81,7 +71,7 @@ gobuild() {  # DIR OUTPUT TAGS LDFLAGS PACKAGE...
 
 log "k8s.io/kubernetes v$KUBERNETES_VERSION: preparing the module"
 K8S="$WORK/kubernetes"
-fetch k8s.io/kubernetes "v$KUBERNETES_VERSION" "$K8S"
+gomod_copy k8s.io/kubernetes "v$KUBERNETES_VERSION" "$K8S"
 rm -rf "$K8S/vendor" "$K8S/go.work" "$K8S/go.work.sum"
 STAGING_VERSION="v0.${KUBERNETES_VERSION#*.}"
 edits=()
@@ -109,7 +99,7 @@ gobuild "$K8S" "$NEW/" selinux,notest,grpcnotrace "$K8S_LDFLAGS" "${pkgs[@]}"
 
 for mod in server etcdctl; do
     log "go.etcd.io/etcd/$mod/v3 v$ETCD_VERSION"
-    fetch "go.etcd.io/etcd/$mod/v3" "v$ETCD_VERSION" "$WORK/etcd-$mod"
+    gomod_copy "go.etcd.io/etcd/$mod/v3" "v$ETCD_VERSION" "$WORK/etcd-$mod"
     drops=()
     for m in $(sed -n 's|^[[:space:]]*\(go\.etcd\.io/etcd/[^[:space:]]*\) => \.\./.*|\1|p' "$WORK/etcd-$mod/go.mod"); do
         drops+=("-dropreplace=$m")

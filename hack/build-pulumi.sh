@@ -44,10 +44,10 @@ exec 9>"$CACHE_ROOT/.build-pulumi.lock"
 flock 9
 if have_all; then echo "$ENGINE"; exit 0; fi
 
-# The module and build caches live under the pko cache too, so one folder holds every slow input.
-export GOMODCACHE="$CACHE_ROOT/go/mod" GOCACHE="$CACHE_ROOT/go/build" GOFLAGS="-mod=mod -buildvcs=false"
-export CGO_ENABLED=0 GOTOOLCHAIN=local GONOSUMDB="" GOPRIVATE=""
-command -v go >/dev/null || { echo "build-pulumi: Go is required (go 1.26 or newer)" >&2; exit 1; }
+# The Go environment and module copies of every hack/ build (caches under the pko cache).
+# shellcheck source=hack/gomod.sh
+. "$REPO/hack/gomod.sh"
+gomod_env
 
 WORK="$OUT/src"
 NEW="$OUT/engine.partial"
@@ -55,23 +55,13 @@ BIN="$NEW/bin"
 rm -rf "$WORK" "$NEW"
 mkdir -p "$WORK" "$BIN"
 
-# fetch MODULE VERSION DEST: a writable copy of the module's zip contents at DEST.
-fetch() {
-    local dir
-    dir="$(go mod download -json "$1@$2" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
-    [ -n "$dir" ] && [ -f "$dir/go.mod" ] || { echo "build-pulumi: $1@$2 is not served" >&2; exit 1; }
-    mkdir -p "$3"
-    cp -a "$dir/." "$3/"
-    chmod -R u+w "$3"
-}
-
 gobuild() {  # DIR OUTPUT PACKAGE LDFLAGS
     (cd "$1" && go build -trimpath -tags osusergo,grpcnotrace -ldflags "-s -w $4" -o "$2" "$3")
 }
 
 log "pulumi CLI v$PULUMI_VERSION"
-fetch github.com/pulumi/pulumi/sdk/v3 "v$PULUMI_VERSION" "$WORK/pulumi/sdk"
-fetch github.com/pulumi/pulumi/pkg/v3 "v$PULUMI_VERSION" "$WORK/pulumi/pkg"
+gomod_copy github.com/pulumi/pulumi/sdk/v3 "v$PULUMI_VERSION" "$WORK/pulumi/sdk"
+gomod_copy github.com/pulumi/pulumi/pkg/v3 "v$PULUMI_VERSION" "$WORK/pulumi/pkg"
 gobuild "$WORK/pulumi/pkg" "$BIN/pulumi" ./cmd/pulumi \
     "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$PULUMI_VERSION"
 # The Python dynamic-provider shim is a script in the sdk module (python/dist), and so is the script
@@ -80,20 +70,20 @@ install -m 0755 "$WORK/pulumi/sdk/python/dist/pulumi-resource-pulumi-python" "$B
 install -m 0755 "$WORK/pulumi/sdk/python/cmd/pulumi-language-python-exec" "$BIN/pulumi-language-python-exec"
 
 log "pulumi-language-python (sdk v$PULUMI_PYTHON_HOST_VERSION)"
-fetch github.com/pulumi/pulumi/sdk/v3 "v$PULUMI_PYTHON_HOST_VERSION" "$WORK/pulumi-python-host"
+gomod_copy github.com/pulumi/pulumi/sdk/v3 "v$PULUMI_PYTHON_HOST_VERSION" "$WORK/pulumi-python-host"
 gobuild "$WORK/pulumi-python-host" "$BIN/pulumi-language-python" ./python/cmd/pulumi-language-python \
     "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$PULUMI_PYTHON_HOST_VERSION"
 
 log "pulumi-language-yaml v$PULUMI_YAML_VERSION"
-fetch github.com/pulumi/pulumi-yaml "v$PULUMI_YAML_VERSION" "$WORK/pulumi-yaml"
+gomod_copy github.com/pulumi/pulumi-yaml "v$PULUMI_YAML_VERSION" "$WORK/pulumi-yaml"
 gobuild "$WORK/pulumi-yaml" "$BIN/pulumi-language-yaml" ./cmd/pulumi-language-yaml \
     "-X github.com/pulumi/pulumi-yaml/pkg/version.Version=v$PULUMI_YAML_VERSION"
 
 log "pulumi-resource-kubernetes v$PULUMI_KUBERNETES_VERSION"
 # provider/go.mod says `replace sdk/v4 => ../sdk` (the yaml/v2 and helm/v4 components import it): the sdk
 # module of the same release is copied beside it, as in upstream's repository.
-fetch github.com/pulumi/pulumi-kubernetes/provider/v4 "$PULUMI_KUBERNETES_MODULE_VERSION" "$WORK/pulumi-kubernetes/provider"
-fetch github.com/pulumi/pulumi-kubernetes/sdk/v4 "v$PULUMI_KUBERNETES_VERSION" "$WORK/pulumi-kubernetes/sdk"
+gomod_copy github.com/pulumi/pulumi-kubernetes/provider/v4 "$PULUMI_KUBERNETES_MODULE_VERSION" "$WORK/pulumi-kubernetes/provider"
+gomod_copy github.com/pulumi/pulumi-kubernetes/sdk/v4 "v$PULUMI_KUBERNETES_VERSION" "$WORK/pulumi-kubernetes/sdk"
 K8S="$WORK/pulumi-kubernetes/provider"
 K8S_LDFLAGS="-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$PULUMI_KUBERNETES_VERSION"
 (cd "$K8S/cmd/pulumi-resource-kubernetes" && VERSION="$PULUMI_KUBERNETES_VERSION" go generate ./...)

@@ -48,7 +48,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -67,7 +66,9 @@ DEFAULT_MIRROR = Path("/work/.mirror/tomplus+kubernetes_asyncio/repo")
 GO_MODULE = "k8s.io/kubernetes"
 GO_MODULE_REPOSITORY = "https://github.com/kubernetes/kubernetes"
 GO_MODULE_SWAGGER = "api/openapi-spec/swagger.json"
-DEFAULT_GOMODCACHE = Path.home() / ".cache" / "pko" / "go" / "mod"  # hack/build-kubernetes.sh's
+# Where hack/gomod.sh keeps Go modules (tests look there to know whether the module is already cached).
+_CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+GOMODCACHE = Path(os.environ.get("PKO_CACHE_DIR") or _CACHE_HOME / "pko") / "go" / "mod"
 VERSIONS_ENV = REPO_ROOT / "hack" / "versions.env"
 
 _CORE = "io.k8s.api.core.v1."
@@ -209,16 +210,17 @@ def pinned_release() -> str:
     return normalize_release(match.group(1))
 
 
-def read_go_module(release: str, modcache: Path) -> tuple[dict[str, Any], str]:
-    """(swagger, go.sum hash) of k8s.io/kubernetes@v<release>, downloaded into `modcache` if needed."""
-    env = {**os.environ, "GOMODCACHE": str(modcache), "GOFLAGS": "-mod=mod"}
+def read_go_module(release: str) -> tuple[dict[str, Any], str]:
+    """(swagger, go.sum hash) of k8s.io/kubernetes@v<release>, downloaded once (hack/gomod.sh)."""
+    gomod = str(REPO_ROOT / "hack" / "gomod.sh")
     result = subprocess.run(
-        ["go", "mod", "download", "-json", f"{GO_MODULE}@v{normalize_release(release)}"],
-        check=True, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir(),  # outside any module
-    )  # fmt: skip
+        ["bash", gomod, "download", GO_MODULE, f"v{normalize_release(release)}"],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise ImportError_(result.stderr.strip())
     module = json.loads(result.stdout)
-    if module.get("Error"):
-        raise ImportError_(f"go mod download {GO_MODULE}: {module['Error']}")
     swagger = json.loads((Path(module["Dir"]) / GO_MODULE_SWAGGER).read_text(encoding="utf-8"))
     return swagger, str(module["Sum"])
 
@@ -292,12 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     origin.add_argument("--swagger", type=Path, help="a swagger.json (with descriptions)")
     origin.add_argument(
         "--from-go-module",
-        nargs="?",
-        const=DEFAULT_GOMODCACHE,
-        type=Path,
-        metavar="GOMODCACHE",
+        action="store_true",
         help=f"the Go module {GO_MODULE} at --release (default: KUBERNETES_VERSION of hack/versions.env), "
-        f"downloaded into GOMODCACHE (default {DEFAULT_GOMODCACHE})",
+        "downloaded once through the Go module proxy by hack/gomod.sh",
     )
     origin.add_argument(
         "--from-mirror",
@@ -315,9 +314,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         fresh: dict[str, Any] | None = None
-        if args.from_go_module is not None:
+        if args.from_go_module:
             release = args.release or pinned_release()
-            swagger, digest = read_go_module(release, args.from_go_module)
+            swagger, digest = read_go_module(release)
             fresh = build_document(
                 swagger,
                 release=release,

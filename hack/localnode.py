@@ -377,24 +377,8 @@ def _kubernetes_module() -> Path:
     """The k8s.io/kubernetes module of the node's release, from the Go module cache (downloaded once
     through the Go module proxy; hack/build-kubernetes.sh already did)."""
     version = _versions()["KUBERNETES_VERSION"]
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    env = {
-        **os.environ,
-        "GOMODCACHE": str(CACHE / "go" / "mod"),
-        "GOFLAGS": "-mod=mod",
-        "GOTOOLCHAIN": "local",
-        "GOWORK": "off",
-    }
-    proc = subprocess.run(
-        [go, "mod", "download", "-json", f"k8s.io/kubernetes@v{version}"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd="/",
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"go mod download k8s.io/kubernetes@v{version}: {proc.stdout}{proc.stderr}")
-    return Path(json.loads(proc.stdout)["Dir"])
+    out = sh("bash", str(HACK / "gomod.sh"), "download", "k8s.io/kubernetes", f"v{version}")
+    return Path(json.loads(out)["Dir"])
 
 
 def _pause_version(module: Path) -> str:

@@ -167,7 +167,7 @@ def test_importer_takes_the_closure_records_the_release_and_replaces_the_old_fil
 
 
 @pytest.mark.skipif(
-    not (importer.DEFAULT_GOMODCACHE / f"k8s.io/kubernetes@v{K8S_RELEASE}").is_dir(),
+    not (importer.GOMODCACHE / f"k8s.io/kubernetes@v{K8S_RELEASE}").is_dir(),
     reason="the k8s.io/kubernetes module is cached by hack/build-kubernetes.sh",
 )
 def test_committed_file_equals_a_fresh_import_from_the_go_module() -> None:
