@@ -5,7 +5,8 @@ is tested without a cluster. Names follow the Go operator (``upstream-api-facts.
 ``Progressing``/``Complete``/``Failed``; a finished operation is ``Complete`` ``Updated`` whatever
 its result, and ``Failed`` says how it went (``UpdateSucceeded``, ``UpdateFailed`` or the agent's
 ``Failure.reason``); an Update ended by the operator without a result (orphaned, deleted, its
-operation lost) is ``Complete`` ``Failed``.
+operation lost) is ``Progressing`` ``Failed``, ``Complete`` ``Failed`` and ``Failed`` with why
+(``Canceled``, ...), as the Go operator's ``markFailed`` ends an orphaned or deleted Update.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ __all__ = [
     "waiting_status",
 ]
 
-# Progressing reasons.
+# Progressing reasons (and ``REASON_FAILED``: ended by the operator without a result).
 REASON_PROGRESSING: Final = "Progressing"
 REASON_COMPLETE: Final = "Complete"
 REASON_WORKSPACE_NOT_FOUND: Final = "WorkspaceNotFound"
@@ -293,7 +294,7 @@ def ended_status(update: Obj, reason: str, message: str, now: datetime | None = 
         update,
         gen,
         now,
-        (CONDITION_PROGRESSING, "False", REASON_COMPLETE, ""),
+        (CONDITION_PROGRESSING, "False", REASON_FAILED, ""),
         (CONDITION_COMPLETE, "True", REASON_FAILED, message.splitlines()[0] if message else ""),
         (CONDITION_FAILED, "True", reason, message.splitlines()[0] if message else ""),
     )

@@ -319,7 +319,9 @@ async def test_orphaned_update_is_canceled(env: Env) -> None:
     update = await env.wait_complete(await env.create_update(ws, "up", owner=False))
     failed = condition(update, "Failed")
     assert (failed["status"], failed["reason"]) == ("True", "Canceled")
-    assert condition(update, "Complete")["reason"] == "Failed"
+    complete, progressing = condition(update, "Complete"), condition(update, "Progressing")
+    assert (complete["status"], complete["reason"]) == ("True", "Failed")
+    assert (progressing["status"], progressing["reason"]) == ("False", "Failed")
 
 
 async def test_missing_workspace_waits_without_failing(env: Env) -> None:

@@ -183,7 +183,8 @@ def test_waiting_and_started_status() -> None:
 def test_ended_status() -> None:
     update = make_update()
     status = us.ended_status(update, us.REASON_CANCELED, "orphaned", NOW)
-    assert cond(status, "Progressing") == ("False", "Complete")
+    # the Go operator's markFailed: Progressing/Complete reason "Failed", Failed says why
+    assert cond(status, "Progressing") == ("False", "Failed")
     assert cond(status, "Complete") == ("True", "Failed")
     assert cond(status, "Failed") == ("True", "Canceled")
     assert status["message"] == "orphaned"
