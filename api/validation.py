@@ -21,12 +21,14 @@ supplying the program). A CEL rule never refuses what these checks accept.
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, TypeVar
+from urllib.parse import urlsplit
 
 from pko.api.program import Program
 from pko.api.stack import MAX_NAME_LENGTH, NAME_TOO_LONG_MESSAGE, ResourceRef, Stack, StackSpec
@@ -205,6 +207,10 @@ def _stack_git_errors(spec: StackSpec, namespace: str | None) -> Iterator[FieldE
     if not spec.project_repo:
         used = [name for name, value in zip(_GIT_FIELDS, _git_values(spec), strict=True) if value]
         yield FieldError("spec.projectRepo", f"required when {', '.join('spec.' + u for u in used)} is set")
+    else:
+        problem = git_url_error(spec.project_repo)
+        if problem:
+            yield FieldError("spec.projectRepo", problem)
     if spec.commit and spec.branch:
         yield FieldError("spec.branch", "mutually exclusive with spec.commit")
     elif spec.project_repo and not spec.commit and not spec.branch:
@@ -237,6 +243,46 @@ def _stack_git_errors(spec: StackSpec, namespace: str | None) -> Iterator[FieldE
     for ref_path, ref in refs:
         if ref is not None:
             yield from _secret_ref_errors(ref, ref_path, namespace)
+
+
+# URL schemes git (and the workspace agent's fetch) can clone from; the scp-like form
+# ``[user@]host:path`` and an absolute local path have none.
+GIT_URL_SCHEMES: Final = ("https", "http", "ssh", "git+ssh", "ssh+git", "git", "file")
+_GIT_URL_SCHEME: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_GIT_URL_FORMS: Final = "https://, http://, ssh://, git://, file:// or user@host:path"
+
+
+def git_url_error(url: str) -> str | None:
+    """Why ``url`` cannot name a git repository, or None when its form is one git clones from.
+
+    Git's own rules: ``<scheme>://`` is a URL (the scheme must be one git speaks, and all but
+    ``file`` need a host); otherwise a colon before the first slash makes it scp-like
+    (``git@github.com:org/repo.git``, ``host:path``), and an absolute path is a local repository
+    (allowed by the workspace only with ``GIT_ALLOW_LOCAL``). A relative path, the other case, is
+    refused: it names nothing in the workspace pod (``github.com/org/repo`` without ``https://``).
+    The message never repeats the URL, which may carry credentials.
+    """
+    text = url.strip()
+    match = _GIT_URL_SCHEME.match(text)
+    if match:
+        scheme = match.group(1).lower()
+        if scheme not in GIT_URL_SCHEMES:
+            # The Go operator's words ("invalid URL scheme: hhtp"), with what would work.
+            return f"invalid URL scheme: {match.group(1)} (use {_GIT_URL_FORMS})"
+        if scheme == "file":
+            return None
+        try:
+            host = urlsplit(text).hostname
+        except ValueError as exc:  # e.g. an unclosed IPv6 bracket
+            return f"invalid URL: {exc}"
+        return None if host else f"a {scheme}:// URL needs a host"
+    if text.startswith("/"):
+        return None
+    head = text.split("/", 1)[0]
+    if ":" in head:
+        host = head.split(":", 1)[0].rpartition("@")[2]
+        return None if host else "an scp-like URL (user@host:path) needs a host"
+    return f"not a git URL (use {_GIT_URL_FORMS})"
 
 
 def _git_values(spec: StackSpec) -> tuple[object, ...]:
@@ -459,10 +505,12 @@ def parse_program(obj: Mapping[str, Any]) -> tuple[Program | None, list[FieldErr
 
 
 __all__ = [
+    "GIT_URL_SCHEMES",
     "MSG_CROSS_NAMESPACE",
     "FieldError",
     "deprecation_warnings",
     "format_errors",
+    "git_url_error",
     "parse_program",
     "parse_stack",
     "parse_update",

@@ -11,6 +11,7 @@ from pko.api.validation import (
     FieldError,
     deprecation_warnings,
     format_errors,
+    git_url_error,
     parse_program,
     parse_stack,
     parse_update,
@@ -132,6 +133,71 @@ def test_commit_and_branch_are_exclusive() -> None:
 def test_project_repo_needs_a_commit_or_branch() -> None:
     errors = stack_errors({"projectRepo": "https://x"})
     assert errors == [FieldError("spec", "one of commit or branch is required with projectRepo")]
+
+
+GOOD_GIT_URLS = [
+    "https://github.com/pulumi/examples",
+    "https://user:token@github.com/pulumi/examples.git",
+    "HTTPS://github.com/pulumi/examples.git",
+    "http://127.0.0.1:9/r.git",
+    "ssh://git@github.com/pulumi/examples.git",
+    "ssh://git@github.com:2222/pulumi/examples.git",
+    "git+ssh://git@github.com/pulumi/examples.git",
+    "git://example.com/repo.git",
+    "file:///srv/git/repo.git",
+    "git@github.com:pulumi/examples.git",
+    "github.com:pulumi/examples.git",  # scp-like without a user: git accepts it
+    "[::1]:repo.git",
+    "/srv/git/repo.git",  # a local path: the fetch container needs GIT_ALLOW_LOCAL
+    " https://github.com/pulumi/examples ",
+]
+
+
+@pytest.mark.parametrize("url", GOOD_GIT_URLS)
+def test_git_urls_git_can_clone_from_are_accepted(url: str) -> None:
+    assert git_url_error(url) is None
+    assert stack_errors({"projectRepo": url, "branch": "main"}) == []
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("hhtp://github.com/pulumi/examples.git", "invalid URL scheme: hhtp (use https://, http://"),
+        ("ftp://example.com/repo.git", "invalid URL scheme: ftp"),
+        ("https:///pulumi/examples", "a https:// URL needs a host"),
+        ("ssh://", "a ssh:// URL needs a host"),
+        ("https://[::1/x", "invalid URL"),
+        ("git@:pulumi/examples.git", "an scp-like URL (user@host:path) needs a host"),
+        ("github.com/pulumi/examples", "not a git URL (use https://"),
+        ("examples", "not a git URL"),
+    ],
+)
+def test_git_urls_git_cannot_clone_from_are_refused_naming_the_field(url: str, message: str) -> None:
+    problem = git_url_error(url)
+    assert problem is not None and problem.startswith(message), problem
+    errors = stack_errors({"projectRepo": url, "branch": "main"})
+    assert errors == [FieldError("spec.projectRepo", problem)]
+
+
+def test_a_refused_git_url_is_not_repeated_in_the_message() -> None:
+    # it may carry credentials
+    problem = git_url_error("hhtp://user:s3cret@github.com/pulumi/examples.git")
+    assert problem is not None and "s3cret" not in problem
+
+
+@pytest.mark.parametrize("url", [*GOOD_GIT_URLS, "hhtp://github.com/x/y.git", "ftp://example.com/r.git"])
+def test_the_git_url_check_never_refuses_what_the_workspace_fetch_accepts(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pko.agent.errors import UsageError
+    from pko.agent.gitfetch import parse_remote
+
+    monkeypatch.setenv("GIT_ALLOW_LOCAL", "true")
+    try:
+        parse_remote(url.strip())
+    except UsageError:
+        return  # the fetch refuses it too (or is stricter: an scp-like URL without a user)
+    assert git_url_error(url) is None
 
 
 def test_git_fields_need_project_repo() -> None:

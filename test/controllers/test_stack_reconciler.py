@@ -693,6 +693,14 @@ WRONG: list[tuple[str, Obj, str, str, str]] = [
         "no longer supported in v2",
     ),
     (
+        # refused before any lookup or Workspace: no 30 s SourceUnavailable loop, no failing fetch
+        "bad-scheme",
+        {"projectRepo": "hhtp://github.com/x/y.git", "branch": "main"},
+        "Stalled",
+        "SpecInvalid",
+        "spec.projectRepo: invalid URL scheme: hhtp",
+    ),
+    (
         "unreachable",
         {"projectRepo": "http://127.0.0.1:9/r.git", "branch": "main"},
         "Stalled",
@@ -766,6 +774,7 @@ async def test_schema_valid_but_wrong_stacks_end_with_a_clear_reason_and_stay_qu
             f"{name} kept being written"
         )
         assert await env.updates_of(name) == []
+    assert await env.get(env.workspaces, "bad-scheme") is None
     # Not a hot loop: unavailable sources are looked at again every 30 s and missing Secrets every
     # SECRET_RECHECK (4 s in this module), nothing else: at most one reconcile per 4 s per Stack.
     assert env.reconciles() - reconciles <= len(WRONG) * (60 / SECRET_RECHECK + 1)
