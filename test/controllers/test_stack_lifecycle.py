@@ -1,0 +1,230 @@
+"""Stack paths around deletion, reclaim, metrics and failure recording that no other module drives.
+
+As in test_stack_reconciler, only the stack controller runs and the test plays the Workspace and
+Update controllers (``Env`` from there), so each step is exact. Retries are slow in this module
+(60 s): nothing runs again unless a test asks for it.
+
+* a preview-only Stack with ``destroyOnFinalize`` is released without a destroy (README, Deletion);
+* prerequisites are neither waited for nor triggered while a Stack is being deleted;
+* ``workspaceReclaimPolicy: Delete`` reclaims the Workspace after a success only, never a failure;
+* the Stack gauges forget a deleted Stack (``stacks_active`` goes down; no series of it says 1);
+* ``status.lastUpdate.message`` is the failed Update's whole message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from pko.controllers import stack as stack_controller
+from pko.controllers.retry import RetrySettings
+from pko.machinery.manager import Manager, ManagerOptions
+from pko.machinery.resource import EVENTS, Obj, ResourceClient
+
+from .test_stack_reconciler import Env, eventually
+
+SLOW = RetrySettings(deterministic_base=60.0, transient_base=60.0, transient_cap=120.0)
+FINALIZER = "finalizer.stack.pulumi.com"
+
+
+@pytest.fixture(scope="module")
+async def env(api_client: Any, namespace: str) -> AsyncIterator[Env]:
+    manager = Manager(
+        api_client,
+        ManagerOptions(
+            metrics_bind_address="0",
+            health_probe_bind_address="0",
+            namespace=namespace,
+            shutdown_grace_period=5.0,
+        ),
+    )
+    reconciler = stack_controller.setup(manager, retry=SLOW)
+    task = asyncio.create_task(manager.run())
+    yield Env(api_client, namespace, reconciler)
+    manager.stop()
+    await asyncio.wait_for(task, 30)
+
+
+async def _events(env: Env, name: str, reason: str) -> list[Obj]:
+    listing = await ResourceClient(env.stacks.api, EVENTS, env.ns).list(
+        field_selector=f"involvedObject.name={name},reason={reason}"
+    )
+    return list(listing.items)
+
+
+async def _gone_watching_updates(env: Env, name: str, types: dict[str, str], within: float = 30.0) -> None:
+    """Wait until the Stack is gone, noting the type of every Update of it seen meanwhile."""
+
+    async def gone() -> bool:
+        for update in await env.updates_of(name):
+            types[update["metadata"]["name"]] = update["spec"]["type"]
+        return await env.get(env.stacks, name) is None
+
+    await eventually(gone, f"{name} released", within)
+
+
+async def _ready_once(env: Env, name: str, spec: Obj) -> Obj:
+    """Create the Stack, run its first operation to success; returns that Update."""
+    await env.create_stack(name, spec)
+    await env.make_ready(name)
+    update = await env.next_update(name, set())
+    await env.complete(update)
+    await env.wait_condition(name, "Ready", "ProcessingCompleted")
+    return update
+
+
+# --- deletion ----------------------------------------------------------------------------------
+
+
+async def test_a_preview_stack_with_destroy_on_finalize_is_released_without_a_destroy(env: Env) -> None:
+    """README: "Without destroyOnFinalize (or for a preview-only Stack) it is removed once any running
+    Update has been recorded": a preview-only Stack never changed anything, so nothing is destroyed."""
+    await env.program("prog")
+    spec = {"programRef": {"name": "prog"}, "preview": True, "destroyOnFinalize": True}
+    preview = await _ready_once(env, "previewed", spec)
+    assert preview["spec"]["type"] == "preview"
+    generation = (await env.workspace("previewed"))["metadata"]["generation"]
+
+    await env.stacks.delete("previewed")
+    types: dict[str, str] = {}
+    await _gone_watching_updates(env, "previewed", types)
+    assert set(types.values()) <= {"preview"}, types
+    detected = [e["message"] for e in await _events(env, "previewed", "StackUpdateDetected")]
+    assert "Stack marked for deletion" not in detected, detected
+    # the Workspace was never respecified for a destroy (from status.projectInfo)
+    ws = await env.get(env.workspaces, "previewed")
+    assert ws is None or ws["metadata"]["generation"] == generation
+
+
+async def test_prerequisites_are_neither_awaited_nor_triggered_while_deleting(env: Env) -> None:
+    """A Stack being deleted runs its destroy even though one prerequisite is missing and another is
+    out of date; the stale one is not asked to run again (no reconciliation-request annotation)."""
+    await env.program("prog")
+    await _ready_once(env, "base", {"programRef": {"name": "prog"}})
+    child = {"programRef": {"name": "prog"}, "destroyOnFinalize": True, "prerequisites": [{"name": "base"}]}
+    seen: set[str] = set()
+    await env.create_stack("dependent", child)
+    await env.make_ready("dependent")
+    await env.complete(await env.next_update("dependent", seen))
+    await env.wait_condition("dependent", "Ready", "ProcessingCompleted")
+
+    # Suspended (no operation starts), then made to depend on a Stack that does not exist and on
+    # "base" having succeeded within the last second, which it soon has not.
+    prerequisites = [
+        {"name": "base", "requirement": {"succeededWithinDuration": "1s"}},
+        {"name": "ghost"},
+    ]
+    await env.stacks.patch("dependent", {"spec": {"suspend": True, "prerequisites": prerequisites}})
+    await env.wait_condition("dependent", "Suspended", "Suspended")
+    await asyncio.sleep(2.5)  # "base" is now out of date for the dependent
+    generation = (await env.workspace("dependent"))["metadata"]["generation"]
+
+    await env.stacks.delete("dependent")  # deleting a suspended Stack still runs its destroy
+    await env.make_ready("dependent", newer_than=generation)
+    destroy = await env.next_update("dependent", seen)
+    assert destroy["spec"]["type"] == "destroy"
+    conditions = await env.conditions("dependent")
+    assert conditions.get("Reconciling", ("", "", ""))[1] != "PrerequisiteNotSatisfied", conditions
+    base = await env.stack("base")
+    assert "pulumi.com/reconciliation-request" not in (base["metadata"].get("annotations") or {})
+    await env.complete(destroy)
+    await _gone_watching_updates(env, "dependent", {})
+    base = await env.stack("base")
+    assert "pulumi.com/reconciliation-request" not in (base["metadata"].get("annotations") or {})
+    assert len(await env.updates_of("base")) == 1  # "base" never ran again
+
+
+# --- workspace reclaim ---------------------------------------------------------------------------
+
+
+async def test_reclaim_policy_delete_keeps_the_workspace_after_a_failure(env: Env) -> None:
+    """README: ``Delete`` deletes the Workspace "after each successful operation": a failed one keeps
+    it (and its pod, for the retry and for a look at what went wrong)."""
+    await env.program("prog")
+    await env.create_stack("keeps", {"programRef": {"name": "prog"}, "workspaceReclaimPolicy": "Delete"})
+    ws = await env.make_ready("keeps")
+    uid = ws["metadata"]["uid"]
+    seen: set[str] = set()
+    await env.complete(await env.next_update("keeps", seen), failed="ProgramError", message="error: boom")
+    await env.wait_condition("keeps", "Reconciling", "RetryingAfterFailure")
+    await env.quiet("keeps", 2.0)
+    kept = await env.get(env.workspaces, "keeps")
+    assert kept is not None and kept["metadata"]["uid"] == uid, kept and kept["metadata"]
+    assert not kept["metadata"].get("deletionTimestamp")
+    assert await _events(env, "keeps", "WorkspaceDeleted") == []
+
+    # the next run (asked for) uses the same Workspace; its success reclaims it
+    request = {"metadata": {"annotations": {"pulumi.com/reconciliation-request": "again"}}}
+    await env.stacks.patch("keeps", request)
+    retry = await env.next_update("keeps", seen)
+    assert retry["metadata"]["ownerReferences"][0]["uid"] == uid
+    await env.complete(retry)
+    await env.wait_condition("keeps", "Ready", "ProcessingCompleted")
+
+    async def reclaimed() -> bool:
+        found = await env.get(env.workspaces, "keeps")
+        return found is None or bool(found["metadata"].get("deletionTimestamp"))
+
+    await eventually(reclaimed, "the Workspace reclaimed after the success")
+    assert len(await _events(env, "keeps", "WorkspaceDeleted")) == 1
+
+
+# --- metrics -------------------------------------------------------------------------------------
+
+
+async def test_gauges_forget_a_deleted_stack(env: Env) -> None:
+    await env.program("prog")
+    registry = env.reconciler.manager.registry
+    labels = {"namespace": env.ns, "name": "counted"}
+    await env.create_stack("counted", {"programRef": {"name": "prog"}})
+    await env.make_ready("counted")
+    await env.complete(await env.next_update("counted", set()), failed="ProgramError", message="error: x")
+    await env.wait_condition("counted", "Reconciling", "RetryingAfterFailure")
+
+    async def failing() -> bool:
+        return registry.get_sample_value("stacks_failing", labels) == 1
+
+    await eventually(failing, "stacks_failing=1")
+    assert registry.get_sample_value("stacks_reconciling", labels) == 1
+    assert registry.get_sample_value("stacks_next_retry_timestamp_seconds", labels)
+    active = registry.get_sample_value("stacks_active")
+    assert active is not None and active >= 1
+
+    await env.stacks.delete("counted")
+    await _gone_watching_updates(env, "counted", {})
+
+    async def forgotten() -> bool:
+        return registry.get_sample_value("stacks_active") == active - 1
+
+    await eventually(forgotten, f"stacks_active back to {active - 1}")
+    # Each per-Stack series is gone or 0: a deleted Stack is neither failing nor reconciling.
+    assert registry.get_sample_value("stacks_failing", labels) in (None, 0.0)
+    assert registry.get_sample_value("stacks_reconciling", labels) in (None, 0.0)
+    assert registry.get_sample_value("stacks_next_retry_timestamp_seconds", labels) is None
+    await asyncio.sleep(1.0)  # and no late write of the deleted Stack brings them back
+    assert registry.get_sample_value("stacks_active") == active - 1
+    assert registry.get_sample_value("stacks_failing", labels) in (None, 0.0)
+
+
+# --- failure recording ---------------------------------------------------------------------------
+
+
+async def test_last_update_message_is_the_failed_updates_message(env: Env) -> None:
+    await env.program("prog")
+    await env.create_stack("told", {"programRef": {"name": "prog"}})
+    await env.make_ready("told")
+    update = await env.next_update("told", set())
+    # More than the 10 lines lastFailure keeps: lastUpdate has all of it.
+    message = "\n".join(["error: update failed"] + [f"  line {i}" for i in range(1, 15)])
+    await env.complete(update, failed="ResourceOperationFailed", message=message)
+    await env.wait_condition("told", "Reconciling", "RetryingAfterFailure")
+    status = (await env.stack("told"))["status"]
+    last = status["lastUpdate"]
+    assert (last["name"], last["state"], last["type"]) == (update["metadata"]["name"], "failed", "up")
+    assert last["message"] == message
+    assert status["lastFailure"]["message"] == "\n".join(message.splitlines()[-10:])
+    events = await _events(env, "told", "StackUpdateFailure")
+    assert [e["message"] for e in events] == [f"Failed to update stack: {message}"]
