@@ -2,7 +2,9 @@
 
 One ``AgentClient`` talks to one agent. Every call carries ``authorization: Bearer <token>`` for the
 agent's audience ``<ws>.<ns>``, taken from a shared ``TokenSource`` per call, so a refreshed token
-is picked up without reconnecting. A token the agent refuses is dropped and minted again once.
+is picked up without reconnecting. A token the agent refuses is dropped and minted again once. A
+refresh that fails while the cached token is still valid does not fail the call: ``TokenSource``
+keeps using that token and retries the TokenRequest with backoff.
 
 Failures surface as ``AgentError`` with the grpclib status name in ``code``, a reason in
 ``reason`` and ``transient`` telling a controller whether to retry quietly or report. Reasons are

@@ -13,8 +13,14 @@ Invariants:
   is cancelled does not cancel the request the others wait on;
 * an audience unused for ``idle_ttl`` (2 h) is dropped, checked lazily at most every
   ``prune_interval`` (5 min), so workspaces that come and go do not grow the cache forever;
-* failures are never cached: the next call asks again. They raise ``TokenError`` with a message
-  that names the fix (a missing ServiceAccount, RBAC forbidding ``serviceaccounts/token`` create).
+* a refresh that fails while the cached token is still valid (inside the ``leeway`` window) is
+  not the caller's problem: the cached token is returned, the failure logged, and the next
+  TokenRequest waits ``retry_initial`` seconds, doubling with each failure up to ``retry_max``
+  (not one request per call); a success starts over;
+* a failure reaches the caller only when there is no valid token to fall back on (none cached,
+  expired, or dropped by ``invalidate`` because an agent refused it): then nothing is cached and
+  the next call asks again. It raises ``TokenError`` with a message that names the fix (a missing
+  ServiceAccount, RBAC forbidding ``serviceaccounts/token`` create).
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
+import aiohttp
+import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient, ApiException
 
@@ -33,6 +41,10 @@ DEFAULT_EXPIRATION: Final = 3600  # seconds; not 3607, which the apiserver may s
 DEFAULT_LEEWAY: Final = 300.0
 IDLE_TTL: Final = 2 * 3600.0
 PRUNE_INTERVAL: Final = 300.0
+RETRY_INITIAL: Final = 5.0  # seconds after a failed refresh, doubling with each failure ...
+RETRY_MAX: Final = 60.0  # ... up to this
+
+_log = structlog.get_logger("pko.tokens")
 
 
 class TokenError(Exception):
@@ -49,7 +61,10 @@ class TokenError(Exception):
 class _Entry:
     token: str
     refresh_at: float  # monotonic: when to mint a new one
+    expires_at: float  # monotonic: when the token stops being valid
     last_used: float  # monotonic
+    retry_at: float = 0.0  # monotonic: after a failed refresh, no TokenRequest before this
+    failures: int = 0  # failed refreshes in a row
 
 
 class TokenSource:
@@ -66,6 +81,8 @@ class TokenSource:
         idle_ttl: float = IDLE_TTL,
         prune_interval: float = PRUNE_INTERVAL,
         request_timeout: float = 30.0,
+        retry_initial: float = RETRY_INITIAL,
+        retry_max: float = RETRY_MAX,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._core = client.CoreV1Api(api)
@@ -76,6 +93,8 @@ class TokenSource:
         self.idle_ttl = idle_ttl
         self.prune_interval = prune_interval
         self.request_timeout = request_timeout
+        self.retry_initial = retry_initial
+        self.retry_max = retry_max
         self._clock = clock
         self._entries: dict[str, _Entry] = {}
         self._inflight: dict[str, asyncio.Task[_Entry]] = {}
@@ -88,23 +107,33 @@ class TokenSource:
         return list(self._entries)
 
     async def token(self, audience: str) -> str:
-        """A token for ``audience``, from the cache unless it is within ``leeway`` of expiring."""
+        """A token for ``audience``, from the cache unless it is within ``leeway`` of expiring (and
+        then still from the cache while a new one cannot be had and it has not expired)."""
         if not audience:
             raise ValueError("an audience is required")
         now = self._clock()
         self._maybe_prune(now)
         entry = self._entries.get(audience)
-        if entry is not None and now < entry.refresh_at:
+        if entry is not None and (now < entry.refresh_at or now < min(entry.retry_at, entry.expires_at)):
             entry.last_used = now
             return entry.token
         task = self._inflight.get(audience)
         if task is None:
-            task = asyncio.create_task(self._mint(audience), name=f"token-request-{audience}")
+            task = asyncio.create_task(self._refresh(audience), name=f"token-request-{audience}")
             self._inflight[audience] = task
             task.add_done_callback(lambda t: self._done(audience, t))
-        entry = await asyncio.shield(task)
-        entry.last_used = self._clock()
-        return entry.token
+        try:
+            fresh = await asyncio.shield(task)
+        except Exception:
+            stale = self._entries.get(audience)
+            now = self._clock()
+            if stale is None or now >= stale.expires_at:
+                self._entries.pop(audience, None)  # expired: nothing to fall back on
+                raise
+            stale.last_used = now
+            return stale.token
+        fresh.last_used = self._clock()
+        return fresh.token
 
     def invalidate(self, audience: str) -> None:
         """Forget the cached token (e.g. an agent refused it): the next call mints a new one."""
@@ -123,6 +152,28 @@ class TokenSource:
         for audience in [a for a, e in self._entries.items() if now - e.last_used >= self.idle_ttl]:
             del self._entries[audience]
 
+    async def _refresh(self, audience: str) -> _Entry:
+        """Mint a token; when that fails while the cached one is valid, back off before the next try."""
+        try:
+            return await self._mint(audience)
+        except Exception as exc:
+            entry = self._entries.get(audience)
+            now = self._clock()
+            if entry is not None and now < entry.expires_at:
+                entry.failures += 1
+                delay = min(self.retry_max, self.retry_initial * 2 ** (entry.failures - 1))
+                entry.retry_at = now + delay
+                _log.warning(
+                    "could not refresh a workspace token; using the cached one until it expires",
+                    audience=audience,
+                    reason=exc.reason if isinstance(exc, TokenError) else type(exc).__name__,
+                    error=str(exc),
+                    failures=entry.failures,
+                    retry_in=round(delay, 1),
+                    expires_in=round(entry.expires_at - now, 1),
+                )
+            raise
+
     async def _mint(self, audience: str) -> _Entry:
         self.requests += 1
         body = client.AuthenticationV1TokenRequest(
@@ -135,7 +186,7 @@ class TokenSource:
             )
         except ApiException as exc:
             raise _token_error(exc, who) from None
-        except (TimeoutError, OSError) as exc:
+        except (TimeoutError, OSError, aiohttp.ClientError) as exc:
             raise TokenError(
                 "TokenRequestFailed",
                 f"TokenRequest for {who} failed: {type(exc).__name__}: {exc}",
@@ -154,7 +205,10 @@ class TokenSource:
                 expires = expires.replace(tzinfo=UTC)
             lifetime = (expires - datetime.now(UTC)).total_seconds()
         return _Entry(
-            token=str(status.token), refresh_at=now + max(0.0, lifetime - self.leeway), last_used=now
+            token=str(status.token),
+            refresh_at=now + max(0.0, lifetime - self.leeway),
+            expires_at=now + max(0.0, lifetime),
+            last_used=now,
         )
 
 

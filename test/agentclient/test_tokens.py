@@ -96,3 +96,69 @@ async def test_errors_name_the_missing_account_and_the_missing_rbac(
             await forbidden.token("x.ns")
     assert denied.value.reason == "TokenRequestForbidden" and not denied.value.transient
     assert "serviceaccounts/token" in denied.value.message
+
+
+async def test_a_failed_refresh_keeps_the_valid_token_and_backs_off_until_it_expires(
+    api_client: client.ApiClient, auth_world: AuthWorld
+) -> None:
+    # A fake clock drives refresh, backoff and expiry; the failures are the apiserver's own (the
+    # ServiceAccount deleted: TokenRequest answers 404).
+    await auth_world.create_service_account("refreshed")
+    now = [1000.0]
+    tokens = TokenSource(
+        api_client,
+        auth_world.namespace,
+        "refreshed",
+        expiration_seconds=600,  # the apiserver's minimum; refresh from ~1300, expiry ~1600
+        leeway=300,
+        retry_initial=5,
+        retry_max=20,
+        clock=lambda: now[0],
+    )
+    first = await tokens.token("f.ns")
+    await auth_world.delete_service_account("refreshed")
+
+    now[0] = 1350.0  # in the refresh window: one shared TokenRequest fails, everyone gets the cached token
+    assert await asyncio.gather(*(tokens.token("f.ns") for _ in range(4))) == [first] * 4
+    assert tokens.requests == 2
+    # backing off: no TokenRequest on each call, a retry after 5 s, 10 s, then 20 s (the cap)
+    for at, sent in ((1354.9, 2), (1355, 3), (1364.9, 3), (1365, 4), (1384.9, 4), (1385, 5), (1404.9, 5)):
+        now[0] = at
+        assert await tokens.token("f.ns") == first
+        assert tokens.requests == sent, at
+    assert tokens.audiences == ["f.ns"]
+
+    now[0] = 1601.0  # expired: now the failure is the caller's, and nothing is cached
+    with pytest.raises(TokenError) as gone:
+        await tokens.token("f.ns")
+    assert gone.value.reason == "ServiceAccountNotFound"
+    assert tokens.audiences == []
+    with pytest.raises(TokenError):
+        await tokens.token("f.ns")  # no token to fall back on: every call asks
+    assert tokens.requests == 7
+
+    # the account is back: a new token, and a later failed refresh starts the backoff over
+    await auth_world.create_service_account("refreshed")
+    second = await tokens.token("f.ns")
+    assert second != first and tokens.requests == 8
+    await auth_world.delete_service_account("refreshed")
+    now[0] += 350
+    assert await tokens.token("f.ns") == second and tokens.requests == 9
+    now[0] += 5.5
+    assert await tokens.token("f.ns") == second and tokens.requests == 10
+
+
+async def test_a_refused_token_is_not_fallen_back_on(
+    api_client: client.ApiClient, auth_world: AuthWorld
+) -> None:
+    # invalidate (an agent refused the token) drops it: a failed mint then reaches the caller
+    await auth_world.create_service_account("dropped")
+    now = [1000.0]
+    tokens = TokenSource(
+        api_client, auth_world.namespace, "dropped", expiration_seconds=600, leeway=300, clock=lambda: now[0]
+    )
+    await tokens.token("d.ns")
+    await auth_world.delete_service_account("dropped")
+    tokens.invalidate("d.ns")
+    with pytest.raises(TokenError):
+        await tokens.token("d.ns")
