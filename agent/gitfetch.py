@@ -163,7 +163,11 @@ def parse_remote(url: str) -> Remote:
     if not url.strip():
         raise UsageError("no git URL given (set GIT_URL or --git-url)")
     display = redact_url(url)
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # parsed lazily: a bad port or bracket raises here, not later
+    except ValueError as exc:
+        raise UsageError(f"git URL {display} is not a URL: {exc}") from None
     scheme = parts.scheme.lower()
     if scheme in ("http", "https"):
         if not parts.hostname:
@@ -192,11 +196,13 @@ def parse_remote(url: str) -> Remote:
             username=unquote(parts.username) if parts.username else None,
             path=unquote(parts.path),
         )
-    if not scheme or (len(scheme) == 1 and not parts.netloc):
-        # scp-like "git@github.com:org/repo.git"; a one-letter "scheme" is a drive or host alias.
-        if ":" in url and "/" not in url.split(":", 1)[0]:
-            user, host, path = parse_rsync_url(url)
-            return Remote("ssh", url, display, host=host, username=user, path=path)
+    if "://" not in url and ":" in url.split("/", 1)[0]:
+        # scp-like, git's rule: no "://" and a colon before the first slash ("git@github.com:org/repo.git",
+        # "github.com:org/repo"; urlsplit reads the host of the latter as a scheme).
+        user, host, path = parse_rsync_url(url)
+        if not host:
+            raise UsageError(f"git URL {display} has no host")
+        return Remote("ssh", url, display, host=host, username=user, path=path)
     if scheme == "file" or (not scheme and url.startswith("/")):
         # A local repository is whatever the pod can read (a mounted Secret, the service account's
         # token directory): refused unless the operator of the pod explicitly allows it.

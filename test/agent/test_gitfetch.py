@@ -67,6 +67,13 @@ def test_https_credentials_are_split_off_and_redacted() -> None:
 def test_scp_like_and_ssh_urls_are_ssh() -> None:
     scp = parse_remote("git@github.com:org/repo.git")
     assert (scp.transport, scp.host, scp.username, scp.path) == ("ssh", "github.com", "git", "org/repo.git")
+    no_user = parse_remote("github.com:org/repo.git")  # git's rule: a colon before the first slash
+    assert (no_user.transport, no_user.host, no_user.username, no_user.path) == (
+        "ssh",
+        "github.com",
+        None,
+        "org/repo.git",
+    )
     ssh = parse_remote("ssh://git@example.com:2222/org/repo.git")
     assert (ssh.transport, ssh.host, ssh.port, ssh.path) == ("ssh", "example.com", 2222, "/org/repo.git")
 
