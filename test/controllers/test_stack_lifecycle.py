@@ -99,6 +99,42 @@ async def test_a_preview_stack_with_destroy_on_finalize_is_released_without_a_de
     assert ws is None or ws["metadata"]["generation"] == generation
 
 
+async def test_a_preview_stack_deleted_during_its_preview_waits_for_it_then_goes(env: Env) -> None:
+    await env.program("prog")
+    spec = {"programRef": {"name": "prog"}, "preview": True, "destroyOnFinalize": True}
+    await env.create_stack("peeking", spec)
+    await env.make_ready("peeking")
+    preview = await env.next_update("peeking", set())
+    await env.stacks.delete("peeking")  # (a new generation, for a custom resource)
+
+    async def observed() -> bool:
+        stack = await env.stack("peeking")
+        return bool(stack["metadata"].get("deletionTimestamp")) and stack["metadata"]["generation"] == (
+            stack.get("status") or {}
+        ).get("observedGeneration")
+
+    await eventually(observed, "the deletion observed")
+    await env.quiet("peeking", 2.0)  # waits on the running preview, writing nothing meanwhile
+    stack = await env.stack("peeking")
+    assert FINALIZER in stack["metadata"]["finalizers"]
+    assert stack["status"]["currentUpdate"]["name"] == preview["metadata"]["name"]
+    await env.complete(preview)
+    types: dict[str, str] = {}
+    await _gone_watching_updates(env, "peeking", types)
+    assert set(types.values()) <= {"preview"}, types
+
+    async def recorded() -> bool:  # the preview was recorded before the Stack went (Events are async)
+        created = [e["message"] for e in await _events(env, "peeking", "StackCreated")]
+        return created == ["Successfully updated stack"]
+
+    await eventually(recorded, "the preview recorded (StackCreated)")
+
+    async def collected() -> bool:  # released by the Stack (no Update controller here), then collected
+        return await env.get(env.updates, preview["metadata"]["name"]) is None
+
+    await eventually(collected, "the recorded preview garbage-collected")
+
+
 async def test_prerequisites_are_neither_awaited_nor_triggered_while_deleting(env: Env) -> None:
     """A Stack being deleted runs its destroy even though one prerequisite is missing and another is
     out of date; the stale one is not asked to run again (no reconciliation-request annotation)."""
