@@ -264,3 +264,21 @@ async def test_last_update_message_is_the_failed_updates_message(env: Env) -> No
     assert status["lastFailure"]["message"] == "\n".join(message.splitlines()[-10:])
     events = await _events(env, "told", "StackUpdateFailure")
     assert [e["message"] for e in events] == [f"Failed to update stack: {message}"]
+
+
+async def test_a_stack_that_never_ran_and_cannot_is_released_at_once(env: Env) -> None:
+    """README: "A Stack that never ran an operation and cannot (an invalid spec, a Stalled Workspace) is
+    released at once", even with ``destroyOnFinalize``: there is nothing to destroy."""
+    await env.program("prog")
+    invalid = {"programRef": {"name": "prog"}, "destroyOnFinalize": True, "prerequisites": [{"name": "inv"}]}
+    await env.create_stack("inv", invalid)
+    await env.wait_condition("inv", "Stalled", "SpecInvalid")
+    await env.create_stack("wsfail", {"programRef": {"name": "prog"}, "destroyOnFinalize": True})
+    await env.make_ready("wsfail", stalled=("PodFailed", "the workspace pod cannot start"))
+    await env.wait_condition("wsfail", "Stalled", "WorkspaceFailed")
+    for name in ("inv", "wsfail"):
+        await env.stacks.delete(name)
+    for name in ("inv", "wsfail"):
+        types: dict[str, str] = {}
+        await _gone_watching_updates(env, name, types, within=20.0)
+        assert types == {}, (name, types)
