@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 from pko.api.program import Program
 from pko.api.stack import MAX_NAME_LENGTH, NAME_TOO_LONG_MESSAGE, ResourceRef, Stack, StackSpec
 from pko.api.update import Update
-from pko.api.workspace import GitAuth, Workspace, WorkspaceStack
+from pko.api.workspace import GitAuth, Workspace, WorkspaceSpec, WorkspaceStack
 from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
@@ -418,7 +418,11 @@ def _workspace_stack_errors(index: int, stack: WorkspaceStack) -> Iterator[Field
 
 def validate_workspace(ws: Workspace) -> list[FieldError]:
     """Every cross-field problem of a Workspace; empty when it can be processed."""
-    spec = ws.spec
+    return workspace_spec_errors(ws.spec)
+
+
+def workspace_spec_errors(spec: WorkspaceSpec) -> list[FieldError]:
+    """Every cross-field problem of a Workspace's spec (the Workspace controller stalls on them)."""
     errors: list[FieldError] = []
     sources = [
         name
@@ -439,6 +443,8 @@ def validate_workspace(ws: Workspace) -> list[FieldError]:
     if spec.git is not None:
         if not spec.git.url:
             errors.append(FieldError("spec.git.url", "required"))
+        elif (problem := git_url_error(spec.git.url)) is not None:
+            errors.append(FieldError("spec.git.url", problem))
         errors += _workspace_git_errors(spec.git.auth)
     if spec.flux is not None and not spec.flux.url:
         errors.append(FieldError("spec.flux.url", "required"))

@@ -36,6 +36,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
+from pko.api.validation import format_errors, workspace_spec_errors
 from pko.api.workspace import WorkspaceSpec
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import WORKSPACE_COMPONENT, WORKSPACE_COMPONENT_LABEL, WORKSPACE_NAME_LABEL
@@ -151,14 +152,20 @@ def _finish(workspace: Mapping[str, Any], body: Obj) -> Obj:
 
 
 def parse_spec(workspace: Mapping[str, Any]) -> WorkspaceSpec:
-    """The Workspace's spec as a model (raises :class:`SpecInvalid` with the first problems)."""
+    """The Workspace's spec as a model, checked as the Stack's is (``pko.api.validation``): raises
+    :class:`SpecInvalid` with the first problems, so a hand-made Workspace with, say, a git URL no git
+    clones from stalls at once instead of failing in its init container."""
     try:
-        return WorkspaceSpec.model_validate(workspace.get("spec") or {})
+        spec = WorkspaceSpec.model_validate(workspace.get("spec") or {})
     except ValidationError as exc:
         problems = "; ".join(
             f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]
         )
         raise SpecInvalid(problems) from exc
+    errors = workspace_spec_errors(spec)
+    if errors:
+        raise SpecInvalid(format_errors(errors[:5]))
+    return spec
 
 
 def _meta(workspace: Mapping[str, Any]) -> tuple[str, str]:

@@ -437,6 +437,13 @@ def test_workspace_git_and_flux_need_a_url() -> None:
     assert ws_errors({"flux": {"digest": "sha256:x"}}) == [FieldError("spec.flux.url", "required")]
 
 
+def test_workspace_git_url_is_checked_as_a_stack_projectrepo_is() -> None:
+    problem = git_url_error("hhtp://x/r.git")
+    assert problem is not None
+    assert ws_errors({"git": {"url": "hhtp://x/r.git"}}) == [FieldError("spec.git.url", problem)]
+    assert ws_errors({"git": {"url": "git@github.com:org/r.git"}}) == []
+
+
 def test_workspace_git_username_needs_a_password() -> None:
     errors = ws_errors({"git": {"url": "https://x", "auth": {"username": {"name": "s", "key": "u"}}}})
     assert paths(errors) == ["spec.git.auth.password"]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pko.api.workspace import WorkspaceSpec
 
 from pko.controllers.options import ControllerOptions
 from pko.controllers.workspacepod import (
@@ -332,7 +333,7 @@ def test_project_info_writes_a_minimal_project() -> None:
 
 
 def test_restricted_profile_applies_to_fetch() -> None:
-    fetch = fetch_of(workspace({"git": {"url": "u"}}))
+    fetch = fetch_of(workspace({"git": {"url": "https://git.example/r.git"}}))
     assert fetch["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": RESTRICTED_CAPS}
 
 
@@ -342,7 +343,7 @@ def test_restricted_profile_applies_to_fetch() -> None:
 def test_template_overrides_operator_container_fields_and_env_by_name() -> None:
     ws = workspace(
         {
-            "git": {"url": "u"},
+            "git": {"url": "https://git.example/r.git"},
             "podTemplate": {
                 "metadata": {"annotations": {"a": "b"}},
                 "spec": {
@@ -631,8 +632,9 @@ def test_config_items_and_json_detection() -> None:
 def test_path_keys_refuse_structured_values() -> None:
     from pko.controllers.workspace import config_items
 
-    spec = parse_spec(
-        workspace({"stacks": [{"name": "d", "config": [{"key": "a.b", "path": True, "value": [1]}]}]})
-    )
+    body = workspace({"stacks": [{"name": "d", "config": [{"key": "a.b", "path": True, "value": [1]}]}]})
+    with pytest.raises(SpecInvalid, match="a path key cannot take a structured value"):
+        parse_spec(body)  # the Workspace stalls before any pod is made
+    spec = WorkspaceSpec.model_validate(body["spec"])
     with pytest.raises(ValueError, match="path=true"):
-        config_items(spec.stacks[0])  # type: ignore[index]
+        config_items(spec.stacks[0])  # type: ignore[index]  # and the config writer refuses it too
