@@ -112,7 +112,7 @@ async def test_deleting_without_destroy_on_finalize_leaves_the_state_and_collect
 
 async def test_deleting_during_an_update_waits_for_it_then_goes(env: Env) -> None:
     body = {
-        "resources": {"wait": {"type": "test:index:Hang", "properties": {"seconds": 20}}},
+        "resources": {"wait": {"type": "test:index:Hang", "properties": {"seconds": 30}}},
         "outputs": {"done": "yes"},
     }
     await env.create_program("busy", body)
