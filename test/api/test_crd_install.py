@@ -226,12 +226,17 @@ def _regrouped(mode: str, tmp_path: Path) -> tuple[Path, dict[str, str], list[st
     return out, groups, names
 
 
-def _wait_until_listable(cluster: Any, names: list[str]) -> None:
+def _wait_until_listable(cluster: Any, names: list[str], *cache: str) -> None:
     """Until each new resource lists: deleting a CRD whose storage is still initializing leaves it
     Terminating ("could not list instances: storage is (re)initializing") for minutes."""
     for name in names:
         for _ in range(120):
-            if kubectl(cluster, "get", name, "--all-namespaces", "-o", "name", check=False).returncode == 0:
+            if (
+                kubectl(
+                    cluster, *cache, "get", name, "--all-namespaces", "-o", "name", check=False
+                ).returncode
+                == 0
+            ):
                 break
             time.sleep(0.5)
         else:
@@ -251,19 +256,30 @@ def test_kubectl_installs_our_crds_with_either_kind_of_apply(
     """
     mode = "ssa" if "--server-side" in apply else "csa"
     bases, groups, names = _regrouped(mode, tmp_path)
+    # A discovery cache of its own: the shared one (~/.kube/cache) would remember `stacks` in the
+    # renamed group, which sorts before pulumi.com, and later tests' `kubectl get stacks` would ask
+    # the deleted group for them.
+    cache = f"--cache-dir={tmp_path / 'kube-cache'}"
     try:
-        kubectl(cluster, *apply, "-f", str(bases))
-        kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names])
-        _wait_until_listable(cluster, names)
+        kubectl(cluster, cache, *apply, "-f", str(bases))
+        kubectl(
+            cluster,
+            cache,
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            *[f"crd/{n}" for n in names],
+        )
+        _wait_until_listable(cluster, names, cache)
         stack = full_stack(name="installed", namespace=namespace)
         stack["apiVersion"] = stack["apiVersion"].replace("pulumi.com/", groups["pulumi.com"] + "/")
         manifest = tmp_path / "stack.yaml"
         manifest.write_text(yaml.safe_dump(stack))
-        kubectl(cluster, *apply, "--validate=strict", "-f", str(manifest))
+        kubectl(cluster, cache, *apply, "--validate=strict", "-f", str(manifest))
         if mode == "csa":  # a second apply is a patch computed from the annotation
-            kubectl(cluster, *apply, "-f", str(bases))
+            kubectl(cluster, cache, *apply, "-f", str(bases))
     finally:
-        kubectl(cluster, "delete", "--ignore-not-found", "--wait=true", *[f"crd/{n}" for n in names])
+        kubectl(cluster, cache, "delete", "--ignore-not-found", "--wait=true", *[f"crd/{n}" for n in names])
 
 
 def test_kubectl_strict_validation_accepts_a_full_stack_and_refuses_an_unknown_field(
