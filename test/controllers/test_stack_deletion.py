@@ -15,18 +15,15 @@ garbage-collected with it."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
 
 from pko.controllers.resources import STACK_FINALIZER
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import SECRETS, ResourceClient
 
-from .kubelet import PlayKubelet
-from .operator import Operator
+from . import test_stack
 from .test_stack import Env, _state, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
@@ -34,16 +31,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 Obj = dict[str, Any]
 
 
-@pytest.fixture(scope="module")
-async def env(
-    api_client: ApiClient,
-    namespace: str,
-    operator: Operator,
-    kubelet: PlayKubelet,
-    auth_delegator: Callable[..., Awaitable[str]],
-) -> Env:
-    await auth_delegator("default")
-    return Env(api_client, namespace, operator, kubelet)
+# The same module-scoped operator + play-kubelet fixture as test_stack.py's (bound here, not copied).
+env = test_stack.env
 
 
 async def _updates_of(env: Env, stack: str) -> list[Obj]:
