@@ -151,7 +151,7 @@ class Settings:
     def controller_options(self) -> ControllerOptions:
         """What the reconcilers are told (``pko.controllers.register``)."""
         from pko.controllers.options import ControllerOptions
-        from pko.controllers.retry import RetrySettings
+        from pko.controllers.stack.retry import RetrySettings
 
         return ControllerOptions(
             operator_namespace=self.operator_namespace,

@@ -44,11 +44,11 @@ from pko.controllers.resources import (
     UPDATES,
     WORKSPACES,
 )
-from pko.controllers.stackstatus import mark_ready
-from pko.controllers.stackupdate import build_update
-from pko.controllers.stackworkspace import GitRevision, build_workspace
-from pko.controllers.updatestatus import result_status, status_body
-from pko.controllers.workspacepod import (
+from pko.controllers.stack.status import mark_ready
+from pko.controllers.stack.updateobject import build_update
+from pko.controllers.stack.workspaceobject import GitRevision, build_workspace
+from pko.controllers.update.status import result_status, status_body
+from pko.controllers.workspace.workloads import (
     ANNOTATION_INITIALIZED,
     REVISION_LABEL,
     desired_service,

@@ -1,9 +1,45 @@
-"""The operator's reconcilers, and the one place that declares them on a manager.
+"""The operator's four reconcilers, a folder each, and the one place that declares them on a manager.
 
-``pko.__main__`` calls :func:`register` once, before the manager runs. Each reconciler module
-(``stack.py``, ``workspace.py``, ``update.py``, ``program.py``) adds its controller here with
-``manager.controller(name, reconciler).for_(...).owns(...)...``; worker counts come from the
-manager's options (``--max-concurrent-reconciles-*``), keyed by the Go operator's controller names.
+Each folder holds one controller: its reconciler (``reconciler.py``: reads from the caches, asks a
+pure planner what to do, carries the plan out at one edge), its pure decisions and status, and
+what wakes it. One line per module:
+
+* ``stack/``: a Stack kept deployed from its source.
+
+  * ``reconciler``: the reconcile loop and its wiring (``setup``); the only writer of Stack status.
+  * ``status``: the Stack status rules and ``plan_sync`` (run an operation or not, and when to
+    look again).
+  * ``sources``: a Stack's source resolved to a revision (git, Flux, Program), and git credentials
+    read from Secrets.
+  * ``branchpoll``: the branch-poll schedule (``next_poll``) and the shared, cached branch lookup.
+  * ``retry``: which failures are transient, the failure budget and the backoff.
+  * ``workspaceobject`` / ``updateobject``: the Workspace and Update a Stack owns (pure builders).
+  * ``watches``: what wakes the reconciler (predicates, index and map functions) and the gauges.
+
+* ``workspace/``: a Workspace run as a StatefulSet + Service with the agent in its pod.
+
+  * ``reconciler``: applies the workloads, initializes the agent, reports ``Ready``.
+  * ``workloads``: the StatefulSet, Service and pod built from the spec, and the pod diagnosis.
+
+* ``update/``: one Pulumi operation run through the workspace agent.
+
+  * ``reconciler``: starts the operation, records its result, cleans up.
+  * ``status``: the Update status and outputs Secret as pure functions of the agent's answers.
+  * ``watch``: the background tasks that follow running operations' event streams.
+
+* ``program/``: a Program served as a tarball.
+
+  * ``reconciler``: records the artifact in ``status``.
+  * ``artifact``: the Program checked, rendered to ``Pulumi.yaml`` and packed.
+  * ``server``: the HTTP server the workspace pods fetch artifacts from.
+
+Shared by all four: ``options`` (the operator's settings), ``resources`` (resource types, labels,
+annotations, field managers), ``strategicmerge`` (a user's template over a built object).
+
+:func:`register` is called once by ``pko.__main__`` before the manager runs; each reconciler's
+``setup`` declares its controller with ``manager.controller(name, reconciler).for_(...).owns(...)``;
+worker counts come from the manager's options (``--max-concurrent-reconciles-*``), keyed by the Go
+operator's controller names.
 """
 
 from __future__ import annotations
@@ -17,7 +53,10 @@ __all__ = ["CONTROLLER_NAMES", "register"]
 
 def register(manager: Manager, options: ControllerOptions | None = None) -> None:
     """Declare every reconciler on ``manager``."""
-    from pko.controllers import program, stack, update, workspace
+    from pko.controllers.program import reconciler as program
+    from pko.controllers.stack import reconciler as stack
+    from pko.controllers.update import reconciler as update
+    from pko.controllers.workspace import reconciler as workspace
     from pko.tokens import TokenSource
 
     opts = options if options is not None else ControllerOptions()

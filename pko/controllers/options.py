@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from pko.api.workspace import DEFAULT_IMAGES, SecurityProfile
-from pko.controllers.retry import RetrySettings
+from pko.controllers.stack.retry import RetrySettings
 
 AddressMode = Literal["dns", "pod-ip", "static"]
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from pko.controllers.workspacepod import BOOTSTRAP_COPY
+from pko.controllers.workspace.workloads import BOOTSTRAP_COPY
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "docker.io/library/pko-agent:dev"

@@ -24,8 +24,8 @@ from kubernetes_asyncio import client
 from multidict import CIMultiDict
 from pko.agent.artifact import fetch_artifact
 
-from pko.controllers import program
 from pko.controllers.options import ControllerOptions
+from pko.controllers.program import reconciler as program
 from pko.controllers.resources import FIELD_MANAGER_PROGRAM_STATUS, PROGRAMS
 from pko.machinery.manager import Manager, ManagerOptions
 from pko.machinery.resource import ResourceClient

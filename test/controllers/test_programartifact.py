@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pko.controllers.program import desired_status
-from pko.programartifact import (
+from pko.controllers.program.artifact import (
     ArtifactCache,
     InvalidProgram,
     artifact_path,
@@ -22,7 +21,8 @@ from pko.programartifact import (
     build_artifact,
     check_program,
 )
-from pko.programserver import advertised_address
+from pko.controllers.program.reconciler import desired_status
+from pko.controllers.program.server import advertised_address
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "seeds" / "001-staticwebsite-program.yaml"
 

@@ -29,11 +29,11 @@ from dulwich.server import DictBackend
 from dulwich.web import make_wsgi_chain
 from kubernetes_asyncio.client import ApiClient, ApiException
 
+from pko.controllers.program.artifact import project_yaml
 from pko.controllers.resources import PROGRAMS, STACKS, UPDATES, WORKSPACES
-from pko.controllers.stack import StackReconciler
+from pko.controllers.stack.reconciler import StackReconciler
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, ResourceClient
-from pko.programartifact import project_yaml
 
 from .kubelet import PlayKubelet
 from .operator import Operator

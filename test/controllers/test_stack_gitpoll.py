@@ -15,7 +15,13 @@ from dulwich.repo import Repo
 from dulwich.server import DictBackend
 from dulwich.web import make_wsgi_chain
 
-from pko.controllers.gitpoll import BranchResolver, GitCredentials, GitLookupError, ls_remote, match_ref
+from pko.controllers.stack.branchpoll import (
+    BranchResolver,
+    GitCredentials,
+    GitLookupError,
+    ls_remote,
+    match_ref,
+)
 
 REFS = {
     b"HEAD": b"1" * 40,

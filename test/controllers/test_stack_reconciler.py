@@ -25,10 +25,10 @@ from dulwich.repo import Repo
 from dulwich.server import DictBackend
 from dulwich.web import make_wsgi_chain
 
-from pko.controllers import stack as stack_controller
-from pko.controllers.gitpoll import BranchResolver
 from pko.controllers.resources import PROGRAMS, STACKS, UPDATES, WORKSPACES
-from pko.controllers.retry import RetrySettings
+from pko.controllers.stack import reconciler as stack_controller
+from pko.controllers.stack.branchpoll import BranchResolver
+from pko.controllers.stack.retry import RetrySettings
 from pko.machinery.conditions import format_time
 from pko.machinery.manager import Manager, ManagerOptions
 from pko.machinery.resource import EVENTS, SECRETS, Obj, Resource, ResourceClient, api_error_status

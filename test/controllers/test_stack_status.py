@@ -9,7 +9,7 @@ from typing import Any
 
 from pko.api.stack import StackSpec
 
-from pko.controllers.retry import (
+from pko.controllers.stack.retry import (
     RetrySettings,
     classify_failure,
     deterministic_delay,
@@ -17,7 +17,7 @@ from pko.controllers.retry import (
     tail_lines,
     transient_delay,
 )
-from pko.controllers.stackstatus import (
+from pko.controllers.stack.status import (
     go_duration,
     mark_ready,
     mark_reconciling,

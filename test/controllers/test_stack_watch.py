@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pko.controllers.stackwatch import (
+from pko.controllers.stack.watches import (
     STACK_PREDICATE,
     artifact_predicate,
     index_flux,

@@ -10,8 +10,8 @@ import pytest
 from pko.api.stack import Stack
 from pko.api.validation import parse_workspace
 
-from pko.controllers.stackupdate import build_update, update_name, update_type_for
-from pko.controllers.stackworkspace import (
+from pko.controllers.stack.updateobject import build_update, update_name, update_type_for
+from pko.controllers.stack.workspaceobject import (
     ArtifactRevision,
     GitRevision,
     ProjectInfoRevision,

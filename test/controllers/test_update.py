@@ -22,7 +22,7 @@ from kubernetes_asyncio.client import ApiClient, ApiException
 
 from pko.agentclient import AgentClient, AgentError, resolve_address
 from pko.controllers.resources import STACK_FINALIZER, STACKS, UPDATES, WORKSPACES
-from pko.controllers.updatestatus import is_complete
+from pko.controllers.update.status import is_complete
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, PODS, SECRETS, ResourceClient
 from pko.tokens import TokenSource

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pko.api.generated.pko.agent import v1 as pb
 
-from pko.controllers import updatestatus as us
-from pko.controllers.updatewatch import UpdateWatches
+from pko.controllers.update import status as us
+from pko.controllers.update.watch import UpdateWatches
 from pko.machinery.conditions import get_condition
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)

@@ -15,7 +15,11 @@ import yaml
 from kubernetes_asyncio.client import ApiClient, ApiException
 
 from pko.controllers.resources import WORKSPACES
-from pko.controllers.workspacepod import ANNOTATION_INITIALIZED, ANNOTATION_REVISION_HASH, revision_hash
+from pko.controllers.workspace.workloads import (
+    ANNOTATION_INITIALIZED,
+    ANNOTATION_REVISION_HASH,
+    revision_hash,
+)
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, PODS, SERVICES, STATEFULSETS, ResourceClient
 

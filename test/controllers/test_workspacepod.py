@@ -11,7 +11,7 @@ import yaml
 from pko.api.workspace import WorkspaceSpec
 
 from pko.controllers.options import ControllerOptions
-from pko.controllers.workspacepod import (
+from pko.controllers.workspace.workloads import (
     ANNOTATION_APPLIED_DIGEST,
     ANNOTATION_REVISION_HASH,
     SpecInvalid,
@@ -597,7 +597,7 @@ def test_terminating_and_not_ready_pods_wait() -> None:
 
 
 def test_config_items_and_json_detection() -> None:
-    from pko.controllers.workspace import _incompatible, config_items, has_json_config
+    from pko.controllers.workspace.reconciler import _incompatible, config_items, has_json_config
 
     spec = parse_spec(
         workspace(
@@ -630,7 +630,7 @@ def test_config_items_and_json_detection() -> None:
 
 
 def test_path_keys_refuse_structured_values() -> None:
-    from pko.controllers.workspace import config_items
+    from pko.controllers.workspace.reconciler import config_items
 
     body = workspace({"stacks": [{"name": "d", "config": [{"key": "a.b", "path": True, "value": [1]}]}]})
     with pytest.raises(SpecInvalid, match="a path key cannot take a structured value"):

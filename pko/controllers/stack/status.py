@@ -7,7 +7,7 @@ changes the issue asks for:
 
 * the failures counter also resets when the source revision changes (any spec, source or config
   change resets the backoff), not only on a new generation or reconcile request;
-* retries are classified (:mod:`pko.controllers.retry`): transient failures retry quickly and never
+* retries are classified (:mod:`pko.controllers.stack.retry`): transient failures retry quickly and never
   Stall; deterministic ones use the Go cooldown and Stall after the failure budget;
 * ``status.nextRetryTime`` says when a failed operation is retried, ``status.lastFailure`` why it
   failed (both extensions);
@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -29,11 +28,11 @@ from typing import Any, Final
 
 from pko.api.stack import StackSpec
 from pko.controllers.resources import RECONCILIATION_REQUEST_ANNOTATION, SECRETS_ANNOTATION
-from pko.controllers.retry import (
+from pko.controllers.stack.branchpoll import next_poll
+from pko.controllers.stack.retry import (
     RetrySettings,
     classify_failure,
     failure_budget,
-    jitter_fraction,
     retry_delay,
     tail_lines,
 )
@@ -51,7 +50,6 @@ __all__ = [
     "mark_reconciling",
     "mark_result",
     "mark_stalled",
-    "next_poll",
     "outputs_from_secret",
     "parse_time",
     "plan_sync",
@@ -422,20 +420,6 @@ def plan_sync(
         poll = next_poll(seed, resync, now)
         requeue = min(poll, requeue) if requeue is not None else poll
     return SyncDecision(True, "", requeue)
-
-
-def next_poll(seed: str, interval: float, now: datetime) -> float:
-    """Seconds to this Stack's next branch poll: at its own phase of the interval (stable per
-    ``seed``, uniform over a fleet), so Stacks created or reconciled together poll spread over the
-    whole interval instead of all at once, and any extra reconcile leaves the schedule where it was.
-    Polls are ``interval`` apart; only the first after a (re)start may come between half and one and
-    a half intervals after the previous one."""
-    phase = (jitter_fraction(seed, 0.5) - 0.5) * interval  # in [0, interval)
-    at = now.timestamp()
-    following = math.floor((at - phase) / interval) * interval + phase + interval
-    if following - at < interval / 2:
-        following += interval
-    return following - at
 
 
 # --- prerequisites ---------------------------------------------------------------------------

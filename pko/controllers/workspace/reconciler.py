@@ -5,7 +5,7 @@ One reconcile, reading only caches (Workspaces, and the StatefulSets, Services a
 ``auto.pulumi.com/component=workspace``):
 
 1. A Workspace being deleted is ``Ready=False/Deleting``; its objects go by garbage collection.
-2. The Service and the StatefulSet (:mod:`pko.controllers.workspacepod`) are server-side applied as
+2. The Service and the StatefulSet (:mod:`pko.controllers.workspace.workloads`) are server-side applied as
    ``pulumi-kubernetes-operator`` only when the cached object's ``auto.pulumi.com/applied-digest``
    differs from the desired one: a settled Workspace costs no writes. A change to an immutable
    StatefulSet field (selector, serviceName, volumeClaimTemplates, podManagementPolicy) deletes it
@@ -17,7 +17,7 @@ One reconcile, reading only caches (Workspaces, and the StatefulSets, Services a
    became ready, the Go operator's issue 801, so a fixed spec takes effect; the tests prove it
    against the real StatefulSet controller); a pod the apiserver refuses (the StatefulSet API
    accepts templates its pods fail) is reported from a dry-run create; then the pod itself is read
-   (:func:`~pko.controllers.workspacepod.diagnose_pod`): image pull failures, a failing init
+   (:func:`~pko.controllers.workspace.workloads.diagnose_pod`): image pull failures, a failing init
    container with its last log lines (Stalled after repeated failures), a crash loop, an
    unschedulable pod... Pod and StatefulSet events drive this; nothing polls.
 4. A Ready pod not yet ``auto.pulumi.com/initialized`` is initialized through its agent (token
@@ -60,7 +60,7 @@ from pko.controllers.resources import (
     WORKSPACE_SELECTOR,
     WORKSPACES,
 )
-from pko.controllers.workspacepod import (
+from pko.controllers.workspace.workloads import (
     ANNOTATION_APPLIED_DIGEST,
     ANNOTATION_INITIALIZED,
     REVISION_LABEL,
@@ -118,7 +118,7 @@ JSON_CONFIG_MIN_VERSION: Final = (3, 202, 0)
 _MESSAGE_MAX: Final = 4096
 _IMMUTABLE_MESSAGE: Final = "updates to statefulset spec for fields other than"
 
-log = structlog.get_logger("pko.controllers.workspace")
+log = structlog.get_logger("pko.controllers.workspace.reconciler")
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from pko.api.update import API_VERSION as UPDATE_API_VERSION
 from pko.api.update import KIND as UPDATE_KIND
 from pko.api.update import UpdateType
 from pko.controllers.resources import STACK_FINALIZER
-from pko.controllers.stackworkspace import stack_labels, stack_owner_reference
+from pko.controllers.stack.workspaceobject import stack_labels, stack_owner_reference
 from pko.controllers.strategicmerge import strategic_merge
 
 __all__ = ["TTL_AFTER_COMPLETED", "build_update", "update_name", "update_type_for"]

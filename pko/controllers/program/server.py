@@ -2,7 +2,7 @@
 
 The Go operator writes each artifact to the leader's disk and serves that directory, so only the
 leader can answer and a restart loses the files until the next reconcile. Here the bytes are a
-pure function of the Program (:mod:`pko.programartifact`), so every replica rebuilds them from
+pure function of the Program (:mod:`pko.controllers.program.artifact`), so every replica rebuilds them from
 its own Program informer cache: the Service in front of the operator may route a workspace's
 download to any pod, before or after a failover, and the answer is the same.
 
@@ -21,10 +21,10 @@ from typing import Final
 import structlog
 from aiohttp import web
 
+from pko.controllers.program.artifact import ArtifactCache, InvalidProgram
 from pko.machinery.informer import SharedInformer
 from pko.machinery.serving import HttpServer, parse_bind_address
 from pko.machinery.store import object_key
-from pko.programartifact import ArtifactCache, InvalidProgram
 
 __all__ = ["DEFAULT_ADDRESS", "ProgramServer", "advertised_address"]
 
@@ -32,7 +32,7 @@ DEFAULT_ADDRESS: Final = ":9090"
 CONTENT_TYPE: Final = "application/gzip"
 _SUFFIX: Final = ".tar.gz"
 
-log = structlog.get_logger("pko.programserver")
+log = structlog.get_logger("pko.controllers.program.server")
 
 
 def advertised_address(configured: str, bound: tuple[str, int] | None) -> str:

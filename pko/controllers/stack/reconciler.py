@@ -7,9 +7,9 @@ One reconcile follows the Go operator's ``StackReconciler.Reconcile``:
    detected (a direct read confirms the cache) and counted as a transient failure, so the Stack
    moves on instead of waiting forever (Go operator issue 1292);
 2. resolve the source to a revision: a commit, a branch head (``ls-remote``, shared between
-   Stacks, :mod:`pko.controllers.gitpoll`), a Flux object's or Program's artifact; or, to destroy
+   Stacks, :mod:`pko.controllers.stack.branchpoll`), a Flux object's or Program's artifact; or, to destroy
    a Stack whose source is gone, ``status.projectInfo``;
-3. decide whether to run (:func:`pko.controllers.stackstatus.plan_sync`); if not, report the
+3. decide whether to run (:func:`pko.controllers.stack.status.plan_sync`); if not, report the
    result (Ready / retrying / Stalled) and requeue for the next resync, poll or retry;
 4. check prerequisites, apply the Workspace (server-side apply), and when it is ready create one
    Update (never two: ``currentUpdate`` guards it).
@@ -34,7 +34,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pko.api.meta import parse_go_duration
 from pko.api.stack import Stack
 from pko.api.validation import deprecation_warnings, format_errors, parse_stack
-from pko.controllers.gitpoll import BranchResolver, GitCredentials, GitLookupError
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import (
     FIELD_MANAGER,
@@ -47,8 +46,9 @@ from pko.controllers.resources import (
     UPDATES,
     WORKSPACES,
 )
-from pko.controllers.retry import RetrySettings
-from pko.controllers.stackstatus import (
+from pko.controllers.stack.branchpoll import BranchResolver, GitCredentials, GitLookupError
+from pko.controllers.stack.retry import RetrySettings
+from pko.controllers.stack.status import (
     MSG_UPDATE,
     MSG_WORKSPACE,
     mark_ready,
@@ -65,8 +65,8 @@ from pko.controllers.stackstatus import (
     requirement_error,
     utcnow,
 )
-from pko.controllers.stackupdate import build_update, update_type_for
-from pko.controllers.stackwatch import (
+from pko.controllers.stack.updateobject import build_update, update_type_for
+from pko.controllers.stack.watches import (
     FLUX_SOURCES,
     INDEX_FLUX,
     INDEX_PREREQUISITE,
@@ -89,14 +89,14 @@ from pko.controllers.stackwatch import (
     workspace_predicate,
     workspace_ready,
 )
-from pko.controllers.stackworkspace import (
+from pko.controllers.stack.workspaceobject import (
     ArtifactRevision,
     GitRevision,
     ProjectInfoRevision,
     ResolvedSource,
     build_workspace,
 )
-from pko.controllers.workspacepod import ANNOTATION_APPLIED_DIGEST, applied_digest
+from pko.controllers.workspace.workloads import ANNOTATION_APPLIED_DIGEST, applied_digest
 from pko.machinery.conditions import get_condition, is_true
 from pko.machinery.controller import Result
 from pko.machinery.manager import CACHE_SYNCED, Manager
@@ -121,7 +121,7 @@ HISTORY_LIMIT: Final = 5
 """Completed Updates kept per Stack (their outputs Secrets go with them): no pile-up (Go issue 1163)."""
 DEPRECATED_FIELD_REASON: Final = "DeprecatedField"  # a pko Event: upstream only documents the deprecations
 
-_log = structlog.get_logger("pko.controllers.stack")
+_log = structlog.get_logger("pko.controllers.stack.reconciler")
 
 # --- the reconciler --------------------------------------------------------------------------
 

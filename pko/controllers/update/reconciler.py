@@ -36,7 +36,6 @@ from pko.agentclient import AgentClient, AgentError, audience, resolve_address
 from pko.api.generated.pko.agent import v1 as pb
 from pko.api.meta import parse_go_duration
 from pko.api.update import CONDITION_COMPLETE
-from pko.controllers import updatestatus as us
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import (
     FIELD_MANAGER_UPDATE_STATUS,
@@ -47,7 +46,8 @@ from pko.controllers.resources import (
     WORKSPACE_SELECTOR,
     WORKSPACES,
 )
-from pko.controllers.updatewatch import UpdateWatches
+from pko.controllers.update import status as us
+from pko.controllers.update.watch import UpdateWatches
 from pko.machinery.conditions import get_condition, is_true
 from pko.machinery.controller import Result
 from pko.machinery.events import Recorder
@@ -72,7 +72,7 @@ TRANSIENT_REQUEUE: Final = 5.0  # the Go operator's requeue after a TransientFai
 STACK_RECORD_RECHECK: Final = 60.0  # a fallback: the Stack watch normally wakes a waiting TTL
 RECORD_ATTEMPTS: Final = 40
 
-_log = structlog.get_logger("pko.controllers.update")
+_log = structlog.get_logger("pko.controllers.update.reconciler")
 
 _LEVELS: Final = {
     "debug": logging.DEBUG,

@@ -1,4 +1,5 @@
-"""Resolve a git branch to its head commit without a clone, one remote lookup per interval.
+"""Branch polling: when each Stack that tracks a branch looks again (:func:`next_poll`), and
+resolving a branch to its head commit without a clone, one remote lookup per interval.
 
 The Go operator lists the remote's refs (``git ls-remote``) on every reconcile of every Stack
 that tracks a branch. Here Stacks tracking the same repository, branch and credentials share one
@@ -11,17 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import os
 import re
 import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Final
 
 from dulwich import porcelain
 
-__all__ = ["BranchResolver", "GitCredentials", "GitLookupError", "match_ref"]
+from pko.controllers.stack.retry import jitter_fraction
+
+__all__ = ["BranchResolver", "GitCredentials", "GitLookupError", "match_ref", "next_poll"]
 
 _HASH: Final = re.compile(r"^[0-9a-f]{40}$")
 LOOKUP_TIMEOUT: Final = 30.0
@@ -133,3 +138,17 @@ class BranchResolver:
         horizon = max(interval, 3600.0) * 2
         for key in [k for k, (at, _) in self._cache.items() if now - at > horizon]:
             del self._cache[key]
+
+
+def next_poll(seed: str, interval: float, now: datetime) -> float:
+    """Seconds to this Stack's next branch poll: at its own phase of the interval (stable per
+    ``seed``, uniform over a fleet), so Stacks created or reconciled together poll spread over the
+    whole interval instead of all at once, and any extra reconcile leaves the schedule where it was.
+    Polls are ``interval`` apart; only the first after a (re)start may come between half and one and
+    a half intervals after the previous one."""
+    phase = (jitter_fraction(seed, 0.5) - 0.5) * interval  # in [0, interval)
+    at = now.timestamp()
+    following = math.floor((at - phase) / interval) * interval + phase + interval
+    if following - at < interval / 2:
+        following += interval
+    return following - at

@@ -16,7 +16,7 @@ from typing import Any, Final
 from prometheus_client import Gauge
 
 from pko.controllers.resources import RECONCILIATION_REQUEST_ANNOTATION, STACK_FINALIZER, STACK_NAME_LABEL
-from pko.controllers.stackstatus import reconcile_request
+from pko.controllers.stack.status import reconcile_request
 from pko.machinery.conditions import is_true
 from pko.machinery.manager import Manager
 from pko.machinery.objects import has_finalizer

@@ -22,7 +22,7 @@ import structlog
 
 __all__ = ["UpdateWatches"]
 
-log = structlog.get_logger("pko.controllers.updatewatch")
+log = structlog.get_logger("pko.controllers.update.watch")
 
 
 class UpdateWatches:

@@ -1,6 +1,6 @@
 """The Program reconciler: a Program's body becomes a served tarball recorded in ``status.artifact``.
 
-Per generation it checks the body (:func:`pko.programartifact.check_program`), builds the
+Per generation it checks the body (:func:`pko.controllers.program.artifact.check_program`), builds the
 deterministic tarball and writes, by server-side apply on ``/status`` as
 ``pulumi-kubernetes-operator/program-status``, what the Go operator writes (``observedGeneration``,
 ``artifact`` {path, url, revision, digest, size, lastUpdateTime}) plus our ``conditions``
@@ -9,7 +9,7 @@ extension: ``Ready`` True once the artifact is served, and for a body that canno
 artifact is then withdrawn: its URL would answer 404). A status that already says all this is
 not written again, so a settled Program costs no API calls; only a new generation is reconciled.
 
-The bytes are not stored anywhere: :class:`pko.programserver.ProgramServer`, a runnable on every
+The bytes are not stored anywhere: :class:`pko.controllers.program.server.ProgramServer`, a runnable on every
 replica, rebuilds them from the Program cache on request.
 """
 
@@ -22,6 +22,14 @@ import structlog
 from prometheus_client import Gauge
 
 from pko.controllers.options import ControllerOptions
+from pko.controllers.program.artifact import (
+    ArtifactCache,
+    InvalidProgram,
+    ProgramArtifact,
+    artifact_path,
+    artifact_url,
+)
+from pko.controllers.program.server import ProgramServer, advertised_address
 from pko.controllers.resources import FIELD_MANAGER_PROGRAM_STATUS, PROGRAMS
 from pko.machinery.conditions import format_time, set_condition
 from pko.machinery.controller import Result
@@ -30,14 +38,6 @@ from pko.machinery.manager import Manager
 from pko.machinery.predicates import generation_changed
 from pko.machinery.resource import Obj, ResourceClient
 from pko.machinery.store import split_key
-from pko.programartifact import (
-    ArtifactCache,
-    InvalidProgram,
-    ProgramArtifact,
-    artifact_path,
-    artifact_url,
-)
-from pko.programserver import ProgramServer, advertised_address
 
 __all__ = [
     "CONTROLLER_NAME",
@@ -57,7 +57,7 @@ _MESSAGE_MAX: Final = 4096
 # advertised address is derived from the bound one).
 _SERVING_TIMEOUT: Final = 30.0
 
-log = structlog.get_logger("pko.controllers.program")
+log = structlog.get_logger("pko.controllers.program.reconciler")
 
 
 def _generation(obj: Obj) -> int:

@@ -1,0 +1,1 @@
+"""The Stack controller."""

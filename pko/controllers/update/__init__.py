@@ -1,0 +1,1 @@
+"""The Update controller."""
