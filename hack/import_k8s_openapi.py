@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -52,7 +51,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+HACK_DIR = Path(__file__).resolve().parent
+if str(HACK_DIR) not in sys.path:  # loaded by path (test/api/test_k8sschema.py) rather than run
+    sys.path.insert(0, str(HACK_DIR))
+from versions import VERSIONS_ENV, cache_dir, versions  # noqa: E402
+
+REPO_ROOT = HACK_DIR.parent
 SCHEMA_DIR = REPO_ROOT / "api" / "schemas"
 FILE_PREFIX = "k8s-openapi-v"
 
@@ -67,9 +71,7 @@ GO_MODULE = "k8s.io/kubernetes"
 GO_MODULE_REPOSITORY = "https://github.com/kubernetes/kubernetes"
 GO_MODULE_SWAGGER = "api/openapi-spec/swagger.json"
 # Where hack/gomod.sh keeps Go modules (tests look there to know whether the module is already cached).
-_CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-GOMODCACHE = Path(os.environ.get("PKO_CACHE_DIR") or _CACHE_HOME / "pko") / "go" / "mod"
-VERSIONS_ENV = REPO_ROOT / "hack" / "versions.env"
+GOMODCACHE = cache_dir() / "go" / "mod"
 
 _CORE = "io.k8s.api.core.v1."
 _META = "io.k8s.apimachinery.pkg.apis.meta.v1."
@@ -204,10 +206,10 @@ def read_mirror(mirror: Path) -> tuple[dict[str, Any], str, str]:
 
 def pinned_release() -> str:
     """KUBERNETES_VERSION from hack/versions.env: the release the tests and the node run."""
-    match = re.search(r"^KUBERNETES_VERSION=(\S+)$", VERSIONS_ENV.read_text(), re.MULTILINE)
-    if match is None:
+    release = versions().get("KUBERNETES_VERSION")
+    if release is None:
         raise ImportError_(f"no KUBERNETES_VERSION in {VERSIONS_ENV}")
-    return normalize_release(match.group(1))
+    return normalize_release(release)
 
 
 def read_go_module(release: str) -> tuple[dict[str, Any], str]:

@@ -32,6 +32,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 HACK_DIR = Path(__file__).resolve().parent
+if str(HACK_DIR) not in sys.path:  # run as a script, or loaded by path
+    sys.path.insert(0, str(HACK_DIR))
+from pki import Cert, apiserver_sans, ensure_pki  # noqa: E402
+
 REPO_DIR = HACK_DIR.parent
 DEFAULT_DIR = REPO_DIR / ".cluster"
 SERVICE_CIDR = "10.0.0.0/24"
@@ -47,10 +51,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _run(cmd: list[str], **kw: object) -> None:
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)  # type: ignore[call-overload]
 
 
 def _apt_install(*packages: str) -> None:
@@ -79,74 +79,12 @@ def ensure_binaries() -> Path:
     return Path(out.strip().splitlines()[-1])
 
 
-def _make_pki(d: Path) -> None:
-    """CA, apiserver serving cert, and the service-account signing key pair."""
-    if (d / "apiserver.crt").exists():
-        return
-    d.mkdir(parents=True, exist_ok=True)
-    _run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "3650",
-            "-keyout",
-            str(d / "ca.key"),
-            "-out",
-            str(d / "ca.crt"),
-            "-subj",
-            "/CN=pko-local-ca",
-        ]
-    )
-    (d / "san.cnf").write_text(
-        "[req]\ndistinguished_name=dn\n[dn]\n[ext]\n"
-        "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,"
-        "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
-        "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\n"
-    )
-    _run(
-        [
-            "openssl",
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            str(d / "apiserver.key"),
-            "-out",
-            str(d / "apiserver.csr"),
-            "-subj",
-            "/CN=kube-apiserver",
-        ]
-    )
-    _run(
-        [
-            "openssl",
-            "x509",
-            "-req",
-            "-in",
-            str(d / "apiserver.csr"),
-            "-CA",
-            str(d / "ca.crt"),
-            "-CAkey",
-            str(d / "ca.key"),
-            "-CAcreateserial",
-            "-days",
-            "3650",
-            "-out",
-            str(d / "apiserver.crt"),
-            "-extfile",
-            str(d / "san.cnf"),
-            "-extensions",
-            "ext",
-        ]
-    )
-    _run(["openssl", "genrsa", "-out", str(d / "sa.key"), "2048"])
-    _run(["openssl", "rsa", "-in", str(d / "sa.key"), "-pubout", "-out", str(d / "sa.pub")])
+# The control plane's PKI (hack/pki.py): the apiserver's serving cert (serverAuth and clientAuth) for the
+# loopback and for the `kubernetes` Service's address (the first of SERVICE_CIDR).
+CA_CN = "pko-local-ca"
+CERTS = (
+    Cert("apiserver", "/CN=kube-apiserver", "serverAuth,clientAuth", apiserver_sans("127.0.0.1", "10.0.0.1")),
+)
 
 
 class PortTaken(RuntimeError):
@@ -224,7 +162,7 @@ class LocalCluster:
     def start(self, timeout: float = 120.0, attempts: int = 3) -> LocalCluster:
         bin_dir = ensure_binaries()
         self.dir.mkdir(parents=True, exist_ok=True)
-        _make_pki(self.dir / "pki")
+        ensure_pki(self.dir / "pki", CA_CN, CERTS)
         for attempt in range(1, attempts + 1):
             try:
                 self._start_once(bin_dir, timeout)

@@ -29,7 +29,7 @@ traffic stays on loopback and on the devices created here. Cluster DNS is dnsmas
 resolves in pods as in a real cluster.
 
 State lives in ``.node/`` (gitignored); images are imported from ``~/.cache/pko/images/*.oci.tar``
-(``hack/build-images.sh``) on every ``up``.
+(``hack/build-images.sh``; the cache is ``$PKO_CACHE_DIR`` when set, as for the builds) on every ``up``.
 """
 
 from __future__ import annotations
@@ -52,13 +52,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from localcluster import _apt_install, ensure_binaries, free_port
+from pki import Cert, apiserver_sans, ensure_pki
+from versions import cache_dir, versions
 
 bin_dir = functools.cache(ensure_binaries)  # Kubernetes, etcd and kubectl of hack/versions.env
 
 HACK = Path(__file__).resolve().parent
 REPO = HACK.parent
 STATE = REPO / ".node"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pko"
+CACHE = cache_dir()  # the build scripts' rule: $PKO_CACHE_DIR, else ${XDG_CACHE_HOME:-~/.cache}/pko
 IMAGES = CACHE / "images"
 
 NODE_NAME = "pko-node"
@@ -111,75 +113,14 @@ def sh(*cmd: str, check: bool = True, capture: bool = True) -> str:
 # --- PKI, tokens, kubeconfigs -------------------------------------------------------------------------
 
 
-def _pki(d: Path) -> None:
-    if (d / "kubelet-client.crt").exists():
-        return
-    d.mkdir(parents=True, exist_ok=True)
-    sh(
-        "openssl",
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "3650",
-        "-keyout",
-        str(d / "ca.key"),
-        "-out",
-        str(d / "ca.crt"),
-        "-subj",
-        "/CN=pko-node-ca",
-    )
-    sans = (
-        f"IP:{NODE_IP},IP:10.0.0.1,IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
-        "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
-    )
-    for name, subject, usage, san in (
-        ("apiserver", "/CN=kube-apiserver", "serverAuth", sans),
-        ("kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client", "clientAuth", ""),
-        ("kubelet", f"/CN={NODE_NAME}", "serverAuth", f"IP:{NODE_IP},DNS:{NODE_NAME}"),
-    ):
-        ext = d / f"{name}.cnf"
-        ext.write_text(
-            "[ext]\nkeyUsage=digitalSignature,keyEncipherment\n"
-            f"extendedKeyUsage={usage}\n" + (f"subjectAltName={san}\n" if san else "")
-        )
-        sh(
-            "openssl",
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            str(d / f"{name}.key"),
-            "-out",
-            str(d / f"{name}.csr"),
-            "-subj",
-            subject,
-        )
-        sh(
-            "openssl",
-            "x509",
-            "-req",
-            "-in",
-            str(d / f"{name}.csr"),
-            "-CA",
-            str(d / "ca.crt"),
-            "-CAkey",
-            str(d / "ca.key"),
-            "-CAcreateserial",
-            "-days",
-            "3650",
-            "-out",
-            str(d / f"{name}.crt"),
-            "-extfile",
-            str(ext),
-            "-extensions",
-            "ext",
-        )
-    sh("openssl", "genrsa", "-out", str(d / "sa.key"), "2048")
-    sh("openssl", "rsa", "-in", str(d / "sa.key"), "-pubout", "-out", str(d / "sa.pub"))
+# The node's PKI (hack/pki.py, with the service-account key pair): the apiserver's serving cert, its client
+# cert to kubelets, and the kubelet's serving cert.
+CA_CN = "pko-node-ca"
+CERTS = (
+    Cert("apiserver", "/CN=kube-apiserver", "serverAuth", apiserver_sans(NODE_IP, "10.0.0.1", "127.0.0.1")),
+    Cert("kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client", "clientAuth"),
+    Cert("kubelet", f"/CN={NODE_NAME}", "serverAuth", (f"IP:{NODE_IP}", f"DNS:{NODE_NAME}")),
+)
 
 
 def _kubeconfig(path: Path, token: str, server: str) -> None:
@@ -364,19 +305,10 @@ def _unmount_all(root: Path) -> None:
 # --- images -------------------------------------------------------------------------------------------
 
 
-def _versions() -> dict[str, str]:
-    values = {}
-    for line in (HACK / "versions.env").read_text().splitlines():
-        key, sep, value = line.partition("=")
-        if sep and not line.lstrip().startswith("#"):
-            values[key.strip()] = value.strip()
-    return values
-
-
 def _kubernetes_module() -> Path:
     """The k8s.io/kubernetes module of the node's release, from the Go module cache (downloaded once
     through the Go module proxy; hack/build-kubernetes.sh already did)."""
-    version = _versions()["KUBERNETES_VERSION"]
+    version = versions()["KUBERNETES_VERSION"]
     out = sh("bash", str(HACK / "gomod.sh"), "download", "k8s.io/kubernetes", f"v{version}")
     return Path(json.loads(out)["Dir"])
 
@@ -403,7 +335,7 @@ def _pause_archive() -> tuple[Path, str]:
     work = STATE / "pause-build"
     shutil.rmtree(work, ignore_errors=True)
     (work / "rootfs").mkdir(parents=True)
-    k8s = _versions()["KUBERNETES_VERSION"]
+    k8s = versions()["KUBERNETES_VERSION"]
     sh(
         "gcc",
         "-Os",
@@ -560,7 +492,7 @@ def up(imports: list[Path], timeout: float = 180.0) -> Path:
     bins = bin_dir()
     for sub in ("logs", "run"):
         (STATE / sub).mkdir(parents=True, exist_ok=True)
-    _pki(STATE / "pki")
+    ensure_pki(STATE / "pki", CA_CN, CERTS)
     pki = STATE / "pki"
     netns = sorted(p.name for p in Path("/run/netns").iterdir()) if Path("/run/netns").is_dir() else []
     (STATE / "netns-before.json").write_text(json.dumps(netns))
@@ -828,7 +760,7 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         type=Path,
         default=[],
-        help="an OCI archive to import (default: every ~/.cache/pko/images/*.oci.tar)",
+        help=f"an OCI archive to import (default: every {IMAGES}/*.oci.tar)",
     )
     args = p.parse_args(argv)
     if args.command == "up":

@@ -30,17 +30,6 @@ IMAGE_ENV = {
 }
 
 
-def versions() -> dict[str, str]:
-    """hack/versions.env, the one place the engine's versions are pinned."""
-    out: dict[str, str] = {}
-    for line in (REPO / "hack" / "versions.env").read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and "=" in line:
-            key, value = line.split("=", 1)
-            out[key] = value
-    return out
-
-
 @functools.cache
 def engine_dir() -> Path:
     """The built engine (bin/, plugins/), building it first if the cache lacks it (minutes, once).

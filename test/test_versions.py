@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
-from realpulumi import versions
+from versions import VERSIONS_ENV, versions  # hack/versions.py (hack/ is on sys.path: test/conftest.py)
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _bash(script: str, *args: str) -> list[str]:
+    """Lines a clean bash prints for ``script`` (``$1``... = args)."""
+    cmd = ["env", "-i", "bash", "--noprofile", "--norc", "-c", script, "bash", *args]
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()
+
+
+def test_the_python_reader_sees_what_bash_sources() -> None:
+    # The build scripts `. hack/versions.env`; hack/versions.py must read the same names and values.
+    env = str(VERSIONS_ENV)
+    names = set(_bash('. "$1"; compgen -v', env)) - set(_bash(". /dev/null; compgen -v"))
+    script = '. "$1"; shift; for name; do printf "%s=%s\\n" "$name" "${!name}"; done'
+    sourced = dict(line.split("=", 1) for line in _bash(script, env, *sorted(names)))
+    assert sourced == versions()
 
 
 def test_the_agents_pulumi_sdk_is_the_one_the_workspace_image_installs() -> None:
