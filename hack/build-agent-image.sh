@@ -25,7 +25,7 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OUT="${1:-${XDG_CACHE_HOME:-$HOME/.cache}/pko/images}"
+OUT="${1:-${PKO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pko}/images}"
 IMAGE="${PKO_AGENT_IMAGE:-docker.io/library/pko-agent:dev}"
 ARCHIVE="$OUT/pko-agent.oci.tar"
 

@@ -18,7 +18,7 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/pko"
+CACHE="${PKO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pko}"
 OUT="${1:-$CACHE/images}"
 STORE="$CACHE/buildah"
 BASE_IMAGE="localhost/pko-base-python:bookworm"

@@ -53,8 +53,10 @@ import aiohttp
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
+from pko.machinery.recentwrites import RecentWrites
 from pko.machinery.resource import Resource, ResourceClient, WatchEvent, api_error_status
 from pko.machinery.store import (
+    LAST_APPLIED_ANNOTATION,
     NAMESPACE_INDEX,
     DeletedFinalStateUnknown,
     Indexer,
@@ -63,23 +65,19 @@ from pko.machinery.store import (
     StoredObject,
     index_by_namespace,
     resource_version,
+    strip_managed_fields,
 )
 
 Transform = Callable[[Obj], Obj]
 
-LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
-
-
-def strip_managed_fields(obj: Obj) -> Obj:
-    """Default transform: drop what no reconciler reads but can dwarf the object itself."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict):
-        meta.pop("managedFields", None)
-        annotations = meta.get("annotations")
-        if annotations and LAST_APPLIED_ANNOTATION in annotations:
-            del annotations[LAST_APPLIED_ANNOTATION]
-    return obj
-
+__all__ = [
+    "LAST_APPLIED_ANNOTATION",
+    "EventHandler",
+    "FuncHandler",
+    "SharedInformer",
+    "Transform",
+    "strip_managed_fields",
+]
 
 # ----- handlers ----------------------------------------------------------------------------------
 
@@ -237,6 +235,8 @@ class SharedInformer:
         self.indexer = Indexer(indexers=all_indexers)
         self.resync_period = resync_period
         self._transform = transform
+        # Read-your-writes: what controllers wrote through this informer's type, until watched back.
+        self.writes = RecentWrites(transform)
         self._label_selector = label_selector
         self._field_selector = field_selector
         self._page_size = page_size
@@ -255,6 +255,17 @@ class SharedInformer:
         self._log = structlog.get_logger("pko.informer").bind(
             resource=self.resource.name, namespace=client.namespace or "*"
         )
+
+    # --- reads through the cache
+
+    def wrote(self, obj: Obj) -> Obj:
+        """Record a write's response so :meth:`latest` returns it until the watch delivers it
+        (the operator's one stale-read guard); returns ``obj``."""
+        return self.writes.wrote(obj)
+
+    def latest(self, key: str) -> Obj | None:
+        """The cached object, or this process's own later write of it the cache has not caught up with."""
+        return self.writes.latest(key, self.indexer.get_by_key(key))
 
     # --- lifecycle
 
@@ -525,6 +536,8 @@ class SharedInformer:
             return
         if self._transform is not None:
             obj = self._transform(obj)
+        if self.writes:
+            self.writes.caught_up(obj, gone=etype == "DELETED")
         if etype in ("ADDED", "MODIFIED"):
             old = self.indexer.put(self.indexer.encode(obj))
             if old is None:

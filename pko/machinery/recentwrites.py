@@ -4,14 +4,19 @@ A controller's own write reaches its cache only when the watch delivers it; a re
 before then (the write itself often triggers one) reads an older object and may redo what it just
 did: start a second operation, write the same status again. :class:`RecentWrites` remembers the
 object each write returned until the cache holds that version or a later one.
+
+This is the operator's one guard against stale reads. Each :class:`~pko.machinery.informer.SharedInformer`
+owns one (``informer.wrote(obj)`` after a write, ``informer.latest(key)`` to read), shaped by the
+informer's own transform and cleared by its own watch events, so every controller sharing the
+informer reads through every write any of them made.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
-from pko.machinery.informer import strip_managed_fields
-from pko.machinery.store import Obj, meta_namespace_key, resource_version
+from pko.machinery.store import Obj, meta_namespace_key, resource_version, strip_managed_fields
 
 __all__ = ["RecentWrites", "newer"]
 
@@ -23,13 +28,18 @@ class RecentWrites:
     object goes, so at most one per object written and not yet watched back.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, transform: Callable[[Obj], Obj] | None = strip_managed_fields) -> None:
         self._objects: dict[str, Obj] = {}
+        self._transform = transform
+
+    def __len__(self) -> int:
+        return len(self._objects)
 
     def wrote(self, obj: Obj) -> Obj:
-        """Remember ``obj`` as the API server returned it from a write (shaped as the informers'
-        default transform keeps it); returns ``obj`` untouched."""
-        self._objects[meta_namespace_key(obj)] = strip_managed_fields(copy.deepcopy(obj))
+        """Remember ``obj`` as the API server returned it from a write (shaped by the cache's
+        transform); returns ``obj`` untouched."""
+        kept = copy.deepcopy(obj)
+        self._objects[meta_namespace_key(obj)] = self._transform(kept) if self._transform else kept
         return obj
 
     def latest(self, key: str, cached: Obj | None) -> Obj | None:

@@ -161,6 +161,20 @@ def resource_version(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
 
+LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def strip_managed_fields(obj: Obj) -> Obj:
+    """The informers' default transform: drop what no reconciler reads but can dwarf the object itself."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+        annotations = meta.get("annotations")
+        if annotations and LAST_APPLIED_ANNOTATION in annotations:
+            del annotations[LAST_APPLIED_ANNOTATION]
+    return obj
+
+
 # ----- the store ---------------------------------------------------------------------------------
 
 

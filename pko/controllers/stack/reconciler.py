@@ -101,7 +101,6 @@ from pko.machinery.conditions import get_condition, is_true
 from pko.machinery.controller import Result
 from pko.machinery.manager import CACHE_SYNCED, Manager
 from pko.machinery.objects import add_finalizer, has_finalizer, remove_finalizer
-from pko.machinery.recentwrites import RecentWrites
 from pko.machinery.resource import SECRETS, Obj, Resource, ResourceClient, api_error_status
 from pko.machinery.store import DeletedFinalStateUnknown, object_key
 
@@ -195,14 +194,11 @@ class StackReconciler:
         self._secrets = ResourceClient(api, SECRETS)
         self.events = manager.events
         self.metrics = StackMetrics(manager)
-        # A reconcile that read a Stack older than our own last write could miss `currentUpdate`
-        # and start a second Update: read through what we wrote until the cache has it.
-        self.recent = RecentWrites()
 
     # --- entry point -------------------------------------------------------------------------
 
     async def reconcile(self, key: str) -> Result:
-        obj = self.recent.latest(key, self.stacks.indexer.get_by_key(key))
+        obj = self.stacks.latest(key)
         if obj is None:
             self._ws_applied.pop(key, None)  # its Workspace (same name) goes with it
             return Result.done()
@@ -211,7 +207,7 @@ class StackReconciler:
         if deleting and not has_finalizer(obj, STACK_FINALIZER):
             return Result.done()
         if not deleting and not has_finalizer(obj, STACK_FINALIZER):
-            obj = self.recent.wrote(await add_finalizer(self._stack_client, obj, STACK_FINALIZER))
+            obj = self.stacks.wrote(await add_finalizer(self._stack_client, obj, STACK_FINALIZER))
             meta = metadata_of(obj)
         now = utcnow()
         generation = int(meta.get("generation") or 0)
@@ -222,7 +218,7 @@ class StackReconciler:
         if stack is None or errors:
             message = format_errors(errors)
             if deleting and not (obj.get("status") or {}).get("lastUpdate"):
-                self.recent.wrote(await remove_finalizer(self._stack_client, obj, STACK_FINALIZER))
+                self.stacks.wrote(await remove_finalizer(self._stack_client, obj, STACK_FINALIZER))
                 return Result.done()
             self.events.event(obj, "Warning", "StackConfigInvalid", message)
             mark_stalled(status, "SpecInvalid", message, generation, now)
@@ -269,7 +265,7 @@ class StackReconciler:
         if deleting and (not spec.destroy_on_finalize or spec.preview):
             mark_ready(status, generation, now)
             await self._save(obj, status, recorded)
-            self.recent.wrote(await remove_finalizer(self._stack_client, obj, STACK_FINALIZER))
+            self.stacks.wrote(await remove_finalizer(self._stack_client, obj, STACK_FINALIZER))
             return Result.done()
 
         # 2. the source, pinned to a revision
@@ -310,7 +306,7 @@ class StackReconciler:
             stalled = get_condition(conditions, "Stalled")
             if stalled is not None and stalled.get("status") == "True":
                 if deleting and not status.get("lastUpdate"):
-                    self.recent.wrote(await remove_finalizer(self._stack_client, obj, STACK_FINALIZER))
+                    self.stacks.wrote(await remove_finalizer(self._stack_client, obj, STACK_FINALIZER))
                     return Result.done()
                 ws_reason = str(stalled.get("reason") or "")
                 reason = (
@@ -377,7 +373,7 @@ class StackReconciler:
                 await self._save(obj, status, recorded)
                 return Result.requeue_after(requeue) if requeue else Result.done()
             await self._save(obj, status, recorded)
-            self.recent.wrote(await remove_finalizer(self._stack_client, obj, STACK_FINALIZER))
+            self.stacks.wrote(await remove_finalizer(self._stack_client, obj, STACK_FINALIZER))
             return Result.done()
         if last.get("state") == "succeeded" and stack.spec.workspace_reclaim_policy == "Delete":
             await self._release_update(recorded)
@@ -661,7 +657,7 @@ class StackReconciler:
                 "metadata": {"name": metadata_of(obj).get("name"), "namespace": namespace_of(obj)},
                 "status": desired,
             }
-            written = self.recent.wrote(
+            written = self.stacks.wrote(
                 await self._stack_client.apply_status(body, field_manager=FIELD_MANAGER_STACK_STATUS)
             )
             self.metrics.observe(written)
@@ -757,8 +753,7 @@ def _flux_mapper(reconciler: StackReconciler, resource: Resource) -> Callable[[O
 
 
 class _StackEvents:
-    """Stack informer events: keep the gauges (as upstream's callbacks) and forget what this
-    controller wrote once the cache has caught up with it (``RecentWrites``)."""
+    """Stack informer events keep the gauges (as upstream's callbacks)."""
 
     def __init__(self, reconciler: StackReconciler) -> None:
         self.reconciler = reconciler
@@ -768,9 +763,6 @@ class _StackEvents:
 
     def on_update(self, old: Obj, new: Obj) -> None:
         self.reconciler.metrics.observe(new)
-        self.reconciler.recent.caught_up(new)
 
     def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         self.reconciler.metrics.forget(obj)
-        if not isinstance(obj, DeletedFinalStateUnknown):
-            self.reconciler.recent.caught_up(obj, gone=True)

@@ -81,7 +81,6 @@ from pko.machinery.informer import SharedInformer
 from pko.machinery.manager import Manager
 from pko.machinery.objects import controller_of
 from pko.machinery.predicates import deletion_started, generation_changed, or_
-from pko.machinery.recentwrites import RecentWrites
 from pko.machinery.resource import PODS, SERVICES, STATEFULSETS, Obj, ResourceClient, api_error_status
 from pko.machinery.store import object_key
 from pko.tokens import TokenError, TokenSource
@@ -215,13 +214,11 @@ class WorkspaceReconciler:
         self._sts_applied: OrderedDict[str, float] = OrderedDict()
         # Our writes, read through until the caches have them (each triggers a reconcile that must
         # not redo them): Workspace statuses, and the pod annotation that marks it initialized.
-        self._recent = RecentWrites()
-        self._recent_pods = RecentWrites()
 
     # --- the reconcile ---------------------------------------------------------------------
 
     async def reconcile(self, key: str) -> Result:
-        ws = self._recent.latest(key, self.workspaces.indexer.get_by_key(key))
+        ws = self.workspaces.latest(key)
         if ws is None:
             return Result.done()
         if (ws.get("metadata") or {}).get("deletionTimestamp"):
@@ -307,7 +304,7 @@ class WorkspaceReconciler:
         sts_status = sts.get("status") or {}
         rolling = _Finding("RollingUpdate", "Waiting for the statefulset to be updated")
         pod_key = object_key(namespace, pod_name(name))
-        pod = self._recent_pods.latest(pod_key, self.pods.indexer.get_by_key(pod_key))
+        pod = self.pods.latest(pod_key)
         if pod is None:
             # A refused pod shows only in the StatefulSet's Events (and its status stays
             # unobserved): ask the apiserver why, by a dry run, once the StatefulSet controller
@@ -459,7 +456,7 @@ class WorkspaceReconciler:
         pod_meta = pod["metadata"]
         body = {"metadata": {"annotations": {ANNOTATION_INITIALIZED: "true"}, "uid": pod_meta.get("uid")}}
         try:
-            self._recent_pods.wrote(
+            self.pods.wrote(
                 await self.pod_client.patch(pod_meta["name"], body, namespace=pod_meta["namespace"])
             )
         except ApiException as exc:
@@ -549,7 +546,7 @@ class WorkspaceReconciler:
         # Later steps of this reconcile, and the next reconciles until the cache has it, compare
         # against what was just written.
         ws["status"] = updated.get("status") or status
-        self._recent.wrote(updated)
+        self.workspaces.wrote(updated)
         ready = get_condition(conditions, READY) or {}
         log.info(
             "workspace status", workspace=f"{meta['namespace']}/{meta['name']}", reason=ready.get("reason")
