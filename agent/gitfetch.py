@@ -1,8 +1,9 @@
 """Fetch one revision of a git repository into an empty directory, with dulwich.
 
 A revision is what the Workspace's `git.ref` holds: a full or abbreviated commit SHA, a branch, a tag,
-a full ref name, or nothing (the remote's HEAD). Names resolve the way `git rev-parse` orders them:
-``refs/<name>``, ``refs/tags/<name>``, ``refs/heads/<name>``.
+a full ref name, or nothing (the remote's HEAD). Names resolve by :mod:`pko.git.refs`'s rule, the
+order of `git rev-parse`: a tag wins over a branch of the same name (``refs/heads/<name>`` names
+the branch). A Stack hands its Workspace the commit its branch resolved to, never the name.
 
 Shallow fetches (depth 1) are used when asked for and possible: the server must advertise shallow
 support and, for a commit no ref points at, accept a want of an unadvertised commit. Otherwise all
@@ -23,7 +24,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, cast
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import structlog
 from dulwich.client import (
@@ -33,7 +33,6 @@ from dulwich.client import (
     SSHVendor,
     Urllib3HttpGitClient,
     get_transport_and_path,
-    parse_rsync_url,
 )
 from dulwich.config import ConfigDict
 from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
@@ -48,43 +47,19 @@ from pko.agent.errors import (
     SourceError,
     UnreachableError,
     UsageError,
-    redact_text,
-    redact_url,
 )
 from pko.agent.gitssh import ParamikoSSHVendor, load_private_key, parse_known_hosts
+
+from pko.git import GitCredentials, GitURLError, Remote, redact_text, redact_url, resolve_ref
+from pko.git import remote as git_remote
+
+__all__ = ["GitCheckout", "GitCredentials", "Remote", "Want", "fetch_git", "parse_remote", "resolve_revision"]
 
 log = structlog.get_logger(__name__)
 
 _FULL_SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _SHORT_SHA = re.compile(r"^[0-9a-f]{4,63}$")
 _PEELED_SUFFIX = b"^{}"
-DEFAULT_TOKEN_USER = "git"
-
-
-@dataclass(frozen=True, repr=False)
-class GitCredentials:
-    """What the pod was given to authenticate with; any subset may be present.
-
-    Over HTTP(S) a token wins over username/password and is sent as basic auth with the token as
-    password (what GitHub, GitLab and Bitbucket accept). Over SSH the private key is used and
-    `password`, if set, is its passphrase; `known_hosts` (OpenSSH format) decides which servers
-    are trusted. `repr` is disabled so a credential never lands in a log line or a traceback.
-    """
-
-    username: str | None = None
-    password: str | None = None
-    token: str | None = None
-    ssh_private_key: str | None = None
-    known_hosts: str | None = None
-
-    def secrets(self) -> tuple[str | None, ...]:
-        return (self.password, self.token, self.ssh_private_key)
-
-    def __repr__(self) -> str:
-        present = [
-            name for name in ("username", "password", "token", "ssh_private_key") if getattr(self, name)
-        ]
-        return f"GitCredentials(present={present})"
 
 
 @dataclass(frozen=True)
@@ -110,20 +85,22 @@ class Want:
 
 
 def resolve_revision(revision: str, refs: Mapping[Ref, ObjectID | None]) -> Want | None:
-    """Resolve `revision` against advertised `refs`; None when it cannot name anything there."""
+    """Resolve `revision` against advertised `refs`; None when it cannot name anything there.
+
+    Nothing (or ``HEAD``) is the remote's HEAD, a full SHA is that commit, a name is a ref by
+    :mod:`pko.git.refs`'s rule (git's rev-parse order: tags before branches), and any other
+    hexadecimal string an abbreviated SHA to scan for.
+    """
     rev = revision.strip()
     if rev in ("", "HEAD"):
         sha = refs.get(Ref(b"HEAD"))
         return Want("ref", sha, Ref(b"HEAD")) if sha else None
     if _FULL_SHA.match(rev):
         return Want("commit", ObjectID(rev.encode()))
-    encoded = rev.encode()
-    candidates = [encoded] if rev.startswith("refs/") else []
-    candidates += [b"refs/" + encoded, b"refs/tags/" + encoded, b"refs/heads/" + encoded]
-    for name in candidates:
-        sha = refs.get(Ref(name))
-        if sha:
-            return Want("ref", sha, Ref(name))
+    found = resolve_ref(refs, rev)
+    if found is not None:
+        name, sha = found
+        return Want("ref", sha, name)
     if _SHORT_SHA.match(rev):
         return Want("scan")
     return None
@@ -141,89 +118,32 @@ def _all_branches_and_tags(refs: Mapping[Ref, ObjectID | None]) -> list[ObjectID
     return sorted(wanted)
 
 
-@dataclass(frozen=True)
-class Remote:
-    """A parsed remote location; `display` is safe to print, `url` is what is recorded in .git/config."""
-
-    transport: Literal["http", "ssh", "other"]
-    url: str
-    display: str
-    host: str | None = None
-    port: int | None = None
-    username: str | None = None
-    password: str | None = None
-    path: str = ""
-
-
 def parse_remote(url: str) -> Remote:
-    """Classify `url` as HTTP(S), SSH (``ssh://`` or scp-like ``user@host:path``) or other.
+    """Classify `url` as :func:`pko.git.parse_remote` does (the API's projectRepo check draws the
+    same line), as a UsageError naming the redacted URL when git cannot clone from it.
 
-    Credentials embedded in an HTTP(S) URL are split off (explicit credentials win over them).
+    A local repository is whatever the pod can read (a mounted Secret, the service account's token
+    directory): refused unless the operator of the pod explicitly allows it (``GIT_ALLOW_LOCAL``).
     """
     if not url.strip():
         raise UsageError("no git URL given (set GIT_URL or --git-url)")
-    display = redact_url(url)
     try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018  # parsed lazily: a bad port or bracket raises here, not later
-    except ValueError as exc:
-        raise UsageError(f"git URL {display} is not a URL: {exc}") from None
-    scheme = parts.scheme.lower()
-    if scheme in ("http", "https"):
-        if not parts.hostname:
-            raise UsageError(f"git URL {display} has no host")
-        hostport = parts.netloc.rpartition("@")[2]
-        clean = urlunsplit((parts.scheme, hostport, parts.path, parts.query, ""))
-        return Remote(
-            "http",
-            clean,
-            display,
-            host=parts.hostname,
-            port=parts.port,
-            username=unquote(parts.username) if parts.username else None,
-            password=unquote(parts.password) if parts.password else None,
-            path=parts.path,
+        remote = git_remote.parse_remote(url)
+    except GitURLError as exc:
+        raise UsageError(f"unsupported git URL {redact_url(url.strip())}: {exc}") from None
+    if remote.transport == "local" and os.environ.get("GIT_ALLOW_LOCAL", "").strip().lower() not in (
+        "1",
+        "true",
+        "yes",
+    ):
+        raise UsageError(
+            f"local git URL {remote.display} refused: set GIT_ALLOW_LOCAL=true in the fetch container"
         )
-    if scheme in ("ssh", "git+ssh", "ssh+git"):
-        if not parts.hostname:
-            raise UsageError(f"git URL {display} has no host")
-        return Remote(
-            "ssh",
-            redact_url(url),
-            display,
-            host=parts.hostname,
-            port=parts.port,
-            username=unquote(parts.username) if parts.username else None,
-            path=unquote(parts.path),
-        )
-    if "://" not in url and ":" in url.split("/", 1)[0]:
-        # scp-like, git's rule: no "://" and a colon before the first slash ("git@github.com:org/repo.git",
-        # "github.com:org/repo"; urlsplit reads the host of the latter as a scheme).
-        user, host, path = parse_rsync_url(url)
-        if not host:
-            raise UsageError(f"git URL {display} has no host")
-        return Remote("ssh", url, display, host=host, username=user, path=path)
-    if scheme == "file" or (not scheme and url.startswith("/")):
-        # A local repository is whatever the pod can read (a mounted Secret, the service account's
-        # token directory): refused unless the operator of the pod explicitly allows it.
-        if os.environ.get("GIT_ALLOW_LOCAL", "").strip().lower() not in ("1", "true", "yes"):
-            raise UsageError(
-                f"local git URL {display} refused: set GIT_ALLOW_LOCAL=true in the fetch container"
-            )
-        return Remote("other", url, display)
-    if scheme == "git":
-        return Remote("other", url, display)
-    raise UsageError(
-        f"unsupported git URL {display}: use https://, http://, ssh://, user@host:path, git:// or file://"
-    )
+    return remote
 
 
 def _http_client(remote: Remote, creds: GitCredentials, timeout: float) -> GitClient:
-    username, password = remote.username, remote.password
-    if creds.token:
-        username, password = creds.username or remote.username or DEFAULT_TOKEN_USER, creds.token
-    elif creds.username or creds.password:
-        username, password = creds.username or remote.username or DEFAULT_TOKEN_USER, creds.password
+    username, password = creds.basic_auth(remote.username, remote.password)
     config = ConfigDict()
     ca_file = os.environ.get("GIT_SSL_CAINFO")
     if ca_file:

@@ -21,14 +21,12 @@ supplying the program). A CEL rule never refuses what these checks accept.
 
 from __future__ import annotations
 
-import re
 import types
 import typing
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, TypeVar
-from urllib.parse import urlsplit
 
 from pko.api.program import Program
 from pko.api.stack import MAX_NAME_LENGTH, NAME_TOO_LONG_MESSAGE, ResourceRef, Stack, StackSpec
@@ -36,6 +34,8 @@ from pko.api.update import Update
 from pko.api.workspace import GitAuth, Workspace, WorkspaceSpec, WorkspaceStack
 from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
+
+from pko.git import GIT_URL_SCHEMES, GitURLError, parse_remote
 
 _UNION_KEYS: Final[Mapping[str, str]] = {
     "Env": "env",
@@ -245,44 +245,19 @@ def _stack_git_errors(spec: StackSpec, namespace: str | None) -> Iterator[FieldE
             yield from _secret_ref_errors(ref, ref_path, namespace)
 
 
-# URL schemes git (and the workspace agent's fetch) can clone from; the scp-like form
-# ``[user@]host:path`` and an absolute local path have none.
-GIT_URL_SCHEMES: Final = ("https", "http", "ssh", "git+ssh", "ssh+git", "git", "file")
-_GIT_URL_SCHEME: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_GIT_URL_FORMS: Final = "https://, http://, ssh://, git://, file:// or user@host:path"
-
-
 def git_url_error(url: str) -> str | None:
     """Why ``url`` cannot name a git repository, or None when its form is one git clones from.
 
-    Git's own rules: ``<scheme>://`` is a URL (the scheme must be one git speaks, and all but
-    ``file`` need a host); otherwise a colon before the first slash makes it scp-like
-    (``git@github.com:org/repo.git``, ``host:path``), and an absolute path is a local repository
-    (allowed by the workspace only with ``GIT_ALLOW_LOCAL``). A relative path, the other case, is
-    refused: it names nothing in the workspace pod (``github.com/org/repo`` without ``https://``).
-    The message never repeats the URL, which may carry credentials.
+    :func:`pko.git.parse_remote` decides (git's own rules), the same function the workspace agent's
+    fetch parses with, so the two accept the same URLs; an absolute path or ``file://`` URL is
+    accepted here and allowed by the workspace only with ``GIT_ALLOW_LOCAL``. The message never
+    repeats the URL, which may carry credentials.
     """
-    text = url.strip()
-    match = _GIT_URL_SCHEME.match(text)
-    if match:
-        scheme = match.group(1).lower()
-        if scheme not in GIT_URL_SCHEMES:
-            # The Go operator's words ("invalid URL scheme: hhtp"), with what would work.
-            return f"invalid URL scheme: {match.group(1)} (use {_GIT_URL_FORMS})"
-        if scheme == "file":
-            return None
-        try:
-            host = urlsplit(text).hostname
-        except ValueError as exc:  # e.g. an unclosed IPv6 bracket
-            return f"invalid URL: {exc}"
-        return None if host else f"a {scheme}:// URL needs a host"
-    if text.startswith("/"):
-        return None
-    head = text.split("/", 1)[0]
-    if ":" in head:
-        host = head.split(":", 1)[0].rpartition("@")[2]
-        return None if host else "an scp-like URL (user@host:path) needs a host"
-    return f"not a git URL (use {_GIT_URL_FORMS})"
+    try:
+        parse_remote(url)
+    except GitURLError as exc:
+        return str(exc)
+    return None
 
 
 def _git_values(spec: StackSpec) -> tuple[object, ...]:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import paramiko
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
-from dulwich.objects import ObjectID
+from dulwich.objects import Blob, Commit, ObjectID, Tag, Tree
 from dulwich.refs import Ref
 from dulwich.repo import Repo
+from dulwich.server import DictBackend
+from dulwich.web import make_wsgi_chain
 from pko.agent.errors import AuthError, HostKeyError, RefNotFound, SourceError, UnreachableError, UsageError
 from pko.agent.gitfetch import GitCredentials, Want, fetch_git, parse_remote, resolve_revision
 from pko.agent.gitssh import load_private_key
@@ -19,6 +25,11 @@ from pko.agent.gitssh import load_private_key
 SHA_A = ObjectID(b"a" * 40)
 SHA_B = ObjectID(b"b" * 40)
 SHA_C = ObjectID(b"c" * 40)
+
+
+class _QuietWSGI(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
 
 # --- revision resolution (pure) ---------------------------------------------------------------
@@ -33,6 +44,13 @@ def test_empty_revision_and_head_resolve_to_remote_head() -> None:
 def test_tag_wins_over_branch_of_the_same_name_like_git_rev_parse() -> None:
     refs = {Ref(b"refs/heads/v1"): SHA_A, Ref(b"refs/tags/v1"): SHA_B}
     assert resolve_revision("v1", refs) == Want("ref", SHA_B, Ref(b"refs/tags/v1"))
+
+
+def test_a_full_or_partly_qualified_name_picks_the_branch_over_a_tag() -> None:
+    refs = {Ref(b"refs/heads/v1"): SHA_A, Ref(b"refs/tags/v1"): SHA_B}
+    assert resolve_revision("refs/heads/v1", refs) == Want("ref", SHA_A, Ref(b"refs/heads/v1"))
+    assert resolve_revision("heads/v1", refs) == Want("ref", SHA_A, Ref(b"refs/heads/v1"))
+    assert resolve_revision("tags/v1", refs) == Want("ref", SHA_B, Ref(b"refs/tags/v1"))
 
 
 def test_full_ref_names_and_branches_resolve_exactly() -> None:
@@ -215,6 +233,83 @@ def test_refuses_a_non_empty_destination(git_http: Any, tmp_path: Path) -> None:
         fetch_git(git_http.public, "master", tmp_path)
 
 
+# --- a branch and a tag of one name ---------------------------------------------------------------
+
+
+@dataclass
+class SameName:
+    url: str
+    branch: str  # head of branches master and v1
+    tag: str  # the commit annotated tag v1 tags
+
+
+def _commit(repo: Repo, text: bytes, when: int) -> Commit:
+    blob = Blob.from_string(text)
+    tree = Tree()
+    tree.add(b"which.txt", 0o100644, blob.id)
+    commit = Commit()
+    commit.tree = tree.id
+    commit.author = commit.committer = b"T <t@example.com>"
+    commit.author_time = commit.commit_time = when
+    commit.author_timezone = commit.commit_timezone = 0
+    commit.message = text
+    for obj in (blob, tree, commit):
+        repo.object_store.add_object(obj)
+    return commit
+
+
+@pytest.fixture
+def same_name(tmp_path: Path) -> Iterator[SameName]:
+    """A repository on a loopback smart-HTTP server with branch v1 and tag v1 on different commits."""
+    repo = Repo.init_bare(str(tmp_path / "served.git"), mkdir=True)
+    tagged = _commit(repo, b"tag\n", 1_700_000_000)
+    head = _commit(repo, b"branch\n", 1_700_000_100)
+    tag = Tag()
+    tag.name, tag.object = b"v1", (Commit, tagged.id)
+    tag.tagger = b"T <t@example.com>"
+    tag.tag_time, tag.tag_timezone, tag.message = 1_700_000_050, 0, b"release one"
+    repo.object_store.add_object(tag)
+    repo.refs[Ref(b"refs/heads/master")] = head.id
+    repo.refs[Ref(b"refs/heads/v1")] = head.id
+    repo.refs[Ref(b"refs/tags/v1")] = tag.id
+    server = make_server(
+        "127.0.0.1", 0, make_wsgi_chain(DictBackend({"/r.git": repo})), handler_class=_QuietWSGI
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield SameName(f"http://127.0.0.1:{server.server_port}/r.git", head.id.decode(), tagged.id.decode())
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_name_both_a_tag_and_a_branch_checks_out_the_tag(same_name: SameName, tmp_path: Path) -> None:
+    """git's rule (pko.git.refs): ``v1`` is the tag; the checkout is its commit, HEAD detached."""
+    checkout = fetch_git(same_name.url, "v1", tmp_path / "out")
+    assert (checkout.commit, checkout.ref) == (same_name.tag, "refs/tags/v1")
+    assert (tmp_path / "out" / "which.txt").read_text() == "tag\n"
+    assert _head(tmp_path / "out") == (None, same_name.tag)
+
+
+@pytest.mark.parametrize("revision", ["refs/heads/v1", "heads/v1"])
+def test_the_branch_of_a_shared_name_is_checked_out_by_its_full_name(
+    same_name: SameName, tmp_path: Path, revision: str
+) -> None:
+    checkout = fetch_git(same_name.url, revision, tmp_path / "out", shallow=True)
+    assert (checkout.commit, checkout.ref) == (same_name.branch, "refs/heads/v1")
+    assert (tmp_path / "out" / "which.txt").read_text() == "branch\n"
+    assert _head(tmp_path / "out") == (b"refs/heads/v1", same_name.branch)
+
+
+def test_the_commit_a_stack_resolved_its_branch_to_is_checked_out(
+    same_name: SameName, tmp_path: Path
+) -> None:
+    """What a Stack tracking branch v1 hands its Workspace: the commit, not the ambiguous name."""
+    checkout = fetch_git(same_name.url, same_name.branch, tmp_path / "out")
+    assert checkout.commit == same_name.branch
+    assert (tmp_path / "out" / "which.txt").read_text() == "branch\n"
+
+
 # --- SSH ----------------------------------------------------------------------------------------
 
 
@@ -284,7 +379,7 @@ def test_local_git_urls_are_refused_unless_allowed(url: str, monkeypatch: pytest
     with pytest.raises(UsageError, match=r"local git URL .* refused: set GIT_ALLOW_LOCAL=true"):
         parse_remote(url)
     monkeypatch.setenv("GIT_ALLOW_LOCAL", "true")
-    assert parse_remote(url).transport == "other"
+    assert parse_remote(url).transport == "local"
 
 
 def test_a_cross_origin_redirect_never_carries_the_credentials(tmp_path: Path) -> None:

@@ -5,29 +5,27 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
-from dulwich.objects import Blob, Commit, Tree
+from dulwich.objects import Blob, Commit, Tag, Tree
 from dulwich.repo import Repo
 from dulwich.server import DictBackend
 from dulwich.web import make_wsgi_chain
 
-from pko.controllers.stack.branchpoll import (
-    BranchResolver,
-    GitCredentials,
-    GitLookupError,
-    ls_remote,
-    match_ref,
-)
+from pko.controllers.stack.branchpoll import BranchResolver, GitCredentials, GitLookupError
+from pko.git import ls_remote, resolve_ref
 
 REFS = {
     b"HEAD": b"1" * 40,
     b"refs/heads/main": b"2" * 40,
     b"refs/tags/v1": b"3" * 40,
     b"refs/remotes/origin/dev": b"4" * 40,
+    b"refs/heads/v2": b"6" * 40,
+    b"refs/tags/v2": b"7" * 40,
 }
 
 
@@ -52,12 +50,15 @@ class CountingLister:
         return self.refs
 
 
-def test_refs_match_by_full_or_short_name() -> None:
-    assert match_ref(REFS, "main") == "2" * 40
-    assert match_ref(REFS, "refs/heads/main") == "2" * 40
-    assert match_ref(REFS, "v1") == "3" * 40
-    assert match_ref(REFS, "origin/dev") == "4" * 40
-    assert match_ref(REFS, "nope") is None
+async def test_a_stack_branch_is_looked_up_as_a_branch_never_as_a_tag() -> None:
+    resolver = BranchResolver(CountingLister(), clock=Clock())
+    creds = GitCredentials()
+    assert await resolver.head("https://r", "main", creds, 60) == "2" * 40
+    assert await resolver.head("https://r", "refs/heads/main", creds, 60) == "2" * 40
+    assert await resolver.head("https://r", "v2", creds, 60) == "6" * 40  # the branch, not tag v2
+    assert await resolver.head("https://r", "refs/tags/v2", creds, 60) == "7" * 40  # asked for by name
+    with pytest.raises(GitLookupError, match="no commits found for ref 'refs/heads/v1'"):
+        await resolver.head("https://r", "v1", creds, 60)  # only a tag v1: not a branch
 
 
 async def test_stacks_tracking_the_same_branch_share_one_lookup_per_interval() -> None:
@@ -80,24 +81,25 @@ async def test_different_credentials_or_branches_do_not_share() -> None:
     resolver = BranchResolver(lister, clock=Clock())
     await resolver.head("https://r", "main", GitCredentials(token="a"), 60)
     await resolver.head("https://r", "main", GitCredentials(token="b"), 60)
-    await resolver.head("https://r", "v1", GitCredentials(token="a"), 60)
+    await resolver.head("https://r", "v2", GitCredentials(token="a"), 60)
     assert len(lister.calls) == 3
 
 
-async def test_a_commit_needs_no_lookup_and_errors_name_no_secret() -> None:
+async def test_errors_name_no_secret() -> None:
     lister = CountingLister()
     resolver = BranchResolver(lister, clock=Clock())
-    assert await resolver.head("https://r", "a" * 40, GitCredentials(), 60) == "a" * 40
-    assert lister.calls == []
-    with pytest.raises(GitLookupError, match="no commits found for ref 'gone'"):
+    with pytest.raises(GitLookupError, match="no commits found for ref 'refs/heads/gone'"):
         await resolver.head("https://r", "gone", GitCredentials(password="hunter2"), 60)
 
     def failing(url: str, creds: GitCredentials) -> Mapping[bytes, Any]:
-        raise OSError("connection refused")
+        raise OSError(f"connection refused for {url} with {creds.password}")
 
     with pytest.raises(GitLookupError) as info:
-        await BranchResolver(failing).head("https://r", "main", GitCredentials(password="hunter2"), 60)
-    assert "connection refused" in str(info.value) and "hunter2" not in str(info.value)
+        await BranchResolver(failing).head(
+            "https://bob:urlpass1@r", "main", GitCredentials(password="hunter2"), 60
+        )
+    message = str(info.value)
+    assert "connection refused" in message and "hunter2" not in message and "urlpass1" not in message
     assert "hunter2" not in repr(GitCredentials(password="hunter2"))
 
 
@@ -106,30 +108,64 @@ class _Quiet(WSGIRequestHandler):
         pass
 
 
-@pytest.fixture
-def served_repo(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    repo = Repo.init_bare(str(tmp_path))
-    blob = Blob.from_string(b"name: x\nruntime: yaml\n")
+def _commit(repo: Repo, content: bytes, when: int) -> Commit:
+    blob = Blob.from_string(content)
     tree = Tree()
     tree.add(b"Pulumi.yaml", 0o100644, blob.id)
     commit = Commit()
     commit.tree = tree.id
     commit.author = commit.committer = b"T <t@example.com>"
-    commit.commit_time = commit.author_time = 1700000000
+    commit.commit_time = commit.author_time = when
     commit.commit_timezone = commit.author_timezone = 0
-    commit.message = b"x"
+    commit.message = content
     for obj in (blob, tree, commit):
         repo.object_store.add_object(obj)
-    repo.refs[b"refs/heads/main"] = commit.id
+    return commit
+
+
+@dataclass
+class ServedRepo:
+    url: str
+    branch: str  # head of branch main, and of branch v1
+    tag: str  # the commit annotated tag v1 tags (another commit)
+
+
+@pytest.fixture
+def served_repo(tmp_path: Path) -> Iterator[ServedRepo]:
+    """A repository on a loopback smart-HTTP server where a branch and a tag are both named v1."""
+    repo = Repo.init_bare(str(tmp_path))
+    tagged = _commit(repo, b"name: x\nruntime: yaml\n", 1700000000)
+    head = _commit(repo, b"name: y\nruntime: yaml\n", 1700000100)
+    tag = Tag()
+    tag.name, tag.object = b"v1", (Commit, tagged.id)
+    tag.tagger = b"T <t@example.com>"
+    tag.tag_time, tag.tag_timezone, tag.message = 1700000050, 0, b"release one"
+    repo.object_store.add_object(tag)
+    repo.refs[b"refs/heads/main"] = head.id
+    repo.refs[b"refs/heads/v1"] = head.id
+    repo.refs[b"refs/tags/v1"] = tag.id
     server = make_server("127.0.0.1", 0, make_wsgi_chain(DictBackend({"/r.git": repo})), handler_class=_Quiet)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/r.git", commit.id.decode()
+    yield ServedRepo(f"http://127.0.0.1:{server.server_port}/r.git", head.id.decode(), tagged.id.decode())
     server.shutdown()
     server.server_close()
 
 
-async def test_ls_remote_against_a_smart_http_server(served_repo: tuple[str, str]) -> None:
-    url, commit = served_repo
-    assert match_ref(await asyncio.to_thread(ls_remote, url, GitCredentials()), "main") == commit
-    assert await BranchResolver().head(url, "main", GitCredentials(), 60) == commit
+async def test_ls_remote_against_a_smart_http_server(served_repo: ServedRepo) -> None:
+    refs = await asyncio.to_thread(ls_remote, served_repo.url, GitCredentials())
+    found = resolve_ref(refs, "main")
+    assert found is not None and found[1].decode() == served_repo.branch
+    assert await BranchResolver().head(served_repo.url, "main", GitCredentials(), 60) == served_repo.branch
+
+
+async def test_a_branch_and_a_tag_of_one_name_on_a_real_server(served_repo: ServedRepo) -> None:
+    """Branch v1 is the branch's head though git's rule would read plain ``v1`` as the tag; the
+    tag, asked for by its full name, is the commit it tags (peeled), not the tag object."""
+    resolver = BranchResolver()
+    assert await resolver.head(served_repo.url, "v1", GitCredentials(), 60) == served_repo.branch
+    assert await resolver.head(served_repo.url, "refs/heads/v1", GitCredentials(), 60) == served_repo.branch
+    assert await resolver.head(served_repo.url, "refs/tags/v1", GitCredentials(), 60) == served_repo.tag
+    refs = await asyncio.to_thread(ls_remote, served_repo.url, GitCredentials())
+    by_rule = resolve_ref(refs, "v1", peel=True)
+    assert by_rule is not None and by_rule == (b"refs/tags/v1", served_repo.tag.encode())

@@ -6,81 +6,34 @@ that tracks a branch. Here Stacks tracking the same repository, branch and crede
 lookup per polling interval: a cached answer younger than the interval is reused, and concurrent
 callers await the same in-flight lookup. Credentials are part of the cache key (as a digest, so
 two tenants with different tokens never share an answer) and never appear in a log or an error.
+
+A Stack's ``spec.branch`` always means a branch: it is looked up by its full name
+(:func:`pko.git.branch_ref`, ``refs/heads/<branch>`` unless already a ``refs/`` name), so a tag of
+the same name never shadows it. The resolved commit, not the branch, goes to the Workspace.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
-import os
-import re
-import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from dulwich import porcelain
-
 from pko.controllers.stack.retry import jitter_fraction
+from pko.git import GitCredentials, branch_ref, ls_remote, redact_text, redact_url, resolve_ref
 
-__all__ = ["BranchResolver", "GitCredentials", "GitLookupError", "match_ref", "next_poll"]
+__all__ = ["BranchResolver", "GitCredentials", "GitLookupError", "next_poll"]
 
-_HASH: Final = re.compile(r"^[0-9a-f]{40}$")
 LOOKUP_TIMEOUT: Final = 30.0
 
 
 class GitLookupError(Exception):
-    """The remote could not be listed, or has no such ref (message safe to show: no secrets)."""
-
-
-@dataclass(frozen=True, slots=True)
-class GitCredentials:
-    """Credentials for a remote lookup (values never printed: ``repr`` hides them)."""
-
-    username: str | None = field(default=None, repr=False)
-    password: str | None = field(default=None, repr=False)
-    token: str | None = field(default=None, repr=False)
-    ssh_private_key: str | None = field(default=None, repr=False)
-
-    def fingerprint(self) -> str:
-        text = "\0".join(v or "" for v in (self.username, self.password, self.token, self.ssh_private_key))
-        return hashlib.sha256(text.encode()).hexdigest()
-
-
-def match_ref(refs: Mapping[bytes, Any], ref: str) -> str | None:
-    """The commit ``ref`` names among ``refs`` (full name, or short: branch, tag, remote), as go-git."""
-    want = ref.encode()
-    candidates = [want, b"refs/heads/" + want, b"refs/tags/" + want, b"refs/remotes/" + want]
-    for name in candidates:
-        value = refs.get(name)
-        if isinstance(value, bytes) and value:
-            return value.decode()
-    return None
+    """The remote could not be listed, or has no such branch (message safe to show: no secrets)."""
 
 
 Lister = Callable[[str, GitCredentials], Mapping[bytes, Any]]
-
-
-def ls_remote(url: str, creds: GitCredentials) -> Mapping[bytes, Any]:
-    """The remote's refs (blocking: run it in a thread)."""
-    username, password = creds.username, creds.password
-    if creds.token and not username:
-        username, password = "git", creds.token
-    key_file: str | None = None
-    try:
-        if creds.ssh_private_key:
-            fd, key_file = tempfile.mkstemp(prefix="pko-git-key-")
-            with os.fdopen(fd, "w") as handle:
-                handle.write(creds.ssh_private_key)
-        result: Any = porcelain.ls_remote(url, username=username, password=password, key_filename=key_file)
-    finally:
-        if key_file:
-            os.unlink(key_file)
-    refs = getattr(result, "refs", result)
-    return dict(refs)
 
 
 class BranchResolver:
@@ -93,10 +46,10 @@ class BranchResolver:
         self._inflight: dict[tuple[str, str, str], asyncio.Future[str]] = {}
         self.lookups = 0
 
-    async def head(self, url: str, ref: str, creds: GitCredentials, interval: float) -> str:
-        """The commit ``ref`` points at, at most ``interval`` seconds old."""
-        if _HASH.match(ref):
-            return ref
+    async def head(self, url: str, branch: str, creds: GitCredentials, interval: float) -> str:
+        """The commit branch ``branch`` points at (by its full name, :func:`pko.git.branch_ref`:
+        never a tag of the same name), at most ``interval`` seconds old."""
+        ref = branch_ref(branch)
         key = (url, ref, creds.fingerprint())
         cached = self._cache.get(key)
         now = self._clock()
@@ -125,13 +78,15 @@ class BranchResolver:
         try:
             refs = await asyncio.wait_for(asyncio.to_thread(self._lister, url, creds), LOOKUP_TIMEOUT)
         except TimeoutError as exc:
-            raise GitLookupError(f"listing {url}: timed out after {LOOKUP_TIMEOUT:.0f}s") from exc
+            raise GitLookupError(f"listing {redact_url(url)}: timed out after {LOOKUP_TIMEOUT:.0f}s") from exc
         except Exception as exc:  # dulwich raises many kinds: report the kind and message
-            raise GitLookupError(f"listing {url}: {type(exc).__name__}: {exc}") from exc
-        commit = match_ref(refs, ref)
-        if commit is None:
+            detail = redact_text(f"{type(exc).__name__}: {exc}", creds.secrets())
+            raise GitLookupError(f"listing {redact_url(url)}: {detail}") from exc
+        found = resolve_ref(refs, ref, peel=True)  # a full name: the rule takes it as given
+        value = found[1] if found is not None else None
+        if not isinstance(value, bytes):
             raise GitLookupError(f"no commits found for ref {ref!r}")
-        return commit
+        return value.decode()
 
     def _prune(self, now: float, interval: float) -> None:
         """Forget answers far older than any interval in use, so the cache stays small."""

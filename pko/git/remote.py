@@ -1,0 +1,162 @@
+"""Git remotes: which URL forms name a repository (:func:`parse_remote`) and listing a remote's
+refs without a clone (:func:`ls_remote`, the operator's branch lookups).
+
+The URL forms are git's own: ``<scheme>://`` is a URL (the scheme must be one git speaks, and all
+but ``file`` need a host); otherwise a colon before the first slash makes it scp-like
+(``git@github.com:org/repo.git``, ``host:path``, ``[::1]:repo``), and an absolute path is a local
+repository. A relative path (``github.com/org/repo`` without ``https://``) is refused: it names
+nothing in a pod. The API's ``projectRepo`` check and the agent's fetch both parse with this, so
+they accept the same URLs; whether a local repository may be read is the caller's policy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from pko.git.credentials import GitCredentials
+
+__all__ = [
+    "GIT_URL_SCHEMES",
+    "GitURLError",
+    "Remote",
+    "ls_remote",
+    "parse_remote",
+    "redact_text",
+    "redact_url",
+]
+
+# URL schemes git (and the workspace agent's fetch) can clone from; the scp-like form
+# ``[user@]host:path`` and an absolute local path have none.
+GIT_URL_SCHEMES: Final = ("https", "http", "ssh", "git+ssh", "ssh+git", "git", "file")
+URL_FORMS: Final = "https://, http://, ssh://, git://, file:// or user@host:path"
+_SCHEME: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+# [user@]host:path or [user@][host]:path (an IPv6 address between brackets)
+_SCP: Final = re.compile(
+    r"^(?:(?P<user>[^@/\[\]]*)@)?(?:\[(?P<bracketed>[^\]/]*)\]|(?P<host>[^:/\[\]@]*)):(?P<path>.*)$"
+)
+_USERINFO: Final = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
+
+
+class GitURLError(ValueError):
+    """A URL git cannot clone from; the message says why and never repeats the URL (which may
+    carry credentials)."""
+
+
+def redact_url(url: str) -> str:
+    """`url` without a password in its userinfo and without a query string (a username alone is
+    kept: ``git@host`` tells the reader which account)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return _USERINFO.sub(r"\g<scheme>***@", url)
+    if not parts.scheme or not parts.netloc:
+        return url  # scp-like "git@host:path" carries no password
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:***@{hostport}" if ":" in userinfo else f"{user}@{hostport}"
+    query = "***" if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def redact_text(text: str, secrets: Iterable[str | None]) -> str:
+    """`text` with every secret (and every URL password) replaced by ``***``: for messages of
+    libraries, which may echo a URL or a header verbatim. Secrets shorter than 4 characters are
+    left alone: replacing them would garble the text while protecting nothing."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return re.sub(r"([A-Za-z][A-Za-z0-9+.-]*://[^/:@\s]*):[^/@\s]*@", r"\1:***@", text)
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A parsed remote: `display` is safe to print, `url` is what a clone records as its origin
+    (no password in it)."""
+
+    transport: Literal["http", "ssh", "local", "other"]
+    url: str
+    display: str
+    host: str | None = None
+    port: int | None = None
+    username: str | None = None
+    password: str | None = None
+    path: str = ""
+
+
+def parse_remote(url: str) -> Remote:
+    """Classify `url` (surrounding blanks ignored) as HTTP(S), SSH (``ssh://`` or scp-like), a local
+    repository (``file://`` or an absolute path) or ``git://``; :class:`GitURLError` if git could
+    not clone from it. Credentials embedded in an HTTP(S) URL are split off into the result."""
+    text = url.strip()
+    display = redact_url(text)
+    match = _SCHEME.match(text)
+    if match:
+        scheme = match.group(1).lower()
+        if scheme not in GIT_URL_SCHEMES:
+            # The Go operator's words ("invalid URL scheme: hhtp"), with what would work.
+            raise GitURLError(f"invalid URL scheme: {match.group(1)} (use {URL_FORMS})")
+        try:
+            parts = urlsplit(text)
+            port = parts.port  # parsed lazily: a bad port or bracket raises here, not later
+        except ValueError as exc:
+            raise GitURLError(f"invalid URL: {exc}") from None
+        if scheme == "file":
+            return Remote("local", text, display, path=unquote(parts.path))
+        if not parts.hostname:
+            raise GitURLError(f"a {scheme}:// URL needs a host")
+        username = unquote(parts.username) if parts.username else None
+        if scheme in ("http", "https"):
+            hostport = parts.netloc.rpartition("@")[2]
+            clean = urlunsplit((parts.scheme, hostport, parts.path, parts.query, ""))
+            password = unquote(parts.password) if parts.password else None
+            return Remote("http", clean, display, parts.hostname, port, username, password, parts.path)
+        if scheme == "git":
+            return Remote("other", text, display, parts.hostname, port, path=parts.path)
+        return Remote("ssh", display, display, parts.hostname, port, username, path=unquote(parts.path))
+    if text.startswith("/"):
+        return Remote("local", text, display, path=text)
+    if ":" in text.split("/", 1)[0]:
+        # scp-like, git's rule: no "://" and a colon before the first slash.
+        scp = _SCP.match(text)
+        host = scp and (scp.group("bracketed") or scp.group("host"))
+        if not scp or not host:
+            raise GitURLError("an scp-like URL (user@host:path) needs a host")
+        return Remote("ssh", text, display, host, username=scp.group("user") or None, path=scp.group("path"))
+    raise GitURLError(f"not a git URL (use {URL_FORMS})")
+
+
+def ls_remote(url: str, creds: GitCredentials) -> Mapping[bytes, Any]:
+    """The remote's refs, full name to object id (blocking: run it in a thread).
+
+    Over HTTP(S) the credentials are sent as :meth:`GitCredentials.basic_auth` says; over SSH the
+    private key is handed to dulwich's SSH vendor in a file that exists only for the call.
+    """
+    from dulwich import porcelain  # not at import: the agent imports this package and never lists
+
+    remote = parse_remote(url)
+    username: str | None = None
+    password: str | None = None
+    if remote.transport == "http":
+        target = remote.url
+        username, password = creds.basic_auth(remote.username, remote.password)
+    else:
+        target = url.strip()
+    key_file: str | None = None
+    try:
+        if creds.ssh_private_key and remote.transport == "ssh":
+            fd, key_file = tempfile.mkstemp(prefix="pko-git-key-")
+            with os.fdopen(fd, "w") as handle:
+                handle.write(creds.ssh_private_key)
+        result: Any = porcelain.ls_remote(target, username=username, password=password, key_filename=key_file)
+    finally:
+        if key_file:
+            os.unlink(key_file)
+    return dict(getattr(result, "refs", result))
