@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Literal, cast
 import structlog
 from kubernetes_asyncio import client, config
 
+from pko import defaults
 from pko.api.meta import parse_go_duration
+from pko.defaults import go_duration_text
 from pko.logging import configure_logging
 from pko.machinery.apiclient import new_api_client
 from pko.machinery.controller import CONTROLLER_NAMES, DEFAULT_WORKERS
@@ -41,11 +43,10 @@ if TYPE_CHECKING:
 __all__ = ["Settings", "load_client_configuration", "main", "parse_duration", "parse_settings"]
 
 DEFAULT_LEADER_ELECTION_ID = "operator.pulumi.com"  # the Go operator's Lease name
-DEFAULT_NAMESPACE = "pulumi-kubernetes-operator"
-# Defaults of the ControllerOptions (pko/controllers/options.py), repeated here so that parsing
-# the command line does not import the reconcilers; test_main checks they agree.
-DEFAULT_SERVICE_ACCOUNT = "controller-manager"
-DEFAULT_AGENT_IMAGE = "pko-agent:latest"
+# The operator's defaults are stated once, in pko.defaults (also ControllerOptions' and RetrySettings').
+DEFAULT_NAMESPACE = defaults.OPERATOR_NAMESPACE
+DEFAULT_SERVICE_ACCOUNT = defaults.OPERATOR_SERVICE_ACCOUNT
+DEFAULT_AGENT_IMAGE = defaults.AGENT_IMAGE
 ADDRESS_MODES = ("dns", "pod-ip", "static")
 _LOG_LEVELS = ["debug", "info", "warn", "warning", "error", "critical"]
 
@@ -136,17 +137,17 @@ class Settings:
     operator_namespace: str = DEFAULT_NAMESPACE
     operator_service_account: str = DEFAULT_SERVICE_ACCOUNT
     agent_image: str = DEFAULT_AGENT_IMAGE
-    agent_image_pull_policy: str = "IfNotPresent"
+    agent_image_pull_policy: str = defaults.AGENT_IMAGE_PULL_POLICY
     workspace_image: str | None = None
-    workspace_address_mode: str = "dns"
+    workspace_address_mode: str = defaults.WORKSPACE_ADDRESS_MODE
     workspace_static_address: str | None = None
     watch_namespace: str | None = None
-    engine_event_log_level: str = "debug"
+    engine_event_log_level: str = defaults.ENGINE_EVENT_LOG_LEVEL
     flux_max_untar_size_bytes: int | None = None
-    agent_unreachable_timeout: float = 300.0
-    max_update_failures: int = 3
-    transient_retry_cap: float = 300.0
-    max_retry_backoff: float = 24 * 3600.0
+    agent_unreachable_timeout: float = defaults.AGENT_UNREACHABLE_TIMEOUT
+    max_update_failures: int = defaults.MAX_UPDATE_FAILURES
+    transient_retry_cap: float = defaults.TRANSIENT_RETRY_CAP
+    max_retry_backoff: float = defaults.MAX_RETRY_BACKOFF
 
     def controller_options(self) -> ControllerOptions:
         """What the reconcilers are told (``pko.controllers.register``)."""
@@ -281,7 +282,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     srv.add_argument(
         "--program-fs-addr",
         metavar="ADDR",
-        default=env_or("PROGRAM_FS_ADDR", ":9090"),
+        default=env_or("PROGRAM_FS_ADDR", defaults.PROGRAM_FS_ADDR),
         help="where the Program artifact server listens, on every replica (default %(default)s; "
         '"0" disables it) [PROGRAM_FS_ADDR]',
     )
@@ -316,7 +317,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     ops.add_argument(
         "--agent-image-pull-policy",
-        default=env_or("AGENT_IMAGE_PULL_POLICY", "IfNotPresent"),
+        default=env_or("AGENT_IMAGE_PULL_POLICY", defaults.AGENT_IMAGE_PULL_POLICY),
         choices=["Always", "IfNotPresent", "Never"],
         help="pull policy of the agent image (default %(default)s) [AGENT_IMAGE_PULL_POLICY]",
     )
@@ -349,7 +350,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     ops.add_argument(
         "--engine-event-log-level",
-        default=env_or("ENGINE_EVENT_LOG_LEVEL", "debug"),
+        default=env_or("ENGINE_EVENT_LOG_LEVEL", defaults.ENGINE_EVENT_LOG_LEVEL),
         choices=_LOG_LEVELS,
         help="level at which Pulumi engine events are logged (default %(default)s) [ENGINE_EVENT_LOG_LEVEL]",
     )
@@ -367,7 +368,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "--agent-unreachable-timeout",
         type=_duration_arg,
         metavar="DURATION",
-        default=env_or("AGENT_UNREACHABLE_TIMEOUT", "5m"),
+        default=env_or("AGENT_UNREACHABLE_TIMEOUT", go_duration_text(defaults.AGENT_UNREACHABLE_TIMEOUT)),
         help="how long a running Update waits for its workspace agent to answer again before it "
         "ends Failed/AgentUnreachable (default %(default)s) [AGENT_UNREACHABLE_TIMEOUT]",
     )
@@ -375,7 +376,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "--stack-max-update-failures",
         type=_non_negative_int,
         metavar="N",
-        default=env_or("STACK_MAX_UPDATE_FAILURES", "3"),
+        default=env_or("STACK_MAX_UPDATE_FAILURES", str(defaults.MAX_UPDATE_FAILURES)),
         help="retries of a deterministic failure (program, config, install, auth) before the Stack "
         "is Stalled; spec.maxUpdateFailures overrides (default %(default)s) [STACK_MAX_UPDATE_FAILURES]",
     )
@@ -383,7 +384,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "--stack-transient-retry-cap",
         type=_duration_arg,
         metavar="DURATION",
-        default=env_or("STACK_TRANSIENT_RETRY_CAP", "5m"),
+        default=env_or("STACK_TRANSIENT_RETRY_CAP", go_duration_text(defaults.TRANSIENT_RETRY_CAP)),
         help="longest wait before retrying a transient failure (network, 5xx, 429, lock, conflict) "
         "(default %(default)s) [STACK_TRANSIENT_RETRY_CAP]",
     )
@@ -391,7 +392,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "--stack-max-retry-backoff",
         type=_duration_arg,
         metavar="DURATION",
-        default=env_or("STACK_MAX_RETRY_BACKOFF", "24h"),
+        default=env_or("STACK_MAX_RETRY_BACKOFF", go_duration_text(defaults.MAX_RETRY_BACKOFF)),
         help="longest wait before any retry; spec.retryMaxBackoffDurationSeconds overrides "
         "(default %(default)s) [STACK_MAX_RETRY_BACKOFF]",
     )
@@ -476,7 +477,7 @@ def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
             agent_image_pull_policy=args.agent_image_pull_policy,
             workspace_image=args.workspace_image,
             workspace_address_mode=args.workspace_address_mode
-            or ("static" if args.workspace_localhost else "dns"),
+            or ("static" if args.workspace_localhost else defaults.WORKSPACE_ADDRESS_MODE),
             workspace_static_address=args.workspace_localhost,
             watch_namespace=args.watch_namespace,
             engine_event_log_level=args.engine_event_log_level,

@@ -6,7 +6,10 @@ what wakes it. One line per module:
 
 * ``stack/``: a Stack kept deployed from its source.
 
-  * ``reconciler``: the reconcile loop and its wiring (``setup``); the only writer of Stack status.
+  * ``reconciler``: reads, plans, and carries the plan out in one place (``_act``), the only
+    writer of Stack status; and its wiring (``setup``).
+  * ``plan``: the writes one reconcile decided, in order (pure), and the plans after a sync and
+    after the Workspace is applied.
   * ``status``: the Stack status rules and ``plan_sync`` (run an operation or not, and when to
     look again).
   * ``sources``: a Stack's source resolved to a revision (git, Flux, Program), and git credentials

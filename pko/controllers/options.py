@@ -5,14 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from pko import defaults
 from pko.api.workspace import DEFAULT_IMAGES, SecurityProfile
 from pko.controllers.stack.retry import RetrySettings
 
 AddressMode = Literal["dns", "pod-ip", "static"]
 
-DEFAULT_AGENT_IMAGE: Final = "pko-agent:latest"
-DEFAULT_OPERATOR_NAMESPACE: Final = "pulumi-kubernetes-operator"
-DEFAULT_OPERATOR_SERVICE_ACCOUNT: Final = "controller-manager"
+DEFAULT_AGENT_IMAGE: Final = defaults.AGENT_IMAGE
+DEFAULT_OPERATOR_NAMESPACE: Final = defaults.OPERATOR_NAMESPACE
+DEFAULT_OPERATOR_SERVICE_ACCOUNT: Final = defaults.OPERATOR_SERVICE_ACCOUNT
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,15 +31,15 @@ class ControllerOptions:
     # The operator's own identity: TokenRequest tokens for the agents are minted for it (POD_SA_NAME).
     operator_service_account: str = DEFAULT_OPERATOR_SERVICE_ACCOUNT
     agent_image: str = DEFAULT_AGENT_IMAGE
-    agent_image_pull_policy: str = "IfNotPresent"
+    agent_image_pull_policy: str = defaults.AGENT_IMAGE_PULL_POLICY
     # The Pulumi image of a Workspace that names none (None: the Go operator's default per profile).
     default_workspace_image: str | None = None
-    workspace_address_mode: AddressMode = "dns"
+    workspace_address_mode: AddressMode = defaults.WORKSPACE_ADDRESS_MODE
     workspace_static_address: str | None = None
     # Level at which Pulumi engine events are written to the operator's log.
-    engine_event_log_level: str = "debug"
+    engine_event_log_level: str = defaults.ENGINE_EVENT_LOG_LEVEL
     # Where the Program artifact server listens (--program-fs-addr; "0" disables it).
-    program_fs_addr: str = ":9090"
+    program_fs_addr: str = defaults.PROGRAM_FS_ADDR
     # Where workspace pods fetch Program artifacts from (the Program artifact server's advertised
     # address, --program-fs-adv-addr; empty: this host's name and the bound port).
     program_fs_adv_addr: str = ""
@@ -47,7 +48,7 @@ class ControllerOptions:
     # Limit every informer to one namespace (None: the whole cluster).
     watch_namespace: str | None = None
     # How long a running Update waits for its unreachable agent before it ends AgentUnreachable.
-    agent_unreachable_timeout: float = 300.0
+    agent_unreachable_timeout: float = defaults.AGENT_UNREACHABLE_TIMEOUT
     # Operator-wide retry defaults for failed Stack operations (a Stack overrides budget and cap).
     retry: RetrySettings = field(default_factory=RetrySettings)
 

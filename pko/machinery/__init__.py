@@ -12,7 +12,10 @@ Data flows one way: watch -> cache -> queue -> reconcile -> API writes. One line
 * ``ratelimit``: per-item exponential and overall token-bucket rate limiters.
 * ``controller``: N workers reconciling keys from a queue (``Result``, ``TerminalError``).
 * ``predicates``: composable event filters (generation, annotation, conditions, ...).
-* ``recentwrites``: read-your-writes over a cache (a controller's own writes not yet watched back).
+* ``recentwrites``: read-your-writes over a cache (writes not yet watched back), owned by each
+  informer (``informer.wrote``/``informer.latest``): the one stale-read guard.
+* ``writes``: the two write rules: a status only if it changed (``StatusWriter``), an object only
+  if its digest changed (``DigestApplier``).
 * ``objects``: owner references and finalizers.
 * ``conditions``: ``metav1.Condition`` list helpers.
 * ``events``: a Kubernetes Event recorder with client-go's aggregation and spam filter.

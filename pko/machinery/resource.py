@@ -290,6 +290,15 @@ class ResourceClient:
     async def get(self, name: str, namespace: str | None = None) -> Obj:
         return await self._json("GET", self.resource.object_path(self._ns(namespace), name))
 
+    async def get_or_none(self, name: str, namespace: str | None = None) -> Obj | None:
+        """:meth:`get`, with None for 404 (a direct read of what a cache may not hold)."""
+        try:
+            return await self.get(name, namespace)
+        except ApiException as exc:
+            if api_error_status(exc) == 404:
+                return None
+            raise
+
     async def create(self, body: Obj, namespace: str | None = None) -> Obj:
         path = self.resource.collection_path(self._ns(namespace, body))
         return await self._json("POST", path, body=body)

@@ -37,7 +37,7 @@ from pko.machinery.informer import SharedInformer
 from pko.machinery.manager import Manager
 from pko.machinery.predicates import generation_changed
 from pko.machinery.resource import Obj, ResourceClient
-from pko.machinery.store import split_key
+from pko.machinery.writes import StatusWriter
 
 __all__ = [
     "CONTROLLER_NAME",
@@ -102,11 +102,8 @@ def desired_status(obj: Obj, artifact: ProgramArtifact | InvalidProgram, adverti
     return status
 
 
-def _owned(status: Obj) -> Obj:
-    """The parts of a status this controller writes (what a comparison should look at)."""
-    return {
-        k: status[k] for k in ("observedGeneration", "artifact", "conditions") if status.get(k) is not None
-    }
+# The status fields this controller owns.
+STATUS_FIELDS: Final = ("observedGeneration", "artifact", "conditions")
 
 
 class ProgramReconciler:
@@ -125,6 +122,9 @@ class ProgramReconciler:
         self.cache = cache
         self.server = server
         self.advertised = advertised
+        self.status = StatusWriter(
+            informer, FIELD_MANAGER_PROGRAM_STATUS, STATUS_FIELDS, client=client, force=True
+        )
 
     async def _advertised(self) -> str:
         if self.advertised:
@@ -142,16 +142,8 @@ class ProgramReconciler:
         except InvalidProgram as exc:
             result = exc
         status = desired_status(obj, result, await self._advertised())
-        if _owned(status) == _owned(obj.get("status") or {}):
+        if await self.status.write(obj, status) is None:
             return Result.done()
-        namespace, name = split_key(key)
-        body: Obj = {
-            "apiVersion": PROGRAMS.api_version,
-            "kind": PROGRAMS.kind,
-            "metadata": {"name": name, "namespace": namespace},
-            "status": status,
-        }
-        await self.client.apply_status(body, field_manager=FIELD_MANAGER_PROGRAM_STATUS, force=True)
         if isinstance(result, InvalidProgram):
             log.info("program invalid", program=key, generation=_generation(obj), errors=str(result))
         else:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
+from pko import defaults
 from pko.api.stack import FailureReason, StackSpec
 
 __all__ = [
@@ -42,14 +43,14 @@ __all__ = [
 class RetrySettings:
     """Operator-wide retry defaults (a Stack overrides the budget and the cap)."""
 
-    max_update_failures: int = 3
+    max_update_failures: int = defaults.MAX_UPDATE_FAILURES
     deterministic_base: float = 10.0
     deterministic_factor: float = 3.0
     transient_base: float = 5.0
     transient_factor: float = 2.0
-    transient_cap: float = 300.0
+    transient_cap: float = defaults.TRANSIENT_RETRY_CAP
     jitter: float = 0.2
-    max_backoff: float = 24 * 3600.0
+    max_backoff: float = defaults.MAX_RETRY_BACKOFF
 
 
 # Update ``Failed`` reasons (the agent's PulumiErrorInfo reasons and the Update controller's own).

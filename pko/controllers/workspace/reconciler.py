@@ -61,7 +61,6 @@ from pko.controllers.resources import (
     WORKSPACES,
 )
 from pko.controllers.workspace.workloads import (
-    ANNOTATION_APPLIED_DIGEST,
     ANNOTATION_INITIALIZED,
     REVISION_LABEL,
     PodDiagnosis,
@@ -83,6 +82,7 @@ from pko.machinery.objects import controller_of
 from pko.machinery.predicates import deletion_started, generation_changed, or_
 from pko.machinery.resource import PODS, SERVICES, STATEFULSETS, Obj, ResourceClient, api_error_status
 from pko.machinery.store import object_key
+from pko.machinery.writes import DigestApplier, StatusWriter
 from pko.tokens import TokenError, TokenSource
 
 __all__ = [
@@ -110,6 +110,8 @@ REQUEUE_WAITING: Final = 60.0
 # worth a dry run (an API write) to learn why it was refused.
 POD_CREATION_GRACE: Final = 5.0
 MEMORY_ENTRIES: Final = 4096  # StatefulSet apply times kept (_remember)
+# The status fields this controller owns.
+STATUS_FIELDS: Final = ("observedGeneration", "conditions", "address", "pulumiVersion")
 # Per call to the agent once connected (SelectStack, SetAllConfig...); Install may fetch plugins.
 RPC_TIMEOUT: Final = 60.0
 INSTALL_TIMEOUT: Final = 600.0
@@ -212,8 +214,17 @@ class WorkspaceReconciler:
         self.core = CoreV1Api(api)
         # When this controller last applied each Workspace's StatefulSet (by Workspace uid).
         self._sts_applied: OrderedDict[str, float] = OrderedDict()
-        # Our writes, read through until the caches have them (each triggers a reconcile that must
-        # not redo them): Workspace statuses, and the pod annotation that marks it initialized.
+        self.status_writer = StatusWriter(
+            workspaces,
+            FIELD_MANAGER_WORKSPACE_STATUS,
+            STATUS_FIELDS,
+            client=self.workspace_client,
+            force=True,
+        )
+        self.service_applier = DigestApplier(services, FIELD_MANAGER, client=self.service_client, force=True)
+        self.statefulset_applier = DigestApplier(
+            statefulsets, FIELD_MANAGER, client=self.statefulset_client, force=True
+        )
 
     # --- the reconcile ---------------------------------------------------------------------
 
@@ -247,9 +258,9 @@ class WorkspaceReconciler:
         waiting = Result.requeue_after(REQUEUE_WAITING)
 
         cached_svc = self.services.indexer.get_by_key(object_key(namespace, statefulset_name(name)))
-        if _needs_apply(cached_svc, desired_svc):
+        if self.service_applier.needed(desired_svc, cached_svc):
             try:
-                await self.service_client.apply(desired_svc, field_manager=FIELD_MANAGER, force=True)
+                await self.service_applier.apply(desired_svc)
             except ApiException as exc:
                 if api_error_status(exc) != 422:
                     raise
@@ -281,14 +292,12 @@ class WorkspaceReconciler:
                     None,
                     version,
                 )
-        if _needs_apply(sts, desired_sts):
+        if self.statefulset_applier.needed(desired_sts, sts):
             refused = await self._pod_refusal(desired_sts)
             if refused is not None and refused[0] == 422:
                 return _Finding("SpecInvalid", _short(refused[1]), stalled=True), Result.done(), None, version
             try:
-                sts = await self.statefulset_client.apply(
-                    desired_sts, field_manager=FIELD_MANAGER, force=True
-                )
+                sts = await self.statefulset_applier.apply(desired_sts)
                 _remember(self._sts_applied, str(meta.get("uid")), time.monotonic())
             except ApiException as exc:
                 if api_error_status(exc) != 422:
@@ -523,30 +532,16 @@ class WorkspaceReconciler:
         version = pulumi_version or current.get("pulumiVersion")
         if version:
             status["pulumiVersion"] = version
-        if status == {
-            k: current[k]
-            for k in ("observedGeneration", "conditions", "address", "pulumiVersion")
-            if k in current
-        }:
-            return  # already there (in the cache, or in our own write not yet watched back)
-        body = {
-            "apiVersion": WORKSPACES.api_version,
-            "kind": WORKSPACES.kind,
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-            "status": status,
-        }
         try:
-            updated = await self.workspace_client.apply_status(
-                body, field_manager=FIELD_MANAGER_WORKSPACE_STATUS, force=True
-            )
+            updated = await self.status_writer.write(ws, status)
         except ApiException as exc:
             if api_error_status(exc) == 404:
                 return
             raise
-        # Later steps of this reconcile, and the next reconciles until the cache has it, compare
-        # against what was just written.
+        if updated is None:
+            return  # already there (in the cache, or in our own write not yet watched back)
+        # Later steps of this reconcile compare against what was just written.
         ws["status"] = updated.get("status") or status
-        self.workspaces.wrote(updated)
         ready = get_condition(conditions, READY) or {}
         log.info(
             "workspace status", workspace=f"{meta['namespace']}/{meta['name']}", reason=ready.get("reason")
@@ -559,16 +554,6 @@ def _remember(memory: OrderedDict[str, Any], key: str, value: Any) -> None:
     memory.move_to_end(key)
     while len(memory) > MEMORY_ENTRIES:
         memory.popitem(last=False)
-
-
-def _needs_apply(cached: Obj | None, desired: Obj) -> bool:
-    if cached is None:
-        return True
-    annotations = (cached.get("metadata") or {}).get("annotations") or {}
-    return bool(
-        annotations.get(ANNOTATION_APPLIED_DIGEST)
-        != desired["metadata"]["annotations"][ANNOTATION_APPLIED_DIGEST]
-    )
 
 
 def _incompatible(spec: WorkspaceSpec, version: str) -> _Finding | None:

@@ -42,6 +42,8 @@ from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import WORKSPACE_COMPONENT, WORKSPACE_COMPONENT_LABEL, WORKSPACE_NAME_LABEL
 from pko.controllers.strategicmerge import strategic_merge
 from pko.machinery.objects import set_controller_reference
+from pko.machinery.writes import ANNOTATION_APPLIED_DIGEST, stamp
+from pko.machinery.writes import digest as applied_digest
 
 __all__ = [
     "ANNOTATION_APPLIED_DIGEST",
@@ -84,7 +86,6 @@ TERMINATION_GRACE_PERIOD_SECONDS: Final = 600
 
 ANNOTATION_REVISION_HASH: Final = "auto.pulumi.com/revision-hash"
 ANNOTATION_INITIALIZED: Final = "auto.pulumi.com/initialized"
-ANNOTATION_APPLIED_DIGEST: Final = "auto.pulumi.com/applied-digest"
 # Set by the StatefulSet controller on each pod: the revision of the template it was made from.
 REVISION_LABEL: Final = "controller-revision-hash"
 
@@ -132,23 +133,10 @@ def revision_hash(spec: Mapping[str, Any]) -> str:
     return _hash(spec)
 
 
-def applied_digest(body: Mapping[str, Any]) -> str:
-    """The digest of a desired object, without its own digest annotation."""
-    stripped = copy.deepcopy(dict(body))
-    meta = stripped.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    annotations.pop(ANNOTATION_APPLIED_DIGEST, None)
-    if not annotations:
-        meta.pop("annotations", None)
-    return _hash(stripped)
-
-
 def _finish(workspace: Mapping[str, Any], body: Obj) -> Obj:
     """Controlled by the Workspace (deleting it cascades), then stamped with its digest."""
     set_controller_reference(dict(workspace), body)
-    digest = applied_digest(body)
-    body["metadata"].setdefault("annotations", {})[ANNOTATION_APPLIED_DIGEST] = digest
-    return body
+    return stamp(body)
 
 
 def parse_spec(workspace: Mapping[str, Any]) -> WorkspaceSpec:

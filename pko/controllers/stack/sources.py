@@ -1,0 +1,216 @@
+"""A Stack's source resolved to a revision: a git commit (a branch head looked up with the Stack's
+credentials), a Flux source's or a Program's artifact, or, to destroy a Stack whose source is
+gone, its saved ``projectInfo`` (reads only: the caches, Secrets, the git remote; no writes).
+
+Secrets are read directly, never cached (an operator watching every Secret in the cluster would
+hold them all in memory); a missing one is looked for again after ``secret_recheck`` seconds.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Final
+
+from pko.api.stack import Stack
+from pko.controllers.stack.branchpoll import BranchResolver, GitCredentials, GitLookupError
+from pko.controllers.stack.watches import FLUX_SOURCES, artifact_of, namespace_of
+from pko.controllers.stack.workspaceobject import (
+    ArtifactRevision,
+    GitRevision,
+    ProjectInfoRevision,
+    ResolvedSource,
+)
+from pko.machinery.conditions import get_condition
+from pko.machinery.informer import SharedInformer
+from pko.machinery.manager import CACHE_SYNCED, Manager
+from pko.machinery.resource import Obj, Resource, ResourceClient
+from pko.machinery.store import object_key
+
+__all__ = ["SOURCE_UNAVAILABLE_REQUEUE", "SourceResolver", "Stall"]
+
+SOURCE_UNAVAILABLE_REQUEUE: Final = 30.0
+
+
+class Stall(Exception):
+    """The Stack cannot be processed as written; ``reason`` is a Stalled reason."""
+
+    def __init__(self, reason: str, message: str, requeue: float | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.requeue = requeue
+
+
+def _decode(secret: Obj, key: str) -> str | None:
+    value = (secret.get("data") or {}).get(key)
+    if value is None:
+        return None
+    return base64.b64decode(value).decode()
+
+
+class SourceResolver:
+    """Resolves Stacks' sources (see the module docstring)."""
+
+    def __init__(
+        self,
+        manager: Manager,
+        programs: SharedInformer,
+        secrets: ResourceClient,
+        branches: BranchResolver,
+        secret_recheck: float,
+    ) -> None:
+        self.manager = manager
+        self.programs = programs
+        self.secrets = secrets
+        self.branches = branches
+        self.secret_recheck = secret_recheck
+
+    async def resolve(
+        self, obj: Obj, stack: Stack, status: Obj, deleting: bool
+    ) -> tuple[ResolvedSource | None, str]:
+        spec = stack.spec
+        info = status.get("projectInfo") or {}
+        if deleting and spec.destroy_on_finalize and not spec.run_program and info.get("name"):
+            # Destroy from the saved state: the source may be gone by now (Go v2.8 projectInfo).
+            return ProjectInfoRevision(str(info["name"]), str(info.get("runtime") or "")), ""
+        namespace = namespace_of(obj)
+        if spec.project_repo:
+            creds = await self.git_credentials(stack)
+            commit = spec.commit or ""
+            if not commit:
+                try:
+                    commit = await self.branches.head(
+                        spec.project_repo, spec.branch or "", creds, float(spec.resync_frequency())
+                    )
+                except GitLookupError as exc:
+                    raise Stall("SourceUnavailable", str(exc), SOURCE_UNAVAILABLE_REQUEUE) from exc
+            return GitRevision(spec.project_repo, commit, spec.repo_dir, spec.shallow), commit
+        if spec.flux_source is not None:
+            ref = spec.flux_source.source_ref
+            resource = self.flux_resource(ref.api_version, ref.kind)
+            if resource is None:
+                raise Stall(
+                    "SpecInvalid",
+                    f"cannot process source reference: unsupported Flux source {ref.api_version} {ref.kind}",
+                )
+            if self.manager.optional_cache_status(resource) != CACHE_SYNCED:
+                raise Stall(
+                    "SourceUnavailable",
+                    f"could not resolve sourceRef: {resource.kind} ({resource.api_version}) is not served "
+                    "by the cluster (are Flux's CRDs installed?)",
+                    SOURCE_UNAVAILABLE_REQUEUE,
+                )
+            source_obj = self.manager.informer(resource).indexer.get_by_key(object_key(namespace, ref.name))
+            if source_obj is None:
+                raise Stall(
+                    "SourceUnavailable",
+                    f'could not resolve sourceRef: {resource.plural}.{resource.group} "{ref.name}" not found',
+                    SOURCE_UNAVAILABLE_REQUEUE,
+                )
+            artifact = artifact_of(source_obj)
+            if artifact is None:
+                ready = get_condition((source_obj.get("status") or {}).get("conditions"), "Ready")
+                detail = (
+                    f" ({ready.get('reason')}: {ready.get('message')})"
+                    if ready and ready.get("status") != "True"
+                    else ""
+                )
+                raise Stall(
+                    "SourceUnavailable", f"Flux source has no artifact{detail}", SOURCE_UNAVAILABLE_REQUEUE
+                )
+            revision = str(artifact.get("revision") or "")
+            digest = str(artifact.get("digest") or "")
+            # The digest is what changed (Flux may keep the revision for new content, e.g. a new
+            # ignore rule), so it is the "commit" compared and recorded, as upstream does.
+            return ArtifactRevision(
+                str(artifact["url"]), digest, revision, spec.flux_source.dir
+            ), digest or revision
+        if spec.program_ref is not None:
+            program = self.programs.indexer.get_by_key(object_key(namespace, spec.program_ref.name))
+            if program is None:
+                raise Stall(
+                    "SourceUnavailable", "unable to retrieve program for stack", SOURCE_UNAVAILABLE_REQUEUE
+                )
+            artifact = artifact_of(program)
+            if artifact is None:
+                raise Stall("SourceUnavailable", "Program has no artifact", SOURCE_UNAVAILABLE_REQUEUE)
+            revision = str(artifact.get("revision") or "")
+            digest = str(artifact.get("digest") or "")
+            return ArtifactRevision(str(artifact["url"]), digest, revision), digest or revision
+        return None, ""
+
+    def flux_resource(self, api_version: str, kind: str) -> Resource | None:
+        group, _, version = api_version.partition("/")
+        for resource in FLUX_SOURCES:
+            if resource.group == group and resource.version == version and resource.kind == kind:
+                return resource
+        return None
+
+    async def _secret_value(self, namespace: str | None, name: str, key: str, what: str) -> str:
+        secret = await self.secrets.get_or_none(name, namespace)
+        if secret is None:
+            raise Stall(
+                "SpecInvalid",
+                f'{what}: unable to get secret {namespace}/{name}: secrets "{name}" not found',
+                self.secret_recheck,
+            )
+        value = _decode(secret, key)
+        if value is None:
+            raise Stall(
+                "SpecInvalid",
+                f'{what}: no key "{key}" found in secret {namespace}/{name}',
+                self.secret_recheck,
+            )
+        return value
+
+    async def git_credentials(self, stack: Stack) -> GitCredentials:
+        """Credentials for the branch lookup, read from Secrets (Go: resolveGitAuth)."""
+        spec = stack.spec
+        namespace = stack.metadata.namespace
+        if spec.git_auth_secret:
+            name = spec.git_auth_secret
+            secret = await self.secrets.get_or_none(name, namespace)
+            if secret is None:
+                raise Stall(
+                    "SpecInvalid",
+                    f'unable to get secret {namespace}/{name}: secrets "{name}" not found',
+                    self.secret_recheck,
+                )
+            if _decode(secret, "sshPrivateKey") is not None:
+                return GitCredentials(
+                    ssh_private_key=_decode(secret, "sshPrivateKey"), password=_decode(secret, "password")
+                )
+            if _decode(secret, "accessToken") is not None:
+                return GitCredentials(token=_decode(secret, "accessToken"))
+            if _decode(secret, "username") is not None:
+                password = _decode(secret, "password")
+                if password is None:
+                    raise Stall(
+                        "SpecInvalid",
+                        f'creating gitAuth: no key "password" found in secret {namespace}/{name}',
+                        self.secret_recheck,
+                    )
+                return GitCredentials(username=_decode(secret, "username"), password=password)
+            return GitCredentials()
+        auth = spec.git_auth
+        if auth is None:
+            return GitCredentials()
+
+        async def value(ref: Any, what: str) -> str:
+            return await self._secret_value(
+                namespace, ref.secret.name, ref.secret.key, f"resolving gitAuth {what}"
+            )
+
+        if auth.ssh_auth is not None:
+            key = await value(auth.ssh_auth.ssh_private_key, "SSH private key")
+            password = await value(auth.ssh_auth.password, "SSH password") if auth.ssh_auth.password else None
+            return GitCredentials(ssh_private_key=key, password=password)
+        if auth.access_token is not None:
+            return GitCredentials(token=await value(auth.access_token, "personal access token"))
+        if auth.basic_auth is not None:
+            return GitCredentials(
+                username=await value(auth.basic_auth.user_name, "username"),
+                password=await value(auth.basic_auth.password, "password"),
+            )
+        # A GitHub App token is minted by the workspace's fetch step; the lookup goes without.
+        return GitCredentials()

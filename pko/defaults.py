@@ -1,0 +1,36 @@
+"""The operator's defaults, stated once (no imports: the command line is parsed before the
+reconcilers, and their pydantic models, are imported).
+
+``pko.__main__`` (flags and environment), ``pko.controllers.options.ControllerOptions`` and
+``pko.controllers.stack.retry.RetrySettings`` all take their defaults from here.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+OPERATOR_NAMESPACE: Final = "pulumi-kubernetes-operator"
+# The operator's own identity: TokenRequest tokens for the agents are minted for it (POD_SA_NAME).
+OPERATOR_SERVICE_ACCOUNT: Final = "controller-manager"
+AGENT_IMAGE: Final = "pko-agent:latest"
+AGENT_IMAGE_PULL_POLICY: Final = "IfNotPresent"
+WORKSPACE_ADDRESS_MODE: Final = "dns"
+ENGINE_EVENT_LOG_LEVEL: Final = "debug"
+PROGRAM_FS_ADDR: Final = ":9090"
+# How long a running Update waits for its unreachable agent before it ends AgentUnreachable.
+AGENT_UNREACHABLE_TIMEOUT: Final = 300.0
+# Failed Stack operations: the failure budget before Stalled, the cap of transient retries, and
+# the longest backoff of deterministic ones (seconds).
+MAX_UPDATE_FAILURES: Final = 3
+TRANSIENT_RETRY_CAP: Final = 300.0
+MAX_RETRY_BACKOFF: Final = 24 * 3600.0
+
+
+def go_duration_text(seconds: float) -> str:
+    """``seconds`` as a Go duration a flag's default shows (``5m``, ``24h``, ``90s``)."""
+    whole = int(seconds)
+    if whole == seconds and whole % 3600 == 0 and whole:
+        return f"{whole // 3600}h"
+    if whole == seconds and whole % 60 == 0 and whole:
+        return f"{whole // 60}m"
+    return f"{seconds:g}s"
