@@ -3,7 +3,9 @@ and completed Update, see fleet.py) tracking branches on a loopback git server, 
 (``python -m pko``) started against them; once its first pass over the fleet has ended (every Stack
 reconciled, no write for ``--quiet`` seconds), it is sampled for a window: RSS, CPU % of one core,
 API writes, git requests, and when reconciles fire (controller_runtime_reconcile_total deltas per
-bucket: branch polls spread, not bunched).
+bucket: branch polls spread, not bunched). During the first pass a sampler polls ``/healthz`` and
+``/metrics`` twice a second and reports the slowest answers (a kubelet probe times out after 1 s)
+and the largest event-loop heartbeat age the operator exported (liveness fails past 60 s).
 
 One command, its own control plane (hack/localcluster.py):
 
@@ -21,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -84,6 +87,68 @@ def informers(log_path: Path) -> list[tuple[str, str]]:
     return seen
 
 
+class ProbeSampler:
+    """Polls ``/healthz`` and ``/metrics`` every ``interval`` s, each from a thread of its own (a
+    slow answer delays only its own series): the slowest answer of each, how many took over 1 s
+    (a kubelet probe's timeout) or failed, and the largest ``pko_event_loop_heartbeat_age_seconds``
+    seen (None from an operator that does not export it)."""
+
+    def __init__(self, probe_port: int, metrics_port: int, interval: float = 0.5) -> None:
+        self.urls = {
+            "healthz": f"http://127.0.0.1:{probe_port}/healthz",
+            "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
+        }
+        self.interval = interval
+        self.slowest = dict.fromkeys(self.urls, 0.0)
+        self.samples = dict.fromkeys(self.urls, 0)
+        self.over_1s = dict.fromkeys(self.urls, 0)
+        self.failed = dict.fromkeys(self.urls, 0)
+        self.heartbeat_age: float | None = None
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._poll, args=(k,), daemon=True) for k in self.urls]
+
+    def __enter__(self) -> ProbeSampler:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+
+    def _poll(self, key: str) -> None:
+        while not self._stop.wait(self.interval):
+            started = time.monotonic()
+            try:
+                with urllib.request.urlopen(self.urls[key], timeout=60) as resp:
+                    text = resp.read().decode()
+                ok = resp.status == 200
+            except OSError:  # HTTPError (a failing probe) and timeouts alike
+                text, ok = "", False
+            took = time.monotonic() - started
+            self.samples[key] += 1
+            self.slowest[key] = max(self.slowest[key], took)
+            self.over_1s[key] += took > 1.0
+            self.failed[key] += not ok
+            for line in text.splitlines() if key == "metrics" else ():
+                if line.startswith("pko_event_loop_heartbeat_age_seconds "):
+                    age = float(line.split()[1])
+                    self.heartbeat_age = max(self.heartbeat_age or 0.0, age)
+
+    def rows(self) -> list[str]:
+        out = []
+        for key in self.urls:
+            out.append(f"| first pass: slowest /{key} answer (s) | {self.slowest[key]:.2f} | < 1 |")
+            out.append(
+                f"| first pass: /{key} answers over 1 s / failed / sampled | {self.over_1s[key]} / "
+                f"{self.failed[key]} / {self.samples[key]} | 0 / 0 / - |"
+            )
+        age = "n/a" if self.heartbeat_age is None else f"{self.heartbeat_age:.2f}"
+        out.append(f"| first pass: largest event-loop heartbeat age (s) | {age} | < 60 (liveness) |")
+        return out
+
+
 NAMESPACE = "stacks"
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
 
@@ -140,12 +205,13 @@ def table_of_writes(before: dict[tuple[str, str], float], after: dict[tuple[str,
     print(f"| all | all | {sum(after.values()) - sum(before.values()):.0f} |")
 
 
-def start_operator(cluster: LocalCluster, logf: Any) -> tuple[subprocess.Popen[bytes], int]:
-    mport = free_port()
+def start_operator(cluster: LocalCluster, logf: Any) -> tuple[subprocess.Popen[bytes], int, int]:
+    """The operator's process, metrics port and probes port, once it serves metrics."""
+    mport, pport = free_port(), free_port()
     cmd = [
         sys.executable, "-m", "pko", "--kubeconfig", str(cluster.kubeconfig),
         "--metrics-bind-address", f"127.0.0.1:{mport}",
-        "--health-probe-bind-address", f"127.0.0.1:{free_port()}",
+        "--health-probe-bind-address", f"127.0.0.1:{pport}",
         "--program-fs-addr", f"127.0.0.1:{free_port()}",
         "--leader-elect=false",
     ]  # fmt: skip
@@ -154,7 +220,7 @@ def start_operator(cluster: LocalCluster, logf: Any) -> tuple[subprocess.Popen[b
     while True:
         try:
             reconciles(mport)
-            return proc, mport
+            return proc, mport, pport
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("operator did not serve metrics") from None
@@ -216,11 +282,12 @@ def main() -> int:
             logf = open(log_path, "w")
             w_start = api_writes(cluster)
             git_start = git.requests[0]
-            proc, mport = start_operator(cluster, logf)
+            proc, mport, pport = start_operator(cluster, logf)
             log("operator up; waiting for its first pass over the fleet")
-            took, last_write = first_pass(
-                cluster, proc, mport, args.stacks, args.quiet, args.first_pass_timeout
-            )
+            with ProbeSampler(pport, mport) as probes:
+                took, last_write = first_pass(
+                    cluster, proc, mport, args.stacks, args.quiet, args.first_pass_timeout
+                )
             r0 = reconciles(mport)
             w0 = api_writes(cluster)
             git0 = git.requests[0]
@@ -256,6 +323,7 @@ def main() -> int:
             print(f"| first pass: operator start to its last write (s) | {last_write:.0f} | |")
             print(f"| git requests in the first pass / in the window | {git0 - git_start} / "
                   f"{git.requests[0] - git0} | one per repository per interval |")  # fmt: skip
+            print("\n".join(probes.rows()))
             per = {c: prev.get(c, 0) - r0.get(c, 0) for c in prev}
             print(f"\nreconciles in the first pass: {r0}")
             print(f"\nreconciles per controller in the window: {per}\n")

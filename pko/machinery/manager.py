@@ -37,7 +37,14 @@ What it wires, and the rules it keeps (controller-runtime's manager, asyncio-nat
 * **Events**: :attr:`Manager.events` records Kubernetes Events as ``pulumi-kubernetes-operator``;
   it runs from start to stop on every replica (only leaders' reconcilers use it).
 * **Observability**: one ``CollectorRegistry`` per manager, served on ``/metrics``, holding the
-  workqueue, controller, reflector, process and ``leader_election_master_status`` series.
+  workqueue, controller, reflector, process, ``leader_election_master_status`` and
+  ``pko_event_loop_heartbeat_age_seconds`` series.
+* **Probes and metrics off the loop**: ``/healthz``, ``/readyz`` and ``/metrics`` are answered by
+  threads of their own (:mod:`pko.machinery.serving`), so a loop busy with a first pass over
+  thousands of objects still answers the kubelet within its 1 s timeout. Liveness watches a
+  heartbeat the loop stamps every second and fails once it is older than
+  ``liveness_stall_threshold`` (a wedged loop); readiness checks run on the probe thread and must
+  only read simple state (see :meth:`Manager.add_readiness_check`).
 """
 
 from __future__ import annotations
@@ -49,7 +56,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import structlog
-from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.gc_collector import GCCollector
@@ -66,7 +72,16 @@ from pko.machinery.predicates import Predicate, generation_changed
 from pko.machinery.ratelimit import RateLimiter
 from pko.machinery.ratelimitingqueue import RateLimitingQueue
 from pko.machinery.resource import Resource, served
-from pko.machinery.serving import HttpServer, ReadinessCheck, metrics_app, parse_bind_address, probes_app
+from pko.machinery.serving import (
+    DEFAULT_STALL_THRESHOLD,
+    Heartbeat,
+    ReadinessCheck,
+    Route,
+    ThreadedHttpServer,
+    metrics_routes,
+    parse_bind_address,
+    probe_routes,
+)
 from pko.machinery.store import (
     DeletedFinalStateUnknown,
     IndexFunc,
@@ -101,11 +116,6 @@ CACHE_SYNCED: Final = "synced"
 CACHE_STALLED: Final = "stalled"  # served, but not synced within optional_sync_timeout
 
 
-def _alive() -> str | None:
-    """Liveness: answering at all proves the event loop runs; nothing else would be fixed by a restart."""
-    return None
-
-
 class LeaderElectionLost(RuntimeError):
     """This replica stopped leading before it was asked to stop; the process should exit."""
 
@@ -118,6 +128,8 @@ class ManagerOptions:
     :data:`~pko.machinery.controller.DEFAULT_WORKERS`); ``namespace`` limits every informer to one
     namespace (``None``: all). Bind addresses are ``host:port``; ``"0"`` disables that server.
     ``discovery_interval`` and ``optional_sync_timeout`` govern optional watches.
+    ``liveness_stall_threshold``: ``/healthz`` fails once the event loop has not run its
+    once-a-second heartbeat for this long (see :data:`~pko.machinery.serving.DEFAULT_STALL_THRESHOLD`).
     """
 
     metrics_bind_address: str = ":8383"
@@ -130,6 +142,7 @@ class ManagerOptions:
     kube_api_timeout: float = 30.0
     discovery_interval: float = 30.0
     optional_sync_timeout: float = 60.0
+    liveness_stall_threshold: float = DEFAULT_STALL_THRESHOLD
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,6 +394,8 @@ class Manager:
             registry=registry,
         )
         self.events = EventRecorder(api, EVENT_COMPONENT, registry=registry)
+        self._heartbeat = Heartbeat(self.options.liveness_stall_threshold)
+        registry.register(self._heartbeat)
         self._builders: dict[str, ControllerBuilder] = {}
         self._runnables: dict[str, _Runnable] = {}
         # Watches declared optional / required, by (group, version, plural).
@@ -397,7 +412,7 @@ class Manager:
         self._stopping = False
         self._leading = False
         self._elector: LeaderElector | None = None
-        self._servers: list[HttpServer] = []
+        self._servers: list[ThreadedHttpServer] = []
         self._readiness: list[ReadinessCheck] = [("informer-sync", self._informers_synced)]
         self._log = structlog.get_logger("pko.manager")
 
@@ -429,7 +444,8 @@ class Manager:
             self._required.add(key)
 
     def _optional_resources(self) -> list[Resource]:
-        return [r for k, r in self._optional.items() if k not in self._required]
+        # list(...) first: one C-level snapshot, safe from the probe thread (see _informers_synced).
+        return [r for k, r in list(self._optional.items()) if k not in self._required]
 
     def add_runnable(self, name: str, fn: Callable[[], Awaitable[None]], *, leader_only: bool = True) -> None:
         """Run ``fn()`` as a long-lived task under the manager.
@@ -490,7 +506,13 @@ class Manager:
         return builder
 
     def add_readiness_check(self, name: str, check: Callable[[], str | None]) -> None:
-        """Another ``/readyz`` check: ``check()`` returns None when ready, else why not."""
+        """Another ``/readyz`` check: ``check()`` returns None when ready, else why not.
+
+        It is called on the probe server's thread, not the event loop, so it must be quick and
+        only read simple state the loop writes (a bool, ``asyncio.Event.is_set()``, a snapshot
+        taken by one C call such as ``list(d.values())``); a check needing more should read a value
+        the loop publishes (e.g. an attribute a task refreshes).
+        """
         self._readiness.append((name, check))
 
     # --- state -------------------------------------------------------------------------------
@@ -520,6 +542,8 @@ class Manager:
     def _informers_synced(self) -> str | None:
         if self._stopping or self._stop.is_set():
             return "shutting down"
+        # Runs on the probe thread: the two containers are read through one-call snapshots
+        # (_optional_resources, factory.informers), never iterated while the loop may resize them.
         optional = {(r.group, r.version, r.plural) for r in self._optional_resources()}
         pending = [
             i.resource.name
@@ -567,8 +591,7 @@ class Manager:
             await asyncio.gather(*background, return_exceptions=True)
             await self.events.stop()
             await self.factory.stop()
-            for server in reversed(self._servers):
-                await server.stop()
+            await self._stop_servers()
             self._log.info("manager stopped")
 
     async def _run_until_stopped(self) -> None:
@@ -753,16 +776,27 @@ class Manager:
             await asyncio.gather(*(c.stop(grace_period) for c in controllers))
 
     async def _start_servers(self) -> None:
+        """The probes and metrics servers, each on a thread of its own (see pko.machinery.serving)."""
         opts = self.options
-        wanted: list[tuple[str, str, Callable[[], web.Application]]] = [
-            ("probes", opts.health_probe_bind_address, lambda: probes_app(_alive, self._readiness)),
-            ("metrics", opts.metrics_bind_address, lambda: metrics_app(self.registry)),
+        self._heartbeat.start()
+        wanted: list[tuple[str, str, Callable[[], dict[str, Route]]]] = [
+            (
+                "probes",
+                opts.health_probe_bind_address,
+                lambda: probe_routes([("ping", self._heartbeat.check)], self._readiness),
+            ),
+            ("metrics", opts.metrics_bind_address, lambda: metrics_routes(self.registry)),
         ]
-        for name, address, make_app in wanted:
+        for name, address, make_routes in wanted:
             bind = parse_bind_address(address)
             if bind is None:
                 continue
-            server = HttpServer(name, make_app(), *bind)
-            await server.start()
+            server = ThreadedHttpServer(name, make_routes(), *bind)
+            server.start()
             self._servers.append(server)
             self._log.info("serving", server=name, address=f"{server.host or '*'}:{server.port}")
+
+    async def _stop_servers(self) -> None:
+        # Each stop waits (up to half a second) for its thread to notice: not on the loop.
+        await asyncio.gather(*(asyncio.to_thread(s.stop) for s in self._servers))
+        self._heartbeat.stop()

@@ -16,9 +16,12 @@ which alone would cap the queue well below its throughput target. The queue is o
 the event loop thread, so :class:`PrometheusWorkqueueMetrics` keeps plain counters and histogram
 buckets and turns them into metric families when scraped. Depth, unfinished work and the longest
 running processor are sampled from the queue at scrape time (client-go polls them every 500ms), so
-they cost nothing per operation. A scrape runs on another thread; it only reads (snapshots taken
-with single C-level calls under the GIL), so a scrape may see one update half-applied (a histogram
-sum a moment ahead of its buckets), never a corrupt structure.
+they cost nothing per operation. A scrape runs on another thread (the manager's metrics server has
+one of its own, so a scrape never waits for a busy loop: :mod:`pko.machinery.serving`); it only
+reads (snapshots taken with single C-level calls under the GIL: ``list(dict.items())``, ``len()``
+of a deque, ``list()`` of a bucket list), never iterates in Python a container the loop may resize
+meanwhile, so a scrape may see one update half-applied (a histogram sum a moment ahead of its
+buckets), never a corrupt structure or "dictionary changed size during iteration".
 """
 
 from __future__ import annotations

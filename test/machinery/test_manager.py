@@ -9,6 +9,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
@@ -407,6 +411,60 @@ async def test_metrics_serve_controller_runtime_series_labelled_by_controller(
     assert value("leader_election_master_status", name=lease) == 1
     assert value("pko_reflector_lists_total", resource="configmaps") >= 1
     assert any(name == "process_resident_memory_bytes" for name, _ in samples)
+
+
+def blocking_get(target: str) -> tuple[int, str, float]:
+    """A GET from a plain thread (the test's event loop may be stuck): status, body, seconds."""
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(target, timeout=10) as resp:
+            status, body = resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        status, body = err.code, err.read().decode()
+    return status, body, time.monotonic() - started
+
+
+async def get_while_the_loop_sleeps(
+    seconds: float, targets: list[str], after: float
+) -> list[tuple[int, str, float]]:
+    """GET ``targets`` from a thread ``after`` s into a ``time.sleep(seconds)`` on the event loop."""
+    answers: list[tuple[int, str, float]] = []
+
+    def probe() -> None:
+        time.sleep(after)
+        answers.extend(blocking_get(t) for t in targets)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    time.sleep(seconds)  # noqa: ASYNC251 - stalling the (manager's) event loop is the point
+    await asyncio.to_thread(thread.join)  # (answers served by the loop come only now)
+    return answers
+
+
+@pytest.mark.cluster
+async def test_probes_and_metrics_answer_while_the_event_loop_is_stuck(
+    api_client: client.ApiClient, namespace: str, start_manager: StartManager
+) -> None:
+    manager = Manager(api_client, options(namespace, liveness_stall_threshold=2.5))
+    manager.controller("configmap-controller", RecordingReconciler()).for_(CONFIGMAPS)
+    await start_manager(manager)
+    await eventually(manager.is_ready, "caches to sync")
+    targets = [url(manager, "probes", "/healthz"), url(manager, "probes", "/readyz")]
+    targets.append(url(manager, "metrics", "/metrics"))
+
+    # Stuck for less than the threshold: every answer within the kubelet's 1 s, and healthy.
+    answers = await get_while_the_loop_sleeps(2.0, targets, after=0.2)
+    assert max(a[2] for a in answers) < 1.0
+    assert [a[:2] for a in answers[:2]] == [(200, "ok"), (200, "ok")]
+    assert answers[2][0] == 200 and "pko_event_loop_heartbeat_age_seconds" in answers[2][1]
+
+    # Stuck past the threshold: liveness fails (readiness is about caches and still passes).
+    answers = await get_while_the_loop_sleeps(4.5, targets[:2], after=3.5)
+    assert max(a[2] for a in answers) < 1.0
+    assert answers[0][0] == 500 and "[-]ping failed: event loop stalled" in answers[0][1]
+    assert answers[1][:2] == (200, "ok")
+    await asyncio.sleep(0.5)
+    assert (await http_get(url(manager, "probes", "/healthz"))) == (200, "ok")
 
 
 # ----- wiring ------------------------------------------------------------------------------------
