@@ -190,14 +190,6 @@ def test_ended_status() -> None:
     assert status["message"] == "orphaned"
 
 
-def test_status_body_carries_the_resource_version() -> None:
-    update = make_update()
-    body = us.status_body(update, {"message": "m"})
-    assert body["metadata"] == {"name": "s-18f", "namespace": "ns", "resourceVersion": "42"}
-    assert body["kind"] == "Update" and body["status"] == {"message": "m"}
-    assert "resourceVersion" not in us.status_body(update, {}, precondition=False)["metadata"]
-
-
 def test_operation_request_up_maps_every_option() -> None:
     update = make_update(
         parallel=4,

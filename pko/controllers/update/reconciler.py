@@ -62,6 +62,7 @@ from pko.machinery.predicates import (
 )
 from pko.machinery.resource import PODS, SECRETS, Obj, ResourceClient, api_error_status
 from pko.machinery.store import index_by_field, object_key
+from pko.machinery.writes import StatusWriter
 from pko.tokens import TokenSource
 
 __all__ = ["WORKSPACE_INDEX", "UpdateReconciler", "setup"]
@@ -163,13 +164,20 @@ class UpdateReconciler:
         self.lost_agent_budget = options.agent_unreachable_timeout
         self.connect_timeout = connect_timeout
         self._update_client = ResourceClient(manager.api, UPDATES)
+        self.status_writer = StatusWriter(
+            self.updates,
+            FIELD_MANAGER_UPDATE_STATUS,
+            us.STATUS_FIELDS,
+            client=self._update_client,
+            force=True,
+        )
         self._secrets = ResourceClient(manager.api, SECRETS)
         self._engine_level = _LEVELS.get(options.engine_event_log_level.strip().lower(), logging.DEBUG)
 
     # --- reconcile -------------------------------------------------------------------------------
 
     async def reconcile(self, key: str) -> Result:
-        update = self.updates.indexer.get_by_key(key)
+        update = self.updates.latest(key)
         if update is None:
             await self._gone(key)
             return Result.done()
@@ -218,17 +226,7 @@ class UpdateReconciler:
 
     async def _wait(self, update: Obj, reason: str, message: str, requeue: float | None = None) -> Result:
         """Record why the Update has not started (only when that changed), then wait."""
-        conditions = (update.get("status") or {}).get("conditions")
-        current = get_condition(conditions, "Progressing")
-        generation = (update.get("metadata") or {}).get("generation")
-        unchanged = (
-            current is not None
-            and (current.get("status"), current.get("reason"), current.get("message"))
-            == ("False", reason, message)
-            and (update.get("status") or {}).get("observedGeneration") == generation
-        )
-        if not unchanged:
-            await self._apply_status(update, us.waiting_status(update, reason, message))
+        await self._apply_status(update, us.waiting_status(update, reason, message))
         return Result.requeue_after(requeue) if requeue is not None else Result.done()
 
     async def _start(self, update: Obj) -> Result:
@@ -312,7 +310,7 @@ class UpdateReconciler:
         last_error = ""
         loop = asyncio.get_running_loop()
         while True:
-            update = self.updates.indexer.get_by_key(key)
+            update = self.updates.latest(key)
             if update is None or _uid(update) != uid or us.is_complete(update):
                 return
             engine_log = self._engine_logger(update)
@@ -401,10 +399,10 @@ class UpdateReconciler:
 
     # --- recording --------------------------------------------------------------------------------
 
-    async def _apply_status(self, update: Obj, status: Obj) -> Obj:
-        return await self._update_client.apply_status(
-            us.status_body(update, status), field_manager=FIELD_MANAGER_UPDATE_STATUS, force=True
-        )
+    async def _apply_status(self, update: Obj, status: Obj) -> Obj | None:
+        """Write ``status`` if it changed, preconditioned on the resourceVersion read: a write from
+        a stale read fails (409), which is what makes recording a result happen once."""
+        return await self.status_writer.write(update, status, precondition=True)
 
     async def _write_final(self, key: str, uid: str, build: Callable[[Obj], Obj | None]) -> Obj | None:
         """Write a final status computed by ``build`` from the cached Update, exactly once.
@@ -413,7 +411,7 @@ class UpdateReconciler:
         re-reads the cache, and stops when the Update is gone or already complete.
         """
         for attempt in range(RECORD_ATTEMPTS):
-            update = self.updates.indexer.get_by_key(key)
+            update = self.updates.latest(key)
             if update is None or _uid(update) != uid or us.is_complete(update):
                 return None
             status = build(update)
@@ -452,7 +450,7 @@ class UpdateReconciler:
         def build(update: Obj) -> Obj:
             return us.result_status(update, result, outputs.get("name"))
 
-        update = self.updates.indexer.get_by_key(key)
+        update = self.updates.latest(key)
         if update is None or _uid(update) != uid or us.is_complete(update):
             return
         outputs["name"] = await self._outputs(update, result)

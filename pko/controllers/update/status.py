@@ -54,7 +54,6 @@ __all__ = [
     "result_status",
     "sanitize_output_key",
     "started_status",
-    "status_body",
     "waiting_status",
 ]
 
@@ -198,15 +197,24 @@ def _conditions(
     return conditions or []
 
 
+# The status fields this controller owns (every apply restates all of them).
+STATUS_FIELDS: Final = (
+    "observedGeneration",
+    "conditions",
+    "startTime",
+    "endTime",
+    "permalink",
+    "message",
+    "outputs",
+    "projectInfo",
+)
+
+
 def _base(update: Obj) -> tuple[Obj, int | None]:
-    """The status fields this controller owns, carried over (every apply restates all of them)."""
+    """The status fields this controller owns, carried over."""
     old: Obj = update.get("status") or {}
     generation = (update.get("metadata") or {}).get("generation")
-    status: Obj = {
-        k: old[k]
-        for k in ("startTime", "endTime", "permalink", "message", "outputs", "projectInfo")
-        if k in old
-    }
+    status: Obj = {k: old[k] for k in STATUS_FIELDS[2:] if k in old}
     if generation is not None:
         status["observedGeneration"] = generation
     return status, generation
@@ -299,21 +307,6 @@ def ended_status(update: Obj, reason: str, message: str, now: datetime | None = 
         (CONDITION_FAILED, "True", reason, message.splitlines()[0] if message else ""),
     )
     return status
-
-
-def status_body(update: Obj, status: Obj, *, precondition: bool = True) -> Obj:
-    """The server-side apply body for ``status``; with ``precondition`` the write fails (409) when
-    the Update changed since it was read, which is what makes recording a result happen once."""
-    meta = update.get("metadata") or {}
-    body_meta: dict[str, Any] = {"name": meta.get("name"), "namespace": meta.get("namespace")}
-    if precondition and meta.get("resourceVersion"):
-        body_meta["resourceVersion"] = meta["resourceVersion"]
-    return {
-        "apiVersion": update.get("apiVersion"),
-        "kind": update.get("kind"),
-        "metadata": body_meta,
-        "status": status,
-    }
 
 
 def operation_request(update: Obj) -> pb.StartOperationRequest:
