@@ -15,13 +15,16 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from grpclib.client import Channel
+from grpclib.exceptions import GRPCError
+from grpclib.health.v1.health_grpc import HealthStub
+from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from kubernetes_asyncio import client
 
 # Re-exported for the agent tests: the one free-port helper (hack/ is on sys.path: test/conftest.py).
@@ -300,6 +303,46 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
     if proc.stderr:
         proc.stderr.close()
+
+
+T = TypeVar("T")
+
+
+async def health(channel: Channel) -> HealthCheckResponse | None:
+    """The agent's health reply once it says SERVING (``None`` before)."""
+    reply = await HealthStub(channel).Check(HealthCheckRequest(), timeout=5)
+    return reply if reply.status == reply.SERVING else None
+
+
+async def wait_for_agent(
+    proc: subprocess.Popen[bytes],
+    port: int,
+    ask: Callable[[Channel], Awaitable[T | None]],
+    *,
+    within: float = 120.0,
+    interval: float = 0.3,
+) -> tuple[Channel, T]:
+    """An open channel to the agent subprocess ``proc`` serving on 127.0.0.1:``port`` and ``ask``'s
+    first answer on it that is not ``None`` (e.g. :func:`health`); a refused connection, a timeout or
+    an RPC error is asked again. Fails at once, with its stderr, if ``proc`` exits, and after
+    ``within`` seconds otherwise."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            raise AssertionError(f"agent exited with {proc.returncode}:\n{err}")
+        channel = Channel("127.0.0.1", port)
+        try:
+            answer = await ask(channel)
+            if answer is not None:
+                return channel, answer
+        except (TimeoutError, OSError, GRPCError):
+            pass
+        channel.close()
+        if loop.time() > deadline:
+            raise AssertionError(f"agent on port {port} never answered within {within}s")
+        await asyncio.sleep(interval)
 
 
 def collect(events: list[pb.OperationEvent]) -> tuple[list[dict[str, Any]], pb.OperationResult | None]:

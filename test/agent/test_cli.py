@@ -10,12 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest_agent import agent_env, collect, free_port, spawn, stop_process
+from conftest_agent import agent_env, collect, free_port, health, spawn, stop_process, wait_for_agent
 from fakepulumi.fixtures import make_fake_pulumi
-from grpclib.client import Channel
-from grpclib.exceptions import GRPCError
-from grpclib.health.v1.health_grpc import HealthStub
-from grpclib.health.v1.health_pb2 import HealthCheckRequest
 from pko.agent.cli import build_parser, read_env_file
 from pko.api.generated.pko.agent import v1 as pb
 
@@ -166,7 +162,7 @@ async def test_serve_answers_health_and_uses_the_env_file(tmp_path: Path) -> Non
         agent_env(),
     )  # fmt: skip
     try:
-        channel = await _wait_for_health(port, proc)
+        channel, _ = await wait_for_agent(proc, port, health)
         stub = pb.AutomationServiceStub(channel)
         await stub.set_all_config(
             pb.SetAllConfigRequest(
@@ -186,23 +182,3 @@ async def test_serve_answers_health_and_uses_the_env_file(tmp_path: Path) -> Non
         assert await asyncio.to_thread(proc.wait, 120) == 0
     finally:
         stop_process(proc)
-
-
-async def _wait_for_health(port: int, proc: subprocess.Popen[bytes], within: float = 120) -> Channel:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        if proc.poll() is not None:
-            err = proc.stderr.read().decode() if proc.stderr else ""
-            raise AssertionError(f"agent exited with {proc.returncode}:\n{err}")
-        channel = Channel("127.0.0.1", port)
-        try:
-            reply = await HealthStub(channel).Check(HealthCheckRequest(), timeout=5)
-            if reply.status == reply.SERVING:
-                return channel
-        except (TimeoutError, OSError, GRPCError):
-            pass
-        channel.close()
-        if loop.time() > deadline:
-            raise AssertionError("agent never became healthy")
-        await asyncio.sleep(0.3)

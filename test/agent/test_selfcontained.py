@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest_agent import AuthWorld, free_port, spawn, stop_process
+from conftest_agent import AuthWorld, free_port, spawn, stop_process, wait_for_agent
 from fakepulumi.fixtures import make_fake_pulumi
 from grpclib.client import Channel
 from grpclib.const import Status
@@ -61,24 +61,16 @@ async def _until_serving(
     proc: subprocess.Popen[bytes], port: int, token: str | None = None
 ) -> tuple[Any, Any]:
     """Health and PulumiVersion (with ``token``, if any) once the agent answers."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 180
     metadata = {"authorization": f"Bearer {token}"} if token else None
-    while True:
-        if proc.poll() is not None:
-            err = proc.stderr.read().decode() if proc.stderr else ""
-            raise AssertionError(f"agent exited with {proc.returncode}:\n{err}")
-        channel = Channel("127.0.0.1", port)
-        try:
-            reply = await HealthStub(channel).Check(HealthCheckRequest(), timeout=5)
-            version = await pb.AutomationServiceStub(channel, metadata=metadata).pulumi_version(timeout=30)
-            return reply, version
-        except (TimeoutError, OSError, GRPCError):
-            if loop.time() > deadline:
-                raise
-            await asyncio.sleep(0.5)
-        finally:
-            channel.close()
+
+    async def ask(channel: Channel) -> tuple[Any, Any]:
+        reply = await HealthStub(channel).Check(HealthCheckRequest(), timeout=5)
+        version = await pb.AutomationServiceStub(channel, metadata=metadata).pulumi_version(timeout=30)
+        return reply, version
+
+    channel, answer = await wait_for_agent(proc, port, ask, within=180, interval=0.5)
+    channel.close()
+    return answer
 
 
 async def test_the_executable_serves_health_without_the_venv(agent_binary: Path, tmp_path: Path) -> None:

@@ -9,21 +9,40 @@
   ``OPERATOR_RBAC = False`` to run as the cluster admin instead.
 * ``auth_delegator``: ``await auth_delegator("sa")`` binds ``system:auth-delegator`` to a workspace
   ServiceAccount of the module's namespace (the agent's TokenReview/SAR need it).
+
+Shared helpers the modules import (``from .conftest import ...``):
+
+* :class:`OperatorEnv` and :func:`operator_env`: a module's ``env`` fixture on the operator and
+  play-kubelet above (``env = operator_env(Env)``);
+* :func:`new_manager` and :func:`running`: a Manager of the module's namespace for tests that set up
+  one reconciler themselves, run for the length of an ``async with`` block;
+* :func:`wait_until` (poll a probe), :func:`get_or_none` (a GET, ``None`` on 404);
+* :func:`serve_wsgi`, :func:`serve_git` and :func:`git_commit`: HTTP and git servers on loopback.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import threading
+import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
+from dulwich.objects import Blob, Commit, Tree
+from dulwich.repo import Repo
+from dulwich.server import DictBackend
+from dulwich.web import make_wsgi_chain
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
 
 from pko.controllers.options import ControllerOptions
+from pko.machinery.manager import Manager, ManagerOptions
+from pko.machinery.resource import ResourceClient
 
 from .kubelet import AGENT_IMAGE, IMAGE_CONFIG, KNOWN_IMAGES, PlayKubelet, grant_auth_delegator
 from .operator import OPERATOR_SERVICE_ACCOUNT, Operator
@@ -101,3 +120,168 @@ async def operator(
         yield op
     finally:
         await op.teardown()
+
+
+# --- a module's env on the operator and the play-kubelet --------------------------------------------
+
+
+@dataclass(eq=False)
+class OperatorEnv:
+    """A module's handles: the admin API client, the namespace, the operator and the play-kubelet.
+    A module's ``Env`` subclasses it, adding the clients it needs in ``__post_init__``."""
+
+    api: client.ApiClient
+    ns: str
+    operator: Operator
+    kubelet: PlayKubelet
+
+    def __post_init__(self) -> None:
+        """Called by the dataclass ``__init__`` (only if the base defines it): subclasses add clients."""
+
+
+E = TypeVar("E")
+
+
+def operator_env(
+    make: Callable[[client.ApiClient, str, Operator, PlayKubelet], E],
+    *,
+    service_account: str = "default",
+    prepare: Callable[[client.ApiClient, str], Awaitable[None]] | None = None,
+) -> Any:
+    """A module-scoped ``env`` fixture: ``make(api_client, namespace, operator, kubelet)`` (the module's
+    real operator and play-kubelet), once ``service_account`` of the namespace is bound to
+    ``system:auth-delegator`` and then ``prepare(api_client, namespace)``, if given, has run.
+
+    Bind it in the module: ``env = operator_env(Env)``.
+    """
+
+    @pytest.fixture(scope="module", name="env")
+    async def env(
+        api_client: client.ApiClient,
+        namespace: str,
+        operator: Operator,
+        kubelet: PlayKubelet,
+        auth_delegator: Callable[..., Awaitable[str]],
+    ) -> E:
+        await auth_delegator(service_account)
+        if prepare is not None:
+            await prepare(api_client, namespace)
+        return make(api_client, namespace, operator, kubelet)
+
+    return env
+
+
+# --- a Manager running the reconciler a module sets up ----------------------------------------------
+
+
+def new_manager(api_client: Any, namespace: str, **options: Any) -> Manager:
+    """A Manager limited to ``namespace``, its metrics and probe servers off; ``options``: more
+    :class:`ManagerOptions`. Set its reconcilers up, then run it (:func:`running`)."""
+    return Manager(
+        api_client,
+        ManagerOptions(
+            metrics_bind_address="0", health_probe_bind_address="0", namespace=namespace, **options
+        ),
+    )
+
+
+@contextlib.asynccontextmanager
+async def running(manager: Manager) -> AsyncIterator[Manager]:
+    """``manager`` running until the block ends, then stopped (within 30 s)."""
+    task = asyncio.create_task(manager.run())
+    try:
+        yield manager
+    finally:
+        manager.stop()
+        await asyncio.wait_for(task, 30)
+
+
+# --- polling and reading ----------------------------------------------------------------------------
+
+
+async def wait_until(
+    what: str, probe: Callable[[], Awaitable[Any]], *, within: float = 120.0, interval: float = 0.25
+) -> Any:
+    """``probe()``'s first truthy answer, polled every ``interval`` s; fails naming ``what`` (and the
+    last answer) after ``within`` s."""
+    deadline = time.monotonic() + within
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await probe()
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(f"{what}: not reached within {within}s (last: {last!r})")
+
+
+async def get_or_none(rc: ResourceClient, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    """The object, or ``None`` if there is none (404)."""
+    try:
+        return await rc.get(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+# --- HTTP and git servers on loopback ---------------------------------------------------------------
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serve_wsgi(app: Any) -> Iterator[str]:
+    """``app`` served from a thread on a free loopback port, without a request log: its base URL."""
+    server = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def serve_git(repo: Repo, path: str = "/repo.git") -> Iterator[str]:
+    """``repo`` served over git's smart HTTP at ``path``: its URL."""
+    with serve_wsgi(make_wsgi_chain(DictBackend({path: repo}))) as base:
+        yield base + path
+
+
+def git_commit(
+    repo: Repo, files: dict[str, bytes], message: bytes, *, branch: str = "main", when: int | None = None
+) -> str:
+    """Commit ``files`` (path -> content, ``/`` makes folders) to ``branch`` of ``repo``, after the
+    branch's head if it has one, at ``when`` (default: now): the new commit's id."""
+    ref = f"refs/heads/{branch}".encode()
+    commit = Commit()
+    commit.tree = _tree(repo, files).id
+    commit.parents = [repo.refs[ref]] if ref in repo.refs else []
+    commit.author = commit.committer = b"Test <test@example.com>"
+    commit.commit_time = commit.author_time = int(time.time()) if when is None else when
+    commit.commit_timezone = commit.author_timezone = 0
+    commit.message = message
+    repo.object_store.add_object(commit)
+    repo.refs[ref] = commit.id
+    return commit.id.decode()
+
+
+def _tree(repo: Repo, files: dict[str, bytes]) -> Tree:
+    tree = Tree()
+    folders: dict[str, dict[str, bytes]] = {}
+    for path, data in files.items():
+        name, slash, rest = path.partition("/")
+        if slash:
+            folders.setdefault(name, {})[rest] = data
+            continue
+        blob = Blob.from_string(data)
+        repo.object_store.add_object(blob)
+        tree.add(name.encode(), 0o100644, blob.id)
+    for name, inner in folders.items():
+        tree.add(name.encode(), 0o040000, _tree(repo, inner).id)
+    repo.object_store.add_object(tree)
+    return tree

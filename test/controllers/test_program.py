@@ -27,8 +27,10 @@ from pko.agent.artifact import fetch_artifact
 from pko.controllers.options import ControllerOptions
 from pko.controllers.program import reconciler as program
 from pko.controllers.resources import FIELD_MANAGER_PROGRAM_STATUS, PROGRAMS
-from pko.machinery.manager import Manager, ManagerOptions
+from pko.machinery.manager import Manager
 from pko.machinery.resource import ResourceClient
+
+from .conftest import new_manager
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "seeds" / "001-staticwebsite-program.yaml"
 Obj = dict[str, Any]
@@ -61,10 +63,7 @@ class Operator:
 
 
 async def start_operator(api_client: Any, namespace: str, advertised: str = "") -> Operator:
-    manager = Manager(
-        api_client,
-        ManagerOptions(metrics_bind_address="0", health_probe_bind_address="0", namespace=namespace),
-    )
+    manager = new_manager(api_client, namespace)
     # No advertised address: it is derived from the bound one (127.0.0.1:<free port>).
     options = ControllerOptions(program_fs_addr="127.0.0.1:0", program_fs_adv_addr=advertised)
     reconciler = program.setup(manager, options)

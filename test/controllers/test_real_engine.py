@@ -13,24 +13,17 @@ missing plugin) surfacing on the Stack in the engine's words.
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
-from dulwich.objects import Blob, Commit, Tree
 from dulwich.repo import Repo
-from dulwich.server import DictBackend
-from dulwich.web import make_wsgi_chain
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient, ApiException
 from realpulumi import make_real_pulumi
 
-from .kubelet import PlayKubelet
-from .operator import Operator
-from .test_stack import Env, wait_until
+from .conftest import git_commit, operator_env, serve_git, wait_until
+from .test_stack import Env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -39,15 +32,8 @@ KUBELET_OPTIONS = {"engine": make_real_pulumi}
 WORKSPACE_SA = "default"
 
 
-@pytest.fixture(scope="module")
-async def env(
-    api_client: ApiClient,
-    namespace: str,
-    operator: Operator,
-    kubelet: PlayKubelet,
-    auth_delegator: Callable[..., Awaitable[str]],
-) -> Env:
-    await auth_delegator(WORKSPACE_SA)
+async def _let_programs_manage_objects(api_client: ApiClient, namespace: str) -> None:
+    """A Role for the workspace ServiceAccount: the programs' ConfigMaps and Deployments."""
     rbac = client.RbacAuthorizationV1Api(api_client)
     rules = [
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]},
@@ -68,7 +54,9 @@ async def env(
             "subjects": [{"kind": "ServiceAccount", "name": WORKSPACE_SA, "namespace": namespace}],
         },
     )
-    return Env(api_client, namespace, operator, kubelet)
+
+
+env = operator_env(Env, service_account=WORKSPACE_SA, prepare=_let_programs_manage_objects)
 
 
 def config_map(env: Env, name: str, data: dict[str, str]) -> Obj:
@@ -116,14 +104,7 @@ async def failed_with(env: Env, name: str) -> Obj:
             else None
         )
 
-    try:
-        stack: Obj = await wait_until(f"{name}: a failed update", probe, within=300)
-    except AssertionError as exc:
-        current = await env.get(env.stacks, name)
-        raise AssertionError(
-            f"{exc}\nstatus: {(current or {}).get('status')}\n{env.kubelet.describe()}"
-        ) from None
-    return stack
+    return await env.stack_until(name, f"{name}: a failed update", probe, within=300)
 
 
 async def test_up_creates_kubernetes_objects_masks_secrets_and_destroy_removes_them(env: Env) -> None:
@@ -296,43 +277,15 @@ pulumi.export("greeting", greeting.greeting)
 """
 
 
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def python_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A git server on 127.0.0.1 with a Python project under app/ on branch main."""
     repo = Repo.init_bare(str(tmp_path_factory.mktemp("pygit")))
-    app = Tree()
-    for name, data in (
-        (b"Pulumi.yaml", b"name: pygreeter\nruntime: python\n"),
-        (b"__main__.py", PYTHON_MAIN),
-    ):
-        blob = Blob.from_string(data)
-        repo.object_store.add_object(blob)
-        app.add(name, 0o100644, blob.id)
-    root = Tree()
-    root.add(b"app", 0o040000, app.id)
-    commit = Commit()
-    commit.tree = root.id
-    commit.author = commit.committer = b"Test <test@example.com>"
-    commit.commit_time = commit.author_time = int(time.time())
-    commit.commit_timezone = commit.author_timezone = 0
-    commit.message = b"python project"
-    for obj in (app, root, commit):
-        repo.object_store.add_object(obj)
-    repo.refs[b"refs/heads/main"] = commit.id
+    files = {"app/Pulumi.yaml": b"name: pygreeter\nruntime: python\n", "app/__main__.py": PYTHON_MAIN}
+    git_commit(repo, files, b"python project")
     repo.refs.set_symbolic_ref(b"HEAD", b"refs/heads/main")
-    server = make_server(
-        "127.0.0.1", 0, make_wsgi_chain(DictBackend({"/py.git": repo})), handler_class=_Quiet
-    )
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/py.git"
-    server.shutdown()
-    server.server_close()
+    with serve_git(repo, "/py.git") as url:
+        yield url
 
 
 async def test_a_python_project_from_git_runs_with_a_dynamic_provider(env: Env, python_repo: str) -> None:

@@ -15,19 +15,13 @@ import hashlib
 import io
 import json
 import tarfile
-import threading
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
-from dulwich.objects import Blob, Commit, Tree
 from dulwich.repo import Repo
-from dulwich.server import DictBackend
-from dulwich.web import make_wsgi_chain
-from kubernetes_asyncio.client import ApiClient, ApiException
+from kubernetes_asyncio.client import ApiException
 
 from pko.controllers.program.artifact import project_yaml
 from pko.controllers.resources import PROGRAMS, STACKS, UPDATES, WORKSPACES
@@ -35,8 +29,7 @@ from pko.controllers.stack.reconciler import StackReconciler
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, ResourceClient
 
-from .kubelet import PlayKubelet
-from .operator import Operator
+from .conftest import OperatorEnv, get_or_none, git_commit, operator_env, serve_git, serve_wsgi, wait_until
 from .test_stack_reconciler import CRDS, FLUX_CRD, GITREPOSITORIES
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
@@ -53,35 +46,15 @@ PROGRAM_BODY: Obj = {
 BAD_BODY: Obj = {"outputs": {"broken": "${nothing.here}"}}
 
 
-async def wait_until(what: str, probe: Callable[[], Awaitable[Any]], *, within: float = 180.0) -> Any:
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await probe()
-        if last:
-            return last
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"{what}: not reached within {within}s (last: {last!r})")
-
-
-class Env:
-    def __init__(self, api: ApiClient, namespace: str, operator: Operator, kubelet: PlayKubelet) -> None:
-        self.api = api
-        self.ns = namespace
-        self.operator = operator
-        self.kubelet = kubelet
-        self.stacks = ResourceClient(api, STACKS, namespace)
-        self.programs = ResourceClient(api, PROGRAMS, namespace)
-        self.updates = ResourceClient(api, UPDATES, namespace)
-        self.workspaces = ResourceClient(api, WORKSPACES, namespace)
+class Env(OperatorEnv):
+    def __post_init__(self) -> None:
+        self.stacks = ResourceClient(self.api, STACKS, self.ns)
+        self.programs = ResourceClient(self.api, PROGRAMS, self.ns)
+        self.updates = ResourceClient(self.api, UPDATES, self.ns)
+        self.workspaces = ResourceClient(self.api, WORKSPACES, self.ns)
 
     async def get(self, client: ResourceClient, name: str) -> Obj | None:
-        try:
-            return await client.get(name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return await get_or_none(client, name)
 
     async def create_stack(self, name: str, spec: Obj) -> None:
         await self.stacks.create(
@@ -106,8 +79,14 @@ class Env:
                 return stack
             return None
 
+        return await self.stack_until(name, f"{name} {type_}={reason}", probe, within=within)
+
+    async def stack_until(
+        self, name: str, what: str, probe: Callable[[], Awaitable[Obj | None]], *, within: float
+    ) -> Obj:
+        """:func:`wait_until`; a failure shows the Stack ``name``'s status and the play-kubelet's pods."""
         try:
-            stack: Obj = await wait_until(f"{name} {type_}={reason}", probe, within=within)
+            stack: Obj = await wait_until(what, probe, within=within)
         except AssertionError as exc:
             current = await self.get(self.stacks, name)
             raise AssertionError(
@@ -128,16 +107,7 @@ class Env:
         return found
 
 
-@pytest.fixture(scope="module")
-async def env(
-    api_client: ApiClient,
-    namespace: str,
-    operator: Operator,
-    kubelet: PlayKubelet,
-    auth_delegator: Callable[..., Awaitable[str]],
-) -> Env:
-    await auth_delegator("default")
-    return Env(api_client, namespace, operator, kubelet)
+env = operator_env(Env)
 
 
 async def test_program_stack_reaches_ready_with_secret_outputs(env: Env) -> None:
@@ -213,32 +183,12 @@ async def test_destroy_on_finalize_destroys_then_releases_the_stack(env: Env) ->
 # --- git -------------------------------------------------------------------------------------
 
 
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 def _commit(repo: Repo, greeting: str) -> str:
     text = (
         "name: gitproj\nruntime: yaml\nresources:\n  echo:\n    type: test:index:Echo\n"
         f"    properties:\n      value: {greeting}\noutputs:\n  greeting: ${{echo.value}}\n"
     )
-    blob = Blob.from_string(text.encode())
-    app = Tree()
-    app.add(b"Pulumi.yaml", 0o100644, blob.id)
-    root = Tree()
-    root.add(b"app", 0o040000, app.id)
-    commit = Commit()
-    commit.tree = root.id
-    commit.parents = [repo.refs[b"refs/heads/main"]] if b"refs/heads/main" in repo.refs else []
-    commit.author = commit.committer = b"Test <test@example.com>"
-    commit.commit_time = commit.author_time = int(time.time())
-    commit.commit_timezone = commit.author_timezone = 0
-    commit.message = greeting.encode()
-    for obj in (blob, app, root, commit):
-        repo.object_store.add_object(obj)
-    repo.refs[b"refs/heads/main"] = commit.id
-    return commit.id.decode()
+    return git_commit(repo, {"app/Pulumi.yaml": text.encode()}, greeting.encode())
 
 
 @pytest.fixture(scope="module")
@@ -247,14 +197,8 @@ def git_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     repo = Repo.init_bare(str(root))
     _commit(repo, "one")
     repo.refs.set_symbolic_ref(b"HEAD", b"refs/heads/main")
-    server = make_server(
-        "127.0.0.1", 0, make_wsgi_chain(DictBackend({"/repo.git": repo})), handler_class=_Quiet
-    )
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/repo.git", repo
-    server.shutdown()
-    server.server_close()
+    with serve_git(repo) as url:
+        yield url, repo
 
 
 async def test_git_branch_is_deployed_and_a_pushed_commit_is_picked_up(
@@ -340,12 +284,8 @@ def artifact_server() -> Iterator[tuple[str, dict[str, bytes]]]:
         start_response("200 OK", [("Content-Type", "application/gzip"), ("Content-Length", str(len(data)))])
         return [data]
 
-    server = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}", files
-    server.shutdown()
-    server.server_close()
+    with serve_wsgi(app) as url:
+        yield url, files
 
 
 async def test_flux_source_is_fetched_deployed_and_a_new_digest_redeploys(

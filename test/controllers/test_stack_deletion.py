@@ -23,16 +23,15 @@ from pko.controllers.resources import STACK_FINALIZER
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import SECRETS, ResourceClient
 
-from . import test_stack
-from .test_stack import Env, _state, wait_until
+from .conftest import operator_env, wait_until
+from .test_stack import Env, _state
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
 Obj = dict[str, Any]
 
 
-# The same module-scoped operator + play-kubelet fixture as test_stack.py's (bound here, not copied).
-env = test_stack.env
+env = operator_env(Env)
 
 
 async def _updates_of(env: Env, stack: str) -> list[Obj]:

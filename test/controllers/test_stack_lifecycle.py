@@ -21,9 +21,9 @@ import pytest
 
 from pko.controllers.stack import reconciler as stack_controller
 from pko.controllers.stack.retry import RetrySettings
-from pko.machinery.manager import Manager, ManagerOptions
 from pko.machinery.resource import EVENTS, Obj, ResourceClient
 
+from .conftest import new_manager, running
 from .test_stack_reconciler import Env, eventually
 
 SLOW = RetrySettings(deterministic_base=60.0, transient_base=60.0, transient_cap=120.0)
@@ -32,20 +32,10 @@ FINALIZER = "finalizer.stack.pulumi.com"
 
 @pytest.fixture(scope="module")
 async def env(api_client: Any, namespace: str) -> AsyncIterator[Env]:
-    manager = Manager(
-        api_client,
-        ManagerOptions(
-            metrics_bind_address="0",
-            health_probe_bind_address="0",
-            namespace=namespace,
-            shutdown_grace_period=5.0,
-        ),
-    )
+    manager = new_manager(api_client, namespace, shutdown_grace_period=5.0)
     reconciler = stack_controller.setup(manager, retry=SLOW)
-    task = asyncio.create_task(manager.run())
-    yield Env(api_client, namespace, reconciler)
-    manager.stop()
-    await asyncio.wait_for(task, 30)
+    async with running(manager):
+        yield Env(api_client, namespace, reconciler)
 
 
 async def _events(env: Env, name: str, reason: str) -> list[Obj]:

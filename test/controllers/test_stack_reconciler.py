@@ -12,18 +12,13 @@ import asyncio
 import base64
 import contextlib
 import json
-import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
-from dulwich.objects import Blob, Commit, Tree
 from dulwich.repo import Repo
-from dulwich.server import DictBackend
-from dulwich.web import make_wsgi_chain
 
 from pko.controllers.resources import PROGRAMS, STACKS, UPDATES, WORKSPACES
 from pko.controllers.stack import reconciler as stack_controller
@@ -32,6 +27,8 @@ from pko.controllers.stack.retry import RetrySettings
 from pko.machinery.conditions import format_time
 from pko.machinery.manager import Manager, ManagerOptions
 from pko.machinery.resource import EVENTS, SECRETS, Obj, Resource, ResourceClient, api_error_status
+
+from .conftest import git_commit, new_manager, running, serve_git
 
 SECRET_RECHECK = 4.0
 FAST = RetrySettings(deterministic_base=1.0, deterministic_factor=2.0, transient_base=1.0, transient_cap=2.0)
@@ -276,26 +273,16 @@ class Env:
 
 @pytest.fixture(scope="module")
 async def env(api_client: Any, namespace: str) -> AsyncIterator[Env]:
-    manager = Manager(
-        api_client,
-        ManagerOptions(
-            metrics_bind_address="0",
-            health_probe_bind_address="0",
-            namespace=namespace,
-            discovery_interval=2.0,
-            optional_sync_timeout=10.0,
-            shutdown_grace_period=5.0,
-        ),
+    manager = new_manager(
+        api_client, namespace, discovery_interval=2.0, optional_sync_timeout=10.0, shutdown_grace_period=5.0
     )
     clock = FakeClock()
     reconciler = stack_controller.setup(
         manager, retry=FAST, branches=BranchResolver(clock=clock), secret_recheck=SECRET_RECHECK
     )
     reconciler.clock = clock  # type: ignore[attr-defined]
-    task = asyncio.create_task(manager.run())
-    yield Env(api_client, namespace, reconciler)
-    manager.stop()
-    await asyncio.wait_for(task, 30)
+    async with running(manager):
+        yield Env(api_client, namespace, reconciler)
 
 
 # --- the seed walkthrough, Program source --------------------------------------------------
@@ -509,27 +496,8 @@ async def test_prerequisite_success_runs_the_dependant_at_once(env: Env) -> None
 # --- git sources -----------------------------------------------------------------------------
 
 
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 def _commit(repo: Repo, text: str) -> str:
-    blob = Blob.from_string(text.encode())
-    tree = Tree()
-    tree.add(b"Pulumi.yaml", 0o100644, blob.id)
-    commit = Commit()
-    commit.tree = tree.id
-    head = repo.refs[b"refs/heads/master"] if b"refs/heads/master" in repo.refs else None
-    commit.parents = [head] if head else []
-    commit.author = commit.committer = b"Test <test@example.com>"
-    commit.commit_time = commit.author_time = 1700000000
-    commit.commit_timezone = commit.author_timezone = 0
-    commit.message = text.encode()
-    for obj in (blob, tree, commit):
-        repo.object_store.add_object(obj)
-    repo.refs[b"refs/heads/master"] = commit.id
-    return commit.id.decode()
+    return git_commit(repo, {"Pulumi.yaml": text.encode()}, text.encode(), branch="master", when=1700000000)
 
 
 @pytest.fixture(scope="module")
@@ -537,13 +505,8 @@ def git_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     root: Path = tmp_path_factory.mktemp("stack-git")
     repo = Repo.init_bare(str(root))
     _commit(repo, "name: one\nruntime: yaml\n")
-    app = make_wsgi_chain(DictBackend({"/repo.git": repo}))
-    server = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/repo.git", repo
-    server.shutdown()
-    server.server_close()
+    with serve_git(repo) as url:
+        yield url, repo
 
 
 async def test_git_commit_and_branch_heads_are_pinned_and_a_push_is_picked_up(

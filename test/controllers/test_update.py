@@ -12,13 +12,10 @@ import asyncio
 import base64
 import json
 import signal
-import time
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import ApiClient, ApiException
 
 from pko.agentclient import AgentClient, AgentError, resolve_address
 from pko.controllers.resources import STACK_FINALIZER, STACKS, UPDATES, WORKSPACES
@@ -27,8 +24,7 @@ from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, PODS, SECRETS, ResourceClient
 from pko.tokens import TokenSource
 
-from .kubelet import PlayKubelet
-from .operator import Operator
+from .conftest import OperatorEnv, get_or_none, operator_env, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -88,45 +84,19 @@ def program_init_container(program: str) -> Obj:
     }
 
 
-async def wait_until(
-    what: str, probe: Callable[[], Awaitable[Any]], *, within: float = 120.0, interval: float = 0.25
-) -> Any:
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await probe()
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    raise AssertionError(f"{what}: not reached within {within}s (last: {last!r})")
-
-
-async def get_or_none(rc: ResourceClient, name: str, namespace: str) -> Obj | None:
-    try:
-        return await rc.get(name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
 def condition(obj: Obj | None, type_: str) -> Obj:
     return get_condition(((obj or {}).get("status") or {}).get("conditions"), type_) or {}
 
 
-class Env:
-    """The module's handles: admin API, namespace, operator, kubelet."""
+class Env(OperatorEnv):
+    """The module's handles: admin API, namespace, operator, kubelet, and clients of every namespace."""
 
-    def __init__(self, api: ApiClient, namespace: str, operator: Operator, kubelet: PlayKubelet) -> None:
-        self.api = api
-        self.ns = namespace
-        self.operator = operator
-        self.kubelet = kubelet
-        self.updates = ResourceClient(api, UPDATES)
-        self.workspaces = ResourceClient(api, WORKSPACES)
-        self.secrets = ResourceClient(api, SECRETS)
-        self.events = ResourceClient(api, EVENTS)
-        self.stacks = ResourceClient(api, STACKS)
+    def __post_init__(self) -> None:
+        self.updates = ResourceClient(self.api, UPDATES)
+        self.workspaces = ResourceClient(self.api, WORKSPACES)
+        self.secrets = ResourceClient(self.api, SECRETS)
+        self.events = ResourceClient(self.api, EVENTS)
+        self.stacks = ResourceClient(self.api, STACKS)
         self._workspaces: dict[str, Obj] = {}
 
     async def workspace(self, name: str, program: str) -> Obj:
@@ -238,16 +208,7 @@ class Env:
         return events
 
 
-@pytest.fixture(scope="module")
-async def env(
-    api_client: ApiClient,
-    namespace: str,
-    operator: Operator,
-    kubelet: PlayKubelet,
-    auth_delegator: Callable[..., Awaitable[str]],
-) -> Env:
-    await auth_delegator("default")
-    return Env(api_client, namespace, operator, kubelet)
+env = operator_env(Env)
 
 
 def assert_succeeded(update: Obj) -> None:

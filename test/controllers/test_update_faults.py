@@ -14,16 +14,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import signal
-from collections.abc import Awaitable, Callable
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
 
 from pko.machinery.resource import PODS, ResourceClient
 
-from .kubelet import PlayKubelet
-from .operator import Operator
-from .test_update import SLOW_PROGRAM, Env, Obj, assert_succeeded, condition, wait_until
+from .conftest import operator_env, wait_until
+from .test_update import SLOW_PROGRAM, Env, Obj, assert_succeeded, condition
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -31,16 +28,7 @@ UNREACHABLE_TIMEOUT = 30.0
 OPERATOR_OPTIONS = {"engine_event_log_level": "info", "agent_unreachable_timeout": UNREACHABLE_TIMEOUT}
 
 
-@pytest.fixture(scope="module")
-async def env(
-    api_client: ApiClient,
-    namespace: str,
-    operator: Operator,
-    kubelet: PlayKubelet,
-    auth_delegator: Callable[..., Awaitable[str]],
-) -> Env:
-    await auth_delegator("default")
-    return Env(api_client, namespace, operator, kubelet)
+env = operator_env(Env)
 
 
 async def test_pod_replaced_mid_up_ends_operation_lost(env: Env) -> None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from kubernetes_asyncio.client import ApiClient, ApiException
+from kubernetes_asyncio.client import ApiClient
 
 from pko.controllers.resources import WORKSPACES
 from pko.controllers.workspace.workloads import (
@@ -23,8 +22,8 @@ from pko.controllers.workspace.workloads import (
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, PODS, SERVICES, STATEFULSETS, ResourceClient
 
-from .kubelet import KNOWN_IMAGES, PlayKubelet, create_service_account
-from .operator import Operator
+from .conftest import OperatorEnv, get_or_none, operator_env, wait_until
+from .kubelet import KNOWN_IMAGES, create_service_account
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -36,14 +35,13 @@ LABELS = {"auto.pulumi.com/component": "workspace", "auto.pulumi.com/workspace-n
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 
-class Env:
-    def __init__(self, api: ApiClient, namespace: str, operator: Operator, kubelet: PlayKubelet) -> None:
-        self.api, self.ns, self.operator, self.kubelet = api, namespace, operator, kubelet
-        self.workspaces = ResourceClient(api, WORKSPACES, namespace)
-        self.statefulsets = ResourceClient(api, STATEFULSETS, namespace)
-        self.services = ResourceClient(api, SERVICES, namespace)
-        self.pods = ResourceClient(api, PODS, namespace)
-        self.events = ResourceClient(api, EVENTS, namespace)
+class Env(OperatorEnv):
+    def __post_init__(self) -> None:
+        self.workspaces = ResourceClient(self.api, WORKSPACES, self.ns)
+        self.statefulsets = ResourceClient(self.api, STATEFULSETS, self.ns)
+        self.services = ResourceClient(self.api, SERVICES, self.ns)
+        self.pods = ResourceClient(self.api, PODS, self.ns)
+        self.events = ResourceClient(self.api, EVENTS, self.ns)
 
     async def create(self, name: str, spec: Obj) -> Obj:
         body = {
@@ -55,24 +53,13 @@ class Env:
         return await self.workspaces.apply(body, field_manager="pko-tests")
 
     async def get(self, rc: ResourceClient, name: str) -> Obj | None:
-        try:
-            return await rc.get(name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return await get_or_none(rc, name)
 
     async def until(self, what: str, probe: Callable[[], Awaitable[Any]], within: float = 120.0) -> Any:
-        deadline = time.monotonic() + within
-        last: Any = None
-        while time.monotonic() < deadline:
-            last = await probe()
-            if last:
-                return last
-            await asyncio.sleep(0.25)
-        raise AssertionError(
-            f"{what}: not reached within {within}s (last: {last!r})\n{self.kubelet.describe()}"
-        )
+        try:
+            return await wait_until(what, probe, within=within)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.kubelet.describe()}") from None
 
     async def ready(self, name: str, reason: str, status: str = "False", within: float = 120.0) -> Obj:
         """The Workspace once its Ready condition has ``status`` and ``reason``."""
@@ -117,16 +104,7 @@ def seed_spec() -> Obj:
     return spec
 
 
-@pytest.fixture(scope="module")
-async def env(
-    api_client: ApiClient,
-    namespace: str,
-    operator: Operator,
-    kubelet: PlayKubelet,
-    auth_delegator: Callable[..., Awaitable[str]],
-) -> Env:
-    await auth_delegator("default")
-    return Env(api_client, namespace, operator, kubelet)
+env = operator_env(Env)
 
 
 class WriteCounter:
