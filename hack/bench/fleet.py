@@ -47,7 +47,7 @@ from pko.controllers.resources import (
 from pko.controllers.stack.status import mark_ready
 from pko.controllers.stack.updateobject import build_update
 from pko.controllers.stack.workspaceobject import GitRevision, build_workspace
-from pko.controllers.update.status import result_status, status_body
+from pko.controllers.update.status import result_status
 from pko.controllers.workspace.workloads import (
     ANNOTATION_INITIALIZED,
     REVISION_LABEL,
@@ -350,8 +350,10 @@ async def seed_fleet(
         result = pb.OperationResult(state=pb.OperationState.SUCCEEDED, permalink="")
         status = result_status(update, result, None, now=when)
         await updates.apply_status(
-            status_body(update, status, precondition=False), field_manager=FIELD_MANAGER_UPDATE_STATUS
-        )
+            {"apiVersion": update["apiVersion"], "kind": update["kind"],
+             "metadata": {"name": update["metadata"]["name"], "namespace": namespace}, "status": status},
+            field_manager=FIELD_MANAGER_UPDATE_STATUS,
+        )  # fmt: skip
         seeded.updates += 1
         generation = int(obj["metadata"].get("generation") or 1)
         await stacks.apply_status(
