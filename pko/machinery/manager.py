@@ -92,6 +92,7 @@ from pko.machinery.store import (
 
 __all__ = [
     "ControllerBuilder",
+    "KeyChannel",
     "LeaderElectionLost",
     "Manager",
     "ManagerOptions",
@@ -206,6 +207,20 @@ class _Enqueuer:
                 self._add(key)
 
 
+class KeyChannel:
+    """Keys sent from outside the informers, e.g. by a background task that learned something a
+    reconcile must act on (controller-runtime's ``source.Channel``). Connected to the controller's
+    queue while the controller runs (this replica leads); a key sent otherwise is dropped, which
+    is safe because a starting controller reconciles every cached object anyway."""
+
+    def __init__(self) -> None:
+        self._sink: Callable[[str], None] | None = None
+
+    def send(self, key: str) -> None:
+        if self._sink is not None:
+            self._sink(key)
+
+
 class ControllerBuilder:
     """Declares one controller's event sources. Every method returns the builder, for chaining.
 
@@ -228,6 +243,7 @@ class ControllerBuilder:
         self.rate_limiter = rate_limiter
         self.primary: Resource | None = None
         self.sources: list[_Watch] = []
+        self.channels: list[KeyChannel] = []
 
     def _add(
         self,
@@ -346,6 +362,11 @@ class ControllerBuilder:
             return store.index_keys(index_name, value(obj))
 
         self._add(resource, fan_out, predicate)
+        return self
+
+    def watches_channel(self, channel: KeyChannel) -> ControllerBuilder:
+        """Keys sent on ``channel`` are enqueued as they are."""
+        self.channels.append(channel)
         return self
 
     def _require_primary(self, what: str) -> Resource:
@@ -761,6 +782,8 @@ class Manager:
             )
             controller.start()
             self._controllers.append(controller)
+            for channel in builder.channels:
+                channel._sink = queue.add
             for watch in builder.sources:
                 handler = _Enqueuer(queue.add, watch)
                 # Replays the cache as adds, so the queue starts with every existing object.
@@ -768,6 +791,9 @@ class Manager:
                 self._handlers.append((watch.informer, handler))
 
     async def _stop_controllers(self, grace_period: float) -> None:
+        for builder in self._builders.values():
+            for channel in builder.channels:
+                channel._sink = None
         handlers, self._handlers = self._handlers, []
         for informer, handler in handlers:
             informer.remove_event_handler(handler)

@@ -6,11 +6,13 @@ The Go operator's update controller, with operations owned by the agent:
   Workspace watch wakes it, no polling), then selects the stack (every time: the selection lives
   in the agent's memory) and calls ``StartOperation`` with the Update's uid as the operation id.
   Starting the same id again attaches, so a retried reconcile never runs an operation twice.
-* The reconcile returns once the operation runs; a task per running Update (``updatewatch.py``)
-  follows ``WatchOperation`` and records the result. A Progressing Update with no local task (an
+* The reconcile returns once the operation runs; a task per running Update (``watch.py``) follows
+  ``WatchOperation`` and, when the operation ends, hands its outcome to the reconcile (a
+  :class:`~pko.machinery.manager.KeyChannel`). A Progressing Update with no local task (an
   operator restart, a new leader) gets one: ``GetOperation`` first, then the watch.
-* The result is recorded once: every status write carries the resourceVersion it was computed
-  from, so a stale or concurrent writer gets 409 and re-reads; a recorded result is never rewritten.
+* The reconcile is the one writer of an Update's status. The result is recorded once: the write
+  carries the resourceVersion it was computed from, so a write from a stale read gets 409 and the
+  outcome is kept and written again from a fresh read; a recorded result is never rewritten.
 * No Update stays Progressing forever: an agent that no longer knows the operation (pod replaced)
   ends it ``OperationLost``; the agent's own results say ``AgentRestarted``/``Terminated``; an agent
   unreachable beyond a budget ends it ``AgentUnreachable``. A Workspace whose readiness flaps does
@@ -25,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -51,7 +53,7 @@ from pko.controllers.update.watch import UpdateWatches
 from pko.machinery.conditions import get_condition, is_true
 from pko.machinery.controller import Result
 from pko.machinery.events import Recorder
-from pko.machinery.manager import Manager
+from pko.machinery.manager import KeyChannel, Manager
 from pko.machinery.objects import controller_of, has_finalizer, remove_finalizer
 from pko.machinery.predicates import (
     condition_became,
@@ -71,7 +73,19 @@ CONTROLLER_NAME: Final = "update-controller"
 WORKSPACE_INDEX: Final = "update-workspace"
 TRANSIENT_REQUEUE: Final = 5.0  # the Go operator's requeue after a TransientFailure
 STACK_RECORD_RECHECK: Final = 60.0  # a fallback: the Stack watch normally wakes a waiting TTL
-RECORD_ATTEMPTS: Final = 40
+RECORD_RETRY: Final = 1.0  # a result write refused as stale is tried again this soon
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """How an operation ended, waiting to be written: the agent's ``result``, or an end without one
+    (``reason``, ``message``)."""
+
+    uid: str
+    result: pb.OperationResult | None = None
+    reason: str = ""
+    message: str = ""
+
 
 _log = structlog.get_logger("pko.controllers.update.reconciler")
 
@@ -161,6 +175,9 @@ class UpdateReconciler:
         )
         self.events: Recorder = events if events is not None else manager.events
         self.watches = UpdateWatches()
+        # Outcomes of ended operations not yet written (the reconcile writes them), by key.
+        self._outcomes: dict[str, _Outcome] = {}
+        self.wake = KeyChannel()
         self.lost_agent_budget = options.agent_unreachable_timeout
         self.connect_timeout = connect_timeout
         self._update_client = ResourceClient(manager.api, UPDATES)
@@ -179,9 +196,15 @@ class UpdateReconciler:
     async def reconcile(self, key: str) -> Result:
         update = self.updates.latest(key)
         if update is None:
+            self._outcomes.pop(key, None)
             await self._gone(key)
             return Result.done()
         uid = _uid(update)
+        outcome = self._outcomes.get(key)
+        if outcome is not None:
+            if outcome.uid == uid and not us.is_complete(update):
+                return await self._write_outcome(update, outcome)
+            del self._outcomes[key]
         if us.is_complete(update):
             # Its watch task (if any) ends by itself: cancelling it here could interrupt it between
             # the status write this reconcile observed and the Event that goes with it.
@@ -194,13 +217,13 @@ class UpdateReconciler:
             self._follow_in_background(update)
             return Result.done()
         if meta.get("deletionTimestamp"):
-            await self._end(
-                key, uid, us.REASON_CANCELED, "the Update was deleted before its operation started"
+            return await self._end(
+                update, us.REASON_CANCELED, "the Update was deleted before its operation started"
             )
-            return Result.done()
         if controller_of(update) is None:
-            await self._end(key, uid, us.REASON_CANCELED, "the Update has no controlling owner (orphaned)")
-            return Result.done()
+            return await self._end(
+                update, us.REASON_CANCELED, "the Update has no controlling owner (orphaned)"
+            )
         return await self._start(update)
 
     async def _gone(self, key: str) -> None:
@@ -241,8 +264,7 @@ class UpdateReconciler:
         try:
             request = us.operation_request(update)
         except ValueError as exc:
-            await self._end(_key(update), _uid(update), us.REASON_UPDATE_FAILED, str(exc))
-            return Result.done()
+            return await self._end(update, us.REASON_UPDATE_FAILED, str(exc))
         stack_name = str((update.get("spec") or {}).get("stackName") or "")
         try:
             async with self._agent(update) as client:
@@ -255,12 +277,10 @@ class UpdateReconciler:
                 # Unreachable, or busy with another operation: try again shortly.
                 message = f"{exc.reason}: {exc.message}"
                 return await self._wait(update, us.REASON_TRANSIENT_FAILURE, message, TRANSIENT_REQUEUE)
-            await self._end(_key(update), _uid(update), exc.reason or us.REASON_UPDATE_FAILED, exc.message)
-            return Result.done()
+            return await self._end(update, exc.reason or us.REASON_UPDATE_FAILED, exc.message)
         if op.result is not None:
             # Attached to an operation that already finished (its earlier start was not recorded).
-            await self._record(_key(update), _uid(update), op.result)
-            return Result.done()
+            return await self._record(update, op.result)
         await self._apply_status(update, us.started_status(update))
         _log.info("update started", update=_key(update), operation=_uid(update), attached=op.attached)
         self._follow_in_background(update)
@@ -318,13 +338,13 @@ class UpdateReconciler:
                 async with self._agent(update) as client:
                     status = await client.get_operation(uid)
                     if status.result is not None:
-                        await self._record(key, uid, status.result)
+                        self._conclude(key, _Outcome(uid, result=status.result))
                         return
                     lost_since, failures = None, 0
                     start = self.watches.last_sequence(uid) + 1
                     async for event in client.watch_operation(uid, from_sequence=start):
                         if event.result is not None:
-                            await self._record(key, uid, event.result)
+                            self._conclude(key, _Outcome(uid, result=event.result))
                             return
                         if event.engine_event is not None and event.sequence >= start:
                             engine_log.log(
@@ -337,20 +357,15 @@ class UpdateReconciler:
                 last_error = "the agent ended the watch without a result"
             except AgentError as exc:
                 if exc.code == "NOT_FOUND":
-                    await self._end(
-                        key,
-                        uid,
-                        us.REASON_OPERATION_LOST,
+                    message = (
                         "the workspace agent no longer knows this operation: the workspace pod was "
-                        f"replaced or lost its journal ({exc.message})",
+                        f"replaced or lost its journal ({exc.message})"
                     )
+                    self._conclude(key, _Outcome(uid, reason=us.REASON_OPERATION_LOST, message=message))
                     return
                 last_error = f"{exc.reason}: {exc.message}"
             except _Unreachable as exc:
                 last_error = str(exc)
-            except ApiException as exc:  # recording failed (apiserver trouble): try again
-                _log.warning("could not record an update result", update=key, exc_info=exc)
-                last_error = f"could not record the result: {exc.reason}"
             except Exception as exc:  # a bug must not leave the Update Progressing without a watcher
                 _log.error("update watch failed; retrying", update=key, exc_info=exc)
                 last_error = f"{type(exc).__name__}: {exc}"
@@ -358,12 +373,8 @@ class UpdateReconciler:
             lost_since = now if lost_since is None else lost_since
             failures += 1
             if now - lost_since >= self.lost_agent_budget:
-                await self._end(
-                    key,
-                    uid,
-                    us.REASON_UNREACHABLE,
-                    f"lost contact with the workspace agent for {now - lost_since:.0f}s: {last_error}",
-                )
+                message = f"lost contact with the workspace agent for {now - lost_since:.0f}s: {last_error}"
+                self._conclude(key, _Outcome(uid, reason=us.REASON_UNREACHABLE, message=message))
                 return
             _log.info("update watch interrupted; retrying", update=key, error=last_error, attempt=failures)
             delay = min(30.0, 0.5 * 2 ** min(failures, 6)) * random.uniform(0.8, 1.2)
@@ -371,31 +382,27 @@ class UpdateReconciler:
 
     async def _cancel(self, update: Obj) -> Result:
         """A running Update being deleted (or orphaned): cancel its operation; the watch records it."""
-        key, uid = _key(update), _uid(update)
         try:
             async with self._agent(update) as client:
-                status = await client.cancel_operation(uid)
+                status = await client.cancel_operation(_uid(update))
         except _Unreachable as exc:
             return await self._cancel_failed(update, str(exc), transient=True)
         except AgentError as exc:
             transient = exc.transient and exc.code != "NOT_FOUND"
             return await self._cancel_failed(update, f"{exc.reason}: {exc.message}", transient=transient)
         if status.result is not None:
-            await self._record(key, uid, status.result)
-            return Result.done()
+            return await self._record(update, status.result)
         self._follow_in_background(update)
         return Result.done()
 
     async def _cancel_failed(self, update: Obj, detail: str, *, transient: bool) -> Result:
         """The cancel did not reach the agent: while a watch task still follows the operation (it
         ends it within its budget) try again; otherwise end the Update here."""
-        key, uid = _key(update), _uid(update)
-        if transient and self.watches.running(key, uid):
+        if transient and self.watches.running(_key(update), _uid(update)):
             return Result.requeue_after(TRANSIENT_REQUEUE)
-        await self._end(
-            key, uid, us.REASON_CANCELED, f"the Update was canceled; its operation could not be: {detail}"
+        return await self._end(
+            update, us.REASON_CANCELED, f"the Update was canceled; its operation could not be: {detail}"
         )
-        return Result.done()
 
     # --- recording --------------------------------------------------------------------------------
 
@@ -404,30 +411,42 @@ class UpdateReconciler:
         a stale read fails (409), which is what makes recording a result happen once."""
         return await self.status_writer.write(update, status, precondition=True)
 
-    async def _write_final(self, key: str, uid: str, build: Callable[[Obj], Obj | None]) -> Obj | None:
-        """Write a final status computed by ``build`` from the cached Update, exactly once.
+    def _conclude(self, key: str, outcome: _Outcome) -> None:
+        """A watch task's last act: hand the outcome to the reconcile, the one writer."""
+        self._outcomes[key] = outcome
+        self.wake.send(key)
 
-        The write carries the cached resourceVersion: on 409 (stale cache, or someone else wrote) it
-        re-reads the cache, and stops when the Update is gone or already complete.
-        """
-        for attempt in range(RECORD_ATTEMPTS):
-            update = self.updates.latest(key)
-            if update is None or _uid(update) != uid or us.is_complete(update):
-                return None
-            status = build(update)
-            if status is None:
-                return None
-            try:
-                await self._apply_status(update, status)
-                return update
-            except ApiException as exc:
-                code = api_error_status(exc)
-                if code == 404:
-                    return None
-                if code != 409:
-                    raise
-            await asyncio.sleep(min(2.0, 0.1 * (attempt + 1)))
-        raise RuntimeError(f"could not record the result of Update {key}: the cache stayed stale")
+    async def _write_outcome(self, update: Obj, outcome: _Outcome) -> Result:
+        """Write a pending outcome (read fresh: the reconcile checked it is not complete); keep it
+        while the write is refused as stale."""
+        key = _key(update)
+        try:
+            if outcome.result is not None:
+                await self._write_result(update, outcome.result)
+            else:
+                await self._write_end(update, outcome.reason, outcome.message)
+        except ApiException as exc:
+            code = api_error_status(exc)
+            if code == 409:
+                return Result.requeue_after(RECORD_RETRY)  # a stale read: again, from the cache
+            if code != 404:
+                raise
+        self._outcomes.pop(key, None)
+        self.watches.forget(outcome.uid)
+        return Result.done()
+
+    async def _record(self, update: Obj, result: pb.OperationResult) -> Result:
+        """Record a finished operation's result (once), its outputs Secret, and an Event."""
+        return await self._write_outcome(update, self._pending(update, _Outcome(_uid(update), result=result)))
+
+    async def _end(self, update: Obj, reason: str, message: str) -> Result:
+        """End the Update without a result from the agent (Failed with ``reason``)."""
+        outcome = _Outcome(_uid(update), reason=reason, message=message)
+        return await self._write_outcome(update, self._pending(update, outcome))
+
+    def _pending(self, update: Obj, outcome: _Outcome) -> _Outcome:
+        self._outcomes[_key(update)] = outcome
+        return outcome
 
     async def _outputs(self, update: Obj, result: pb.OperationResult) -> str | None:
         """Create the outputs Secret (directly, never cached) when there are outputs; its name."""
@@ -443,40 +462,27 @@ class UpdateReconciler:
                 raise
         return str(secret["metadata"]["name"])
 
-    async def _record(self, key: str, uid: str, result: pb.OperationResult) -> None:
-        """Record a finished operation's result (once), its outputs Secret, and an Event."""
-        outputs: dict[str, str | None] = {}
-
-        def build(update: Obj) -> Obj:
-            return us.result_status(update, result, outputs.get("name"))
-
-        update = self.updates.latest(key)
-        if update is None or _uid(update) != uid or us.is_complete(update):
-            return
-        outputs["name"] = await self._outputs(update, result)
-        written = await self._write_final(key, uid, build)
-        self.watches.forget(uid)
-        if written is None:
-            return
-        utype = (written.get("spec") or {}).get("type") or "update"
+    async def _write_result(self, update: Obj, result: pb.OperationResult) -> None:
+        """The result's outputs Secret, the final status (preconditioned), then its Event."""
+        key, uid = _key(update), _uid(update)
+        outputs = await self._outputs(update, result)
+        await self._apply_status(update, us.result_status(update, result, outputs))
+        utype = (update.get("spec") or {}).get("type") or "update"
         reason = us.failed_reason(result)
         log = _log.bind(update=key, operation=uid, type=utype, reason=reason)
         if result.state == pb.OperationState.SUCCEEDED:
             log.info("update succeeded")
-            self.events.event(written, "Normal", "UpdateSucceeded", f"{utype} succeeded")
+            self.events.event(update, "Normal", "UpdateSucceeded", f"{utype} succeeded")
         else:
             message = us.result_message(result)
             log.info("update failed", message=message)
             first = message.splitlines()[0] if message else reason
-            self.events.event(written, "Warning", "UpdateFailed", f"{utype} failed ({reason}): {first}")
+            self.events.event(update, "Warning", "UpdateFailed", f"{utype} failed ({reason}): {first}")
 
-    async def _end(self, key: str, uid: str, reason: str, message: str) -> None:
-        """End the Update without a result from the agent (Failed with ``reason``)."""
-        written = await self._write_final(key, uid, lambda u: us.ended_status(u, reason, message))
-        self.watches.forget(uid)
-        if written is not None:
-            _log.info("update ended", update=key, reason=reason, message=message)
-            self.events.event(written, "Warning", "UpdateFailed", f"{reason}: {message}")
+    async def _write_end(self, update: Obj, reason: str, message: str) -> None:
+        await self._apply_status(update, us.ended_status(update, reason, message))
+        _log.info("update ended", update=_key(update), reason=reason, message=message)
+        self.events.event(update, "Warning", "UpdateFailed", f"{reason}: {message}")
 
     # --- completed Updates ------------------------------------------------------------------------
 
@@ -551,6 +557,8 @@ def setup(manager: Manager, options: ControllerOptions, **kwargs: Any) -> Update
         )
         # A Stack recording an Update lets that Update expire (TTL) or drop the Stack's finalizer.
         .watches(STACKS, _stack_last_update_keys, predicate=_stack_last_update_changed)
+        # A watch task's operation ended: its outcome waits for the reconcile to write it.
+        .watches_channel(reconciler.wake)
     )
     manager.add_runnable("update-watches", reconciler.watches.run, leader_only=True)
     return reconciler

@@ -2,7 +2,8 @@
 
 Why not follow an operation inside the reconcile: an ``up`` may run for an hour, and a worker
 held that long is a worker the other Updates do not get. The reconcile starts the operation,
-hands the rest to a task here and returns; the task records the result.
+hands the rest to a task here and returns; the task follows the operation and, when it ends,
+hands the outcome back to the reconcile, the one writer of the Update's status.
 
 The registry runs as a leader-only manager runnable: when leadership ends or the manager stops,
 :meth:`UpdateWatches.run` is cancelled and cancels every task (the next leader re-attaches from
