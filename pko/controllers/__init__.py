@@ -39,10 +39,12 @@ what wakes it. One line per module:
 Shared by all four: ``options`` (the operator's settings), ``resources`` (resource types, labels,
 annotations, field managers), ``strategicmerge`` (a user's template over a built object).
 
-:func:`register` is called once by ``pko.__main__`` before the manager runs; each reconciler's
-``setup`` declares its controller with ``manager.controller(name, reconciler).for_(...).owns(...)``;
-worker counts come from the manager's options (``--max-concurrent-reconciles-*``), keyed by the Go
-operator's controller names.
+One constructor convention: ``XReconciler(manager, options=None, *, <keyword-only collaborators>)``
+takes its informers and clients from the manager, and ``setup(manager, options=None, **kwargs)``
+builds it and declares its controller. :func:`register` is called once by ``pko.__main__`` before
+the manager runs; each ``setup`` declares its controller with
+``manager.controller(name, reconciler).for_(...).owns(...)``; worker counts come from the manager's
+options (``--max-concurrent-reconciles-*``), keyed by the Go operator's controller names.
 """
 
 from __future__ import annotations
@@ -60,17 +62,11 @@ def register(manager: Manager, options: ControllerOptions | None = None) -> None
     from pko.controllers.stack import reconciler as stack
     from pko.controllers.update import reconciler as update
     from pko.controllers.workspace import reconciler as workspace
-    from pko.tokens import TokenSource
 
     opts = options if options is not None else ControllerOptions()
     # One token cache for the operator's identity, shared by every controller that calls agents.
-    tokens = TokenSource(
-        manager.api,
-        opts.operator_namespace,
-        opts.operator_service_account,
-        request_timeout=manager.options.kube_api_timeout,
-    )
-    workspace.setup(manager, opts, tokens)
+    tokens = opts.operator_tokens(manager)
+    workspace.setup(manager, opts, tokens=tokens)
     update.setup(manager, opts, tokens=tokens)
     program.setup(manager, opts)
     stack.setup(manager, opts)

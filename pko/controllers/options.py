@@ -8,6 +8,8 @@ from typing import Final, Literal
 from pko import defaults
 from pko.api.workspace import DEFAULT_IMAGES, SecurityProfile
 from pko.controllers.stack.retry import RetrySettings
+from pko.machinery.manager import Manager
+from pko.tokens import TokenSource
 
 AddressMode = Literal["dns", "pod-ip", "static"]
 
@@ -51,6 +53,16 @@ class ControllerOptions:
     agent_unreachable_timeout: float = defaults.AGENT_UNREACHABLE_TIMEOUT
     # Operator-wide retry defaults for failed Stack operations (a Stack overrides budget and cap).
     retry: RetrySettings = field(default_factory=RetrySettings)
+
+    def operator_tokens(self, manager: Manager) -> TokenSource:
+        """The operator's TokenRequest token source (one per operator, shared by the controllers
+        that call agents; each builds its own only when run alone, as in tests)."""
+        return TokenSource(
+            manager.api,
+            self.operator_namespace,
+            self.operator_service_account,
+            request_timeout=manager.options.kube_api_timeout,
+        )
 
     def workspace_image(self, security_profile: str | None) -> str:
         """The Pulumi image of a Workspace that names none: this operator's setting, else the Go

@@ -16,7 +16,7 @@ replica, rebuilds them from the Program cache on request.
 from __future__ import annotations
 
 import asyncio
-from typing import Final
+from typing import Any, Final
 
 import structlog
 from prometheus_client import Gauge
@@ -111,19 +111,21 @@ class ProgramReconciler:
 
     def __init__(
         self,
-        informer: SharedInformer,
-        client: ResourceClient,
-        cache: ArtifactCache,
-        server: ProgramServer,
-        advertised: str = "",
+        manager: Manager,
+        options: ControllerOptions | None = None,
+        *,
+        cache: ArtifactCache | None = None,
     ) -> None:
-        self.informer = informer
-        self.client = client
-        self.cache = cache
-        self.server = server
-        self.advertised = advertised
+        options = options or ControllerOptions()
+        self.informer = manager.informer(PROGRAMS)
+        self.client = ResourceClient(manager.api, PROGRAMS, request_timeout=manager.options.kube_api_timeout)
+        self.cache = cache or ArtifactCache()
+        self.server = ProgramServer(self.informer, self.cache, options.program_fs_addr)
+        if self.server.bind is None and not options.program_fs_adv_addr:
+            raise ValueError("--program-fs-adv-addr is required when the program file server is disabled")
+        self.advertised = options.program_fs_adv_addr
         self.status = StatusWriter(
-            informer, FIELD_MANAGER_PROGRAM_STATUS, STATUS_FIELDS, client=client, force=True
+            self.informer, FIELD_MANAGER_PROGRAM_STATUS, STATUS_FIELDS, client=self.client, force=True
         )
 
     async def _advertised(self) -> str:
@@ -157,17 +159,12 @@ def _count(informer: SharedInformer) -> float:
     return float(len(informer.indexer))
 
 
-def setup(manager: Manager, options: ControllerOptions) -> ProgramReconciler:
+def setup(manager: Manager, options: ControllerOptions | None = None, **kwargs: Any) -> ProgramReconciler:
     """Declare the program controller, its artifact server (every replica) and ``programs_active``."""
-    informer = manager.informer(PROGRAMS)
-    cache = ArtifactCache()
-    server = ProgramServer(informer, cache, options.program_fs_addr)
-    if server.bind is None and not options.program_fs_adv_addr:
-        raise ValueError("--program-fs-adv-addr is required when the program file server is disabled")
-    manager.add_runnable("program-fs", server.run, leader_only=False)
-    client = ResourceClient(manager.api, PROGRAMS, request_timeout=manager.options.kube_api_timeout)
-    reconciler = ProgramReconciler(informer, client, cache, server, options.program_fs_adv_addr)
+    reconciler = ProgramReconciler(manager, options, **kwargs)
+    manager.add_runnable("program-fs", reconciler.server.run, leader_only=False)
     manager.controller(CONTROLLER_NAME, reconciler).for_(PROGRAMS, predicate=generation_changed)
     gauge = Gauge("programs_active", "Number of Program objects currently tracked", registry=manager.registry)
+    informer = reconciler.informer
     gauge.set_function(lambda: _count(informer))
     return reconciler

@@ -156,13 +156,13 @@ class UpdateReconciler:
     def __init__(
         self,
         manager: Manager,
-        options: ControllerOptions,
+        options: ControllerOptions | None = None,
         *,
         tokens: TokenSource | None = None,
         events: Recorder | None = None,
         connect_timeout: float = 10.0,
     ) -> None:
-        self.options = options
+        self.options = options = options or ControllerOptions()
         self.api = manager.api
         self.updates = manager.informer(
             UPDATES, indexers={WORKSPACE_INDEX: index_by_field("spec.workspaceName", namespaced=True)}
@@ -170,9 +170,7 @@ class UpdateReconciler:
         self.workspaces = manager.informer(WORKSPACES)
         self.stacks = manager.informer(STACKS)
         self.pods = manager.informer(PODS, label_selector=WORKSPACE_SELECTOR)
-        self.tokens = tokens or TokenSource(
-            manager.api, options.operator_namespace, options.operator_service_account
-        )
+        self.tokens = tokens or options.operator_tokens(manager)
         self.events: Recorder = events if events is not None else manager.events
         self.watches = UpdateWatches()
         # Outcomes of ended operations not yet written (the reconcile writes them), by key.
@@ -534,7 +532,7 @@ class UpdateReconciler:
         return Result.done()
 
 
-def setup(manager: Manager, options: ControllerOptions, **kwargs: Any) -> UpdateReconciler:
+def setup(manager: Manager, options: ControllerOptions | None = None, **kwargs: Any) -> UpdateReconciler:
     """Declare the update controller and its watch-task runnable on ``manager``."""
     reconciler = UpdateReconciler(manager, options, **kwargs)
     (

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any, Final, cast
 
 import structlog
-from kubernetes_asyncio.client import ApiClient, ApiException, CoreV1Api
+from kubernetes_asyncio.client import ApiException, CoreV1Api
 
 from pko.agentclient import AgentClient, AgentError, audience, resolve_address
 from pko.api.generated.google.protobuf import Value
@@ -75,8 +75,6 @@ from pko.controllers.workspace.workloads import (
 )
 from pko.machinery.conditions import ConditionStatus, get_condition, remove_condition, set_condition
 from pko.machinery.controller import Result
-from pko.machinery.events import Recorder
-from pko.machinery.informer import SharedInformer
 from pko.machinery.manager import Manager
 from pko.machinery.objects import controller_of
 from pko.machinery.predicates import deletion_started, generation_changed, or_
@@ -189,24 +187,19 @@ class WorkspaceReconciler:
 
     def __init__(
         self,
+        manager: Manager,
+        options: ControllerOptions | None = None,
         *,
-        workspaces: SharedInformer,
-        statefulsets: SharedInformer,
-        services: SharedInformer,
-        pods: SharedInformer,
-        api: ApiClient,
-        events: Recorder,
-        tokens: TokenSource,
-        options: ControllerOptions,
-        request_timeout: float = 30.0,
+        tokens: TokenSource | None = None,
     ) -> None:
-        self.workspaces = workspaces
-        self.statefulsets = statefulsets
-        self.services = services
-        self.pods = pods
-        self.events = events
-        self.tokens = tokens
-        self.options = options
+        self.options = options = options or ControllerOptions()
+        self.workspaces = manager.informer(WORKSPACES)
+        self.statefulsets = manager.informer(STATEFULSETS, label_selector=WORKSPACE_SELECTOR)
+        self.services = manager.informer(SERVICES, label_selector=WORKSPACE_SELECTOR)
+        self.pods = manager.informer(PODS, label_selector=WORKSPACE_SELECTOR)
+        self.events = manager.events
+        self.tokens = tokens or options.operator_tokens(manager)
+        api, request_timeout = manager.api, manager.options.kube_api_timeout
         self.workspace_client = ResourceClient(api, WORKSPACES, request_timeout=request_timeout)
         self.statefulset_client = ResourceClient(api, STATEFULSETS, request_timeout=request_timeout)
         self.service_client = ResourceClient(api, SERVICES, request_timeout=request_timeout)
@@ -215,15 +208,17 @@ class WorkspaceReconciler:
         # When this controller last applied each Workspace's StatefulSet (by Workspace uid).
         self._sts_applied: OrderedDict[str, float] = OrderedDict()
         self.status_writer = StatusWriter(
-            workspaces,
+            self.workspaces,
             FIELD_MANAGER_WORKSPACE_STATUS,
             STATUS_FIELDS,
             client=self.workspace_client,
             force=True,
         )
-        self.service_applier = DigestApplier(services, FIELD_MANAGER, client=self.service_client, force=True)
+        self.service_applier = DigestApplier(
+            self.services, FIELD_MANAGER, client=self.service_client, force=True
+        )
         self.statefulset_applier = DigestApplier(
-            statefulsets, FIELD_MANAGER, client=self.statefulset_client, force=True
+            self.statefulsets, FIELD_MANAGER, client=self.statefulset_client, force=True
         )
 
     # --- the reconcile ---------------------------------------------------------------------
@@ -586,26 +581,9 @@ def _pod_workspace(pod: Obj) -> list[str]:
     return [object_key(meta.get("namespace"), workspace)] if workspace else []
 
 
-def setup(
-    manager: Manager, options: ControllerOptions, tokens: TokenSource | None = None
-) -> WorkspaceReconciler:
+def setup(manager: Manager, options: ControllerOptions | None = None, **kwargs: Any) -> WorkspaceReconciler:
     """Declare the workspace controller: Workspaces, and the workspace StatefulSets, Services and Pods."""
-    timeout = manager.options.kube_api_timeout
-    if tokens is None:
-        tokens = TokenSource(
-            manager.api, options.operator_namespace, options.operator_service_account, request_timeout=timeout
-        )
-    reconciler = WorkspaceReconciler(
-        workspaces=manager.informer(WORKSPACES),
-        statefulsets=manager.informer(STATEFULSETS, label_selector=WORKSPACE_SELECTOR),
-        services=manager.informer(SERVICES, label_selector=WORKSPACE_SELECTOR),
-        pods=manager.informer(PODS, label_selector=WORKSPACE_SELECTOR),
-        api=manager.api,
-        events=manager.events,
-        tokens=tokens,
-        options=options,
-        request_timeout=timeout,
-    )
+    reconciler = WorkspaceReconciler(manager, options, **kwargs)
     (
         manager.controller(CONTROLLER_NAME, reconciler)
         .for_(WORKSPACES, predicate=or_(generation_changed, deletion_started))
