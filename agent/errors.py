@@ -6,9 +6,21 @@ never carries a credential: `agent init` prints `str(error)` to stderr as its on
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
-from urllib.parse import urlsplit, urlunsplit
+# The redaction is the operator's too (one rule for both): pko.git.
+from pko.git.remote import redact_text, redact_url
+
+__all__ = [
+    "AuthError",
+    "DigestMismatch",
+    "HostKeyError",
+    "RefNotFound",
+    "SourceError",
+    "UnreachableError",
+    "UnsafeArchive",
+    "UsageError",
+    "redact_text",
+    "redact_url",
+]
 
 
 class SourceError(Exception):
@@ -43,38 +55,3 @@ class UnsafeArchive(SourceError):
     """An archive member would escape the target directory, or the archive breaks a size bound."""
 
 
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
-
-
-def redact_url(url: str) -> str:
-    """Return `url` without a password in its userinfo and without a query string.
-
-    A username alone is kept (``git@host`` tells the reader which account); query strings are
-    dropped because pre-signed artifact URLs carry their signature there.
-    """
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return _USERINFO.sub(r"\g<scheme>***@", url)
-    if not parts.scheme or not parts.netloc:
-        return url  # scp-like "git@host:path" carries no password
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:***@{hostport}" if ":" in userinfo else f"{user}@{hostport}"
-    query = "***" if parts.query else ""
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
-
-
-def redact_text(text: str, secrets: Iterable[str | None]) -> str:
-    """Replace every secret (and every URL password) in `text` with ``***``.
-
-    Used on messages of underlying libraries, which may echo a URL or a header verbatim.
-    Secrets shorter than 4 characters are left alone: replacing them would garble the text
-    while protecting nothing.
-    """
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return re.sub(r"([A-Za-z][A-Za-z0-9+.-]*://[^/:@\s]*):[^/@\s]*@", r"\1:***@", text)

@@ -24,7 +24,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -42,6 +42,7 @@ from pko.controllers.resources import STACKS, UPDATES, WORKSPACES
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, ResourceClient
 
+from .conftest import wait_until
 from .kubelet import PlayKubelet
 from .operator import Operator
 
@@ -122,17 +123,6 @@ async def apply(cluster: Any, docs: list[Obj], *extra: str) -> str:
     return await run_kubectl(cluster, "apply", "--server-side", *extra, "-f", "-", input=body)
 
 
-async def wait_until(what: str, probe: Callable[[], Awaitable[Any]], *, within: float = 240.0) -> Any:
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await probe()
-        if last:
-            return last
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"{what}: not reached within {within}s (last: {last!r})")
-
-
 class Env:
     def __init__(
         self, api: ApiClient, cluster: Any, namespace: str, operator: Operator, kubelet: PlayKubelet
@@ -167,7 +157,7 @@ class Env:
             return None
 
         try:
-            stack: Obj = await wait_until(f"Stack {name} Ready", probe)
+            stack: Obj = await wait_until(f"Stack {name} Ready", probe, within=240.0)
         except AssertionError as exc:
             current = await self.stack(name)
             raise AssertionError(
@@ -287,7 +277,7 @@ async def test_program_example_deploys_with_the_status_the_readme_shows(env: Env
     async def gone() -> bool:
         return await env.stack(name) is None
 
-    await wait_until("the Stack destroyed and released", gone)
+    await wait_until("the Stack destroyed and released", gone, within=240.0)
     destroys = [
         e
         for e in (
