@@ -204,8 +204,7 @@ class UpdateReconciler:
                 return await self._write_outcome(update, outcome)
             del self._outcomes[key]
         if us.is_complete(update):
-            # Its watch task (if any) ends by itself: cancelling it here could interrupt it between
-            # the status write this reconcile observed and the Event that goes with it.
+            # Its watch task (if any) ends by itself once it sees the Update complete.
             return await self._completed(update)
         meta = update.get("metadata") or {}
         ending = bool(meta.get("deletionTimestamp")) or controller_of(update) is None
