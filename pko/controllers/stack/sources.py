@@ -146,14 +146,20 @@ class SourceResolver:
                 return resource
         return None
 
-    async def _secret_value(self, namespace: str | None, name: str, key: str, what: str) -> str:
+    async def _secret(self, namespace: str | None, name: str, context: str = "") -> Obj:
+        """The Secret, read directly; a missing one Stalls the Stack (looked for again later).
+        ``context`` prefixes the message (what the Secret was for)."""
         secret = await self.secrets.get_or_none(name, namespace)
         if secret is None:
             raise Stall(
                 "SpecInvalid",
-                f'{what}: unable to get secret {namespace}/{name}: secrets "{name}" not found',
+                f'{context}unable to get secret {namespace}/{name}: secrets "{name}" not found',
                 self.secret_recheck,
             )
+        return secret
+
+    async def _secret_value(self, namespace: str | None, name: str, key: str, what: str) -> str:
+        secret = await self._secret(namespace, name, f"{what}: ")
         value = _decode(secret, key)
         if value is None:
             raise Stall(
@@ -169,13 +175,7 @@ class SourceResolver:
         namespace = stack.metadata.namespace
         if spec.git_auth_secret:
             name = spec.git_auth_secret
-            secret = await self.secrets.get_or_none(name, namespace)
-            if secret is None:
-                raise Stall(
-                    "SpecInvalid",
-                    f'unable to get secret {namespace}/{name}: secrets "{name}" not found',
-                    self.secret_recheck,
-                )
+            secret = await self._secret(namespace, name)
             if _decode(secret, "sshPrivateKey") is not None:
                 return GitCredentials(
                     ssh_private_key=_decode(secret, "sshPrivateKey"), password=_decode(secret, "password")
