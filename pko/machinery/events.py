@@ -37,7 +37,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from pko.machinery.resource import EVENTS, Obj, ResourceClient, api_error_status
 
-__all__ = ["EventRecorder", "EventType", "FakeRecorder", "Recorder"]
+__all__ = ["Emit", "EventRecorder", "EventType", "FakeRecorder", "Recorder"]
 
 EventType = Literal["Normal", "Warning"]
 
@@ -49,6 +49,16 @@ CACHE_SIZE: Final = 4096  # client-go's maxLruCacheEntries
 MAX_QUEUED: Final = 1000  # client-go's maxQueuedEvents
 COMBINED_PREFIX: Final = "(combined from similar events): "
 _SEND_ATTEMPTS: Final = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """An Event a reconcile decided on: one of its planned writes, carried out by
+    :meth:`Recorder.event` on the reconciled object."""
+
+    type: EventType
+    reason: str
+    message: str
 
 
 class Recorder(Protocol):

@@ -597,7 +597,8 @@ def test_terminating_and_not_ready_pods_wait() -> None:
 
 
 def test_config_items_and_json_detection() -> None:
-    from pko.controllers.workspace.reconciler import _incompatible, config_items, has_json_config
+    from pko.controllers.workspace.plan import _incompatible, has_json_config
+    from pko.controllers.workspace.reconciler import config_items
 
     spec = parse_spec(
         workspace(

@@ -13,7 +13,6 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
 
 from pko.api.stack import Stack
 from pko.controllers.stack.status import (
@@ -26,6 +25,7 @@ from pko.controllers.stack.updateobject import build_update, update_type_for
 from pko.controllers.stack.watches import workspace_ready
 from pko.machinery.conditions import get_condition
 from pko.machinery.controller import Result
+from pko.machinery.events import Emit
 from pko.machinery.resource import Obj
 
 __all__ = [
@@ -64,15 +64,6 @@ class AddFinalizer:
 @dataclass(frozen=True, slots=True)
 class RemoveFinalizer:
     """Release the Stack: its deletion goes on (its Workspace and Updates are garbage collected)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Emit:
-    """A Kubernetes Event on the Stack."""
-
-    type: Literal["Normal", "Warning"]
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,12 @@
 """The Workspace reconciler: a StatefulSet (one pod running the agent) and a headless Service per
 Workspace, and a ``Ready`` condition that says what a user can do when the pod does not come up.
 
-One reconcile, reading only caches (Workspaces, and the StatefulSets, Services and Pods labelled
-``auto.pulumi.com/component=workspace``):
+One reconcile: read, decide, act. It reads only caches (Workspaces, and the StatefulSets, Services
+and Pods labelled ``auto.pulumi.com/component=workspace``) into an
+:class:`~pko.controllers.workspace.plan.Observed`; the pure
+:func:`~pko.controllers.workspace.plan.decide` says what to write, in order, and the status and
+``Result`` that follow; ``_act`` is the one place that carries it out (API writes, the dry run,
+the agent). What it decides:
 
 1. A Workspace being deleted is ``Ready=False/Deleting``; its objects go by garbage collection.
 2. The Service and the StatefulSet (:mod:`pko.controllers.workspace.workloads`) are server-side applied as
@@ -36,13 +40,11 @@ and only when it differs from the cached one. ``Stalled`` always reflects this r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
-import re
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, Final, cast
 
 import structlog
@@ -51,7 +53,6 @@ from kubernetes_asyncio.client import ApiException, CoreV1Api
 from pko.agentclient import AgentClient, AgentError, audience, resolve_address
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
-from pko.api.workspace import WorkspaceSpec
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import (
     FIELD_MANAGER,
@@ -60,78 +61,39 @@ from pko.controllers.resources import (
     WORKSPACE_SELECTOR,
     WORKSPACES,
 )
+from pko.controllers.workspace import plan as wp
+from pko.controllers.workspace.plan import Failure, Observed, Plan, Write, decide, desired_status, refused
 from pko.controllers.workspace.workloads import (
     ANNOTATION_INITIALIZED,
-    REVISION_LABEL,
-    PodDiagnosis,
     SpecInvalid,
     desired_service,
     desired_statefulset,
-    diagnose_pod,
-    immutable_fields_changed,
     parse_spec,
     pod_name,
     statefulset_name,
 )
-from pko.machinery.conditions import ConditionStatus, get_condition, remove_condition, set_condition
+from pko.machinery.conditions import get_condition
 from pko.machinery.controller import Result
 from pko.machinery.manager import Manager
-from pko.machinery.objects import controller_of
 from pko.machinery.predicates import deletion_started, generation_changed, or_
 from pko.machinery.resource import PODS, SERVICES, STATEFULSETS, Obj, ResourceClient, api_error_status
 from pko.machinery.store import object_key
 from pko.machinery.writes import DigestApplier, StatusWriter
 from pko.tokens import TokenError, TokenSource
 
-__all__ = [
-    "CONTROLLER_NAME",
-    "JSON_CONFIG_MIN_VERSION",
-    "WorkspaceReconciler",
-    "config_items",
-    "has_json_config",
-    "setup",
-]
+__all__ = ["CONTROLLER_NAME", "WorkspaceReconciler", "config_items", "setup"]
 
 CONTROLLER_NAME: Final = "workspace-controller"
-READY: Final = "Ready"
-STALLED: Final = "Stalled"
-# The Go operator's timings: connect within 5 s, retry an unreachable agent after 5 s.
+# The Go operator's timing: connect within 5 s.
 CONNECT_TIMEOUT: Final = 5.0
-REQUEUE_CONNECTION: Final = 5.0
-REQUEUE_MIGRATION: Final = 5.0
-# An agent that answered but refused (e.g. Unauthenticated: its TokenReview failed) is asked again
-# after this long; the agent caches a failed TokenReview for a minute anyway.
-REQUEUE_REFUSED: Final = 30.0
-# A backstop while waiting on the pod: pod and StatefulSet events are what normally drive it.
-REQUEUE_WAITING: Final = 60.0
-# The StatefulSet controller creates a pod within this after an apply; only later is a missing pod
-# worth a dry run (an API write) to learn why it was refused.
-POD_CREATION_GRACE: Final = 5.0
 MEMORY_ENTRIES: Final = 4096  # StatefulSet apply times kept (_remember)
 # The status fields this controller owns.
 STATUS_FIELDS: Final = ("observedGeneration", "conditions", "address", "pulumiVersion")
 # Per call to the agent once connected (SelectStack, SetAllConfig...); Install may fetch plugins.
 RPC_TIMEOUT: Final = 60.0
 INSTALL_TIMEOUT: Final = 600.0
-JSON_CONFIG_MIN_VERSION: Final = (3, 202, 0)
-_MESSAGE_MAX: Final = 4096
-_IMMUTABLE_MESSAGE: Final = "updates to statefulset spec for fields other than"
 
 log = structlog.get_logger("pko.controllers.workspace.reconciler")
-
-
-@dataclass(frozen=True, slots=True)
-class _Finding:
-    """What one reconcile concluded: the Ready condition, and Stalled when only the user can help."""
-
-    reason: str
-    message: str
-    ready: bool = False
-    stalled: bool = False
-
-
-def _short(message: str) -> str:
-    return message if len(message) <= _MESSAGE_MAX else message[: _MESSAGE_MAX - 3] + "..."
 
 
 def _api_message(exc: ApiException) -> str:
@@ -139,22 +101,6 @@ def _api_message(exc: ApiException) -> str:
         return str(json.loads(str(exc.body)).get("message") or exc.reason)
     except (ValueError, AttributeError):
         return str(exc.reason or exc)
-
-
-def has_json_config(spec: WorkspaceSpec) -> bool:
-    """Whether a stack uses structured config (needs Pulumi CLI >= 3.202.0), as the Go operator checks."""
-    for stack in spec.stacks or []:
-        for item in stack.config or []:
-            if item.value is not None and not isinstance(item.value, str):
-                return True
-            if item.value_from is not None and item.value_from.json_:
-                return True
-    return False
-
-
-def _version_tuple(version: str) -> tuple[int, ...] | None:
-    match = re.match(r"^v?(\d+)\.(\d+)\.(\d+)", version.strip())
-    return tuple(int(p) for p in match.groups()) if match else None
 
 
 def config_items(stack: Any) -> list[pb.ConfigItem]:
@@ -180,6 +126,24 @@ def config_items(stack: Any) -> list[pb.ConfigItem]:
             out.value_from = source
         items.append(out)
     return items
+
+
+def _failure(exc: BaseException) -> Failure | None:
+    """A write's exception as data for :func:`~pko.controllers.workspace.plan.refused`."""
+    if isinstance(exc, ApiException):
+        return Failure("api", _api_message(exc), status=api_error_status(exc) or 0)
+    if isinstance(exc, AgentError):
+        message = exc.message or str(exc)
+        return Failure("agent", message, code=exc.code, reason=exc.reason, transient=exc.transient)
+    if isinstance(exc, TokenError):
+        return Failure("token", str(exc) or type(exc).__name__, reason=exc.reason, transient=exc.transient)
+    if isinstance(exc, TimeoutError):  # before OSError: TimeoutError is one
+        return Failure("timeout", "timed out waiting for the workspace agent")
+    if isinstance(exc, OSError):
+        return Failure("network", str(exc) or type(exc).__name__)
+    if isinstance(exc, ValueError):
+        return Failure("value", str(exc) or type(exc).__name__)
+    return None
 
 
 class WorkspaceReconciler:
@@ -227,149 +191,117 @@ class WorkspaceReconciler:
         ws = self.workspaces.latest(key)
         if ws is None:
             return Result.done()
-        if (ws.get("metadata") or {}).get("deletionTimestamp"):
-            await self._write_status(
-                ws, _Finding("Deleting", "Workspace is being deleted"), keep_stalled=True
-            )
-            return Result.done()
+        return await self._act(ws, decide(self._observe(ws)))
+
+    # --- reading (caches and this process's memory only) -------------------------------------
+
+    def _observe(self, ws: Obj) -> Observed:
+        meta = ws["metadata"]
+        if meta.get("deletionTimestamp"):
+            return Observed(ws)
+        name, namespace = str(meta["name"]), str(meta["namespace"])
         try:
             spec = parse_spec(ws)
             desired_svc = desired_service(ws, spec)
             desired_sts = desired_statefulset(ws, spec, self.options)
         except SpecInvalid as exc:
-            await self._write_status(ws, _Finding("SpecInvalid", f"invalid spec: {exc}", stalled=True))
-            return Result.done()
-        finding, result, address, version = await self._converge(ws, spec, desired_svc, desired_sts)
-        await self._write_status(ws, finding, address=address, pulumi_version=version)
-        return result
-
-    async def _converge(
-        self, ws: Obj, spec: WorkspaceSpec, desired_svc: Obj, desired_sts: Obj
-    ) -> tuple[_Finding, Result, str | None, str | None]:
-        """Objects, rollout, pod, agent: the first thing not in order decides the finding."""
-        meta = ws["metadata"]
-        name, namespace = str(meta["name"]), str(meta["namespace"])
-        version: str | None = (ws.get("status") or {}).get("pulumiVersion")
-        waiting = Result.requeue_after(REQUEUE_WAITING)
-
-        cached_svc = self.services.indexer.get_by_key(object_key(namespace, statefulset_name(name)))
-        if self.service_applier.needed(desired_svc, cached_svc):
-            try:
-                await self.service_applier.apply(desired_svc)
-            except ApiException as exc:
-                if api_error_status(exc) != 422:
-                    raise
-                return (
-                    _Finding("SpecInvalid", _short(_api_message(exc)), stalled=True),
-                    Result.done(),
-                    None,
-                    version,
-                )
-
-        sts = self.statefulsets.indexer.get_by_key(object_key(namespace, statefulset_name(name)))
-        if sts is not None:
-            owner = controller_of(sts)
-            if owner is not None and owner.get("uid") != meta.get("uid"):
-                message = (
-                    f"Waiting for the StatefulSet {statefulset_name(name)} of a previous Workspace to go"
-                )
-                return (
-                    _Finding("RollingUpdate", message),
-                    Result.requeue_after(REQUEUE_MIGRATION),
-                    None,
-                    version,
-                )
-            changed = immutable_fields_changed(sts, desired_sts)
-            if changed:
-                return (
-                    await self._migrate(ws, sts, changed),
-                    Result.requeue_after(REQUEUE_MIGRATION),
-                    None,
-                    version,
-                )
-        if self.statefulset_applier.needed(desired_sts, sts):
-            refused = await self._pod_refusal(desired_sts)
-            if refused is not None and refused[0] == 422:
-                return _Finding("SpecInvalid", _short(refused[1]), stalled=True), Result.done(), None, version
-            try:
-                sts = await self.statefulset_applier.apply(desired_sts)
-                _remember(self._sts_applied, str(meta.get("uid")), time.monotonic())
-            except ApiException as exc:
-                if api_error_status(exc) != 422:
-                    raise
-                message = _api_message(exc)
-                if sts is not None and _IMMUTABLE_MESSAGE in message:
-                    finding = await self._migrate(ws, sts, ["spec"])
-                    return finding, Result.requeue_after(REQUEUE_MIGRATION), None, version
-                return _Finding("SpecInvalid", _short(message), stalled=True), Result.done(), None, version
-        assert sts is not None
-
-        # The rollout, as the StatefulSet controller reports it.
-        sts_status = sts.get("status") or {}
-        rolling = _Finding("RollingUpdate", "Waiting for the statefulset to be updated")
-        pod_key = object_key(namespace, pod_name(name))
-        pod = self.pods.latest(pod_key)
-        if pod is None:
-            # A refused pod shows only in the StatefulSet's Events (and its status stays
-            # unobserved): ask the apiserver why, by a dry run, once the StatefulSet controller
-            # has had time to create it (a pod it creates wakes us before then).
-            applied = self._sts_applied.get(str(meta.get("uid")))
-            grace = POD_CREATION_GRACE - (time.monotonic() - applied) if applied is not None else 0.0
-            if grace > 0:
-                waiting = Result.requeue_after(grace)
-            else:
-                refused = await self._pod_refusal(desired_sts)
-                if refused is not None:
-                    return _Finding("PodCreationFailed", _short(refused[1])), waiting, None, version
-        if int(sts_status.get("observedGeneration") or 0) < int(sts["metadata"].get("generation") or 0):
-            return rolling, waiting, None, version
-        if pod is None:
-            return (
-                _Finding("WaitingForReplicas", "Waiting for the workspace pod to be available"),
-                waiting,
-                None,
-                version,
+            return Observed(ws, invalid=str(exc))
+        objects = object_key(namespace, statefulset_name(name))
+        service = self.services.indexer.get_by_key(objects)
+        sts = self.statefulsets.indexer.get_by_key(objects)
+        pod = self.pods.latest(object_key(namespace, pod_name(name)))
+        applied = self._sts_applied.get(str(meta.get("uid")))
+        address = None
+        if pod is not None:
+            address = resolve_address(
+                name,
+                namespace,
+                mode=self.options.workspace_address_mode,
+                pod=pod,
+                static=self.options.workspace_static_address,
             )
-        update_revision = sts_status.get("updateRevision")
-        pod_revision = (pod["metadata"].get("labels") or {}).get(REVISION_LABEL)
-        if update_revision and pod_revision != update_revision:
-            # The StatefulSet controller replaces it, ready or not: with podManagementPolicy
-            # Parallel it does not wait for an old pod that never became ready (Go issue 801).
-            return rolling, waiting, None, version
-        diagnosis: PodDiagnosis | None = diagnose_pod(pod)
-        if diagnosis is not None:
-            result = Result.done() if diagnosis.stalled else waiting
-            return (
-                _Finding(diagnosis.reason, _short(diagnosis.message), stalled=diagnosis.stalled),
-                result,
-                None,
-                version,
-            )
-
-        # The pod is Ready: reach its agent.
-        address = resolve_address(
-            name,
-            namespace,
-            mode=self.options.workspace_address_mode,
+        return Observed(
+            ws,
+            spec=spec,
+            service=service,
+            statefulset=sts,
             pod=pod,
-            static=self.options.workspace_static_address,
+            desired_service=desired_svc,
+            desired_statefulset=desired_sts,
+            apply_service=self.service_applier.needed(desired_svc, service),
+            apply_statefulset=self.statefulset_applier.needed(desired_sts, sts),
+            since_apply=time.monotonic() - applied if applied is not None else None,
+            address=address,
         )
-        if address is None:
-            return (
-                _Finding("WaitingForReplicas", "Waiting for the workspace pod's IP"),
-                waiting,
-                None,
-                version,
+
+    # --- acting: the one place that writes -----------------------------------------------------
+
+    async def _act(self, ws: Obj, plan: Plan) -> Result:
+        """Carry out ``plan`` (and what it plans next), then write the status it leads to."""
+        async with contextlib.AsyncExitStack() as session:
+            agent: list[AgentClient] = []  # opened by AskVersion, closed when the plan is done
+            while True:
+                answer: Any = None
+                for write in plan.writes:
+                    try:
+                        answer = await self._carry_out(ws, write, agent, session)
+                    except Exception as exc:
+                        failure = _failure(exc)
+                        rest = refused(plan, write, failure) if failure is not None else None
+                        if rest is None:
+                            raise
+                        plan = rest
+                        break
+                else:
+                    if plan.then is None:
+                        break
+                    plan = plan.then(answer)
+        assert plan.finding is not None, "a plan without then ends with a finding"
+        status = desired_status(
+            ws, plan.finding, address=plan.address, version=plan.version, keep_stalled=plan.keep_stalled
+        )
+        await self._write_status(ws, status)
+        return plan.result
+
+    async def _carry_out(
+        self, ws: Obj, write: Write, agent: list[AgentClient], session: contextlib.AsyncExitStack
+    ) -> Any:
+        """One write; its answer (what ``then`` plans from)."""
+        if isinstance(write, wp.WriteStatus):
+            await self._write_status(ws, desired_status(ws, write.finding))
+        elif isinstance(write, wp.Emit):
+            self.events.event(ws, write.type, write.reason, write.message)
+        elif isinstance(write, wp.ApplyService):
+            await self.service_applier.apply(write.body)
+        elif isinstance(write, wp.CheckPod):
+            return await self._pod_refusal(write.statefulset)
+        elif isinstance(write, wp.ApplyStatefulSet):
+            applied = await self.statefulset_applier.apply(write.body)
+            _remember(self._sts_applied, str(ws["metadata"].get("uid")), time.monotonic())
+            return applied
+        elif isinstance(write, wp.DeleteStatefulSet):
+            await self._delete_statefulset(write.statefulset, write.fields)
+        elif isinstance(write, wp.AskVersion):
+            meta = ws["metadata"]
+            client = AgentClient(
+                write.address,
+                audience(str(meta["name"]), str(meta["namespace"])),
+                self.tokens,
+                connect_timeout=CONNECT_TIMEOUT,
+                retry_budget=CONNECT_TIMEOUT,
+                call_timeout=RPC_TIMEOUT,
             )
-        if (pod["metadata"].get("annotations") or {}).get(ANNOTATION_INITIALIZED) == "true" and version:
-            return _Finding("Succeeded", "", ready=True), Result.done(), address, version
-        finding, result, version = await self._initialize(ws, spec, pod, address, version)
-        return finding, result, address if finding.ready else None, version
+            agent.append(await session.enter_async_context(client))
+            return await asyncio.wait_for(agent[0].pulumi_version(), CONNECT_TIMEOUT * 3)
+        elif isinstance(write, wp.Install):
+            await asyncio.wait_for(agent[0].install(), INSTALL_TIMEOUT)
+        elif isinstance(write, wp.InitStack):
+            await self._init_stack(agent[0], write.stack)
+        elif isinstance(write, wp.AnnotateInitialized):
+            await self._annotate_initialized(write.pod, write.version)
+        return None
 
-    # --- steps -------------------------------------------------------------------------------
-
-    async def _migrate(self, ws: Obj, sts: Obj, fields: Iterable[str]) -> _Finding:
-        """Delete a StatefulSet whose immutable fields must change; the next reconcile recreates it."""
+    async def _delete_statefulset(self, sts: Obj, fields: tuple[str, ...]) -> None:
         meta = sts["metadata"]
         try:
             await self.statefulset_client.delete(
@@ -380,8 +312,6 @@ class WorkspaceReconciler:
                 raise
         what = ", ".join(fields)
         log.info("replacing the workspace statefulset to update an immutable field", fields=what)
-        self.events.event(ws, "Warning", "Migrated", "Replaced the workspace statefulset")
-        return _Finding("RollingUpdate", f"Replacing the statefulset to change {what}")
 
     async def _pod_refusal(self, sts: Obj) -> tuple[int, str] | None:
         """Why the apiserver would refuse the StatefulSet's pod (HTTP status, message), by a dry-run create.
@@ -409,69 +339,6 @@ class WorkspaceReconciler:
             log.warning("dry-run of the workspace pod failed", status=exc.status, reason=exc.reason)
         return None
 
-    async def _initialize(
-        self, ws: Obj, spec: WorkspaceSpec, pod: Obj, address: str, version: str | None
-    ) -> tuple[_Finding, Result, str | None]:
-        meta = ws["metadata"]
-        name, namespace = str(meta["name"]), str(meta["namespace"])
-        try:
-            async with AgentClient(
-                address,
-                audience(name, namespace),
-                self.tokens,
-                connect_timeout=CONNECT_TIMEOUT,
-                retry_budget=CONNECT_TIMEOUT,
-                call_timeout=RPC_TIMEOUT,
-            ) as agent:
-                try:
-                    version = await asyncio.wait_for(agent.pulumi_version(), CONNECT_TIMEOUT * 3)
-                except (AgentError, TokenError, TimeoutError, OSError) as exc:
-                    return (*self._unreachable(ws, exc), version)
-                incompatible = _incompatible(spec, version)
-                if incompatible is not None:
-                    message = f"Pulumi CLI version {version} is too old for JSON configuration support"
-                    self.events.event(ws, "Warning", "StackInitializationFailure", message)
-                    return incompatible, Result.done(), version
-
-                await self._write_status(
-                    ws, _Finding("Installing", "Installing packages and plugins required by the program")
-                )
-                try:
-                    await asyncio.wait_for(agent.install(), INSTALL_TIMEOUT)
-                except (AgentError, TimeoutError) as exc:
-                    message = _short(_error_message(exc))
-                    self.events.event(ws, "Warning", "InstallationFailure", message)
-                    return _Finding("InstallationFailed", message, stalled=True), Result.done(), version
-
-                await self._write_status(
-                    ws, _Finding("Initializing", "Initializing and selecting a Pulumi stack")
-                )
-                for stack in spec.stacks or []:
-                    try:
-                        await self._init_stack(agent, stack)
-                    except (AgentError, TimeoutError, ValueError) as exc:
-                        message = _short(_error_message(exc))
-                        event = f"Failed to initialize stack {stack.name!r}: {message}"
-                        self.events.event(ws, "Warning", "StackInitializationFailure", event)
-                        return _Finding("InitializationFailed", message, stalled=True), Result.done(), version
-        except (AgentError, TokenError, OSError) as exc:
-            return (*self._unreachable(ws, exc), version)
-
-        pod_meta = pod["metadata"]
-        body = {"metadata": {"annotations": {ANNOTATION_INITIALIZED: "true"}, "uid": pod_meta.get("uid")}}
-        try:
-            self.pods.wrote(
-                await self.pod_client.patch(pod_meta["name"], body, namespace=pod_meta["namespace"])
-            )
-        except ApiException as exc:
-            if api_error_status(exc) not in (404, 409, 422):
-                raise
-            # The pod went (or was replaced) meanwhile: its successor initializes from scratch.
-            return _Finding("WaitingForReplicas", "The workspace pod was replaced"), Result.requeue(), version
-        log.info("workspace pod initialized", pod=pod_meta["name"], pulumi_version=version)
-        self.events.event(ws, "Normal", "Initialized", f"Initialized workspace pod {pod_meta['name']!r}")
-        return _Finding("Succeeded", "", ready=True), Result.done(), version
-
     async def _init_stack(self, agent: AgentClient, stack: Any) -> None:
         await asyncio.wait_for(
             agent.select_stack(stack.name, create=stack.create, secrets_provider=stack.secrets_provider),
@@ -482,51 +349,14 @@ class WorkspaceReconciler:
         if stack.environment:
             await asyncio.wait_for(agent.add_environments(list(stack.environment)), RPC_TIMEOUT)
 
-    def _unreachable(self, ws: Obj, exc: BaseException) -> tuple[_Finding, Result]:
-        """PulumiVersion failed: ``ConnectionFailed`` (retry in 5 s) when the agent could not be
-        reached, else the gRPC code's name as the Go operator reports it (e.g. ``Unauthenticated``:
-        the agent's TokenReview failed, no system:auth-delegator binding; the pod is kept for
-        diagnosis), asked again later."""
-        message = _short(_error_message(exc))
-        self.events.event(ws, "Warning", "ConnectionFailure", message)
-        if isinstance(exc, AgentError) and exc.code != "UNAVAILABLE":
-            delay = REQUEUE_CONNECTION if exc.transient else REQUEUE_REFUSED
-            return _Finding(exc.reason, message), Result.requeue_after(delay)
-        if isinstance(exc, TokenError):
-            delay = REQUEUE_CONNECTION if exc.transient else REQUEUE_REFUSED
-            return _Finding(exc.reason, message), Result.requeue_after(delay)
-        return _Finding("ConnectionFailed", message), Result.requeue_after(REQUEUE_CONNECTION)
+    async def _annotate_initialized(self, pod: Obj, version: str) -> None:
+        pod_meta = pod["metadata"]
+        body = {"metadata": {"annotations": {ANNOTATION_INITIALIZED: "true"}, "uid": pod_meta.get("uid")}}
+        self.pods.wrote(await self.pod_client.patch(pod_meta["name"], body, namespace=pod_meta["namespace"]))
+        log.info("workspace pod initialized", pod=pod_meta["name"], pulumi_version=version)
 
-    # --- status ------------------------------------------------------------------------------
-
-    async def _write_status(
-        self,
-        ws: Obj,
-        finding: _Finding,
-        *,
-        address: str | None = None,
-        pulumi_version: str | None = None,
-        keep_stalled: bool = False,
-    ) -> None:
+    async def _write_status(self, ws: Obj, status: Obj) -> None:
         """Apply the status this controller owns, unless the cached one already says it."""
-        meta = ws["metadata"]
-        current: Obj = ws.get("status") or {}
-        generation = int(meta.get("generation") or 0)
-        conditions: list[Obj] | None = current.get("conditions")
-        status_: ConditionStatus = "True" if finding.ready else "False"
-        conditions = set_condition(conditions, READY, status_, finding.reason, finding.message, generation)
-        if finding.stalled:
-            conditions = set_condition(
-                conditions, STALLED, "True", finding.reason, finding.message, generation
-            )
-        elif not keep_stalled:
-            conditions = remove_condition(conditions, STALLED)
-        status: Obj = {"observedGeneration": generation, "conditions": conditions}
-        if address:
-            status["address"] = address
-        version = pulumi_version or current.get("pulumiVersion")
-        if version:
-            status["pulumiVersion"] = version
         try:
             updated = await self.status_writer.write(ws, status)
         except ApiException as exc:
@@ -535,9 +365,10 @@ class WorkspaceReconciler:
             raise
         if updated is None:
             return  # already there (in the cache, or in our own write not yet watched back)
-        # Later steps of this reconcile compare against what was just written.
+        # Later writes of this reconcile compare against what was just written.
         ws["status"] = updated.get("status") or status
-        ready = get_condition(conditions, READY) or {}
+        meta = ws["metadata"]
+        ready = get_condition(status["conditions"], wp.READY) or {}
         log.info(
             "workspace status", workspace=f"{meta['namespace']}/{meta['name']}", reason=ready.get("reason")
         )
@@ -549,29 +380,6 @@ def _remember(memory: OrderedDict[str, Any], key: str, value: Any) -> None:
     memory.move_to_end(key)
     while len(memory) > MEMORY_ENTRIES:
         memory.popitem(last=False)
-
-
-def _incompatible(spec: WorkspaceSpec, version: str) -> _Finding | None:
-    if not has_json_config(spec):
-        return None
-    parsed = _version_tuple(version)
-    if parsed is None:
-        return _Finding(
-            "IncompatibleConfiguration", f"Failed to parse Pulumi version {version!r}", stalled=True
-        )
-    if parsed < JSON_CONFIG_MIN_VERSION:
-        minimum = ".".join(str(p) for p in JSON_CONFIG_MIN_VERSION)
-        message = f"Pulumi CLI version {version} does not support JSON configuration, require >= v{minimum}"
-        return _Finding("IncompatibleConfiguration", message, stalled=True)
-    return None
-
-
-def _error_message(exc: BaseException) -> str:
-    if isinstance(exc, AgentError):
-        return exc.message or str(exc)
-    if isinstance(exc, TimeoutError):
-        return "timed out waiting for the workspace agent"
-    return str(exc) or type(exc).__name__
 
 
 def _pod_workspace(pod: Obj) -> list[str]:

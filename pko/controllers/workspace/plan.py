@@ -1,0 +1,497 @@
+"""What one Workspace reconcile decided: the writes to make, in order, the status they lead to and
+when to look again (pure).
+
+The reconciler reads (caches, and how long ago this process applied the StatefulSet) into an
+:class:`Observed`, asks :func:`decide` for a :class:`Plan` and carries it out in one place
+(``WorkspaceReconciler._act``), the only code that writes or calls the agent. Where the rest
+depends on a write's answer (the StatefulSet as applied, a dry run's refusal, the agent's Pulumi
+version), a plan ends with ``then``: the pure function that plans the rest from that answer. A
+write that fails in a way the user must hear about becomes a :class:`Failure`, and
+:func:`refused` plans the rest from it (or says it is not ours to handle: the error propagates
+and the controller retries with backoff).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from pko.api.workspace import WorkspaceSpec
+from pko.controllers.workspace.workloads import (
+    ANNOTATION_INITIALIZED,
+    REVISION_LABEL,
+    diagnose_pod,
+    immutable_fields_changed,
+    statefulset_name,
+)
+from pko.machinery.conditions import ConditionStatus, remove_condition, set_condition
+from pko.machinery.controller import Result
+from pko.machinery.events import Emit
+from pko.machinery.objects import controller_of
+from pko.machinery.resource import Obj
+
+__all__ = [
+    "JSON_CONFIG_MIN_VERSION",
+    "AnnotateInitialized",
+    "ApplyService",
+    "ApplyStatefulSet",
+    "AskVersion",
+    "CheckPod",
+    "DeleteStatefulSet",
+    "Emit",
+    "Failure",
+    "Finding",
+    "InitStack",
+    "Install",
+    "Observed",
+    "Plan",
+    "Write",
+    "WriteStatus",
+    "decide",
+    "desired_status",
+    "has_json_config",
+    "refused",
+]
+
+READY: Final = "Ready"
+STALLED: Final = "Stalled"
+# The Go operator's timings: retry an unreachable agent after 5 s, wait 5 s for a migration.
+REQUEUE_CONNECTION: Final = 5.0
+REQUEUE_MIGRATION: Final = 5.0
+# An agent that answered but refused (e.g. Unauthenticated: its TokenReview failed) is asked again
+# after this long; the agent caches a failed TokenReview for a minute anyway.
+REQUEUE_REFUSED: Final = 30.0
+# A backstop while waiting on the pod: pod and StatefulSet events are what normally drive it.
+REQUEUE_WAITING: Final = 60.0
+# The StatefulSet controller creates a pod within this after an apply; only later is a missing pod
+# worth a dry run (an API write) to learn why it was refused.
+POD_CREATION_GRACE: Final = 5.0
+JSON_CONFIG_MIN_VERSION: Final = (3, 202, 0)
+MESSAGE_MAX: Final = 4096
+_IMMUTABLE_MESSAGE: Final = "updates to statefulset spec for fields other than"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """What one reconcile concluded: the Ready condition, and Stalled when only the user can help."""
+
+    reason: str
+    message: str
+    ready: bool = False
+    stalled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What the reconcile read: the Workspace, its objects as cached and as desired, its pod."""
+
+    workspace: Obj
+    spec: WorkspaceSpec | None = None
+    invalid: str | None = None  # why the spec cannot be built into objects
+    service: Obj | None = None
+    statefulset: Obj | None = None
+    pod: Obj | None = None
+    desired_service: Obj = field(default_factory=dict)
+    desired_statefulset: Obj = field(default_factory=dict)
+    apply_service: bool = False  # the applier's digest rule says the Service needs an apply
+    apply_statefulset: bool = False
+    since_apply: float | None = None  # seconds since this process applied the StatefulSet
+    address: str | None = None  # where the pod's agent answers (None: the pod has no IP yet)
+
+
+# --- writes ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WriteStatus:
+    """Apply a progress status now (the plan's final status is written after its writes)."""
+
+    finding: Finding
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyService:
+    """Server-side apply the headless Service (stamped with its digest)."""
+
+    body: Obj
+
+
+@dataclass(frozen=True, slots=True)
+class CheckPod:
+    """Dry-run create the StatefulSet's pod. Answer: the apiserver's refusal ``(status, message)``
+    or None (the StatefulSet API accepts templates whose pods admission refuses)."""
+
+    statefulset: Obj
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyStatefulSet:
+    """Server-side apply the StatefulSet (``existing``: as cached). Answer: the object as written."""
+
+    body: Obj
+    existing: Obj | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteStatefulSet:
+    """Delete a StatefulSet whose immutable ``fields`` must change (uid precondition); the next
+    reconcile recreates it."""
+
+    statefulset: Obj
+    fields: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AskVersion:
+    """Connect to the agent at ``address`` and ask its Pulumi CLI version. Answer: the version."""
+
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class Install:
+    """The agent installs the program's packages and plugins."""
+
+
+@dataclass(frozen=True, slots=True)
+class InitStack:
+    """The agent selects (or creates) one of ``spec.stacks``, sets its config and environments."""
+
+    stack: Any
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotateInitialized:
+    """Mark the pod initialized (uid precondition: a new pod initializes again)."""
+
+    pod: Obj
+    version: str
+
+
+Write = (
+    WriteStatus
+    | Emit
+    | ApplyService
+    | CheckPod
+    | ApplyStatefulSet
+    | DeleteStatefulSet
+    | AskVersion
+    | Install
+    | InitStack
+    | AnnotateInitialized
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """How a write failed, as data: an API refusal (``status``), an agent error (gRPC ``code``,
+    ``reason``), a token that could not be minted, a timeout, a network error or a bad value."""
+
+    kind: Literal["api", "agent", "token", "timeout", "network", "value"]
+    message: str
+    status: int = 0
+    code: str = ""
+    reason: str = ""
+    transient: bool = False
+
+
+@dataclass(slots=True)
+class Plan:
+    """Writes in order, then the status to write (``finding``; the pod's ``address`` once Ready,
+    the agent's ``version``) and the ``Result``; or ``then``, planning the rest from the last
+    write's answer."""
+
+    writes: list[Write]
+    finding: Finding | None = None
+    result: Result = field(default_factory=Result.done)
+    address: str | None = None
+    version: str | None = None
+    keep_stalled: bool = False
+    then: Callable[[Any], Plan] | None = None
+
+
+def _prepend(writes: list[Write], plan: Plan) -> Plan:
+    plan.writes[:0] = writes
+    return plan
+
+
+def short(message: str) -> str:
+    """A message cut to what a condition carries."""
+    return message if len(message) <= MESSAGE_MAX else message[: MESSAGE_MAX - 3] + "..."
+
+
+# --- deciding ----------------------------------------------------------------------------------
+
+
+def decide(observed: Observed) -> Plan:
+    """The whole decision: objects, rollout, pod, agent; the first thing not in order decides."""
+    ws = observed.workspace
+    meta = ws["metadata"]
+    version: str | None = (ws.get("status") or {}).get("pulumiVersion")
+    if meta.get("deletionTimestamp"):
+        return Plan([], Finding("Deleting", "Workspace is being deleted"), keep_stalled=True)
+    if observed.invalid is not None:
+        return Plan([], Finding("SpecInvalid", f"invalid spec: {observed.invalid}", stalled=True))
+
+    writes: list[Write] = []
+    if observed.apply_service:
+        writes.append(ApplyService(observed.desired_service))
+    sts = observed.statefulset
+    if sts is not None:
+        owner = controller_of(sts)
+        if owner is not None and owner.get("uid") != meta.get("uid"):
+            message = (
+                f"Waiting for the StatefulSet {statefulset_name(str(meta['name']))} of a previous "
+                "Workspace to go"
+            )
+            finding = Finding("RollingUpdate", message)
+            return Plan(writes, finding, Result.requeue_after(REQUEUE_MIGRATION), version=version)
+        changed = immutable_fields_changed(sts, observed.desired_statefulset)
+        if changed:
+            return _prepend(writes, _migrate(sts, tuple(changed), version))
+    if observed.apply_statefulset:
+        # A pod the apiserver would refuse is the user's spec: say so before applying.
+        return Plan(
+            [*writes, CheckPod(observed.desired_statefulset)],
+            version=version,
+            then=lambda refusal: _apply_statefulset(observed, version, refusal),
+        )
+    if sts is None:  # not reached: the applier applies a StatefulSet it has not seen
+        return Plan(writes, Finding("RollingUpdate", "Waiting for the statefulset"), version=version)
+    return _prepend(writes, _rollout(observed, sts, observed.since_apply, version))
+
+
+def _migrate(sts: Obj, fields: tuple[str, ...], version: str | None) -> Plan:
+    """The Go operator's migration: delete, say so, and come back in 5 s to recreate."""
+    what = ", ".join(fields)
+    writes: list[Write] = [
+        DeleteStatefulSet(sts, fields),
+        Emit("Warning", "Migrated", "Replaced the workspace statefulset"),
+    ]
+    finding = Finding("RollingUpdate", f"Replacing the statefulset to change {what}")
+    return Plan(writes, finding, Result.requeue_after(REQUEUE_MIGRATION), version=version)
+
+
+def _apply_statefulset(observed: Observed, version: str | None, refusal: tuple[int, str] | None) -> Plan:
+    if refusal is not None and refusal[0] == 422:
+        return Plan([], Finding("SpecInvalid", short(refusal[1]), stalled=True), version=version)
+    return Plan(
+        [ApplyStatefulSet(observed.desired_statefulset, observed.statefulset)],
+        version=version,
+        then=lambda applied: _rollout(observed, applied, 0.0, version),
+    )
+
+
+def _rollout(observed: Observed, sts: Obj, since_apply: float | None, version: str | None) -> Plan:
+    """The rollout as the StatefulSet controller reports it, then the pod, then its agent."""
+    sts_status = sts.get("status") or {}
+    waiting = Result.requeue_after(REQUEUE_WAITING)
+    rolling = Finding("RollingUpdate", "Waiting for the statefulset to be updated")
+    pod = observed.pod
+    check = False
+    if pod is None:
+        # A refused pod shows only in the StatefulSet's Events (and its status stays
+        # unobserved): ask the apiserver why, by a dry run, once the StatefulSet controller has
+        # had time to create it (a pod it creates wakes us before then).
+        grace = POD_CREATION_GRACE - since_apply if since_apply is not None else 0.0
+        if grace > 0:
+            waiting = Result.requeue_after(grace)
+        else:
+            check = True
+    plan = _pod_plan(observed, sts, sts_status, pod, rolling, waiting, version)
+    if not check:
+        return plan
+    return Plan(
+        [CheckPod(observed.desired_statefulset)],
+        version=version,
+        then=lambda refusal: (
+            plan
+            if refusal is None
+            else Plan([], Finding("PodCreationFailed", short(refusal[1])), waiting, version=version)
+        ),
+    )
+
+
+def _pod_plan(
+    observed: Observed,
+    sts: Obj,
+    sts_status: Obj,
+    pod: Obj | None,
+    rolling: Finding,
+    waiting: Result,
+    version: str | None,
+) -> Plan:
+    if int(sts_status.get("observedGeneration") or 0) < int(sts["metadata"].get("generation") or 0):
+        return Plan([], rolling, waiting, version=version)
+    if pod is None:
+        finding = Finding("WaitingForReplicas", "Waiting for the workspace pod to be available")
+        return Plan([], finding, waiting, version=version)
+    update_revision = sts_status.get("updateRevision")
+    pod_revision = (pod["metadata"].get("labels") or {}).get(REVISION_LABEL)
+    if update_revision and pod_revision != update_revision:
+        # The StatefulSet controller replaces it, ready or not: with podManagementPolicy
+        # Parallel it does not wait for an old pod that never became ready (Go issue 801).
+        return Plan([], rolling, waiting, version=version)
+    diagnosis = diagnose_pod(pod)
+    if diagnosis is not None:
+        finding = Finding(diagnosis.reason, short(diagnosis.message), stalled=diagnosis.stalled)
+        return Plan([], finding, Result.done() if diagnosis.stalled else waiting, version=version)
+    # The pod is Ready: reach its agent.
+    address = observed.address
+    if address is None:
+        finding = Finding("WaitingForReplicas", "Waiting for the workspace pod's IP")
+        return Plan([], finding, waiting, version=version)
+    if (pod["metadata"].get("annotations") or {}).get(ANNOTATION_INITIALIZED) == "true" and version:
+        return Plan([], Finding("Succeeded", "", ready=True), address=address, version=version)
+    return Plan(
+        [AskVersion(address)],
+        version=version,
+        then=lambda answer: _initialize(observed, pod, address, str(answer)),
+    )
+
+
+def _initialize(observed: Observed, pod: Obj, address: str, version: str) -> Plan:
+    """The Go operator's initialization: Install, then each of ``spec.stacks``; then the pod is
+    annotated, so a new pod initializes again."""
+    spec = observed.spec
+    assert spec is not None  # decide() stops at an invalid spec
+    incompatible = _incompatible(spec, version)
+    if incompatible is not None:
+        message = f"Pulumi CLI version {version} is too old for JSON configuration support"
+        return Plan([Emit("Warning", "StackInitializationFailure", message)], incompatible, version=version)
+    writes: list[Write] = [
+        WriteStatus(Finding("Installing", "Installing packages and plugins required by the program")),
+        Install(),
+        WriteStatus(Finding("Initializing", "Initializing and selecting a Pulumi stack")),
+        *(InitStack(stack) for stack in spec.stacks or []),
+        AnnotateInitialized(pod, version),
+        Emit("Normal", "Initialized", f"Initialized workspace pod {pod['metadata']['name']!r}"),
+    ]
+    return Plan(writes, Finding("Succeeded", "", ready=True), address=address, version=version)
+
+
+def refused(plan: Plan, write: Write, failure: Failure) -> Plan | None:
+    """The rest of the reconcile after ``write`` failed; None when the failure is not one this
+    controller reports (it propagates; the controller retries with backoff)."""
+    version = plan.version
+    if isinstance(write, ApplyService):
+        if failure.kind == "api" and failure.status == 422:
+            return Plan([], Finding("SpecInvalid", short(failure.message), stalled=True), version=version)
+        return None
+    if isinstance(write, ApplyStatefulSet):
+        if failure.kind != "api" or failure.status != 422:
+            return None
+        if write.existing is not None and _IMMUTABLE_MESSAGE in failure.message:
+            return _migrate(write.existing, ("spec",), version)
+        return Plan([], Finding("SpecInvalid", short(failure.message), stalled=True), version=version)
+    if isinstance(write, AnnotateInitialized):
+        if failure.kind == "api" and failure.status in (404, 409, 422):
+            # The pod went (or was replaced) meanwhile: its successor initializes from scratch.
+            finding = Finding("WaitingForReplicas", "The workspace pod was replaced")
+            return Plan([], finding, Result.requeue(), version=version)
+        return None
+    if isinstance(write, AskVersion):
+        if failure.kind in ("agent", "token", "timeout", "network"):
+            return _unreachable(failure, version)
+        return None
+    if isinstance(write, Install):
+        if failure.kind in ("agent", "timeout"):
+            message = short(failure.message)
+            return Plan(
+                [Emit("Warning", "InstallationFailure", message)],
+                Finding("InstallationFailed", message, stalled=True),
+                version=version,
+            )
+        return _unreachable(failure, version) if failure.kind in ("token", "network") else None
+    if isinstance(write, InitStack):
+        if failure.kind in ("agent", "timeout", "value"):
+            message = short(failure.message)
+            event = f"Failed to initialize stack {write.stack.name!r}: {message}"
+            return Plan(
+                [Emit("Warning", "StackInitializationFailure", event)],
+                Finding("InitializationFailed", message, stalled=True),
+                version=version,
+            )
+        return _unreachable(failure, version) if failure.kind in ("token", "network") else None
+    return None
+
+
+def _unreachable(failure: Failure, version: str | None) -> Plan:
+    """The agent could not be used: ``ConnectionFailed`` (retry in 5 s) when it could not be
+    reached, else the gRPC code's name as the Go operator reports it (e.g. ``Unauthenticated``:
+    the agent's TokenReview failed, no system:auth-delegator binding; the pod is kept for
+    diagnosis), asked again later."""
+    message = short(failure.message)
+    writes: list[Write] = [Emit("Warning", "ConnectionFailure", message)]
+    if (failure.kind == "agent" and failure.code != "UNAVAILABLE") or failure.kind == "token":
+        delay = REQUEUE_CONNECTION if failure.transient else REQUEUE_REFUSED
+        return Plan(writes, Finding(failure.reason, message), Result.requeue_after(delay), version=version)
+    finding = Finding("ConnectionFailed", message)
+    return Plan(writes, finding, Result.requeue_after(REQUEUE_CONNECTION), version=version)
+
+
+# --- status ----------------------------------------------------------------------------------
+
+
+def desired_status(
+    ws: Obj,
+    finding: Finding,
+    *,
+    address: str | None = None,
+    version: str | None = None,
+    keep_stalled: bool = False,
+) -> Obj:
+    """The status this controller owns: ``Ready`` from the finding, ``Stalled`` when only the user
+    can help (kept as it is while deleting), the agent's address once Ready, the CLI version."""
+    current: Obj = ws.get("status") or {}
+    generation = int(ws["metadata"].get("generation") or 0)
+    conditions: list[Obj] | None = current.get("conditions")
+    ready: ConditionStatus = "True" if finding.ready else "False"
+    conditions = set_condition(conditions, READY, ready, finding.reason, finding.message, generation)
+    if finding.stalled:
+        conditions = set_condition(conditions, STALLED, "True", finding.reason, finding.message, generation)
+    elif not keep_stalled:
+        conditions = remove_condition(conditions, STALLED)
+    status: Obj = {"observedGeneration": generation, "conditions": conditions}
+    if address:
+        status["address"] = address
+    version = version or current.get("pulumiVersion")
+    if version:
+        status["pulumiVersion"] = version
+    return status
+
+
+# --- the JSON-config version check ------------------------------------------------------------
+
+
+def has_json_config(spec: WorkspaceSpec) -> bool:
+    """Whether a stack uses structured config (needs Pulumi CLI >= 3.202.0), as the Go operator checks."""
+    for stack in spec.stacks or []:
+        for item in stack.config or []:
+            if item.value is not None and not isinstance(item.value, str):
+                return True
+            if item.value_from is not None and item.value_from.json_:
+                return True
+    return False
+
+
+def _version_tuple(version: str) -> tuple[int, ...] | None:
+    match = re.match(r"^v?(\d+)\.(\d+)\.(\d+)", version.strip())
+    return tuple(int(p) for p in match.groups()) if match else None
+
+
+def _incompatible(spec: WorkspaceSpec, version: str) -> Finding | None:
+    if not has_json_config(spec):
+        return None
+    parsed = _version_tuple(version)
+    if parsed is None:
+        return Finding(
+            "IncompatibleConfiguration", f"Failed to parse Pulumi version {version!r}", stalled=True
+        )
+    if parsed < JSON_CONFIG_MIN_VERSION:
+        minimum = ".".join(str(p) for p in JSON_CONFIG_MIN_VERSION)
+        message = f"Pulumi CLI version {version} does not support JSON configuration, require >= v{minimum}"
+        return Finding("IncompatibleConfiguration", message, stalled=True)
+    return None

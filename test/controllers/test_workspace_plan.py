@@ -1,0 +1,309 @@
+"""The Workspace reconcile's decisions as pure functions: what it writes, in order, and the status
+and Result that follow (no cluster; the reconciler tests run the same decisions against one)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from pko.controllers.options import ControllerOptions
+from pko.controllers.workspace import plan as wp
+from pko.controllers.workspace.plan import Failure, Finding, Observed, Plan, decide, desired_status, refused
+from pko.controllers.workspace.workloads import (
+    ANNOTATION_INITIALIZED,
+    REVISION_LABEL,
+    desired_service,
+    desired_statefulset,
+    parse_spec,
+)
+from pko.machinery.controller import Result
+
+Obj = dict[str, Any]
+OPTIONS = ControllerOptions(agent_image="example/agent:v1")
+ADDRESS = "my-stack-workspace.ns1:50051"
+
+
+def workspace(spec: Obj | None = None, **status: Any) -> Obj:
+    return {
+        "apiVersion": "auto.pulumi.com/v1alpha1",
+        "kind": "Workspace",
+        "metadata": {"name": "my-stack", "namespace": "ns1", "uid": "uid-1", "generation": 2},
+        "spec": spec if spec is not None else {"stacks": [{"name": "dev"}, {"name": "prod"}]},
+        "status": status,
+    }
+
+
+def settled_sts(desired: Obj, revision: str = "rev-1") -> Obj:
+    sts = copy.deepcopy(desired)
+    sts["metadata"]["generation"] = 3
+    sts["metadata"]["ownerReferences"] = [{"uid": "uid-1", "controller": True, "kind": "Workspace"}]
+    sts["status"] = {"observedGeneration": 3, "updateRevision": revision}
+    return sts
+
+
+def ready_pod(revision: str = "rev-1", **annotations: str) -> Obj:
+    return {
+        "metadata": {
+            "name": "my-stack-workspace-0",
+            "namespace": "ns1",
+            "uid": "pod-uid",
+            "labels": {REVISION_LABEL: revision},
+            "annotations": annotations,
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.9",
+            "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}],
+            "containerStatuses": [{"name": "pulumi", "ready": True, "state": {"running": {}}}],
+        },
+    }
+
+
+def observed(ws: Obj | None = None, **fields: Any) -> Observed:
+    ws = ws or workspace()
+    spec = parse_spec(ws)
+    desired_svc, desired_sts = desired_service(ws, spec), desired_statefulset(ws, spec, OPTIONS)
+    defaults: dict[str, Any] = {
+        "spec": spec,
+        "service": desired_svc,
+        "statefulset": settled_sts(desired_sts),
+        "pod": ready_pod(),
+        "desired_service": desired_svc,
+        "desired_statefulset": desired_sts,
+        "address": ADDRESS,
+    }
+    return Observed(ws, **{**defaults, **fields})
+
+
+def run(plan: Plan, *answers: Any) -> tuple[list[wp.Write], Plan]:
+    """Follow ``then`` with the given answers, as the reconciler's act would; all the writes."""
+    writes = list(plan.writes)
+    for answer in answers:
+        assert plan.then is not None, "the plan ended before its answers ran out"
+        plan = plan.then(answer)
+        writes += plan.writes
+    assert plan.then is None, "the plan waits for another answer"
+    return writes, plan
+
+
+def kinds(writes: list[wp.Write]) -> list[str]:
+    return [type(w).__name__ for w in writes]
+
+
+def test_a_settled_initialized_workspace_writes_nothing_and_is_ready() -> None:
+    pod = ready_pod(**{ANNOTATION_INITIALIZED: "true"})
+    writes, plan = run(decide(observed(workspace(pulumiVersion="3.200.0"), pod=pod)))
+    assert writes == []
+    assert plan.finding == Finding("Succeeded", "", ready=True)
+    assert (plan.address, plan.version, plan.result) == (ADDRESS, "3.200.0", Result.done())
+
+
+def test_deleting_and_invalid_specs_decide_before_any_object() -> None:
+    ws = workspace()
+    ws["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    plan = decide(Observed(ws))
+    assert plan.writes == [] and plan.keep_stalled and plan.finding is not None
+    assert plan.finding.reason == "Deleting"
+    plan = decide(Observed(workspace(), invalid="a path key cannot take a structured value"))
+    assert plan.finding == Finding(
+        "SpecInvalid", "invalid spec: a path key cannot take a structured value", stalled=True
+    )
+    assert plan.result == Result.done()
+
+
+def test_a_new_statefulset_is_dry_run_then_applied_then_waited_for() -> None:
+    obs = observed(statefulset=None, pod=None, apply_service=True, apply_statefulset=True)
+    first = decide(obs)
+    assert kinds(first.writes) == ["ApplyService", "CheckPod"]
+    applied = copy.deepcopy(obs.desired_statefulset)
+    applied["metadata"]["generation"] = 1
+    writes, plan = run(first, None, applied)
+    assert kinds(writes) == ["ApplyService", "CheckPod", "ApplyStatefulSet"]
+    assert plan.finding is not None and plan.finding.reason == "RollingUpdate"
+    # Just applied: the pod gets POD_CREATION_GRACE before a dry run asks why it is missing.
+    assert plan.result == Result.requeue_after(wp.POD_CREATION_GRACE)
+
+
+def test_a_pod_the_apiserver_refuses_is_spec_invalid_before_the_apply() -> None:
+    plan = decide(observed(apply_statefulset=True))
+    writes, plan = run(plan, (422, 'Pod "x" is invalid: volumeMounts[0].name: Not found'))
+    assert kinds(writes) == ["CheckPod"]
+    assert plan.finding == Finding(
+        "SpecInvalid", 'Pod "x" is invalid: volumeMounts[0].name: Not found', stalled=True
+    )
+    assert plan.finding.stalled and plan.result == Result.done()
+    # A 403 (admission, e.g. a missing ServiceAccount) does not stop the apply.
+    obs = observed(apply_statefulset=True, pod=None)
+    writes, _ = run(decide(obs), (403, "forbidden"), obs.desired_statefulset)
+    assert kinds(writes) == ["CheckPod", "ApplyStatefulSet"]
+
+
+def test_a_missing_pod_after_the_grace_is_explained_by_a_dry_run() -> None:
+    obs = observed(pod=None, since_apply=30.0)
+    writes, plan = run(decide(obs), (403, 'pods "x" is forbidden: serviceaccount "nope" not found'))
+    assert kinds(writes) == ["CheckPod"]
+    assert plan.finding == Finding(
+        "PodCreationFailed", 'pods "x" is forbidden: serviceaccount "nope" not found'
+    )
+    assert plan.result == Result.requeue_after(wp.REQUEUE_WAITING)
+    _, plan = run(decide(obs), None)
+    assert plan.finding is not None and plan.finding.reason == "WaitingForReplicas"
+    # Within the grace no dry run: the pod's creation wakes the reconcile.
+    plan = decide(observed(pod=None, since_apply=1.0))
+    assert plan.writes == [] and plan.result == Result.requeue_after(4.0)
+
+
+def test_immutable_changes_and_a_previous_owner_wait_for_the_old_statefulset() -> None:
+    obs = observed()
+    sts = copy.deepcopy(obs.statefulset)
+    assert sts is not None
+    sts["spec"]["serviceName"] = "old"
+    writes, plan = run(decide(observed(statefulset=sts, apply_statefulset=True)))
+    assert writes == [
+        wp.DeleteStatefulSet(sts, ("serviceName",)),
+        wp.Emit("Warning", "Migrated", "Replaced the workspace statefulset"),
+    ]
+    assert plan.finding == Finding("RollingUpdate", "Replacing the statefulset to change serviceName")
+    assert plan.result == Result.requeue_after(wp.REQUEUE_MIGRATION)
+    other = copy.deepcopy(obs.statefulset)
+    assert other is not None
+    other["metadata"]["ownerReferences"][0]["uid"] = "uid-0"
+    writes, plan = run(decide(observed(statefulset=other, apply_statefulset=True)))
+    assert writes == [] and plan.finding is not None
+    assert "of a previous Workspace to go" in plan.finding.message
+
+
+def test_the_rollout_waits_for_the_statefulset_controller_and_the_new_pod() -> None:
+    obs = observed()
+    behind = copy.deepcopy(obs.statefulset)
+    assert behind is not None
+    behind["status"]["observedGeneration"] = 2
+    plan = decide(observed(statefulset=behind))
+    assert plan.finding == Finding("RollingUpdate", "Waiting for the statefulset to be updated")
+    plan = decide(observed(pod=ready_pod(revision="rev-0")))
+    assert plan.finding is not None and plan.finding.reason == "RollingUpdate"
+    assert decide(observed(address=None)).finding == Finding(
+        "WaitingForReplicas", "Waiting for the workspace pod's IP"
+    )
+
+
+def test_a_diagnosed_pod_is_reported_and_stalls_only_when_the_user_must_act() -> None:
+    pod = ready_pod()
+    pod["status"]["phase"] = "Failed"
+    pod["status"]["message"] = "evicted"
+    plan = decide(observed(pod=pod))
+    assert plan.finding is not None and plan.finding.reason == "PodFailed"
+    assert plan.result == Result.requeue_after(wp.REQUEUE_WAITING)
+
+
+def test_initialization_installs_then_initializes_each_stack_then_marks_the_pod() -> None:
+    obs = observed()
+    first = decide(obs)
+    assert first.writes == [wp.AskVersion(ADDRESS)]
+    writes, plan = run(first, "3.274.1")
+    assert kinds(writes) == [
+        "AskVersion",
+        "WriteStatus",
+        "Install",
+        "WriteStatus",
+        "InitStack",
+        "InitStack",
+        "AnnotateInitialized",
+        "Emit",
+    ]
+    progress = [w.finding.reason for w in writes if isinstance(w, wp.WriteStatus)]
+    assert progress == ["Installing", "Initializing"]
+    assert [w.stack.name for w in writes if isinstance(w, wp.InitStack)] == ["dev", "prod"]
+    assert plan.finding == Finding("Succeeded", "", ready=True)
+    assert (plan.address, plan.version, plan.result) == (ADDRESS, "3.274.1", Result.done())
+
+
+def test_json_config_on_an_old_cli_is_incompatible() -> None:
+    ws = workspace({"stacks": [{"name": "dev", "config": [{"key": "k", "value": {"a": 1}}]}]})
+    writes, plan = run(decide(observed(ws)), "3.150.0")
+    assert kinds(writes) == ["AskVersion", "Emit"]
+    assert plan.finding is not None and plan.finding.reason == "IncompatibleConfiguration"
+    assert plan.finding.stalled and plan.version == "3.150.0"
+
+
+def test_failures_of_the_agent_map_to_the_go_operators_reasons() -> None:
+    _, installing = run(decide(observed()), "3.274.1")
+    install, init = wp.Install(), next(w for w in installing.writes if isinstance(w, wp.InitStack))
+    failed = refused(
+        installing, install, Failure("agent", "plugin not found", code="UNKNOWN", reason="Unknown")
+    )
+    assert failed is not None
+    assert failed.writes == [wp.Emit("Warning", "InstallationFailure", "plugin not found")]
+    assert failed.finding == Finding("InstallationFailed", "plugin not found", stalled=True)
+    assert failed.version == "3.274.1"
+    failed = refused(installing, init, Failure("value", "path=true is incompatible"))
+    assert failed is not None and failed.finding is not None
+    assert failed.finding.reason == "InitializationFailed"
+    assert failed.writes == [
+        wp.Emit(
+            "Warning",
+            "StackInitializationFailure",
+            "Failed to initialize stack 'dev': path=true is incompatible",
+        )
+    ]
+    # A token that cannot be minted mid-install is the connection's failure, not the program's.
+    failed = refused(installing, install, Failure("token", "denied", reason="TokenRequestFailed"))
+    assert failed is not None and failed.finding == Finding("TokenRequestFailed", "denied")
+
+    asking = decide(observed())
+    ask = asking.writes[0]
+    unavailable = refused(
+        asking, ask, Failure("agent", "connection refused", code="UNAVAILABLE", transient=True)
+    )
+    assert unavailable is not None and unavailable.finding == Finding(
+        "ConnectionFailed", "connection refused"
+    )
+    assert unavailable.result == Result.requeue_after(wp.REQUEUE_CONNECTION)
+    assert unavailable.writes == [wp.Emit("Warning", "ConnectionFailure", "connection refused")]
+    denied = refused(asking, ask, Failure("agent", "no", code="UNAUTHENTICATED", reason="Unauthenticated"))
+    assert denied is not None and denied.finding == Finding("Unauthenticated", "no")
+    assert denied.result == Result.requeue_after(wp.REQUEUE_REFUSED)
+    timeout = refused(asking, ask, Failure("timeout", "timed out waiting for the workspace agent"))
+    assert timeout is not None and timeout.finding is not None
+    assert timeout.finding.reason == "ConnectionFailed"
+    assert refused(asking, ask, Failure("value", "bug")) is None  # not ours: it propagates
+
+
+def test_refused_writes_of_the_api() -> None:
+    obs = observed()
+    assert obs.statefulset is not None
+    apply = wp.ApplyStatefulSet(obs.desired_statefulset, obs.statefulset)
+    base = Plan([apply])
+    immutable = (
+        "StatefulSet.apps is invalid: spec: Forbidden: updates to statefulset spec for fields other than"
+    )
+    migrate = refused(base, apply, Failure("api", immutable, status=422))
+    assert migrate is not None and kinds(migrate.writes) == ["DeleteStatefulSet", "Emit"]
+    invalid = refused(base, apply, Failure("api", "spec.template: Invalid value", status=422))
+    assert invalid is not None and invalid.finding == Finding(
+        "SpecInvalid", "spec.template: Invalid value", stalled=True
+    )
+    assert refused(base, apply, Failure("api", "etcd timeout", status=500)) is None
+    service = wp.ApplyService(obs.desired_service)
+    assert refused(base, service, Failure("api", "conflict", status=409)) is None
+    mark = wp.AnnotateInitialized(ready_pod(), "3.274.1")
+    replaced = refused(base, mark, Failure("api", "uid mismatch", status=409))
+    assert replaced is not None and replaced.result == Result.requeue()
+    assert replaced.finding == Finding("WaitingForReplicas", "The workspace pod was replaced")
+
+
+def test_desired_status_keeps_stalled_only_while_deleting() -> None:
+    stalled = Finding("SpecInvalid", "bad", stalled=True)
+    ws = workspace(conditions=[], pulumiVersion="3.1.0")
+    ws["status"] = desired_status(ws, stalled)
+    types = [c["type"] for c in ws["status"]["conditions"]]
+    assert types == ["Ready", "Stalled"] and ws["status"]["pulumiVersion"] == "3.1.0"
+    kept = desired_status(ws, Finding("Deleting", "going"), keep_stalled=True)
+    assert [c["type"] for c in kept["conditions"]] == ["Ready", "Stalled"]
+    cleared = desired_status(ws, Finding("Succeeded", "", ready=True), address=ADDRESS, version="3.2.0")
+    assert [c["type"] for c in cleared["conditions"]] == ["Ready"]
+    assert (cleared["address"], cleared["pulumiVersion"], cleared["observedGeneration"]) == (
+        ADDRESS,
+        "3.2.0",
+        2,
+    )
