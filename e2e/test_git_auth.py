@@ -170,6 +170,24 @@ def _assert_never_shown(k: Kube, pods: Iterable[str]) -> None:
             assert value not in text, f"a git credential is in a log: {value}"
 
 
+def _stalled(k: Kube, name: str, timeout: float) -> dict[str, Any]:
+    """Stack ``name`` once it is Stalled."""
+
+    def stalled() -> dict[str, Any] | None:
+        st = k.get("stack", name)
+        return st if k.condition(st, "Stalled").get("status") == "True" else None
+
+    return k.until(f"stack {name} Stalled", stalled, timeout)
+
+
+def _remove(k: Kube, name: str, secret: str) -> None:
+    """Delete Stack ``name`` and wait for it and its Workspace to go; then its Secret."""
+    k.run("delete", "stack", name, "--wait=false")
+    gone(k, "stack", name)
+    gone(k, "workspace", name)
+    k.run("delete", "secret", secret)
+
+
 def test_git_stack_with_basic_auth_tracks_its_branch(kube: Kube, auth_git_server: AuthGit) -> None:
     k, git = kube, auth_git_server
     assert git.repo is not None
@@ -221,10 +239,7 @@ def test_git_stack_with_basic_auth_tracks_its_branch(kube: Kube, auth_git_server
     assert all(r.user == USER for r in later if r.accepted), later
 
     _assert_never_shown(k, ["gitauth-workspace-0"])
-    k.run("delete", "stack", "gitauth", "--wait=false")
-    gone(k, "stack", "gitauth")
-    gone(k, "workspace", "gitauth")
-    k.run("delete", "secret", "gitauth-creds")
+    _remove(k, "gitauth", "gitauth-creds")
 
 
 def test_a_wrong_password_stalls_the_branch_lookup_and_is_never_shown(
@@ -236,11 +251,7 @@ def test_a_wrong_password_stalls_the_branch_lookup_and_is_never_shown(
     k.apply(_secret("gitauth-wrong", username=USER, password=WRONG_PASSWORD))
     k.apply(stack("gitauth-wrong", _git_source(git.url, _basic_auth("gitauth-wrong"))))
 
-    def stalled() -> dict[str, Any] | None:
-        st = k.get("stack", "gitauth-wrong")
-        return st if k.condition(st, "Stalled").get("status") == "True" else None
-
-    s = k.until("stack gitauth-wrong Stalled", stalled, 300)
+    s = _stalled(k, "gitauth-wrong", 300)
     assert k.condition(s, "Ready").get("status") == "False", s["status"]
     why = k.condition(s, "Stalled")
     # e.g. "listing http://10.87.0.1:35607/repo.git: HTTPUnauthorized: No valid credentials provided"
@@ -257,10 +268,7 @@ def test_a_wrong_password_stalls_the_branch_lookup_and_is_never_shown(
     s = ready(k, "gitauth-wrong")
     assert s["status"]["outputs"] == {"greeting": "one"}, s["status"]
     _assert_never_shown(k, ["gitauth-wrong-workspace-0"])
-    k.run("delete", "stack", "gitauth-wrong", "--wait=false")
-    gone(k, "stack", "gitauth-wrong")
-    gone(k, "workspace", "gitauth-wrong")
-    k.run("delete", "secret", "gitauth-wrong")
+    _remove(k, "gitauth-wrong", "gitauth-wrong")
 
 
 def test_a_wrong_token_refused_at_fetch_is_reported_and_never_shown(
@@ -291,11 +299,7 @@ def test_a_wrong_token_refused_at_fetch_is_reported_and_never_shown(
     # The Stack says why once the fetch has failed three times in a row (the Workspace is then Stalled:
     # only a changed Secret or spec fixes it); until then it is Reconciling, "waiting for workspace
     # readiness".
-    def stalled() -> dict[str, Any] | None:
-        st = k.get("stack", "gitauth-pinned")
-        return st if k.condition(st, "Stalled").get("status") == "True" else None
-
-    st = k.until("stack gitauth-pinned Stalled", stalled, 400)
+    st = _stalled(k, "gitauth-pinned", 400)
     assert k.condition(st, "Ready").get("status") == "False", st["status"]
     why = k.condition(st, "Stalled")
     assert why["reason"] == "WorkspaceFailed", why
@@ -309,7 +313,4 @@ def test_a_wrong_token_refused_at_fetch_is_reported_and_never_shown(
     assert s["status"]["outputs"] == {"greeting": "one"}, s["status"]
     assert any(r.user == "git" and r.accepted for r in git.seen), git.seen
     _assert_never_shown(k, ["gitauth-pinned-workspace-0"])
-    k.run("delete", "stack", "gitauth-pinned", "--wait=false")
-    gone(k, "stack", "gitauth-pinned")
-    gone(k, "workspace", "gitauth-pinned")
-    k.run("delete", "secret", "gitauth-token")
+    _remove(k, "gitauth-pinned", "gitauth-token")

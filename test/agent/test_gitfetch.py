@@ -7,17 +7,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import paramiko
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
-from dulwich.objects import Blob, Commit, ObjectID, Tag, Tree
+from dulwich.objects import ObjectID
 from dulwich.refs import Ref
 from dulwich.repo import Repo
-from dulwich.server import DictBackend
-from dulwich.web import make_wsgi_chain
+from gitserver import same_name_repository, serve_git
 from pko.agent.errors import AuthError, HostKeyError, RefNotFound, SourceError, UnreachableError, UsageError
 from pko.agent.gitfetch import GitCredentials, Want, fetch_git, parse_remote, resolve_revision
 from pko.agent.gitssh import load_private_key
@@ -25,11 +23,6 @@ from pko.agent.gitssh import load_private_key
 SHA_A = ObjectID(b"a" * 40)
 SHA_B = ObjectID(b"b" * 40)
 SHA_C = ObjectID(b"c" * 40)
-
-
-class _QuietWSGI(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
 
 # --- revision resolution (pure) ---------------------------------------------------------------
@@ -237,53 +230,22 @@ def test_refuses_a_non_empty_destination(git_http: Any, tmp_path: Path) -> None:
 
 
 @dataclass
-class SameName:
+class Served:
     url: str
     branch: str  # head of branches master and v1
     tag: str  # the commit annotated tag v1 tags
 
 
-def _commit(repo: Repo, text: bytes, when: int) -> Commit:
-    blob = Blob.from_string(text)
-    tree = Tree()
-    tree.add(b"which.txt", 0o100644, blob.id)
-    commit = Commit()
-    commit.tree = tree.id
-    commit.author = commit.committer = b"T <t@example.com>"
-    commit.author_time = commit.commit_time = when
-    commit.author_timezone = commit.commit_timezone = 0
-    commit.message = text
-    for obj in (blob, tree, commit):
-        repo.object_store.add_object(obj)
-    return commit
-
-
 @pytest.fixture
-def same_name(tmp_path: Path) -> Iterator[SameName]:
+def same_name(tmp_path: Path) -> Iterator[Served]:
     """A repository on a loopback smart-HTTP server with branch v1 and tag v1 on different commits."""
     repo = Repo.init_bare(str(tmp_path / "served.git"), mkdir=True)
-    tagged = _commit(repo, b"tag\n", 1_700_000_000)
-    head = _commit(repo, b"branch\n", 1_700_000_100)
-    tag = Tag()
-    tag.name, tag.object = b"v1", (Commit, tagged.id)
-    tag.tagger = b"T <t@example.com>"
-    tag.tag_time, tag.tag_timezone, tag.message = 1_700_000_050, 0, b"release one"
-    repo.object_store.add_object(tag)
-    repo.refs[Ref(b"refs/heads/master")] = head.id
-    repo.refs[Ref(b"refs/heads/v1")] = head.id
-    repo.refs[Ref(b"refs/tags/v1")] = tag.id
-    server = make_server(
-        "127.0.0.1", 0, make_wsgi_chain(DictBackend({"/r.git": repo})), handler_class=_QuietWSGI
-    )
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield SameName(f"http://127.0.0.1:{server.server_port}/r.git", head.id.decode(), tagged.id.decode())
-    finally:
-        server.shutdown()
-        server.server_close()
+    made = same_name_repository(repo, {"which.txt": b"tag\n"}, {"which.txt": b"branch\n"}, default="master")
+    with serve_git(repo, "/r.git") as url:
+        yield Served(url, made.branch, made.tag)
 
 
-def test_a_name_both_a_tag_and_a_branch_checks_out_the_tag(same_name: SameName, tmp_path: Path) -> None:
+def test_a_name_both_a_tag_and_a_branch_checks_out_the_tag(same_name: Served, tmp_path: Path) -> None:
     """git's rule (pko.git.refs): ``v1`` is the tag; the checkout is its commit, HEAD detached."""
     checkout = fetch_git(same_name.url, "v1", tmp_path / "out")
     assert (checkout.commit, checkout.ref) == (same_name.tag, "refs/tags/v1")
@@ -293,7 +255,7 @@ def test_a_name_both_a_tag_and_a_branch_checks_out_the_tag(same_name: SameName, 
 
 @pytest.mark.parametrize("revision", ["refs/heads/v1", "heads/v1"])
 def test_the_branch_of_a_shared_name_is_checked_out_by_its_full_name(
-    same_name: SameName, tmp_path: Path, revision: str
+    same_name: Served, tmp_path: Path, revision: str
 ) -> None:
     checkout = fetch_git(same_name.url, revision, tmp_path / "out", shallow=True)
     assert (checkout.commit, checkout.ref) == (same_name.branch, "refs/heads/v1")
@@ -301,9 +263,7 @@ def test_the_branch_of_a_shared_name_is_checked_out_by_its_full_name(
     assert _head(tmp_path / "out") == (b"refs/heads/v1", same_name.branch)
 
 
-def test_the_commit_a_stack_resolved_its_branch_to_is_checked_out(
-    same_name: SameName, tmp_path: Path
-) -> None:
+def test_the_commit_a_stack_resolved_its_branch_to_is_checked_out(same_name: Served, tmp_path: Path) -> None:
     """What a Stack tracking branch v1 hands its Workspace: the commit, not the ambiguous name."""
     checkout = fetch_git(same_name.url, same_name.branch, tmp_path / "out")
     assert checkout.commit == same_name.branch
@@ -383,7 +343,6 @@ def test_local_git_urls_are_refused_unless_allowed(url: str, monkeypatch: pytest
 
 
 def test_a_cross_origin_redirect_never_carries_the_credentials(tmp_path: Path) -> None:
-    import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     seen: list[dict[str, str]] = []

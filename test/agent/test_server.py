@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from conftest_agent import (
     spawn,
     start_agent,
     stop_process,
+    wait_for_agent,
 )
 from fakepulumi.fixtures import FakePulumi, make_fake_pulumi
 from grpclib.client import Channel
@@ -294,7 +294,7 @@ async def test_sigterm_mid_up_interrupts_pulumi_and_records_the_outcome(
         env,
     )
     try:
-        channel = await _connect(port, proc)
+        channel, _ = await wait_for_agent(proc, port, _answers_version)
         stub = pb.AutomationServiceStub(channel)
         await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="t-1")))
         await wait_for_event(stub, "t-1", is_pre("test:index:Hang"))
@@ -315,21 +315,8 @@ async def test_sigterm_mid_up_interrupts_pulumi_and_records_the_outcome(
     assert journaled["state"] == "OPERATION_STATE_CANCELLED"
 
 
-async def _connect(port: int, proc: subprocess.Popen[bytes], within: float = 120) -> Channel:
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        if proc.poll() is not None:
-            out = proc.stderr.read().decode() if proc.stderr else ""
-            raise AssertionError(f"agent exited with {proc.returncode}:\n{out}")
-        channel = Channel("127.0.0.1", port)
-        try:
-            await pb.AutomationServiceStub(channel).pulumi_version(timeout=5)
-            return channel
-        except (TimeoutError, OSError, GRPCError):
-            channel.close()
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-            await asyncio.sleep(0.3)
+async def _answers_version(channel: Channel) -> str:
+    return (await pb.AutomationServiceStub(channel).pulumi_version(timeout=5)).version
 
 
 @pytest.mark.cluster

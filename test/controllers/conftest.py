@@ -16,27 +16,22 @@ Shared helpers the modules import (``from .conftest import ...``):
   play-kubelet above (``env = operator_env(Env)``);
 * :func:`new_manager` and :func:`running`: a Manager of the module's namespace for tests that set up
   one reconciler themselves, run for the length of an ``async with`` block;
-* :func:`wait_until` (poll a probe), :func:`get_or_none` (a GET, ``None`` on 404);
-* :func:`serve_wsgi`, :func:`serve_git` and :func:`git_commit`: HTTP and git servers on loopback.
+* :func:`wait_until` (poll a probe), :func:`get_or_none` (a GET, ``None`` on 404).
+
+HTTP and git servers on loopback are in ``test/gitserver.py`` (shared with the agent's tests).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
-from dulwich.objects import Blob, Commit, Tree
-from dulwich.repo import Repo
-from dulwich.server import DictBackend
-from dulwich.web import make_wsgi_chain
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
 
@@ -222,66 +217,3 @@ async def get_or_none(rc: ResourceClient, name: str, namespace: str | None = Non
         if exc.status == 404:
             return None
         raise
-
-
-# --- HTTP and git servers on loopback ---------------------------------------------------------------
-
-
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@contextlib.contextmanager
-def serve_wsgi(app: Any) -> Iterator[str]:
-    """``app`` served from a thread on a free loopback port, without a request log: its base URL."""
-    server = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-@contextlib.contextmanager
-def serve_git(repo: Repo, path: str = "/repo.git") -> Iterator[str]:
-    """``repo`` served over git's smart HTTP at ``path``: its URL."""
-    with serve_wsgi(make_wsgi_chain(DictBackend({path: repo}))) as base:
-        yield base + path
-
-
-def git_commit(
-    repo: Repo, files: dict[str, bytes], message: bytes, *, branch: str = "main", when: int | None = None
-) -> str:
-    """Commit ``files`` (path -> content, ``/`` makes folders) to ``branch`` of ``repo``, after the
-    branch's head if it has one, at ``when`` (default: now): the new commit's id."""
-    ref = f"refs/heads/{branch}".encode()
-    commit = Commit()
-    commit.tree = _tree(repo, files).id
-    commit.parents = [repo.refs[ref]] if ref in repo.refs else []
-    commit.author = commit.committer = b"Test <test@example.com>"
-    commit.commit_time = commit.author_time = int(time.time()) if when is None else when
-    commit.commit_timezone = commit.author_timezone = 0
-    commit.message = message
-    repo.object_store.add_object(commit)
-    repo.refs[ref] = commit.id
-    return commit.id.decode()
-
-
-def _tree(repo: Repo, files: dict[str, bytes]) -> Tree:
-    tree = Tree()
-    folders: dict[str, dict[str, bytes]] = {}
-    for path, data in files.items():
-        name, slash, rest = path.partition("/")
-        if slash:
-            folders.setdefault(name, {})[rest] = data
-            continue
-        blob = Blob.from_string(data)
-        repo.object_store.add_object(blob)
-        tree.add(name.encode(), 0o100644, blob.id)
-    for name, inner in folders.items():
-        tree.add(name.encode(), 0o040000, _tree(repo, inner).id)
-    repo.object_store.add_object(tree)
-    return tree

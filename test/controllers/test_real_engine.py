@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 from dulwich.repo import Repo
+from gitserver import git_commit, serve_git
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient, ApiException
 from realpulumi import make_real_pulumi
 
-from .conftest import git_commit, operator_env, serve_git, wait_until
+from .conftest import operator_env, wait_until
 from .test_stack import Env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from dulwich.repo import Repo
+from gitserver import git_commit, serve_git, serve_wsgi
 from kubernetes_asyncio.client import ApiException
 
 from pko.controllers.program.artifact import project_yaml
@@ -29,7 +30,7 @@ from pko.controllers.stack.reconciler import StackReconciler
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, ResourceClient
 
-from .conftest import OperatorEnv, get_or_none, git_commit, operator_env, serve_git, serve_wsgi, wait_until
+from .conftest import OperatorEnv, get_or_none, operator_env, wait_until
 from .test_stack_reconciler import CRDS, FLUX_CRD, GITREPOSITORIES
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]

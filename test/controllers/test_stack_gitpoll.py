@@ -8,13 +8,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
-from dulwich.objects import Blob, Commit, Tag, Tree
 from dulwich.repo import Repo
-from dulwich.server import DictBackend
-from dulwich.web import make_wsgi_chain
+from gitserver import same_name_repository, serve_git
 
 from pko.controllers.stack.branchpoll import BranchResolver, GitCredentials, GitLookupError
 from pko.git import ls_remote, resolve_ref
@@ -103,26 +100,6 @@ async def test_errors_name_no_secret() -> None:
     assert "hunter2" not in repr(GitCredentials(password="hunter2"))
 
 
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-def _commit(repo: Repo, content: bytes, when: int) -> Commit:
-    blob = Blob.from_string(content)
-    tree = Tree()
-    tree.add(b"Pulumi.yaml", 0o100644, blob.id)
-    commit = Commit()
-    commit.tree = tree.id
-    commit.author = commit.committer = b"T <t@example.com>"
-    commit.commit_time = commit.author_time = when
-    commit.commit_timezone = commit.author_timezone = 0
-    commit.message = content
-    for obj in (blob, tree, commit):
-        repo.object_store.add_object(obj)
-    return commit
-
-
 @dataclass
 class ServedRepo:
     url: str
@@ -134,22 +111,10 @@ class ServedRepo:
 def served_repo(tmp_path: Path) -> Iterator[ServedRepo]:
     """A repository on a loopback smart-HTTP server where a branch and a tag are both named v1."""
     repo = Repo.init_bare(str(tmp_path))
-    tagged = _commit(repo, b"name: x\nruntime: yaml\n", 1700000000)
-    head = _commit(repo, b"name: y\nruntime: yaml\n", 1700000100)
-    tag = Tag()
-    tag.name, tag.object = b"v1", (Commit, tagged.id)
-    tag.tagger = b"T <t@example.com>"
-    tag.tag_time, tag.tag_timezone, tag.message = 1700000050, 0, b"release one"
-    repo.object_store.add_object(tag)
-    repo.refs[b"refs/heads/main"] = head.id
-    repo.refs[b"refs/heads/v1"] = head.id
-    repo.refs[b"refs/tags/v1"] = tag.id
-    server = make_server("127.0.0.1", 0, make_wsgi_chain(DictBackend({"/r.git": repo})), handler_class=_Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield ServedRepo(f"http://127.0.0.1:{server.server_port}/r.git", head.id.decode(), tagged.id.decode())
-    server.shutdown()
-    server.server_close()
+    tagged, head = {"Pulumi.yaml": b"name: x\nruntime: yaml\n"}, {"Pulumi.yaml": b"name: y\nruntime: yaml\n"}
+    made = same_name_repository(repo, tagged, head, default="main")
+    with serve_git(repo, "/r.git") as url:
+        yield ServedRepo(url, made.branch, made.tag)
 
 
 async def test_ls_remote_against_a_smart_http_server(served_repo: ServedRepo) -> None:

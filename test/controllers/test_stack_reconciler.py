@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from dulwich.repo import Repo
+from gitserver import git_commit, serve_git
 
 from pko.controllers.resources import PROGRAMS, STACKS, UPDATES, WORKSPACES
 from pko.controllers.stack import reconciler as stack_controller
@@ -28,7 +29,7 @@ from pko.machinery.conditions import format_time
 from pko.machinery.manager import Manager, ManagerOptions
 from pko.machinery.resource import EVENTS, SECRETS, Obj, Resource, ResourceClient, api_error_status
 
-from .conftest import git_commit, new_manager, running, serve_git
+from .conftest import new_manager, running
 
 SECRET_RECHECK = 4.0
 FAST = RetrySettings(deterministic_base=1.0, deterministic_factor=2.0, transient_base=1.0, transient_cap=2.0)

@@ -1,0 +1,107 @@
+"""Git repositories served on loopback, for tests of either caller of :mod:`pko.git` (the
+operator's branch lookup and the agent's fetch): :func:`serve_wsgi`, :func:`serve_git`,
+:func:`git_commit` and :func:`same_name_repository` (a branch and a tag of one name)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from dulwich.objects import Blob, Commit, Tag, Tree
+from dulwich.repo import Repo
+from dulwich.server import DictBackend
+from dulwich.web import make_wsgi_chain
+
+__all__ = ["SameName", "git_commit", "same_name_repository", "serve_git", "serve_wsgi"]
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serve_wsgi(app: Any) -> Iterator[str]:
+    """``app`` served from a thread on a free loopback port, without a request log: its base URL."""
+    server = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def serve_git(repo: Repo, path: str = "/repo.git") -> Iterator[str]:
+    """``repo`` served over git's smart HTTP at ``path``: its URL."""
+    with serve_wsgi(make_wsgi_chain(DictBackend({path: repo}))) as base:
+        yield base + path
+
+
+def git_commit(
+    repo: Repo, files: dict[str, bytes], message: bytes, *, branch: str = "main", when: int | None = None
+) -> str:
+    """Commit ``files`` (path -> content, ``/`` makes folders) to ``branch`` of ``repo``, after the
+    branch's head if it has one, at ``when`` (default: now): the new commit's id."""
+    ref = f"refs/heads/{branch}".encode()
+    commit = Commit()
+    commit.tree = _tree(repo, files).id
+    commit.parents = [repo.refs[ref]] if ref in repo.refs else []
+    commit.author = commit.committer = b"Test <test@example.com>"
+    commit.commit_time = commit.author_time = int(time.time()) if when is None else when
+    commit.commit_timezone = commit.author_timezone = 0
+    commit.message = message
+    repo.object_store.add_object(commit)
+    repo.refs[ref] = commit.id
+    return commit.id.decode()
+
+
+def _tree(repo: Repo, files: dict[str, bytes]) -> Tree:
+    tree = Tree()
+    folders: dict[str, dict[str, bytes]] = {}
+    for path, data in files.items():
+        name, slash, rest = path.partition("/")
+        if slash:
+            folders.setdefault(name, {})[rest] = data
+            continue
+        blob = Blob.from_string(data)
+        repo.object_store.add_object(blob)
+        tree.add(name.encode(), 0o100644, blob.id)
+    for name, inner in folders.items():
+        tree.add(name.encode(), 0o040000, _tree(repo, inner).id)
+    repo.object_store.add_object(tree)
+    return tree
+
+
+@dataclass(frozen=True)
+class SameName:
+    """Branch ``v1`` (and the default branch) at ``branch``; annotated tag ``v1`` of ``tag``."""
+
+    branch: str
+    tag: str
+
+
+def same_name_repository(
+    repo: Repo, tagged: dict[str, bytes], head: dict[str, bytes], *, default: str
+) -> SameName:
+    """Make ``repo`` hold a branch and an annotated tag both named ``v1`` on different commits
+    (``tagged``'s files and ``head``'s), the branch also as ``default``: git's rule reads plain
+    ``v1`` as the tag, a Stack's branch ``v1`` is the branch."""
+    tag_commit = git_commit(repo, tagged, b"tagged\n", branch="tagged", when=1_700_000_000)
+    branch_commit = git_commit(repo, head, b"head\n", branch=default, when=1_700_000_100)
+    del repo.refs[b"refs/heads/tagged"]
+    tag = Tag()
+    tag.name, tag.object = b"v1", (Commit, tag_commit.encode())
+    tag.tagger = b"T <t@example.com>"
+    tag.tag_time, tag.tag_timezone, tag.message = 1_700_000_050, 0, b"release one"
+    repo.object_store.add_object(tag)
+    repo.refs[b"refs/heads/v1"] = branch_commit.encode()
+    repo.refs[b"refs/tags/v1"] = tag.id
+    return SameName(branch_commit, tag_commit)
