@@ -26,7 +26,10 @@ what wakes it. One line per module:
 
 * ``update/``: one Pulumi operation run through the workspace agent.
 
-  * ``reconciler``: starts the operation, records its result, cleans up.
+  * ``reconciler``: reads, and carries the plan out in one place (``_act``): starts the operation,
+    records its result, cleans up; and its wiring (``setup``).
+  * ``plan``: what one reconcile decided (pure): the writes in order, the plan after the agent's
+    answer, and the rest after an expected failure (``refused``).
   * ``status``: the Update status and outputs Secret as pure functions of the agent's answers.
   * ``watch``: the background tasks that follow running operations' event streams.
 

@@ -19,6 +19,13 @@ The Go operator's update controller, with operations owned by the agent:
   not fail a running Update (upstream PR 1155): only the agent's answers do.
 * A completed Update is deleted after ``ttlAfterCompleted``, never before the Stack that created it
   recorded it; a deleting, completed, recorded Update loses the Stack's finalizer (upstream 1060).
+
+Each reconcile plans, then acts: ``_observe`` reads (the caches and the reconciler's memory: the
+pending outcome, whether a watch task runs), :func:`~pko.controllers.update.plan.decide` (pure, in
+``plan.py``) computes the status to write, the ordered writes and the ``Result``, and ``_act`` is
+the one place that carries them out (status writes, agent calls, the outputs Secret, finalizer,
+delete, Events, the outcome bookkeeping). A write's expected failure (the agent unreachable or
+busy, a stale status write) goes back to the pure ``refused``, which plans the rest.
 """
 
 from __future__ import annotations
@@ -27,7 +34,6 @@ import asyncio
 import contextlib
 import logging
 import random
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -36,7 +42,6 @@ from kubernetes_asyncio.client import ApiException
 
 from pko.agentclient import AgentClient, AgentError, audience, resolve_address
 from pko.api.generated.pko.agent import v1 as pb
-from pko.api.meta import parse_go_duration
 from pko.api.update import CONDITION_COMPLETE
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import (
@@ -49,12 +54,38 @@ from pko.controllers.resources import (
     WORKSPACES,
 )
 from pko.controllers.update import status as us
+from pko.controllers.update.plan import (
+    CancelGone,
+    CancelOperation,
+    CreateOutputs,
+    DeleteUpdate,
+    Emit,
+    Failure,
+    Follow,
+    ForgetOutcome,
+    KeepOutcome,
+    Log,
+    Observed,
+    Outcome,
+    Plan,
+    RemoveFinalizer,
+    SelectAndStart,
+    StopFollowing,
+    Write,
+    WriteStatus,
+    decide,
+    key_of,
+    last_update_name,
+    refused,
+    stack_owner,
+    stack_recorded,
+    uid_of,
+)
 from pko.controllers.update.watch import UpdateWatches
-from pko.machinery.conditions import get_condition, is_true
 from pko.machinery.controller import Result
 from pko.machinery.events import Recorder
 from pko.machinery.manager import KeyChannel, Manager
-from pko.machinery.objects import controller_of, has_finalizer, remove_finalizer
+from pko.machinery.objects import remove_finalizer
 from pko.machinery.predicates import (
     condition_became,
     deletion_started,
@@ -71,21 +102,6 @@ __all__ = ["WORKSPACE_INDEX", "UpdateReconciler", "setup"]
 
 CONTROLLER_NAME: Final = "update-controller"
 WORKSPACE_INDEX: Final = "update-workspace"
-TRANSIENT_REQUEUE: Final = 5.0  # the Go operator's requeue after a TransientFailure
-STACK_RECORD_RECHECK: Final = 60.0  # a fallback: the Stack watch normally wakes a waiting TTL
-RECORD_RETRY: Final = 1.0  # a result write refused as stale is tried again this soon
-
-
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    """How an operation ended, waiting to be written: the agent's ``result``, or an end without one
-    (``reason``, ``message``)."""
-
-    uid: str
-    result: pb.OperationResult | None = None
-    reason: str = ""
-    message: str = ""
-
 
 _log = structlog.get_logger("pko.controllers.update.reconciler")
 
@@ -102,48 +118,36 @@ class _Unreachable(Exception):
     """The agent has no address yet (pod-ip mode, pod without an IP) or its workspace is gone."""
 
 
-def _key(obj: Obj) -> str:
-    meta = obj.get("metadata") or {}
-    return object_key(meta.get("namespace"), str(meta.get("name", "")))
+# The failures each write expects (``refused`` plans what follows them); any other propagates.
+_EXPECTED: Final[dict[type[Write], tuple[type[Exception], ...]]] = {
+    SelectAndStart: (_Unreachable, AgentError),
+    CancelOperation: (_Unreachable, AgentError),
+    WriteStatus: (ApiException,),
+    CreateOutputs: (ApiException,),
+    DeleteUpdate: (ApiException,),
+}
 
 
-def _uid(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("uid", ""))
-
-
-def _parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def _stack_owner(update: Obj) -> str | None:
-    for ref in (update.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "Stack" and str(ref.get("apiVersion", "")).startswith("pulumi.com/"):
-            return str(ref.get("name"))
-    return None
-
-
-def _last_update_name(stack: Obj | None) -> str | None:
-    if stack is None:
-        return None
-    last = (stack.get("status") or {}).get("lastUpdate") or {}
-    name = last.get("name")
-    return str(name) if name else None
+def _failure(exc: Exception) -> Failure:
+    """An expected failure as the pure planner sees it."""
+    if isinstance(exc, _Unreachable):
+        return Failure(message=str(exc), unreachable=True)
+    if isinstance(exc, AgentError):
+        return Failure(code=exc.code, reason=exc.reason, message=exc.message, transient=exc.transient)
+    if isinstance(exc, ApiException):
+        return Failure(status=api_error_status(exc), message=str(exc.reason or ""))
+    return Failure(message=str(exc))
 
 
 def _stack_last_update_keys(stack: Obj) -> list[str]:
-    name = _last_update_name(stack)
+    name = last_update_name(stack)
     return [object_key((stack.get("metadata") or {}).get("namespace"), name)] if name else []
 
 
 def _stack_last_update_changed(old: Obj | None, new: Obj | None) -> bool:
     if old is None or new is None:
         return new is not None
-    return _last_update_name(old) != _last_update_name(new)
+    return last_update_name(old) != last_update_name(new)
 
 
 class UpdateReconciler:
@@ -174,7 +178,7 @@ class UpdateReconciler:
         self.events: Recorder = events if events is not None else manager.events
         self.watches = UpdateWatches()
         # Outcomes of ended operations not yet written (the reconcile writes them), by key.
-        self._outcomes: dict[str, _Outcome] = {}
+        self._outcomes: dict[str, Outcome] = {}
         self.wake = KeyChannel()
         self.lost_agent_budget = options.agent_unreachable_timeout
         self.connect_timeout = connect_timeout
@@ -192,96 +196,120 @@ class UpdateReconciler:
     # --- reconcile -------------------------------------------------------------------------------
 
     async def reconcile(self, key: str) -> Result:
+        observed = self._observe(key)
+        return await self._act(observed, decide(observed))
+
+    def _observe(self, key: str) -> Observed:
+        """What this reconcile decides from: the caches and the reconciler's own memory (no I/O)."""
+        now = datetime.now(UTC)
         update = self.updates.latest(key)
         if update is None:
-            self._outcomes.pop(key, None)
-            await self._gone(key)
-            return Result.done()
-        uid = _uid(update)
-        outcome = self._outcomes.get(key)
-        if outcome is not None:
-            if outcome.uid == uid and not us.is_complete(update):
-                return await self._write_outcome(update, outcome)
-            del self._outcomes[key]
-        if us.is_complete(update):
-            # Its watch task (if any) ends by itself once it sees the Update complete.
-            return await self._completed(update)
+            return Observed(key, None, now, last=self.watches.info(key))
         meta = update.get("metadata") or {}
-        ending = bool(meta.get("deletionTimestamp")) or controller_of(update) is None
-        if us.is_running(update):
-            if ending:
-                return await self._cancel(update)
-            self._follow_in_background(update)
-            return Result.done()
-        if meta.get("deletionTimestamp"):
-            return await self._end(
-                update, us.REASON_CANCELED, "the Update was deleted before its operation started"
-            )
-        if controller_of(update) is None:
-            return await self._end(
-                update, us.REASON_CANCELED, "the Update has no controlling owner (orphaned)"
-            )
-        return await self._start(update)
+        namespace = meta.get("namespace")
+        ws_name = (update.get("spec") or {}).get("workspaceName")
+        workspace = (
+            self.workspaces.indexer.get_by_key(object_key(namespace, str(ws_name))) if ws_name else None
+        )
+        owner = stack_owner(update)
+        stack = self.stacks.indexer.get_by_key(object_key(namespace, owner)) if owner is not None else None
+        return Observed(
+            key,
+            update,
+            now,
+            workspace=workspace,
+            outcome=self._outcomes.get(key),
+            stack_recorded=stack_recorded(update, stack),
+            watch_running=self.watches.running(key, uid_of(update)),
+        )
 
-    async def _gone(self, key: str) -> None:
-        """The Update vanished (deleted without a finalizer): cancel its operation, best effort."""
-        last = self.watches.info(key)
-        self.watches.cancel(key)
-        if last is None:
-            return
-        self.watches.forget(_uid(last))
+    # --- acting: the one place an Update reconcile writes ----------------------------------------
+
+    async def _act(self, observed: Observed, plan: Plan) -> Result:
+        """Carry out ``plan``: its writes in order, then what ``then`` plans from the agent's answer.
+        A write's expected failure (``_EXPECTED``) is handed to :func:`refused`, which plans the
+        rest; any other failure propagates (the controller retries with backoff)."""
+        while True:
+            answer: pb.OperationStatus | None = None
+            rest: Plan | None = None
+            for write in plan.writes:
+                try:
+                    got = await self._write(observed, write)
+                except _EXPECTED.get(type(write), ()) as exc:
+                    rest = refused(observed, write, _failure(exc), datetime.now(UTC))
+                    if rest is None:
+                        raise
+                    break
+                if got is not None:
+                    answer = got
+            if rest is not None:
+                plan = rest
+            elif plan.then is not None and answer is not None:
+                plan = plan.then(answer, datetime.now(UTC))
+            else:
+                return plan.result
+
+    async def _write(self, observed: Observed, write: Write) -> pb.OperationStatus | None:
+        """Carry out one write; the agent's answer for the writes that call it."""
+        key, update = observed.key, observed.update
+        if isinstance(write, KeepOutcome):
+            self._outcomes[key] = write.outcome
+        elif isinstance(write, ForgetOutcome):
+            self._outcomes.pop(key, None)
+            if write.uid is not None:
+                self.watches.forget(write.uid)
+        elif isinstance(write, StopFollowing):
+            self.watches.cancel(key)
+        elif isinstance(write, CancelGone):
+            await self._cancel_gone(write.last)
+        elif isinstance(write, Log):
+            _log.info(write.event, **write.fields)
+        else:
+            if update is None:
+                raise TypeError(f"{type(write).__name__} needs the Update")
+            if isinstance(write, WriteStatus):
+                # Preconditioned on the resourceVersion read: a write from a stale read fails (409),
+                # which is what makes recording a result happen once.
+                await self.status_writer.write(update, write.status, precondition=True)
+            elif isinstance(write, SelectAndStart):
+                async with self._agent(update) as client:
+                    await client.select_stack(write.stack_name, create=True, secrets_provider=None)
+                    return await client.start_operation(write.request)
+            elif isinstance(write, CancelOperation):
+                async with self._agent(update) as client:
+                    return await client.cancel_operation(uid_of(update))
+            elif isinstance(write, Follow):
+                self._follow_in_background(update)
+            elif isinstance(write, CreateOutputs):
+                await self._create_outputs(write.secret)
+            elif isinstance(write, Emit):
+                self.events.event(update, write.type, write.reason, write.message)
+            elif isinstance(write, RemoveFinalizer):
+                await remove_finalizer(self._update_client, update, STACK_FINALIZER)
+            elif isinstance(write, DeleteUpdate):
+                meta = update.get("metadata") or {}
+                await self._update_client.delete(
+                    str(meta["name"]),
+                    meta.get("namespace"),
+                    uid=uid_of(update),
+                    propagation_policy="Background",
+                )
+        return None
+
+    async def _cancel_gone(self, last: Obj) -> None:
+        """Cancel a vanished Update's operation, best effort."""
         with contextlib.suppress(AgentError, _Unreachable, TimeoutError):
             async with asyncio.timeout(self.connect_timeout):
                 async with self._agent(last) as client:
-                    await client.cancel_operation(_uid(last))
+                    await client.cancel_operation(uid_of(last))
 
-    # --- start ------------------------------------------------------------------------------------
-
-    def _workspace(self, update: Obj) -> Obj | None:
-        meta = update.get("metadata") or {}
-        name = (update.get("spec") or {}).get("workspaceName")
-        if not name:
-            return None
-        return self.workspaces.indexer.get_by_key(object_key(meta.get("namespace"), str(name)))
-
-    async def _wait(self, update: Obj, reason: str, message: str, requeue: float | None = None) -> Result:
-        """Record why the Update has not started (only when that changed), then wait."""
-        await self._apply_status(update, us.waiting_status(update, reason, message))
-        return Result.requeue_after(requeue) if requeue is not None else Result.done()
-
-    async def _start(self, update: Obj) -> Result:
-        ws = self._workspace(update)
-        ws_name = (update.get("spec") or {}).get("workspaceName")
-        if ws is None:
-            return await self._wait(update, us.REASON_WORKSPACE_NOT_FOUND, f"workspace {ws_name!r} not found")
-        if not is_true((ws.get("status") or {}).get("conditions"), "Ready"):
-            return await self._wait(
-                update, us.REASON_WORKSPACE_NOT_READY, f"workspace {ws_name!r} is not ready"
-            )
+    async def _create_outputs(self, secret: Obj) -> None:
+        """Create the outputs Secret (directly, never cached)."""
         try:
-            request = us.operation_request(update)
-        except ValueError as exc:
-            return await self._end(update, us.REASON_UPDATE_FAILED, str(exc))
-        stack_name = str((update.get("spec") or {}).get("stackName") or "")
-        try:
-            async with self._agent(update) as client:
-                await client.select_stack(stack_name, create=True, secrets_provider=None)
-                op = await client.start_operation(request)
-        except _Unreachable as exc:
-            return await self._wait(update, us.REASON_TRANSIENT_FAILURE, str(exc), TRANSIENT_REQUEUE)
-        except AgentError as exc:
-            if exc.transient or exc.code in ("ABORTED", "FAILED_PRECONDITION"):
-                # Unreachable, or busy with another operation: try again shortly.
-                message = f"{exc.reason}: {exc.message}"
-                return await self._wait(update, us.REASON_TRANSIENT_FAILURE, message, TRANSIENT_REQUEUE)
-            return await self._end(update, exc.reason or us.REASON_UPDATE_FAILED, exc.message)
-        if op.result is not None:
-            # Attached to an operation that already finished (its earlier start was not recorded).
-            return await self._record(update, op.result)
-        await self._apply_status(update, us.started_status(update))
-        _log.info("update started", update=_key(update), operation=_uid(update), attached=op.attached)
-        self._follow_in_background(update)
-        return Result.done()
+            await self._secrets.create(secret)
+        except ApiException as exc:
+            if api_error_status(exc) != 409:  # AlreadyExists: an earlier attempt created it
+                raise
 
     # --- agent ------------------------------------------------------------------------------------
 
@@ -308,7 +336,7 @@ class UpdateReconciler:
     # --- following a running operation ------------------------------------------------------------
 
     def _follow_in_background(self, update: Obj) -> None:
-        key, uid = _key(update), _uid(update)
+        key, uid = key_of(update), uid_of(update)
         self.watches.start(key, uid, lambda: self._follow(key, uid), info=update)
 
     def _engine_logger(self, update: Obj) -> Any:
@@ -328,20 +356,20 @@ class UpdateReconciler:
         loop = asyncio.get_running_loop()
         while True:
             update = self.updates.latest(key)
-            if update is None or _uid(update) != uid or us.is_complete(update):
+            if update is None or uid_of(update) != uid or us.is_complete(update):
                 return
             engine_log = self._engine_logger(update)
             try:
                 async with self._agent(update) as client:
                     status = await client.get_operation(uid)
                     if status.result is not None:
-                        self._conclude(key, _Outcome(uid, result=status.result))
+                        self._conclude(key, Outcome(uid, result=status.result))
                         return
                     lost_since, failures = None, 0
                     start = self.watches.last_sequence(uid) + 1
                     async for event in client.watch_operation(uid, from_sequence=start):
                         if event.result is not None:
-                            self._conclude(key, _Outcome(uid, result=event.result))
+                            self._conclude(key, Outcome(uid, result=event.result))
                             return
                         if event.engine_event is not None and event.sequence >= start:
                             engine_log.log(
@@ -358,7 +386,7 @@ class UpdateReconciler:
                         "the workspace agent no longer knows this operation: the workspace pod was "
                         f"replaced or lost its journal ({exc.message})"
                     )
-                    self._conclude(key, _Outcome(uid, reason=us.REASON_OPERATION_LOST, message=message))
+                    self._conclude(key, Outcome(uid, reason=us.REASON_OPERATION_LOST, message=message))
                     return
                 last_error = f"{exc.reason}: {exc.message}"
             except _Unreachable as exc:
@@ -371,164 +399,18 @@ class UpdateReconciler:
             failures += 1
             if now - lost_since >= self.lost_agent_budget:
                 message = f"lost contact with the workspace agent for {now - lost_since:.0f}s: {last_error}"
-                self._conclude(key, _Outcome(uid, reason=us.REASON_UNREACHABLE, message=message))
+                self._conclude(key, Outcome(uid, reason=us.REASON_UNREACHABLE, message=message))
                 return
             _log.info("update watch interrupted; retrying", update=key, error=last_error, attempt=failures)
             delay = min(30.0, 0.5 * 2 ** min(failures, 6)) * random.uniform(0.8, 1.2)
             await asyncio.sleep(min(delay, max(0.1, lost_since + self.lost_agent_budget - now)))
 
-    async def _cancel(self, update: Obj) -> Result:
-        """A running Update being deleted (or orphaned): cancel its operation; the watch records it."""
-        try:
-            async with self._agent(update) as client:
-                status = await client.cancel_operation(_uid(update))
-        except _Unreachable as exc:
-            return await self._cancel_failed(update, str(exc), transient=True)
-        except AgentError as exc:
-            transient = exc.transient and exc.code != "NOT_FOUND"
-            return await self._cancel_failed(update, f"{exc.reason}: {exc.message}", transient=transient)
-        if status.result is not None:
-            return await self._record(update, status.result)
-        self._follow_in_background(update)
-        return Result.done()
-
-    async def _cancel_failed(self, update: Obj, detail: str, *, transient: bool) -> Result:
-        """The cancel did not reach the agent: while a watch task still follows the operation (it
-        ends it within its budget) try again; otherwise end the Update here."""
-        if transient and self.watches.running(_key(update), _uid(update)):
-            return Result.requeue_after(TRANSIENT_REQUEUE)
-        return await self._end(
-            update, us.REASON_CANCELED, f"the Update was canceled; its operation could not be: {detail}"
-        )
-
     # --- recording --------------------------------------------------------------------------------
 
-    async def _apply_status(self, update: Obj, status: Obj) -> Obj | None:
-        """Write ``status`` if it changed, preconditioned on the resourceVersion read: a write from
-        a stale read fails (409), which is what makes recording a result happen once."""
-        return await self.status_writer.write(update, status, precondition=True)
-
-    def _conclude(self, key: str, outcome: _Outcome) -> None:
+    def _conclude(self, key: str, outcome: Outcome) -> None:
         """A watch task's last act: hand the outcome to the reconcile, the one writer."""
         self._outcomes[key] = outcome
         self.wake.send(key)
-
-    async def _write_outcome(self, update: Obj, outcome: _Outcome) -> Result:
-        """Write a pending outcome (read fresh: the reconcile checked it is not complete); keep it
-        while the write is refused as stale."""
-        key = _key(update)
-        try:
-            if outcome.result is not None:
-                await self._write_result(update, outcome.result)
-            else:
-                await self._write_end(update, outcome.reason, outcome.message)
-        except ApiException as exc:
-            code = api_error_status(exc)
-            if code == 409:
-                return Result.requeue_after(RECORD_RETRY)  # a stale read: again, from the cache
-            if code != 404:
-                raise
-        self._outcomes.pop(key, None)
-        self.watches.forget(outcome.uid)
-        return Result.done()
-
-    async def _record(self, update: Obj, result: pb.OperationResult) -> Result:
-        """Record a finished operation's result (once), its outputs Secret, and an Event."""
-        return await self._write_outcome(update, self._pending(update, _Outcome(_uid(update), result=result)))
-
-    async def _end(self, update: Obj, reason: str, message: str) -> Result:
-        """End the Update without a result from the agent (Failed with ``reason``)."""
-        outcome = _Outcome(_uid(update), reason=reason, message=message)
-        return await self._write_outcome(update, self._pending(update, outcome))
-
-    def _pending(self, update: Obj, outcome: _Outcome) -> _Outcome:
-        self._outcomes[_key(update)] = outcome
-        return outcome
-
-    async def _outputs(self, update: Obj, result: pb.OperationResult) -> str | None:
-        """Create the outputs Secret (directly, never cached) when there are outputs; its name."""
-        if not result.outputs and not (
-            result.type == pb.OperationType.UP and result.state == pb.OperationState.SUCCEEDED
-        ):
-            return None
-        secret = us.outputs_secret(update, result.outputs)
-        try:
-            await self._secrets.create(secret)
-        except ApiException as exc:
-            if api_error_status(exc) != 409:  # AlreadyExists: an earlier attempt created it
-                raise
-        return str(secret["metadata"]["name"])
-
-    async def _write_result(self, update: Obj, result: pb.OperationResult) -> None:
-        """The result's outputs Secret, the final status (preconditioned), then its Event."""
-        key, uid = _key(update), _uid(update)
-        outputs = await self._outputs(update, result)
-        await self._apply_status(update, us.result_status(update, result, outputs))
-        utype = (update.get("spec") or {}).get("type") or "update"
-        reason = us.failed_reason(result)
-        log = _log.bind(update=key, operation=uid, type=utype, reason=reason)
-        if result.state == pb.OperationState.SUCCEEDED:
-            log.info("update succeeded")
-            self.events.event(update, "Normal", "UpdateSucceeded", f"{utype} succeeded")
-        else:
-            message = us.result_message(result)
-            log.info("update failed", message=message)
-            first = message.splitlines()[0] if message else reason
-            self.events.event(update, "Warning", "UpdateFailed", f"{utype} failed ({reason}): {first}")
-
-    async def _write_end(self, update: Obj, reason: str, message: str) -> None:
-        await self._apply_status(update, us.ended_status(update, reason, message))
-        _log.info("update ended", update=_key(update), reason=reason, message=message)
-        self.events.event(update, "Warning", "UpdateFailed", f"{reason}: {message}")
-
-    # --- completed Updates ------------------------------------------------------------------------
-
-    def _stack_recorded(self, update: Obj) -> bool:
-        """The Stack that created ``update`` has recorded it (or there is no such Stack any more)."""
-        stack_name = _stack_owner(update)
-        if stack_name is None:
-            return True
-        meta = update.get("metadata") or {}
-        stack = self.stacks.indexer.get_by_key(object_key(meta.get("namespace"), stack_name))
-        return stack is None or _last_update_name(stack) == meta.get("name")
-
-    async def _completed(self, update: Obj) -> Result:
-        meta = update.get("metadata") or {}
-        recorded = self._stack_recorded(update)
-        if meta.get("deletionTimestamp"):
-            if has_finalizer(update, STACK_FINALIZER):
-                if not recorded:
-                    return Result.requeue_after(STACK_RECORD_RECHECK)
-                await remove_finalizer(self._update_client, update, STACK_FINALIZER)
-            return Result.done()
-        ttl_text = (update.get("spec") or {}).get("ttlAfterCompleted")
-        if not ttl_text:
-            return Result.done()
-        try:
-            ttl = parse_go_duration(str(ttl_text))
-        except ValueError:
-            return Result.done()
-        status = update.get("status") or {}
-        complete = get_condition(status.get("conditions"), CONDITION_COMPLETE) or {}
-        ended = _parse_time(status.get("endTime")) or _parse_time(complete.get("lastTransitionTime"))
-        if ended is None:
-            return Result.done()
-        remaining = (ended + ttl - datetime.now(UTC)).total_seconds()
-        if remaining > 0:
-            return Result.requeue_after(remaining)
-        if not recorded:
-            return Result.requeue_after(STACK_RECORD_RECHECK)
-        try:
-            await self._update_client.delete(
-                str(meta["name"]), meta.get("namespace"), uid=_uid(update), propagation_policy="Background"
-            )
-        except ApiException as exc:
-            if api_error_status(exc) not in (404, 409):
-                raise
-            return Result.done()
-        _log.info("update expired", update=_key(update), ttl=str(ttl_text))
-        self.events.event(update, "Normal", "UpdateExpired", "ttl expired and was deleted")
-        return Result.done()
 
 
 def setup(manager: Manager, options: ControllerOptions | None = None, **kwargs: Any) -> UpdateReconciler:

@@ -1,0 +1,474 @@
+"""The Update reconcile's decisions as pure functions (no cluster): ``decide`` and ``refused``."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pko.api.generated.pko.agent import v1 as pb
+
+from pko.controllers.resources import STACK_FINALIZER
+from pko.controllers.update import status as us
+from pko.controllers.update.plan import (
+    RECORD_RETRY,
+    STACK_RECORD_RECHECK,
+    TRANSIENT_REQUEUE,
+    CancelGone,
+    CancelOperation,
+    CreateOutputs,
+    DeleteUpdate,
+    Emit,
+    Failure,
+    Follow,
+    ForgetOutcome,
+    KeepOutcome,
+    Log,
+    Observed,
+    Outcome,
+    Plan,
+    RemoveFinalizer,
+    SelectAndStart,
+    StopFollowing,
+    WriteStatus,
+    decide,
+    refused,
+    stack_recorded,
+)
+from pko.machinery.conditions import get_condition
+from pko.machinery.controller import Result
+
+NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+UID = "0b6c1f4e-1111-2222-3333-444455556666"
+KEY = "ns/s-18f"
+READY_WS: dict[str, Any] = {
+    "metadata": {"name": "s", "namespace": "ns"},
+    "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready"}]},
+}
+
+
+def make_update(*, owned: bool = True, **spec: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": "s-18f",
+        "namespace": "ns",
+        "uid": UID,
+        "generation": 1,
+        "resourceVersion": "42",
+    }
+    if owned:
+        meta["ownerReferences"] = [
+            {"apiVersion": "pulumi.com/v1", "kind": "Stack", "name": "s", "uid": "u", "controller": True}
+        ]
+    return {
+        "apiVersion": "auto.pulumi.com/v1alpha1",
+        "kind": "Update",
+        "metadata": meta,
+        "spec": {"workspaceName": "s", "stackName": "dev", "type": "up", **spec},
+    }
+
+
+def running(update: dict[str, Any]) -> dict[str, Any]:
+    update["status"] = us.started_status(update, NOW - timedelta(minutes=5))
+    return update
+
+
+def completed(update: dict[str, Any], ended: datetime) -> dict[str, Any]:
+    update["status"] = us.ended_status(update, us.REASON_CANCELED, "x", ended)
+    return update
+
+
+def observed(update: dict[str, Any] | None, **kw: Any) -> Observed:
+    kw.setdefault("workspace", READY_WS)
+    return Observed(KEY, update, NOW, **kw)
+
+
+def succeeded(**kw: Any) -> pb.OperationResult:
+    return pb.OperationResult(
+        operation_id=UID,
+        type=pb.OperationType.UP,
+        state=pb.OperationState.SUCCEEDED,
+        summary=pb.UpdateSummary(
+            start_time=datetime(2025, 1, 2, 3, 0, 0, tzinfo=UTC),
+            end_time=datetime(2025, 1, 2, 3, 1, 0, tzinfo=UTC),
+            result="succeeded",
+            message="deploy it",
+        ),
+        **kw,
+    )
+
+
+def failed_result() -> pb.OperationResult:
+    return pb.OperationResult(
+        operation_id=UID,
+        type=pb.OperationType.PREVIEW,
+        state=pb.OperationState.FAILED,
+        stderr="boom\nmore",
+        failure=pb.Failure(reason="UpdateFailed"),
+    )
+
+
+def kinds(plan: Plan) -> list[str]:
+    return [type(w).__name__ for w in plan.writes]
+
+
+def cond(status: dict[str, Any], type_: str) -> tuple[str, str, str]:
+    c = get_condition(status["conditions"], type_)
+    assert c is not None
+    return c["status"], c["reason"], c.get("message", "")
+
+
+def only_status(plan: Plan, index: int = 0) -> dict[str, Any]:
+    write = plan.writes[index]
+    assert isinstance(write, WriteStatus)
+    return write.status
+
+
+def assert_ended(plan: Plan, reason: str, message: str, *, keep: bool = True) -> None:
+    """The plan ends the Update with ``reason``/``message``, in today's order."""
+    outcome = Outcome(UID, reason=reason, message=message)
+    expected_kinds = ["WriteStatus", "Log", "Emit", "ForgetOutcome"]
+    if keep:
+        assert plan.writes[0] == KeepOutcome(outcome)
+        expected_kinds.insert(0, "KeepOutcome")
+    assert kinds(plan) == expected_kinds
+    write = plan.writes[-4]
+    assert isinstance(write, WriteStatus) and write.outcome == outcome
+    assert cond(write.status, "Failed")[:2] == ("True", reason)
+    assert cond(write.status, "Complete")[:2] == ("True", "Failed")
+    assert write.status["message"] == message
+    assert plan.writes[-3] == Log("update ended", {"update": KEY, "reason": reason, "message": message})
+    assert plan.writes[-2] == Emit("Warning", "UpdateFailed", f"{reason}: {message}")
+    assert plan.writes[-1] == ForgetOutcome(UID)
+    assert plan.result == Result.done() and plan.then is None
+
+
+# --- decide ----------------------------------------------------------------------------------------
+
+
+def test_a_vanished_update_without_a_watch_forgets_and_stops() -> None:
+    plan = decide(Observed(KEY, None, NOW))
+    assert plan.writes == [ForgetOutcome(None), StopFollowing()]
+    assert plan.result == Result.done()
+
+
+def test_a_vanished_update_with_a_watch_cancels_its_operation() -> None:
+    last = running(make_update())
+    plan = decide(Observed(KEY, None, NOW, last=last))
+    assert plan.writes == [ForgetOutcome(UID), StopFollowing(), CancelGone(last)]
+    assert plan.result == Result.done()
+
+
+def test_a_pending_result_is_written_without_keeping_it_again() -> None:
+    update = running(make_update())
+    outcome = Outcome(UID, result=succeeded())
+    plan = decide(observed(update, outcome=outcome))
+    assert kinds(plan) == ["CreateOutputs", "WriteStatus", "Log", "Emit", "ForgetOutcome"]
+    create = plan.writes[0]
+    assert isinstance(create, CreateOutputs) and create.outcome == outcome
+    assert create.secret["metadata"]["name"] == "s-18f-stack-outputs"
+    status = only_status(plan, 1)
+    assert status["outputs"] == "s-18f-stack-outputs"
+    assert cond(status, "Complete")[:2] == ("True", "Updated")
+    assert status["endTime"] == "2025-01-02T03:01:00Z"
+    assert plan.writes[2] == Log(
+        "update succeeded", {"update": KEY, "operation": UID, "type": "up", "reason": "UpdateSucceeded"}
+    )
+    assert plan.writes[3] == Emit("Normal", "UpdateSucceeded", "up succeeded")
+    assert plan.writes[4] == ForgetOutcome(UID)
+    assert plan.result == Result.done()
+
+
+def test_a_pending_failure_without_outputs_writes_no_secret() -> None:
+    update = running(make_update(type="preview"))
+    outcome = Outcome(UID, result=failed_result())
+    plan = decide(observed(update, outcome=outcome))
+    assert kinds(plan) == ["WriteStatus", "Log", "Emit", "ForgetOutcome"]
+    assert "outputs" not in only_status(plan)
+    log = plan.writes[1]
+    assert isinstance(log, Log) and log.event == "update failed"
+    assert log.fields["reason"] == "UpdateFailed" and log.fields["type"] == "preview"
+    assert plan.writes[2] == Emit("Warning", "UpdateFailed", "preview failed (UpdateFailed): boom")
+
+
+def test_a_pending_end_is_written() -> None:
+    update = running(make_update())
+    outcome = Outcome(UID, reason=us.REASON_OPERATION_LOST, message="the pod was replaced")
+    assert_ended(
+        decide(observed(update, outcome=outcome)),
+        us.REASON_OPERATION_LOST,
+        "the pod was replaced",
+        keep=False,
+    )
+
+
+def test_an_outcome_of_another_incarnation_is_dropped_first() -> None:
+    update = running(make_update())
+    plan = decide(observed(update, outcome=Outcome("other-uid", reason="X")))
+    assert plan.writes == [ForgetOutcome(None), Follow()]
+
+
+def test_an_outcome_of_a_completed_update_is_dropped() -> None:
+    update = completed(make_update(), NOW)
+    plan = decide(observed(update, outcome=Outcome(UID, reason="X")))
+    assert plan.writes == [ForgetOutcome(None)]
+    assert plan.result == Result.done()
+
+
+def test_complete_without_ttl_is_done() -> None:
+    plan = decide(observed(completed(make_update(), NOW)))
+    assert plan.writes == [] and plan.result == Result.done()
+
+
+def test_complete_with_ttl_remaining_requeues_for_the_rest() -> None:
+    update = completed(make_update(ttlAfterCompleted="10m"), NOW - timedelta(minutes=4))
+    plan = decide(observed(update))
+    assert plan.writes == []
+    assert plan.result == Result.requeue_after(360.0)
+
+
+def test_complete_with_ttl_expired_deletes_then_says_so() -> None:
+    update = completed(make_update(ttlAfterCompleted="1m"), NOW - timedelta(minutes=4))
+    plan = decide(observed(update))
+    assert plan.writes == [
+        DeleteUpdate(),
+        Log("update expired", {"update": KEY, "ttl": "1m"}),
+        Emit("Normal", "UpdateExpired", "ttl expired and was deleted"),
+    ]
+    assert plan.result == Result.done()
+
+
+def test_complete_with_ttl_expired_waits_for_the_stack_to_record_it() -> None:
+    update = completed(make_update(ttlAfterCompleted="1m"), NOW - timedelta(minutes=4))
+    plan = decide(observed(update, stack_recorded=False))
+    assert plan.writes == []
+    assert plan.result == Result.requeue_after(STACK_RECORD_RECHECK)
+
+
+def test_complete_with_a_bad_ttl_is_done() -> None:
+    update = completed(make_update(ttlAfterCompleted="soon"), NOW - timedelta(minutes=4))
+    plan = decide(observed(update))
+    assert plan.writes == [] and plan.result == Result.done()
+
+
+def test_complete_and_deleting_drops_the_finalizer_once_recorded() -> None:
+    update = completed(make_update(), NOW)
+    update["metadata"]["deletionTimestamp"] = "2025-01-02T03:04:00Z"
+    update["metadata"]["finalizers"] = [STACK_FINALIZER]
+    assert decide(observed(update)).writes == [RemoveFinalizer()]
+    waiting = decide(observed(update, stack_recorded=False))
+    assert waiting.writes == [] and waiting.result == Result.requeue_after(STACK_RECORD_RECHECK)
+    update["metadata"]["finalizers"] = []
+    assert decide(observed(update, stack_recorded=False)).writes == []
+
+
+def test_stack_recorded() -> None:
+    update = make_update()
+    assert stack_recorded(update, None)
+    assert stack_recorded(update, {"status": {"lastUpdate": {"name": "s-18f"}}})
+    assert not stack_recorded(update, {"status": {"lastUpdate": {"name": "s-17a"}}})
+    assert not stack_recorded(update, {"status": {}})
+
+
+def test_running_follows() -> None:
+    plan = decide(observed(running(make_update())))
+    assert plan.writes == [Follow()] and plan.result == Result.done() and plan.then is None
+
+
+def test_running_and_deleting_cancels_then_follows_or_records() -> None:
+    update = running(make_update())
+    update["metadata"]["deletionTimestamp"] = "2025-01-02T03:04:00Z"
+    plan = decide(observed(update))
+    assert plan.writes == [CancelOperation()] and plan.then is not None
+    assert plan.then(pb.OperationStatus(operation_id=UID), NOW).writes == [Follow()]
+    recorded = plan.then(pb.OperationStatus(operation_id=UID, result=failed_result()), NOW)
+    assert kinds(recorded) == ["KeepOutcome", "WriteStatus", "Log", "Emit", "ForgetOutcome"]
+    assert recorded.writes[0] == KeepOutcome(Outcome(UID, result=failed_result()))
+
+
+def test_running_and_orphaned_cancels() -> None:
+    plan = decide(observed(running(make_update(owned=False))))
+    assert plan.writes == [CancelOperation()]
+
+
+def test_deleted_before_start_ends_canceled() -> None:
+    update = make_update()
+    update["metadata"]["deletionTimestamp"] = "2025-01-02T03:04:00Z"
+    assert_ended(
+        decide(observed(update)), us.REASON_CANCELED, "the Update was deleted before its operation started"
+    )
+
+
+def test_orphaned_before_start_ends_canceled() -> None:
+    plan = decide(observed(make_update(owned=False)))
+    assert_ended(plan, us.REASON_CANCELED, "the Update has no controlling owner (orphaned)")
+
+
+def test_workspace_missing_waits_for_it() -> None:
+    plan = decide(observed(make_update(), workspace=None))
+    assert kinds(plan) == ["WriteStatus"] and plan.result == Result.done()
+    assert cond(only_status(plan), "Progressing") == ("False", "WorkspaceNotFound", "workspace 's' not found")
+
+
+def test_workspace_not_ready_waits_for_it() -> None:
+    ws = copy.deepcopy(READY_WS)
+    ws["status"]["conditions"][0]["status"] = "False"
+    plan = decide(observed(make_update(), workspace=ws))
+    assert kinds(plan) == ["WriteStatus"] and plan.result == Result.done()
+    assert cond(only_status(plan), "Progressing") == (
+        "False",
+        "WorkspaceNotReady",
+        "workspace 's' is not ready",
+    )
+
+
+def test_a_bad_request_ends_the_update() -> None:
+    plan = decide(observed(make_update(type="bogus")))
+    end = plan.writes[0]
+    assert isinstance(end, KeepOutcome) and end.outcome.reason == us.REASON_UPDATE_FAILED
+    assert_ended(plan, us.REASON_UPDATE_FAILED, end.outcome.message)
+
+
+def test_start_selects_and_starts() -> None:
+    update = make_update()
+    plan = decide(observed(update))
+    assert plan.writes == [SelectAndStart("dev", us.operation_request(update))]
+    assert plan.result == Result.done() and plan.then is not None
+
+
+def test_started_and_running_marks_it_started_then_follows() -> None:
+    plan = decide(observed(make_update()))
+    assert plan.then is not None
+    later = NOW + timedelta(seconds=3)
+    rest = plan.then(pb.OperationStatus(operation_id=UID, attached=True), later)
+    assert kinds(rest) == ["WriteStatus", "Log", "Follow"] and rest.result == Result.done()
+    status = only_status(rest)
+    assert cond(status, "Progressing")[:2] == ("True", "Progressing")
+    assert status["startTime"] == "2025-01-02T03:04:08Z"
+    assert rest.writes[1] == Log("update started", {"update": KEY, "operation": UID, "attached": True})
+
+
+def test_started_with_a_result_records_it() -> None:
+    plan = decide(observed(make_update()))
+    assert plan.then is not None
+    rest = plan.then(pb.OperationStatus(operation_id=UID, result=succeeded()), NOW)
+    assert kinds(rest) == ["KeepOutcome", "CreateOutputs", "WriteStatus", "Log", "Emit", "ForgetOutcome"]
+    assert rest.writes[4] == Emit("Normal", "UpdateSucceeded", "up succeeded")
+
+
+# --- refused ---------------------------------------------------------------------------------------
+
+
+def start_refused(failure: Failure) -> Plan | None:
+    update = make_update()
+    write = decide(observed(update)).writes[0]
+    assert isinstance(write, SelectAndStart)
+    return refused(observed(update), write, failure, NOW)
+
+
+def assert_transient_wait(plan: Plan | None, message: str) -> None:
+    assert plan is not None
+    assert kinds(plan) == ["WriteStatus"]
+    assert plan.result == Result.requeue_after(TRANSIENT_REQUEUE)
+    assert cond(only_status(plan), "Progressing") == ("False", "TransientFailure", message)
+
+
+def test_start_with_the_agent_unreachable_waits() -> None:
+    message = "the pod of workspace 's' has no address yet"
+    assert_transient_wait(start_refused(Failure(message=message, unreachable=True)), message)
+
+
+def test_start_with_a_transient_agent_error_waits() -> None:
+    failure = Failure(code="UNAVAILABLE", reason="Unavailable", message="down", transient=True)
+    assert_transient_wait(start_refused(failure), "Unavailable: down")
+
+
+def test_start_with_a_busy_agent_waits() -> None:
+    for code in ("ABORTED", "FAILED_PRECONDITION"):
+        failure = Failure(code=code, reason="Busy", message="another operation runs")
+        assert_transient_wait(start_refused(failure), "Busy: another operation runs")
+
+
+def test_start_refused_for_good_ends_the_update() -> None:
+    failure = Failure(code="INVALID_ARGUMENT", reason="InstallationFailed", message="no such plugin")
+    plan = start_refused(failure)
+    assert plan is not None
+    assert_ended(plan, "InstallationFailed", "no such plugin")
+    plan = start_refused(Failure(code="INTERNAL", message="oops"))
+    assert plan is not None
+    assert_ended(plan, us.REASON_UPDATE_FAILED, "oops")
+
+
+def cancel_refused(failure: Failure, *, watch_running: bool) -> Plan | None:
+    update = running(make_update(owned=False))
+    return refused(observed(update, watch_running=watch_running), CancelOperation(), failure, NOW)
+
+
+def test_cancel_unreachable_while_watched_tries_again() -> None:
+    plan = cancel_refused(Failure(message="no address", unreachable=True), watch_running=True)
+    assert plan is not None and plan.writes == []
+    assert plan.result == Result.requeue_after(TRANSIENT_REQUEUE)
+    transient = Failure(code="UNAVAILABLE", reason="Unavailable", message="down", transient=True)
+    plan = cancel_refused(transient, watch_running=True)
+    assert plan is not None and plan.writes == [] and plan.result == Result.requeue_after(TRANSIENT_REQUEUE)
+
+
+def test_cancel_unreachable_without_a_watch_ends_canceled() -> None:
+    plan = cancel_refused(Failure(message="no address", unreachable=True), watch_running=False)
+    assert plan is not None
+    assert_ended(plan, us.REASON_CANCELED, "the Update was canceled; its operation could not be: no address")
+
+
+def test_cancel_of_an_unknown_operation_ends_canceled_even_while_watched() -> None:
+    failure = Failure(code="NOT_FOUND", reason="NotFound", message="no such op", transient=True)
+    plan = cancel_refused(failure, watch_running=True)
+    assert plan is not None
+    message = "the Update was canceled; its operation could not be: NotFound: no such op"
+    assert_ended(plan, us.REASON_CANCELED, message)
+
+
+def record_write(plan: Plan) -> WriteStatus:
+    writes = [w for w in plan.writes if isinstance(w, WriteStatus)]
+    assert len(writes) == 1 and writes[0].outcome is not None
+    return writes[0]
+
+
+def test_a_stale_result_write_keeps_the_outcome_and_retries() -> None:
+    update = running(make_update())
+    outcome = Outcome(UID, result=succeeded())
+    write = record_write(decide(observed(update, outcome=outcome)))
+    plan = refused(observed(update, outcome=outcome), write, Failure(status=409), NOW)
+    assert plan is not None and plan.writes == []
+    assert plan.result == Result.requeue_after(RECORD_RETRY)
+
+
+def test_a_result_write_of_a_vanished_update_forgets_the_outcome() -> None:
+    update = running(make_update())
+    outcome = Outcome(UID, reason="X", message="y")
+    write = record_write(decide(observed(update, outcome=outcome)))
+    plan = refused(observed(update, outcome=outcome), write, Failure(status=404), NOW)
+    assert plan is not None and plan.writes == [ForgetOutcome(UID)] and plan.result == Result.done()
+    assert refused(observed(update), write, Failure(status=500), NOW) is None
+
+
+def test_an_outputs_secret_refused_404_forgets_the_outcome() -> None:
+    update = running(make_update())
+    outcome = Outcome(UID, result=succeeded())
+    create = decide(observed(update, outcome=outcome)).writes[0]
+    assert isinstance(create, CreateOutputs)
+    plan = refused(observed(update), create, Failure(status=404), NOW)
+    assert plan is not None and plan.writes == [ForgetOutcome(UID)]
+    assert refused(observed(update), create, Failure(status=403), NOW) is None
+
+
+def test_other_status_writes_expect_no_failure() -> None:
+    wait = decide(observed(make_update(), workspace=None)).writes[0]
+    assert isinstance(wait, WriteStatus) and wait.outcome is None
+    assert refused(observed(make_update()), wait, Failure(status=409), NOW) is None
+
+
+def test_a_delete_refused_404_or_409_is_done_without_the_event() -> None:
+    update = completed(make_update(ttlAfterCompleted="1m"), NOW - timedelta(minutes=4))
+    for status in (404, 409):
+        plan = refused(observed(update), DeleteUpdate(), Failure(status=status), NOW)
+        assert plan is not None and plan.writes == [] and plan.result == Result.done()
+    assert refused(observed(update), DeleteUpdate(), Failure(status=500), NOW) is None
