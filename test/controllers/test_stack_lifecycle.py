@@ -122,7 +122,10 @@ async def test_a_preview_stack_deleted_during_its_preview_waits_for_it_then_goes
     async def collected() -> bool:  # released by the Stack (no Update controller here), then collected
         return await env.get(env.updates, preview["metadata"]["name"]) is None
 
-    await eventually(collected, "the recorded preview garbage-collected")
+    # kube-controller-manager's garbage collector learns of new resources (our CRDs) by
+    # rediscovering them every 30 s: in a control plane just started for this module, collection
+    # can take that long on top.
+    await eventually(collected, "the recorded preview garbage-collected", 120)
 
 
 async def test_prerequisites_are_neither_awaited_nor_triggered_while_deleting(env: Env) -> None:
