@@ -21,7 +21,10 @@ what wakes it. One line per module:
 
 * ``workspace/``: a Workspace run as a StatefulSet + Service with the agent in its pod.
 
-  * ``reconciler``: applies the workloads, initializes the agent, reports ``Ready``.
+  * ``reconciler``: reads, and carries the plan out in one place (``_act``): applies the
+    workloads, initializes the agent, reports ``Ready``.
+  * ``plan``: what one reconcile writes, in order, and the status and ``Result`` that follow
+    (pure), including what an expected failure of a write leads to.
   * ``workloads``: the StatefulSet, Service and pod built from the spec, and the pod diagnosis.
 
 * ``update/``: one Pulumi operation run through the workspace agent.
