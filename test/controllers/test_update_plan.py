@@ -38,6 +38,8 @@ from pko.controllers.update.plan import (
 from pko.machinery.conditions import get_condition
 from pko.machinery.controller import Result
 
+from . import test_update_status as update_status_tests
+
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 UID = "0b6c1f4e-1111-2222-3333-444455556666"
 KEY = "ns/s-18f"
@@ -83,18 +85,7 @@ def observed(update: dict[str, Any] | None, **kw: Any) -> Observed:
 
 
 def succeeded(**kw: Any) -> pb.OperationResult:
-    return pb.OperationResult(
-        operation_id=UID,
-        type=pb.OperationType.UP,
-        state=pb.OperationState.SUCCEEDED,
-        summary=pb.UpdateSummary(
-            start_time=datetime(2025, 1, 2, 3, 0, 0, tzinfo=UTC),
-            end_time=datetime(2025, 1, 2, 3, 1, 0, tzinfo=UTC),
-            result="succeeded",
-            message="deploy it",
-        ),
-        **kw,
-    )
+    return update_status_tests.succeeded(UID, **kw)
 
 
 def failed_result() -> pb.OperationResult:

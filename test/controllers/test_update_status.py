@@ -70,9 +70,9 @@ def test_outputs_secret_no_secrets_annotation_is_empty_list() -> None:
     assert secret["data"] == {}
 
 
-def succeeded(**kw: Any) -> pb.OperationResult:
+def succeeded(operation_id: str = "x", **kw: Any) -> pb.OperationResult:
     return pb.OperationResult(
-        operation_id="x",
+        operation_id=operation_id,
         type=pb.OperationType.UP,
         state=pb.OperationState.SUCCEEDED,
         summary=pb.UpdateSummary(
