@@ -314,6 +314,11 @@ async def health(channel: Channel) -> HealthCheckResponse | None:
     return reply if reply.status == reply.SERVING else None
 
 
+async def answers_version(channel: Channel) -> str:
+    """The agent's Pulumi CLI version (its first RPC that runs the CLI)."""
+    return (await pb.AutomationServiceStub(channel).pulumi_version(timeout=5)).version
+
+
 async def wait_for_agent(
     proc: subprocess.Popen[bytes],
     port: int,

@@ -20,11 +20,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from conftest_agent import agent_env, collect, free_port, spawn, start_agent, stop_process
+from conftest_agent import (
+    agent_env,
+    answers_version,
+    collect,
+    free_port,
+    spawn,
+    start_agent,
+    stop_process,
+    wait_for_agent,
+)
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
 from realpulumi import RealPulumi, make_real_pulumi
-from test_server import _connect, drain, is_pre, lock_files, wait_for_event
+from test_server import drain, is_pre, lock_files, wait_for_event
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -138,7 +147,7 @@ async def agent_process(
     port = free_port()
     proc = spawn(_serve(work, journal, port, real), {**agent_env(), **real.env})
     try:
-        channel = await _connect(port, proc)
+        channel, _ = await wait_for_agent(proc, port, answers_version)
         try:
             stub = pb.AutomationServiceStub(channel)
             await stub.select_stack(pb.SelectStackRequest(stack_name="dev", create=True))

@@ -20,6 +20,7 @@ from conftest_agent import (
     AuthWorld,
     RunningAgent,
     agent_env,
+    answers_version,
     collect,
     free_port,
     spawn,
@@ -28,7 +29,6 @@ from conftest_agent import (
     wait_for_agent,
 )
 from fakepulumi.fixtures import FakePulumi, make_fake_pulumi
-from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from pko.api.generated.google.protobuf import Value
@@ -294,7 +294,7 @@ async def test_sigterm_mid_up_interrupts_pulumi_and_records_the_outcome(
         env,
     )
     try:
-        channel, _ = await wait_for_agent(proc, port, _answers_version)
+        channel, _ = await wait_for_agent(proc, port, answers_version)
         stub = pb.AutomationServiceStub(channel)
         await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="t-1")))
         await wait_for_event(stub, "t-1", is_pre("test:index:Hang"))
@@ -313,10 +313,6 @@ async def test_sigterm_mid_up_interrupts_pulumi_and_records_the_outcome(
     assert lock_files(fake) == []
     journaled = json.loads((journal / "t-1" / "result.json").read_text())
     assert journaled["state"] == "OPERATION_STATE_CANCELLED"
-
-
-async def _answers_version(channel: Channel) -> str:
-    return (await pb.AutomationServiceStub(channel).pulumi_version(timeout=5)).version
 
 
 @pytest.mark.cluster
