@@ -254,7 +254,8 @@ def test_a_wrong_password_stalls_the_branch_lookup_and_is_never_shown(
     s = _stalled(k, "gitauth-wrong", 300)
     assert k.condition(s, "Ready").get("status") == "False", s["status"]
     why = k.condition(s, "Stalled")
-    # e.g. "listing http://10.87.0.1:35607/repo.git: HTTPUnauthorized: No valid credentials provided"
+    # e.g. "listing http://10.87.0.1:35607/repo.git: authentication failed: the server rejected the
+    # credentials (spec.gitAuth)"
     assert why["reason"] == "SourceUnavailable", why
     assert git.url in why["message"] and "credentials" in why["message"], why
     operator = _operator_ip(k)

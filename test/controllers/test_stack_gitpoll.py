@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dulwich.client import HTTPUnauthorized
 from dulwich.repo import Repo
 from gitserver import same_name_repository, serve_git
 
@@ -98,6 +99,29 @@ async def test_errors_name_no_secret() -> None:
     message = str(info.value)
     assert "connection refused" in message and "hunter2" not in message and "urlpass1" not in message
     assert "hunter2" not in repr(GitCredentials(password="hunter2"))
+
+
+async def test_refusals_say_what_to_fix_in_the_stack() -> None:
+    """A 401 reads as the agent's fetch reads it (and names spec.gitAuth); an image without an ssh
+    client says so, not ``FileNotFoundError``."""
+
+    def refuse(url: str, creds: GitCredentials) -> Mapping[bytes, Any]:
+        raise HTTPUnauthorized('Basic realm="git"', url)
+
+    def no_ssh(url: str, creds: GitCredentials) -> Mapping[bytes, Any]:
+        raise FileNotFoundError(2, "No such file or directory", "ssh")
+
+    cases = [
+        (refuse, "https://git.example/r.git", GitCredentials(password="hunter2", username="bob"), "rejected"),
+        (refuse, "https://git.example/r.git", GitCredentials(), "requires credentials (set spec.gitAuth)"),
+        (no_ssh, "git@git.example:r.git", GitCredentials(ssh_private_key="k"), "need an ssh client"),
+    ]
+    for lister, url, creds, expected in cases:
+        with pytest.raises(GitLookupError) as info:
+            await BranchResolver(lister).head(url, "main", creds, 60)
+        message = str(info.value)
+        assert message.startswith(f"listing {url}: ") and expected in message, message
+        assert "hunter2" not in message and "Error" not in message, message
 
 
 @dataclass

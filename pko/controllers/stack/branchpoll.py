@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
+from dulwich.client import HTTPUnauthorized
+
 from pko.controllers.stack.retry import jitter_fraction
 from pko.git import GitCredentials, branch_ref, ls_remote, redact_text, redact_url, resolve_ref
 
@@ -34,6 +36,19 @@ class GitLookupError(Exception):
 
 
 Lister = Callable[[str, GitCredentials], Mapping[bytes, Any]]
+
+
+def _lookup_failure(exc: BaseException, creds: GitCredentials) -> str:
+    """Why a listing failed, in words a Stack's author can act on (never a secret): the
+    authentication refusals the agent's fetch reports in the same words, else the library's kind
+    and message."""
+    if isinstance(exc, HTTPUnauthorized):
+        if any(creds.secrets()) or creds.username:
+            return "authentication failed: the server rejected the credentials (spec.gitAuth)"
+        return "authentication failed: the server requires credentials (set spec.gitAuth)"
+    if isinstance(exc, FileNotFoundError) and exc.filename == "ssh":
+        return "branch lookups over SSH need an ssh client, which the operator's image does not carry"
+    return redact_text(f"{type(exc).__name__}: {exc}", creds.secrets())
 
 
 class BranchResolver:
@@ -80,8 +95,7 @@ class BranchResolver:
         except TimeoutError as exc:
             raise GitLookupError(f"listing {redact_url(url)}: timed out after {LOOKUP_TIMEOUT:.0f}s") from exc
         except Exception as exc:  # dulwich raises many kinds: report the kind and message
-            detail = redact_text(f"{type(exc).__name__}: {exc}", creds.secrets())
-            raise GitLookupError(f"listing {redact_url(url)}: {detail}") from exc
+            raise GitLookupError(f"listing {redact_url(url)}: {_lookup_failure(exc, creds)}") from exc
         found = resolve_ref(refs, ref, peel=True)  # a full name: the rule takes it as given
         value = found[1] if found is not None else None
         if not isinstance(value, bytes):
