@@ -23,14 +23,12 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, cast
+from typing import Literal
 
 import structlog
 from dulwich.client import (
     GitClient,
     HTTPUnauthorized,
-    SSHGitClient,
-    SSHVendor,
     Urllib3HttpGitClient,
     get_transport_and_path,
 )
@@ -48,10 +46,10 @@ from pko.agent.errors import (
     UnreachableError,
     UsageError,
 )
-from pko.agent.gitssh import ParamikoSSHVendor, load_private_key, parse_known_hosts
 
 from pko.git import GitCredentials, GitURLError, Remote, redact_text, redact_url, resolve_ref
 from pko.git import remote as git_remote
+from pko.git.ssh import ssh_client
 
 __all__ = ["GitCheckout", "GitCredentials", "Remote", "Want", "fetch_git", "parse_remote", "resolve_revision"]
 
@@ -153,21 +151,11 @@ def _http_client(remote: Remote, creds: GitCredentials, timeout: float) -> GitCl
     )
 
 
-def _ssh_client(remote: Remote, creds: GitCredentials, timeout: float) -> GitClient:
-    assert remote.host is not None
-    pkey = load_private_key(creds.ssh_private_key, creds.password) if creds.ssh_private_key else None
-    vendor = ParamikoSSHVendor(parse_known_hosts([creds.known_hosts or ""]), pkey, timeout=timeout)
-    # dulwich types vendors as its SSHVendor class but only calls run_command (duck typing).
-    return SSHGitClient(
-        remote.host, port=remote.port, username=remote.username, vendor=cast(SSHVendor, vendor)
-    )
-
-
 def _client_for(remote: Remote, creds: GitCredentials, timeout: float) -> tuple[GitClient, str]:
     if remote.transport == "http":
         return _http_client(remote, creds, timeout), remote.path
     if remote.transport == "ssh":
-        return _ssh_client(remote, creds, timeout), remote.path
+        return ssh_client(remote, creds, timeout), remote.path
     client, path = get_transport_and_path(remote.url)
     return client, path
 

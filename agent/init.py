@@ -42,10 +42,11 @@ from pko.agent.artifact import DEFAULT_MAX_MEMBERS, DEFAULT_MAX_UNTAR_SIZE, fetc
 from pko.agent.errors import SourceError, UsageError, redact_text, redact_url
 from pko.agent.gitfetch import GitCredentials, fetch_git
 
+from pko.git.ssh import known_hosts as ssh_known_hosts
+
 log = structlog.get_logger(__name__)
 
 DEFAULT_TARGET_DIR = "/share/workspace"
-DEFAULT_KNOWN_HOSTS_FILES = ("~/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts")
 _GITHUB_APP_VARS = ("GIT_GITHUB_APP_ID", "GIT_GITHUB_APP_INSTALLATION_ID", "GIT_GITHUB_APP_PRIVATE_KEY")
 
 
@@ -191,22 +192,7 @@ def _secret(flag_file: str | None, env: Mapping[str, str], name: str, what: str)
 
 
 def _known_hosts(args: argparse.Namespace, env: Mapping[str, str]) -> str:
-    texts: list[str] = []
-    if env.get("GIT_SSH_KNOWN_HOSTS"):
-        texts.append(env["GIT_SSH_KNOWN_HOSTS"])
-    files: list[str] = list(args.git_ssh_known_hosts_file or [])
-    if env.get("GIT_SSH_KNOWN_HOSTS_FILE"):
-        files.append(env["GIT_SSH_KNOWN_HOSTS_FILE"])
-    if env.get("SSH_KNOWN_HOSTS"):  # go-git's variable: a list of files
-        files += [f for f in env["SSH_KNOWN_HOSTS"].split(os.pathsep) if f]
-    for path in files:
-        texts.append(_read_file(path, "known_hosts"))
-    if not texts:
-        for path in DEFAULT_KNOWN_HOSTS_FILES:
-            expanded = Path(path).expanduser()
-            if expanded.is_file():
-                texts.append(_read_file(str(expanded), "known_hosts"))
-    return "\n".join(texts)
+    return ssh_known_hosts(env, args.git_ssh_known_hosts_file or [])
 
 
 def resolve_request(args: argparse.Namespace, env: Mapping[str, str]) -> InitRequest:

@@ -8,9 +8,11 @@ Module map:
 * ``remote``: :func:`parse_remote`, the URL forms git clones from (the API's projectRepo check and
   the agent's fetch draw the same line), and :func:`ls_remote`, the operator's listing of a remote's
   refs without a clone; :func:`redact_url` and :func:`redact_text`, so no message carries a secret.
+* ``ssh``: git over SSH in-process (paramiko), strict host keys, the environment's known_hosts.
+* ``errors``: why a remote could not be used (:class:`~pko.git.errors.SourceError` and its kinds).
 
 Importing this package stays cheap (the agent's start time): dulwich at most, no Kubernetes client,
-no pydantic; ``ls_remote`` loads ``dulwich.porcelain`` only when called.
+no pydantic; ``ls_remote`` loads ``dulwich.porcelain`` (or ``ssh``, and paramiko) only when called.
 """
 
 from __future__ import annotations

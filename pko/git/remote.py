@@ -11,11 +11,9 @@ they accept the same URLs; whether a local repository may be read is the caller'
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -133,15 +131,24 @@ def parse_remote(url: str) -> Remote:
     raise GitURLError(f"not a git URL (use {URL_FORMS})")
 
 
-def ls_remote(url: str, creds: GitCredentials) -> Mapping[bytes, Any]:
+def ls_remote(url: str, creds: GitCredentials, *, timeout: float = 30.0) -> Mapping[bytes, Any]:
     """The remote's refs, full name to object id (blocking: run it in a thread).
 
-    Over HTTP(S) the credentials are sent as :meth:`GitCredentials.basic_auth` says; over SSH the
-    private key is handed to dulwich's SSH vendor in a file that exists only for the call.
+    Over HTTP(S) the credentials are sent as :meth:`GitCredentials.basic_auth` says. Over SSH the
+    connection is the agent's (:func:`pko.git.ssh.ssh_client`: in-process, the private key given,
+    only hosts in known_hosts); ``creds.known_hosts`` unset means the environment's
+    (:func:`pko.git.ssh.known_hosts`). A refusal is a :class:`~pko.git.errors.SourceError`.
     """
+    remote = parse_remote(url)
+    if remote.transport == "ssh":
+        from pko.git.ssh import known_hosts, ssh_client  # paramiko: only for SSH remotes
+
+        if creds.known_hosts is None:
+            creds = replace(creds, known_hosts=known_hosts())
+        result: Any = ssh_client(remote, creds, timeout).get_refs(remote.path.encode())
+        return dict(getattr(result, "refs", result))
     from dulwich import porcelain  # not at import: the agent imports this package and never lists
 
-    remote = parse_remote(url)
     username: str | None = None
     password: str | None = None
     if remote.transport == "http":
@@ -149,14 +156,5 @@ def ls_remote(url: str, creds: GitCredentials) -> Mapping[bytes, Any]:
         username, password = creds.basic_auth(remote.username, remote.password)
     else:
         target = url.strip()
-    key_file: str | None = None
-    try:
-        if creds.ssh_private_key and remote.transport == "ssh":
-            fd, key_file = tempfile.mkstemp(prefix="pko-git-key-")
-            with os.fdopen(fd, "w") as handle:
-                handle.write(creds.ssh_private_key)
-        result: Any = porcelain.ls_remote(target, username=username, password=password, key_filename=key_file)
-    finally:
-        if key_file:
-            os.unlink(key_file)
+    result = porcelain.ls_remote(target, username=username, password=password)
     return dict(getattr(result, "refs", result))

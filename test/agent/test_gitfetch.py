@@ -18,7 +18,9 @@ from dulwich.repo import Repo
 from gitserver import same_name_repository, serve_git
 from pko.agent.errors import AuthError, HostKeyError, RefNotFound, SourceError, UnreachableError, UsageError
 from pko.agent.gitfetch import GitCredentials, Want, fetch_git, parse_remote, resolve_revision
-from pko.agent.gitssh import load_private_key
+
+from pko.controllers.stack.branchpoll import BranchResolver, GitLookupError
+from pko.git.ssh import load_private_key
 
 SHA_A = ObjectID(b"a" * 40)
 SHA_B = ObjectID(b"b" * 40)
@@ -292,6 +294,41 @@ def test_ssh_host_key_mismatch_is_refused(git_ssh: Any, tmp_path: Path) -> None:
     creds = GitCredentials(ssh_private_key=git_ssh.client_key_pem, known_hosts=known)
     with pytest.raises(HostKeyError, match="does not match known_hosts"):
         fetch_git(git_ssh.url, "master", tmp_path, credentials=creds, timeout=20)
+
+
+async def test_the_operators_branch_lookup_over_ssh_follows_the_same_rules(
+    git_ssh: Any, source_repo: Any, new_ssh_key: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's ls-remote (no ssh client in its image) uses this SSH connection too: the key
+    given, only hosts in known_hosts; known_hosts from the environment as go-git reads it."""
+    key, url = git_ssh.client_key_pem, git_ssh.url
+    creds = GitCredentials(ssh_private_key=key, known_hosts=git_ssh.known_hosts)
+    assert await BranchResolver().head(url, "feature", creds, 60) == source_repo.feature
+
+    for env in ("GIT_SSH_KNOWN_HOSTS", "GIT_SSH_KNOWN_HOSTS_FILE", "SSH_KNOWN_HOSTS", "HOME"):
+        monkeypatch.delenv(env, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ssh/known_hosts
+    known = tmp_path / "known_hosts"
+    known.write_text(git_ssh.known_hosts)
+    monkeypatch.setenv("SSH_KNOWN_HOSTS", str(known))
+    assert (
+        await BranchResolver().head(url, "master", GitCredentials(ssh_private_key=key), 60)
+        == source_repo.master
+    )
+
+    refusals = [
+        (GitCredentials(ssh_private_key=key, known_hosts=""), "host key verification failed"),
+        (
+            GitCredentials(ssh_private_key=new_ssh_key(), known_hosts=git_ssh.known_hosts),
+            "authentication failed",
+        ),
+    ]
+    for given, expected in refusals:
+        with pytest.raises(GitLookupError) as info:
+            await BranchResolver().head(url, "master", given, 60)
+        message = str(info.value)
+        assert message.startswith(f"listing {url}: {expected}"), message
+        assert "PRIVATE KEY" not in message
 
 
 def test_ssh_wrong_key_is_an_auth_error(git_ssh: Any, new_ssh_key: Any, tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from gitserver import same_name_repository, serve_git
 
 from pko.controllers.stack.branchpoll import BranchResolver, GitCredentials, GitLookupError
 from pko.git import ls_remote, resolve_ref
+from pko.git.errors import HostKeyError
 
 REFS = {
     b"HEAD": b"1" * 40,
@@ -102,19 +103,19 @@ async def test_errors_name_no_secret() -> None:
 
 
 async def test_refusals_say_what_to_fix_in_the_stack() -> None:
-    """A 401 reads as the agent's fetch reads it (and names spec.gitAuth); an image without an ssh
-    client says so, not ``FileNotFoundError``."""
+    """A 401 reads as the agent's fetch reads it (and names spec.gitAuth); pko.git's own (SSH)
+    errors read as they are, without the exception's name."""
 
     def refuse(url: str, creds: GitCredentials) -> Mapping[bytes, Any]:
         raise HTTPUnauthorized('Basic realm="git"', url)
 
-    def no_ssh(url: str, creds: GitCredentials) -> Mapping[bytes, Any]:
-        raise FileNotFoundError(2, "No such file or directory", "ssh")
+    def unknown_host(url: str, creds: GitCredentials) -> Mapping[bytes, Any]:
+        raise HostKeyError("host key verification failed for git.example: the host is not in known_hosts")
 
     cases = [
         (refuse, "https://git.example/r.git", GitCredentials(password="hunter2", username="bob"), "rejected"),
         (refuse, "https://git.example/r.git", GitCredentials(), "requires credentials (set spec.gitAuth)"),
-        (no_ssh, "git@git.example:r.git", GitCredentials(ssh_private_key="k"), "need an ssh client"),
+        (unknown_host, "git@git.example:r.git", GitCredentials(ssh_private_key="k"), "not in known_hosts"),
     ]
     for lister, url, creds, expected in cases:
         with pytest.raises(GitLookupError) as info:

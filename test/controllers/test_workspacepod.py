@@ -288,6 +288,32 @@ def test_git_source_with_secret_references_only() -> None:
             assert "value" not in var, var
 
 
+def test_the_fetch_container_takes_known_hosts_from_the_pod_template() -> None:
+    """How a user trusts an SSH host for the fetch: env on the ``fetch`` init container through the
+    pod template, merged by name into the operator's container (which keeps its own env)."""
+    known = {"name": "SSH_KNOWN_HOSTS", "value": "/etc/pko/known_hosts"}
+    mount = {"name": "known-hosts", "mountPath": "/etc/pko", "readOnly": True}
+    ws = workspace(
+        {
+            "git": {"url": "git@git.example:org/repo.git", "ref": "abc123"},
+            "podTemplate": {
+                "spec": {
+                    "initContainers": [{"name": "fetch", "env": [known], "volumeMounts": [mount]}],
+                    "volumes": [{"name": "known-hosts", "configMap": {"name": "known-hosts"}}],
+                }
+            },
+        }
+    )
+    spec = pod_spec(ws)
+    fetch = next(c for c in spec["initContainers"] if c["name"] == "fetch")
+    env = env_of(fetch)
+    assert env["SSH_KNOWN_HOSTS"] == known and env["GIT_URL"]["value"] == "git@git.example:org/repo.git"
+    assert (
+        mount in fetch["volumeMounts"] and {"name": "share", "mountPath": "/share"} in fetch["volumeMounts"]
+    )
+    assert {"name": "known-hosts", "configMap": {"name": "known-hosts"}} in spec["volumes"]
+
+
 def test_git_source_without_auth_or_shallow() -> None:
     env = env_of(fetch_of(workspace({"git": {"url": "https://h/r.git", "ref": "main"}})))
     assert set(env) == {"GIT_URL", "GIT_REVISION", "GIT_DIR", "PULUMI_ENV"}

@@ -25,6 +25,7 @@ from dulwich.client import HTTPUnauthorized
 
 from pko.controllers.stack.retry import jitter_fraction
 from pko.git import GitCredentials, branch_ref, ls_remote, redact_text, redact_url, resolve_ref
+from pko.git.errors import SourceError
 
 __all__ = ["BranchResolver", "GitCredentials", "GitLookupError", "next_poll"]
 
@@ -39,15 +40,15 @@ Lister = Callable[[str, GitCredentials], Mapping[bytes, Any]]
 
 
 def _lookup_failure(exc: BaseException, creds: GitCredentials) -> str:
-    """Why a listing failed, in words a Stack's author can act on (never a secret): the
-    authentication refusals the agent's fetch reports in the same words, else the library's kind
-    and message."""
+    """Why a listing failed, in words a Stack's author can act on (never a secret): an HTTP
+    refusal in the agent's fetch's words, pko.git's SSH errors as they are, else the library's
+    kind and message."""
     if isinstance(exc, HTTPUnauthorized):
         if any(creds.secrets()) or creds.username:
             return "authentication failed: the server rejected the credentials (spec.gitAuth)"
         return "authentication failed: the server requires credentials (set spec.gitAuth)"
-    if isinstance(exc, FileNotFoundError) and exc.filename == "ssh":
-        return "branch lookups over SSH need an ssh client, which the operator's image does not carry"
+    if isinstance(exc, SourceError):  # pko.git's own (SSH): already one line to act on
+        return redact_text(str(exc), creds.secrets())
     return redact_text(f"{type(exc).__name__}: {exc}", creds.secrets())
 
 

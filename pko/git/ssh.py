@@ -1,8 +1,13 @@
-"""Git over SSH for dulwich, in-process through paramiko, with strict host key checking.
+"""Git over SSH for dulwich, in-process through paramiko, with strict host key checking: the
+operator's branch lookups and the agent's fetch.
 
-Why paramiko and not dulwich's default vendor: the default shells out to an `ssh` binary, which a slim
-agent image does not carry, and it needs the key and known_hosts written to files with the right modes.
-Here both stay in memory.
+Why paramiko and not dulwich's default vendor: the default shells out to an `ssh` binary, which
+neither the operator's nor the agent's slim image carries, and it needs the key and known_hosts
+written to files with the right modes. Here both stay in memory.
+
+Which hosts are trusted is the environment's to say, as go-git (the Go operator's git) reads it:
+:func:`known_hosts` takes ``GIT_SSH_KNOWN_HOSTS`` (contents), ``GIT_SSH_KNOWN_HOSTS_FILE`` and
+``SSH_KNOWN_HOSTS`` (files), else ``~/.ssh/known_hosts`` and ``/etc/ssh/ssh_known_hosts``.
 
 Invariants: a server whose host key is not in the known_hosts given (or differs from it) is refused
 before any credential is sent; no agent, no key files from ``~/.ssh`` and no password authentication
@@ -12,11 +17,29 @@ are tried - only the private key the pod was given.
 from __future__ import annotations
 
 import io
+import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import cast
 
 import paramiko
-from pko.agent.errors import AuthError, HostKeyError, UnreachableError, UsageError
+from dulwich.client import GitClient, SSHGitClient, SSHVendor
+
+from pko.git.credentials import GitCredentials
+from pko.git.errors import AuthError, HostKeyError, UnreachableError, UsageError
+from pko.git.remote import Remote
+
+__all__ = [
+    "DEFAULT_KNOWN_HOSTS_FILES",
+    "ParamikoSSHVendor",
+    "known_hosts",
+    "load_private_key",
+    "parse_known_hosts",
+    "ssh_client",
+]
+
+DEFAULT_KNOWN_HOSTS_FILES = ("~/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts")
 
 DEFAULT_SSH_USER = "git"
 _KEY_CLASSES: tuple[type[paramiko.PKey], ...] = (
@@ -34,7 +57,7 @@ def load_private_key(text: str, passphrase: str | None = None) -> paramiko.PKey:
     """
     if "PRIVATE KEY" not in text:
         raise UsageError(
-            "GIT_SSH_PRIVATE_KEY does not hold a private key "
+            "the SSH private key (sshAuth.sshPrivateKey, GIT_SSH_PRIVATE_KEY) does not hold a private key "
             "(expected a '-----BEGIN ... PRIVATE KEY-----' block)"
         )
     normalized = text.strip().replace("\r\n", "\n") + "\n"
@@ -43,12 +66,15 @@ def load_private_key(text: str, passphrase: str | None = None) -> paramiko.PKey:
         try:
             return key_class.from_private_key(io.StringIO(normalized), password=passphrase)
         except paramiko.PasswordRequiredException as exc:
-            raise UsageError("the SSH private key is encrypted: give its passphrase as GIT_PASSWORD") from exc
+            raise UsageError(
+                "the SSH private key is encrypted: give its passphrase as GIT_PASSWORD (sshAuth.password)"
+            ) from exc
         except (paramiko.SSHException, ValueError, TypeError) as exc:
             last_error = exc
     if passphrase and _is_encrypted(normalized):
         raise UsageError(
-            "the SSH private key could not be decrypted with the passphrase given (GIT_PASSWORD)"
+            "the SSH private key could not be decrypted with the passphrase given "
+            "(GIT_PASSWORD, sshAuth.password)"
         )
     raise UsageError(
         "the SSH private key could not be parsed: only ed25519, ECDSA and RSA keys "
@@ -171,7 +197,7 @@ class ParamikoSSHVendor:
         if self._host_keys.lookup(where) is None:
             raise HostKeyError(
                 f"host key verification failed for {where}: the host is not in known_hosts "
-                "(give its key in GIT_SSH_KNOWN_HOSTS or a file via --git-ssh-known-hosts-file)"
+                "(give its key in GIT_SSH_KNOWN_HOSTS, or a known_hosts file in SSH_KNOWN_HOSTS)"
             )
         client = paramiko.SSHClient()
         for name, keys in self._host_keys.items():
@@ -216,7 +242,12 @@ def _translate(exc: BaseException, where: str, *, has_key: bool) -> BaseExceptio
             "does not match known_hosts (possible man-in-the-middle, or the host key changed)"
         )
     if isinstance(exc, paramiko.AuthenticationException):
-        hint = "check GIT_SSH_PRIVATE_KEY" if has_key else "no SSH private key given (GIT_SSH_PRIVATE_KEY)"
+        where_key = "sshAuth.sshPrivateKey, GIT_SSH_PRIVATE_KEY"
+        hint = (
+            f"check the SSH private key ({where_key})"
+            if has_key
+            else f"no SSH private key given ({where_key})"
+        )
         return AuthError(f"authentication failed for ssh://{where}: {hint}")
     if isinstance(exc, socket.gaierror):
         return UnreachableError(f"cannot reach {where}: name resolution failed ({exc.strerror})")
@@ -231,3 +262,40 @@ def _translate(exc: BaseException, where: str, *, has_key: bool) -> BaseExceptio
     if isinstance(exc, OSError):
         return UnreachableError(f"cannot reach {where}: {exc.strerror or exc}")
     return exc
+
+
+def ssh_client(remote: Remote, creds: GitCredentials, timeout: float) -> GitClient:
+    """A dulwich client for an SSH remote that trusts only ``creds.known_hosts`` and presents only
+    ``creds.ssh_private_key``."""
+    assert remote.host is not None
+    pkey = load_private_key(creds.ssh_private_key, creds.password) if creds.ssh_private_key else None
+    vendor = ParamikoSSHVendor(parse_known_hosts([creds.known_hosts or ""]), pkey, timeout=timeout)
+    # dulwich types vendors as its SSHVendor class but only calls run_command (duck typing).
+    return SSHGitClient(
+        remote.host, port=remote.port, username=remote.username, vendor=cast(SSHVendor, vendor)
+    )
+
+
+def known_hosts(env: Mapping[str, str] = os.environ, files: Iterable[str] = ()) -> str:
+    """The known_hosts the environment trusts: ``GIT_SSH_KNOWN_HOSTS`` (contents), then ``files``,
+    ``GIT_SSH_KNOWN_HOSTS_FILE`` and ``SSH_KNOWN_HOSTS`` (go-git's: a list of files); with none of
+    them, the OpenSSH defaults that exist. A file named but unreadable is a :class:`UsageError`."""
+    texts: list[str] = []
+    if env.get("GIT_SSH_KNOWN_HOSTS"):
+        texts.append(env["GIT_SSH_KNOWN_HOSTS"])
+    paths = list(files)
+    if env.get("GIT_SSH_KNOWN_HOSTS_FILE"):
+        paths.append(env["GIT_SSH_KNOWN_HOSTS_FILE"])
+    if env.get("SSH_KNOWN_HOSTS"):
+        paths += [f for f in env["SSH_KNOWN_HOSTS"].split(os.pathsep) if f]
+    texts += [_read(path) for path in paths]
+    if not texts:
+        texts = [_read(path) for path in DEFAULT_KNOWN_HOSTS_FILES if Path(path).expanduser().is_file()]
+    return "\n".join(texts)
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).expanduser().read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read known_hosts from {path}: {exc.strerror or exc}") from None
