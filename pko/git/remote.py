@@ -136,8 +136,8 @@ def ls_remote(url: str, creds: GitCredentials, *, timeout: float = 30.0) -> Mapp
 
     Over HTTP(S) the credentials are sent as :meth:`GitCredentials.basic_auth` says. Over SSH the
     connection is the agent's (:func:`pko.git.ssh.ssh_client`: in-process, the private key given,
-    only hosts in known_hosts); ``creds.known_hosts`` unset means the environment's
-    (:func:`pko.git.ssh.known_hosts`). A refusal is a :class:`~pko.git.errors.SourceError`.
+    only hosts in known_hosts; a refusal is a :class:`~pko.git.errors.SourceError`), and
+    ``creds.known_hosts`` unset means the environment's (:func:`pko.git.ssh.known_hosts`).
     """
     remote = parse_remote(url)
     if remote.transport == "ssh":
