@@ -45,6 +45,7 @@ import copy
 import json
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Final, cast
 
 import structlog
@@ -126,6 +127,19 @@ def config_items(stack: Any) -> list[pb.ConfigItem]:
             out.value_from = source
         items.append(out)
     return items
+
+
+@dataclass(slots=True)
+class _Session:
+    """What one reconcile's writes share: the agent connection AskVersion opens, closed with
+    ``exits`` once the plan is carried out."""
+
+    exits: contextlib.AsyncExitStack
+    agent: AgentClient | None = None
+
+    def connected(self) -> AgentClient:
+        assert self.agent is not None, "the plan asks the agent's version before anything else"
+        return self.agent
 
 
 def _failure(exc: BaseException) -> Failure | None:
@@ -238,13 +252,13 @@ class WorkspaceReconciler:
 
     async def _act(self, ws: Obj, plan: Plan) -> Result:
         """Carry out ``plan`` (and what it plans next), then write the status it leads to."""
-        async with contextlib.AsyncExitStack() as session:
-            agent: list[AgentClient] = []  # opened by AskVersion, closed when the plan is done
+        async with contextlib.AsyncExitStack() as exits:
+            session = _Session(exits)
             while True:
                 answer: Any = None
                 for write in plan.writes:
                     try:
-                        answer = await self._carry_out(ws, write, agent, session)
+                        answer = await self._carry_out(ws, write, session)
                     except Exception as exc:
                         failure = _failure(exc)
                         rest = refused(plan, write, failure) if failure is not None else None
@@ -263,9 +277,7 @@ class WorkspaceReconciler:
         await self._write_status(ws, status)
         return plan.result
 
-    async def _carry_out(
-        self, ws: Obj, write: Write, agent: list[AgentClient], session: contextlib.AsyncExitStack
-    ) -> Any:
+    async def _carry_out(self, ws: Obj, write: Write, session: _Session) -> Any:
         """One write; its answer (what ``then`` plans from)."""
         if isinstance(write, wp.WriteStatus):
             await self._write_status(ws, desired_status(ws, write.finding))
@@ -291,12 +303,12 @@ class WorkspaceReconciler:
                 retry_budget=CONNECT_TIMEOUT,
                 call_timeout=RPC_TIMEOUT,
             )
-            agent.append(await session.enter_async_context(client))
-            return await asyncio.wait_for(agent[0].pulumi_version(), CONNECT_TIMEOUT * 3)
+            session.agent = await session.exits.enter_async_context(client)
+            return await asyncio.wait_for(session.connected().pulumi_version(), CONNECT_TIMEOUT * 3)
         elif isinstance(write, wp.Install):
-            await asyncio.wait_for(agent[0].install(), INSTALL_TIMEOUT)
+            await asyncio.wait_for(session.connected().install(), INSTALL_TIMEOUT)
         elif isinstance(write, wp.InitStack):
-            await self._init_stack(agent[0], write.stack)
+            await self._init_stack(session.connected(), write.stack)
         elif isinstance(write, wp.AnnotateInitialized):
             await self._annotate_initialized(write.pod, write.version)
         return None
