@@ -65,7 +65,6 @@ def observed(ws: Obj | None = None, **fields: Any) -> Observed:
     desired_svc, desired_sts = desired_service(ws, spec), desired_statefulset(ws, spec, OPTIONS)
     defaults: dict[str, Any] = {
         "spec": spec,
-        "service": desired_svc,
         "statefulset": settled_sts(desired_sts),
         "pod": ready_pod(),
         "desired_service": desired_svc,

@@ -90,7 +90,6 @@ class Observed:
     workspace: Obj
     spec: WorkspaceSpec | None = None
     invalid: str | None = None  # why the spec cannot be built into objects
-    service: Obj | None = None
     statefulset: Obj | None = None
     pod: Obj | None = None
     desired_service: Obj = field(default_factory=dict)

@@ -237,7 +237,6 @@ class WorkspaceReconciler:
         return Observed(
             ws,
             spec=spec,
-            service=service,
             statefulset=sts,
             pod=pod,
             desired_service=desired_svc,
