@@ -128,7 +128,9 @@ def parse_remote(url: str) -> Remote:
     try:
         remote = git_remote.parse_remote(url)
     except GitURLError as exc:
-        raise UsageError(f"unsupported git URL {redact_url(url.strip())}: {exc}") from None
+        # a remote-helper "URL" is a command line (ext::sh -c ...): nothing in it can be redacted
+        shown = "" if git_remote.is_remote_helper(url) else f" {redact_url(url.strip())}"
+        raise UsageError(f"unsupported git URL{shown}: {exc}") from None
     if remote.transport == "local" and os.environ.get("GIT_ALLOW_LOCAL", "").strip().lower() not in (
         "1",
         "true",

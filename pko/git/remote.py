@@ -4,8 +4,10 @@ refs without a clone (:func:`ls_remote`, the operator's branch lookups).
 The URL forms are git's own: ``<scheme>://`` is a URL (the scheme must be one git speaks, and all
 but ``file`` need a host); otherwise a colon before the first slash makes it scp-like
 (``git@github.com:org/repo.git``, ``host:path``, ``[::1]:repo``), and an absolute path is a local
-repository. A relative path (``github.com/org/repo`` without ``https://``) is refused: it names
-nothing in a pod. The API's ``projectRepo`` check and the agent's fetch both parse with this, so
+repository. Git's remote-helper syntax ``<transport>::<address>`` (``ext::<command>``, ``fd::<n>``)
+comes first, as in git, and is refused (no caller runs helpers): ``ext::sh -c ...`` is never the
+scp-like host ``ext``. A relative path (``github.com/org/repo`` without ``https://``) is refused: it
+names nothing in a pod. The API's ``projectRepo`` check and the agent's fetch both parse with this, so
 they accept the same URLs; whether a local repository may be read is the caller's policy.
 """
 
@@ -23,6 +25,7 @@ __all__ = [
     "GIT_URL_SCHEMES",
     "GitURLError",
     "Remote",
+    "is_remote_helper",
     "ls_remote",
     "parse_remote",
     "redact_text",
@@ -38,6 +41,8 @@ _SCHEME: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _SCP: Final = re.compile(
     r"^(?:(?P<user>[^@/\[\]]*)@)?(?:\[(?P<bracketed>[^\]/]*)\]|(?P<host>[^:/\[\]@]*)):(?P<path>.*)$"
 )
+# git's transport.c: a transport name ([A-Za-z0-9][A-Za-z0-9+.-]*, possibly empty) followed by "::"
+_REMOTE_HELPER: Final = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9+.-]*)?::")
 _USERINFO: Final = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
 
 
@@ -89,11 +94,23 @@ class Remote:
     path: str = ""
 
 
+def is_remote_helper(url: str) -> bool:
+    """Whether git reads `url` (surrounding blanks ignored) as ``<transport>::<address>``, a
+    remote-helper invocation rather than a URL: ``ext::sh -c ...`` is a command line, which
+    :func:`redact_url` cannot clean, so callers must not print it."""
+    return _REMOTE_HELPER.match(url.strip()) is not None
+
+
 def parse_remote(url: str) -> Remote:
     """Classify `url` (surrounding blanks ignored) as HTTP(S), SSH (``ssh://`` or scp-like), a local
     repository (``file://`` or an absolute path) or ``git://``; :class:`GitURLError` if git could
     not clone from it. Credentials embedded in an HTTP(S) URL are split off into the result."""
     text = url.strip()
+    if is_remote_helper(text):
+        raise GitURLError(
+            "git remote-helper URLs (<transport>::<address>, such as ext:: or fd::) are not supported"
+            f" (use {URL_FORMS})"
+        )
     display = redact_url(text)
     match = _SCHEME.match(text)
     if match:

@@ -96,6 +96,14 @@ def test_unsupported_scheme_is_a_usage_error() -> None:
         parse_remote("ftp://example.com/repo.git")
 
 
+@pytest.mark.parametrize("url", ["ext::sh -c touch% pwned", "fd::17"])
+def test_a_remote_helper_url_is_a_usage_error_that_does_not_repeat_it(url: str) -> None:
+    # a command line, not a URL: redact_url could not take a credential out of it
+    with pytest.raises(UsageError, match=r"^unsupported git URL: git remote-helper URLs") as info:
+        parse_remote(url)
+    assert url not in str(info.value) and "pwned" not in str(info.value)
+
+
 # --- HTTP fetches -------------------------------------------------------------------------------
 
 

@@ -269,6 +269,18 @@ def test_bad_settings_exit_2(
     assert message in one_line(capsys.readouterr().err)
 
 
+@pytest.mark.parametrize("url", ["ext::sh -c touch% pwned", "fd::17", "foo::bar"])
+def test_a_remote_helper_url_is_unsupported_exit_2_and_not_repeated(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GIT_URL", url)
+    assert init("-t", str(tmp_path / "t")) == 2
+    line = one_line(capsys.readouterr().err)
+    assert "unsupported git URL: git remote-helper URLs (<transport>::<address>" in line
+    assert url not in line and url.partition("::")[2] not in line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_foreign_content_in_the_target_is_not_overwritten(
     git_http: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -150,6 +150,8 @@ GOOD_GIT_URLS = [
     "[::1]:repo.git",
     "/srv/git/repo.git",  # a local path: the fetch container needs GIT_ALLOW_LOCAL
     " https://github.com/pulumi/examples ",
+    "git@github.com:pulumi/examples::x",  # "::" inside an scp-like path is no remote helper
+    "https://github.com/pulumi/examples::x",
 ]
 
 
@@ -168,6 +170,10 @@ BAD_GIT_URLS = [
     ("git@:pulumi/examples.git", "an scp-like URL (user@host:path) needs a host"),
     ("github.com/pulumi/examples", "not a git URL (use https://"),
     ("examples", "not a git URL"),
+    # git's remote helpers (<transport>::<address>), checked before the scp-like rule: not host "ext"
+    ("ext::sh -c touch% pwned", "git remote-helper URLs (<transport>::<address>, such as ext:: or fd::)"),
+    ("fd::17", "git remote-helper URLs"),
+    ("foo::bar", "git remote-helper URLs"),
 ]
 
 

@@ -744,6 +744,33 @@ async def test_schema_valid_but_wrong_stacks_end_with_a_clear_reason_and_stay_qu
     assert env.reconciles() - reconciles <= len(WRONG) * (60 / SECRET_RECHECK + 1)
 
 
+@pytest.mark.parametrize(
+    ("name", "url"), [("helper-ext", "ext::sh -c touch% pwned"), ("helper-fd", "fd::17")]
+)
+async def test_a_git_remote_helper_url_is_spec_invalid_with_no_lookup_and_no_workspace(
+    env: Env, name: str, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # git reads <transport>::<address> as a remote helper (ext:: runs a command); parsed as scp-like
+    # it was SSH host "ext" and the Stack waited on "host key verification failed".
+    listed: list[str] = []
+    lister = env.reconciler.branches._lister
+
+    def recording(target: str, creds: Any) -> Any:
+        listed.append(target)
+        return lister(target, creds)
+
+    monkeypatch.setattr(env.reconciler.branches, "_lister", recording)
+    await env.create_stack(name, {"projectRepo": url, "branch": "main"})
+    conditions = await env.wait_condition(name, "Stalled", "SpecInvalid")
+    message = conditions["Stalled"][2]
+    assert message.startswith("spec.projectRepo: git remote-helper URLs"), message
+    assert "https://, http://, ssh://" in message and url.partition("::")[2] not in message
+    await env.quiet(name)
+    assert [target for target in listed if "::" in target] == []  # other Stacks may be looked up
+    assert await env.get(env.workspaces, name) is None
+    assert await env.updates_of(name) == []
+
+
 async def test_a_missing_secret_created_later_unstalls_the_stack(env: Env) -> None:
     spec = {"projectRepo": "http://127.0.0.1:9/late.git", "branch": "main", "gitAuthSecret": "late"}
     await env.create_stack("late-secret", spec)

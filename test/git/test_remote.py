@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from pko.git import GitCredentials, GitURLError, parse_remote, redact_text, redact_url
+from pko.git.remote import is_remote_helper
 
 
 def test_credentials_never_show_a_value() -> None:
@@ -44,6 +45,9 @@ def test_basic_auth_prefers_a_token_then_username_and_password_then_the_url() ->
         ("ssh://git@example.com:2222/r.git", "ssh", "example.com"),
         ("git@example.com:org/r.git", "ssh", "example.com"),
         ("[::1]:r.git", "ssh", "::1"),
+        ("git@example.com:r::x", "ssh", "example.com"),  # "::" in the path: still scp-like for git
+        ("example.com:r::x", "ssh", "example.com"),
+        ("https://example.com/r::x", "http", "example.com"),
         ("git://example.com/r.git", "other", "example.com"),
         ("file:///srv/r.git", "local", None),
         ("/srv/r.git", "local", None),
@@ -63,12 +67,43 @@ def test_url_forms_git_clones_from(url: str, transport: str, host: str | None) -
         "https://u:s3cret@example.com:port/r",
         "u:s3cret@:r.git",
         "s3cret.example.com/r",
+        "ext::git-remote-https https://u:s3cret@example.com/r",
     ],
 )
 def test_refused_urls_are_not_repeated_in_the_message(url: str) -> None:
     with pytest.raises(GitURLError) as info:
         parse_remote(url)
     assert "s3cret" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ext::sh -c touch% pwned",
+        "fd::17",
+        "fd::17/r",
+        "foo::bar",
+        "a.b+c-9::x",
+        "https::https://example.com/r",
+    ],
+)
+def test_remote_helper_urls_are_refused_before_the_scp_like_rule(url: str) -> None:
+    # git's transport rule: <transport>::<address> runs git-remote-<transport> (ext:: runs a command)
+    with pytest.raises(GitURLError) as info:
+        parse_remote(url)
+    message = str(info.value)
+    assert message.startswith("git remote-helper URLs (<transport>::<address>, such as ext:: or fd::)")
+    assert "https://, http://, ssh://" in message  # what works instead
+    assert url not in message and "pwned" not in message and "a.b+c" not in message
+    assert is_remote_helper(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["git@example.com:r::x", "example.com:r::x", "https://example.com/r::x", "[::1]:r", "-x::y", "/srv/a::b"],
+)
+def test_a_colon_colon_after_anything_but_a_transport_name_is_no_remote_helper(url: str) -> None:
+    assert not is_remote_helper(url)
 
 
 def test_redaction() -> None:
