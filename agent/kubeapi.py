@@ -21,7 +21,10 @@ A token read from a file (in-cluster, ``tokenFile``) is re-read at most once a m
 does, since the kubelet rotates projected tokens; and at once after a 401, when the request is
 retried once if the file holds a new token. Environment proxies are not used (nor were they by the
 kubernetes-asyncio client this replaces). Nothing here logs: a TokenReview carries the token it
-reviews, in the request and echoed in the response.
+reviews, in the request and echoed in the response. Every request says who sends it:
+``User-Agent`` :data:`USER_AGENT` (``pko-agent/<version> (python/<ver>)``, built by
+:func:`pko.version.user_agent`), so the apiserver's audit log tells the agent's reviews from the
+operator's requests.
 """
 
 from __future__ import annotations
@@ -40,12 +43,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from pko.version import AGENT_PRODUCT, user_agent
+
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_REFRESH_SECONDS = 60.0  # client-go's cached file token source
 MAX_RESPONSE_BYTES = 16 << 20
 MAX_IDLE_CONNECTIONS = 4
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+USER_AGENT = user_agent(AGENT_PRODUCT)
 
 # Kubeconfig fields that are understood, or that do not change where or as whom we connect.
 _CLUSTER_FIELDS = {
@@ -199,7 +205,7 @@ class KubeAPI:
             "Content-Type: application/json",
             "Accept: application/json",
             f"Content-Length: {len(payload)}",
-            "User-Agent: pko-agent",
+            f"User-Agent: {USER_AGENT}",
         ]
         if token:
             head.append(f"Authorization: Bearer {token}")

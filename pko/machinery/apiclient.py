@@ -10,6 +10,10 @@ client's CPU in the fan-out benchmark; see ``hack/bench``).
 apiserver (honouring ``NO_PROXY``) is resolved once and set as the configuration's explicit
 proxy, which kubernetes-asyncio passes on every request; the session then no longer consults the
 environment. netrc credentials are not used (the apiserver authenticates by token or certificate).
+
+It also sends pko's own ``User-Agent`` (:data:`OPERATOR_USER_AGENT`, built by
+:func:`pko.version.user_agent`, which says why) instead of kubernetes-asyncio's
+``OpenAPI-Generator/<ver>/python``: the apiserver names a write without a ``fieldManager`` after it.
 """
 
 from __future__ import annotations
@@ -18,9 +22,14 @@ import urllib.parse
 import urllib.request
 
 import aiohttp
+import kubernetes_asyncio
 from kubernetes_asyncio import client
 
-__all__ = ["environment_proxy", "new_api_client"]
+from pko.version import OPERATOR_PRODUCT, user_agent
+
+__all__ = ["OPERATOR_USER_AGENT", "environment_proxy", "new_api_client"]
+
+OPERATOR_USER_AGENT = user_agent(OPERATOR_PRODUCT, f"kubernetes-asyncio/{kubernetes_asyncio.__version__}")
 
 # kubernetes-asyncio's own read buffer: watch events of large objects exceed aiohttp's default.
 _READ_BUFSIZE = 2**21
@@ -35,7 +44,8 @@ def environment_proxy(server: str) -> str | None:
 
 
 def new_api_client(configuration: client.Configuration) -> client.ApiClient:
-    """An ``ApiClient`` for ``configuration`` whose requests skip the environment look-ups.
+    """An ``ApiClient`` for ``configuration`` whose requests skip the environment look-ups and carry
+    :data:`OPERATOR_USER_AGENT`.
 
     Call it on the event loop (aiohttp sessions belong to one); close it like any ``ApiClient``
     (``async with`` or ``await api.close()``). Sets ``configuration.proxy`` when the environment
@@ -44,6 +54,7 @@ def new_api_client(configuration: client.Configuration) -> client.ApiClient:
     if configuration.proxy is None and configuration.host:
         configuration.proxy = environment_proxy(configuration.host)
     api = client.ApiClient(configuration=configuration)
+    api.user_agent = OPERATOR_USER_AGENT
     rest = api.rest_client
     stock: aiohttp.ClientSession = rest.pool_manager
     rest.pool_manager = aiohttp.ClientSession(

@@ -4,6 +4,8 @@ Owner references are pure edits of a dict (the caller writes the object). Finali
 here with a metadata-only merge patch that carries ``metadata.resourceVersion``: a merge patch
 replaces the whole ``finalizers`` list, so without the precondition a concurrent writer's
 finalizer could be dropped; with it, a stale object fails with 409 and the reconcile retries.
+The patch is filed in ``managedFields`` under ``field_manager``, else the client's field manager
+(``pulumi-kubernetes-operator`` by default, as the Go operator adds the Stack finalizer).
 """
 
 from __future__ import annotations
@@ -124,13 +126,19 @@ def has_finalizer(obj: Obj, name: str) -> bool:
     return name in ((obj.get("metadata") or {}).get("finalizers") or [])
 
 
-async def _write_finalizers(client: ResourceClient, obj: Obj, finalizers: list[str]) -> Obj:
+async def _write_finalizers(
+    client: ResourceClient, obj: Obj, finalizers: list[str], field_manager: str | None
+) -> Obj:
     meta = obj.get("metadata") or {}
     patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}}
-    return await client.patch(str(meta["name"]), patch, namespace=meta.get("namespace"))
+    return await client.patch(
+        str(meta["name"]), patch, namespace=meta.get("namespace"), field_manager=field_manager
+    )
 
 
-async def add_finalizer(client: ResourceClient, obj: Obj, name: str) -> Obj:
+async def add_finalizer(
+    client: ResourceClient, obj: Obj, name: str, *, field_manager: str | None = None
+) -> Obj:
     """Add finalizer ``name`` unless present; returns the object as written (or ``obj`` unchanged).
 
     409 if ``obj`` is stale: let the reconcile retry from the cache.
@@ -138,10 +146,12 @@ async def add_finalizer(client: ResourceClient, obj: Obj, name: str) -> Obj:
     if has_finalizer(obj, name):
         return obj
     current = list((obj.get("metadata") or {}).get("finalizers") or [])
-    return await _write_finalizers(client, obj, [*current, name])
+    return await _write_finalizers(client, obj, [*current, name], field_manager)
 
 
-async def remove_finalizer(client: ResourceClient, obj: Obj, name: str) -> Obj:
+async def remove_finalizer(
+    client: ResourceClient, obj: Obj, name: str, *, field_manager: str | None = None
+) -> Obj:
     """Remove finalizer ``name`` if present; returns the object as written (or ``obj`` unchanged).
 
     An object already gone (404) is fine: the finalizer went with it. 409 if ``obj`` is stale.
@@ -150,7 +160,7 @@ async def remove_finalizer(client: ResourceClient, obj: Obj, name: str) -> Obj:
         return obj
     remaining = [f for f in obj["metadata"]["finalizers"] if f != name]
     try:
-        return await _write_finalizers(client, obj, remaining)
+        return await _write_finalizers(client, obj, remaining, field_manager)
     except ApiException as exc:
         if api_error_status(exc) == 404:
             return obj

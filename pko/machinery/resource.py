@@ -11,6 +11,12 @@ election need plain dicts, page-wise lists and full control over a watch connect
 one small client works for core, apps and custom resources alike. Requests still go through
 ``ApiClient.call_api`` so authentication, TLS and token refresh are kubernetes-asyncio's.
 
+Every create, replace and patch names a field manager (the ``fieldManager`` query parameter): the
+caller's, else the client's (:data:`DEFAULT_FIELD_MANAGER`, the Go operator's
+``pulumi-kubernetes-operator``). Without one the apiserver files the write in ``managedFields``
+under a name derived from the ``User-Agent`` (kubernetes-asyncio's: ``OpenAPI-Generator``).
+Server-side apply always takes the caller's, explicitly: users' scripts depend on those names.
+
 Errors are raised as ``kubernetes_asyncio.client.ApiException`` (``status``, ``reason``, ``body``),
 the same type the generated APIs raise, so callers handle both alike.
 """
@@ -20,13 +26,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Final, Literal
 from urllib.parse import quote
 
 import aiohttp
 from kubernetes_asyncio.client import ApiClient, ApiException
 
 Obj = dict[str, Any]
+
+# The Go operator's field manager (FIELD_MANAGER in pko/controllers/resources.py, which machinery
+# does not import): every write without a manager of its own is filed under it.
+DEFAULT_FIELD_MANAGER: Final = "pulumi-kubernetes-operator"
 
 _AUTH = ["BearerToken"]
 _JSON_HEADERS = {"Accept": "application/json", "Content-Type": "application/json"}
@@ -35,6 +45,7 @@ PatchType = Literal["merge", "json", "strategic"]
 # A merge or strategic patch is an object; a JSON patch a list of operations.
 PatchBody = Obj | list[Obj]
 PropagationPolicy = Literal["Foreground", "Background", "Orphan"]
+_Query = list[tuple[str, str]]  # (ResourceClient.list hides the builtin inside the class)
 
 _PATCH_CONTENT_TYPES: dict[str, str] = {
     "merge": "application/merge-patch+json",
@@ -152,7 +163,8 @@ class ResourceClient:
     """Requests for one resource type, optionally limited to one namespace.
 
     ``namespace=None`` means all namespaces for list/watch; single-object calls then need an
-    explicit namespace (or take it from the body).
+    explicit namespace (or take it from the body). ``field_manager`` is what :meth:`create`,
+    :meth:`replace` and :meth:`patch` send unless the call names another.
     """
 
     def __init__(
@@ -162,13 +174,17 @@ class ResourceClient:
         namespace: str | None = None,
         *,
         request_timeout: float = 60.0,
+        field_manager: str = DEFAULT_FIELD_MANAGER,
     ) -> None:
+        if not field_manager:
+            raise ValueError("a field manager is required: the apiserver would name the write by user agent")
         if namespace and not resource.namespaced:
             raise ValueError(f"{resource.name} is cluster-scoped; it has no namespace")
         self.api = api
         self.resource = resource
         self.namespace = namespace
         self.request_timeout = request_timeout
+        self.field_manager = field_manager
 
     async def _request(
         self,
@@ -299,16 +315,23 @@ class ResourceClient:
                 return None
             raise
 
-    async def create(self, body: Obj, namespace: str | None = None) -> Obj:
-        path = self.resource.collection_path(self._ns(namespace, body))
-        return await self._json("POST", path, body=body)
+    def _manager(self, field_manager: str | None) -> _Query:
+        return [("fieldManager", field_manager or self.field_manager)]
 
-    async def replace(self, body: Obj) -> Obj:
-        """PUT ``body``; with ``metadata.resourceVersion`` set this is an optimistic-concurrency write
-        (409 Conflict when the object changed since it was read)."""
+    async def create(
+        self, body: Obj, namespace: str | None = None, *, field_manager: str | None = None
+    ) -> Obj:
+        """POST ``body`` as ``field_manager`` (default: the client's)."""
+        path = self.resource.collection_path(self._ns(namespace, body))
+        return await self._json("POST", path, query=self._manager(field_manager), body=body)
+
+    async def replace(self, body: Obj, *, field_manager: str | None = None) -> Obj:
+        """PUT ``body`` as ``field_manager`` (default: the client's); with
+        ``metadata.resourceVersion`` set this is an optimistic-concurrency write (409 Conflict when
+        the object changed since it was read)."""
         meta = body.get("metadata") or {}
         path = self.resource.object_path(self._ns(None, body), str(meta["name"]))
-        return await self._json("PUT", path, body=body)
+        return await self._json("PUT", path, query=self._manager(field_manager), body=body)
 
     async def delete(
         self,
@@ -348,7 +371,8 @@ class ResourceClient:
         field_manager: str | None = None,
         subresource: str | None = None,
     ) -> Obj:
-        """PATCH ``name`` (or its ``subresource``, e.g. ``"status"``).
+        """PATCH ``name`` (or its ``subresource``, e.g. ``"status"``) as ``field_manager`` (default:
+        the client's).
 
         ``merge`` is RFC 7386 (lists are replaced whole; ``None`` deletes a key; put
         ``metadata.resourceVersion`` in the body for an optimistic-concurrency write), ``json`` is
@@ -356,9 +380,12 @@ class ResourceClient:
         keys (built-in types only; custom resources answer 415).
         """
         path = self._subresource_path(name, self._ns(namespace), subresource)
-        query = [("fieldManager", field_manager)] if field_manager else []
         return await self._json(
-            "PATCH", path, query=query, body=body, content_type=_PATCH_CONTENT_TYPES[patch_type]
+            "PATCH",
+            path,
+            query=self._manager(field_manager),
+            body=body,
+            content_type=_PATCH_CONTENT_TYPES[patch_type],
         )
 
     async def apply(
