@@ -32,6 +32,7 @@ from typing import Any
 import structlog
 from pko.agent import failures, stackconfig
 from pko.agent.engineevents import engine_event_to_json
+from pko.agent.errors import redact_url
 from pko.agent.operations import EventSink, OperationRequest, operation_type
 from pko.api.generated.pko.agent import v1 as pb
 from pulumi import automation as auto
@@ -57,8 +58,14 @@ class NoStackSelected(RunnerError):
 
 
 class StackNotFound(RunnerError):
-    def __init__(self) -> None:
-        super().__init__("stack not found")
+    """The stack is not in the backend (and was not to be created). The message names both, so
+    a destroy that finds no state says where it looked instead of creating an empty stack."""
+
+    def __init__(self, name: str = "", backend: str = "") -> None:
+        where = f" in backend {backend}" if backend else ""
+        super().__init__(f"stack {name!r} not found{where}" if name else f"stack not found{where}")
+        self.name = name
+        self.backend = backend
 
 
 class InvalidArgument(RunnerError):
@@ -263,6 +270,12 @@ def _update_summary(s: auto.UpdateSummary | None) -> pb.UpdateSummary | None:
     )
 
 
+def _changes(changes: Mapping[Any, int] | None) -> dict[str, int]:
+    """Resource counts by operation ("create", "same", "delete", ...): for a preview what it
+    would do, for an update what it did (the operator keeps what a destroy is expected to delete)."""
+    return {str(getattr(k, "value", k)): int(v) for k, v in (changes or {}).items()}
+
+
 def _permalink(stdout: str) -> str | None:
     # The Automation API for Python has no permalink accessor; the CLI prints it as the Go SDK reads it.
     for line in stdout.splitlines():
@@ -327,6 +340,11 @@ class PulumiRunner:
     def pulumi_version(self) -> str:
         return str(self._ws.pulumi_version)
 
+    def backend(self) -> str:
+        """Where stacks live, safe to print: the backend URL without credentials, or Pulumi Cloud."""
+        url = self._env_lookup("PULUMI_BACKEND_URL")
+        return redact_url(url) if url else "Pulumi Cloud (the default backend)"
+
     def _env_lookup(self, name: str) -> str | None:
         value = self._ws.env_vars.get(name)
         return value if value is not None else os.environ.get(name)
@@ -352,7 +370,7 @@ class PulumiRunner:
                 stack = auto.Stack.select(name, self._ws)
             except auto_errors.StackNotFoundError:
                 if not create:
-                    raise StackNotFound() from None
+                    raise StackNotFound(name, self.backend()) from None
                 self._ws.secrets_provider = secrets_provider or self.settings.secrets_provider
                 try:
                     stack = auto.Stack.create(name, self._ws)
@@ -390,7 +408,7 @@ class PulumiRunner:
         for s in stacks:
             if s.name == stack.name:
                 return _summary(s)
-        raise StackNotFound()
+        raise StackNotFound(stack.name, self.backend())
 
     async def set_all_config(self, items: list[pb.ConfigItem]) -> None:
         stack = await self.require_stack()
@@ -523,9 +541,7 @@ class PulumiRunner:
                 diff=True,
             )
             out.stdout, out.stderr = _tail(res_p.stdout), _tail(res_p.stderr)
-            out.change_summary = {
-                str(getattr(k, "value", k)): int(v) for k, v in (res_p.change_summary or {}).items()
-            }
+            out.change_summary = _changes(res_p.change_summary)
             out.permalink = _permalink(res_p.stdout)
         elif isinstance(request, pb.UpRequest):
             res_u = stack.up(
@@ -541,6 +557,7 @@ class PulumiRunner:
             )
             out.stdout, out.stderr = _tail(res_u.stdout), _tail(res_u.stderr)
             out.summary = _update_summary(res_u.summary)
+            out.change_summary = _changes(res_u.summary.resource_changes if res_u.summary else None)
             out.permalink = _permalink(res_u.stdout)
             out.outputs = {
                 k: pb.OutputValue(value=json.dumps(v.value).encode(), secret=bool(v.secret))
@@ -554,6 +571,7 @@ class PulumiRunner:
             )
             out.stdout, out.stderr = _tail(res_r.stdout), _tail(res_r.stderr)
             out.summary = _update_summary(res_r.summary)
+            out.change_summary = _changes(res_r.summary.resource_changes if res_r.summary else None)
             out.permalink = _permalink(res_r.stdout)
         else:
             res_d = stack.destroy(
@@ -566,6 +584,7 @@ class PulumiRunner:
             )
             out.stdout, out.stderr = _tail(res_d.stdout), _tail(res_d.stderr)
             out.summary = _update_summary(res_d.summary)
+            out.change_summary = _changes(res_d.summary.resource_changes if res_d.summary else None)
             out.permalink = _permalink(res_d.stdout)
             if request.remove:
                 with self._select_lock:

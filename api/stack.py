@@ -491,6 +491,7 @@ FailureReason = Literal[
     "Transient",
     "UpdateLost",
     "OperationFailed",
+    "StackNotFound",
 ]
 """The closed set of failure classes in ``status.lastFailure.reason``."""
 
@@ -500,8 +501,10 @@ class StackFailure(KubeModel):
 
     reason: FailureReason
     """Reason classifies the failure: ProgramError, ResourceOperationFailed, ConfigInvalid,
-    InstallFailed, AuthFailed, PendingOperations (deterministic: retried slowly, then Stalled) or
-    StackLocked, UpdateConflict, Transient, UpdateLost (transient: retried quickly)."""
+    InstallFailed, AuthFailed, PendingOperations (deterministic: retried slowly, then Stalled),
+    StackNotFound (the stack, or the resources the Stack deployed, are not in the backend: Stalled at
+    once, never retried by itself) or StackLocked, UpdateConflict, Transient, UpdateLost (transient:
+    retried quickly)."""
     message: str
     """Message holds the last lines of the error."""
     transient: bool
@@ -544,6 +547,12 @@ class StackStatus(KubeModel):
         Annotated[StackFailure, Extension("issue9: a closed classification of the last failure")] | None
     ) = None
     """(pko extension) LastFailure classifies the last failed operation (cleared by a success)."""
+    resource_count: (
+        Annotated[NonNegativeInt64, Extension("issue30: a destroy that deletes nothing is not done")] | None
+    ) = None
+    """(pko extension) ResourceCount is how many resources the stack held after its last successful
+    up, refresh or destroy: what a destroy is expected to delete. A destroy that deletes none of
+    them (the stack's state was lost) does not release the Stack."""
 
 
 @Rule(f"size(self.metadata.name) <= {MAX_NAME_LENGTH}", NAME_TOO_LONG_MESSAGE, field_path=".metadata.name")

@@ -5,8 +5,9 @@ Same fields, names and meaning as the Go operator v2's Update; see docs/updates.
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
+from pko.api.markers import Extension
 from pko.api.meta import (
     Conditions,
     GoDuration,
@@ -97,6 +98,12 @@ class UpdateStatus(KubeModel):
     """The observations of an update's current state: Progressing, Complete, Failed."""
     project_info: ProjectInfo | None = None
     """The Pulumi project name and runtime observed by the agent during this update."""
+    resource_changes: (
+        Annotated[dict[str, NonNegativeInt64], Extension("issue30: what a destroy is expected to delete")]
+        | None
+    ) = None
+    """(pko extension) ResourceChanges counts the resources by operation ("create", "same", "delete",
+    ...): what a preview would do, what an up, refresh or destroy did."""
 
 
 class Update(KubeModel):

@@ -79,6 +79,25 @@ class Kube:
             time.sleep(interval)
         raise AssertionError(f"{what}: not within {within:.0f}s (last: {last!r})\n{self.diagnose()}")
 
+    def delete_stack_watching(self, name: str, within: float = 600) -> tuple[set[str], set[int]]:
+        """``kubectl delete stack`` and wait until it is gone, noting every uid its workspace pod had
+        and every generation its Workspace had meanwhile (a destroy that replaced the pod shows two)."""
+        pods: set[str] = set()
+        generations: set[int] = set()
+        self.run("delete", "stack", name, "--wait=false")
+
+        def gone() -> bool:
+            pod = self.get("pod", f"{name}-workspace-0")
+            ws = self.get("workspace", name)
+            if pod is not None and not pod["metadata"].get("deletionTimestamp"):
+                pods.add(pod["metadata"]["uid"])
+            if ws is not None and not ws["metadata"].get("deletionTimestamp"):
+                generations.add(int(ws["metadata"]["generation"]))
+            return self.get("stack", name) is None
+
+        self.until(f"stack {name} deleted", gone, within, 1)
+        return pods, generations
+
     def condition(self, obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
         for c in ((obj or {}).get("status") or {}).get("conditions") or []:
             if c.get("type") == type_:

@@ -335,8 +335,22 @@ def test_reclaim_policy_delete_removes_the_workspace_after_success(kube: Kube) -
     assert s["status"]["lastUpdate"]["state"] == "succeeded"
     gone(k, "workspace", "reclaimed")
     gone(k, "pod", "reclaimed-workspace-0")
+    # The source goes first: the destroy runs in a new pod from the saved projectInfo and the state
+    # on the claim, and the Stack says so.
+    k.run("delete", "program", "reclaimed")
     k.run("delete", "stack", "reclaimed", "--wait=false")
+
+    def from_project_info() -> dict[str, Any] | None:
+        ws = k.get("workspace", "reclaimed")
+        return ws if ws is not None and (ws["spec"].get("projectInfo") or {}).get("name") else None
+
+    ws = k.until("a Workspace from the saved projectInfo", from_project_info, 120, 1)
+    assert ws["spec"]["stacks"] == [{"name": "dev", "create": False}], ws["spec"]
+    events = k.json("get", "events", "--field-selector", "involvedObject.name=reclaimed")["items"]
+    said = [e["message"] for e in events if e["reason"] == "DestroyFromProjectInfo"]
+    assert said and "runs in a new workspace pod" in said[0], events
     gone(k, "stack", "reclaimed", within=600)
+    gone(k, "configmap", "reclaimed-settings")  # destroyed from the state on the claim
 
 
 def test_a_workspace_account_without_auth_delegation_reports_unauthenticated(kube: Kube) -> None:
@@ -613,8 +627,13 @@ def test_the_sample_deploys_kubernetes_objects_and_its_state_survives_pod_deleti
     k.run("exec", "hello-workspace-0", "-c", "pulumi", "--", "sh", "-c",
           "cd /share/workspace && pulumi preview -s dev --expect-no-changes --non-interactive")  # fmt: skip
 
-    k.run("delete", "stack", "hello", "--wait=false")
-    gone(k, "stack", "hello", within=600)
+    # State on a PersistentVolumeClaim: no warning that it dies with the pod.
+    assert k.condition(k.get("stack", "hello"), "EphemeralBackend") == {}
+    serving = k.get("pod", "hello-workspace-0")
+    assert serving is not None
+    pods, generations = k.delete_stack_watching("hello")
+    # The destroy ran in the pod that held the stack: not replaced, its Workspace not respecified.
+    assert pods == {serving["metadata"]["uid"]} and len(generations) == 1, (pods, generations)
     gone(k, "deployment", "hello")  # destroyOnFinalize: Pulumi removed what it created
     gone(k, "configmap", "hello-page")
     k.run("delete", "program", "hello")

@@ -154,7 +154,7 @@ def is_pre(resource_type: str) -> Any:
     return check
 
 
-async def test_select_config_preview_up_refresh_destroy(flow_agent: RunningAgent) -> None:
+async def test_select_config_preview_up_refresh_destroy(flow_agent: RunningAgent, fake: FakePulumi) -> None:
     channel = flow_agent.channel()
     stub = flow_agent.stub(channel)
     try:
@@ -205,6 +205,7 @@ async def test_select_config_preview_up_refresh_destroy(flow_agent: RunningAgent
         assert up is not None and up.state == pb.OperationState.SUCCEEDED, up
         assert up.project_info == pb.ProjectInfo(name="agentflow", runtime="yaml")
         assert up.summary is not None and up.summary.result == "succeeded"
+        assert up.change_summary.get("create", 0) >= 3  # what it did, from the update's summary
         created = {e["resOutputsEvent"]["metadata"]["type"] for e in up_events if "resOutputsEvent" in e}
         assert {"random:index/randomPassword:RandomPassword", "test:index:Echo"} <= created
         outputs = {k: (json.loads(v.value), v.secret) for k, v in up.outputs.items()}
@@ -234,6 +235,7 @@ async def test_select_config_preview_up_refresh_destroy(flow_agent: RunningAgent
 
         _, destroy = collect(await drain(stub.destroy(pb.DestroyRequest(operation_id="d-1"))))
         assert destroy is not None and destroy.state == pb.OperationState.SUCCEEDED, destroy
+        assert destroy.change_summary.get("delete", 0) >= 3
         info = await stub.info()
         assert info.summary is not None and not info.summary.resource_count
     finally:

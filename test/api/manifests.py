@@ -224,6 +224,7 @@ def full_stack_status() -> dict[str, Any]:
             "lockOwner": "alice@host (pid 42)",
             "pendingOperations": ["urn:pulumi:dev::random::random:index:RandomPet::a"],
         },
+        "resourceCount": 3,
     }
 
 
@@ -345,6 +346,7 @@ def full_update_status() -> dict[str, Any]:
             }
         ],
         "projectInfo": {"name": "p", "runtime": "yaml"},
+        "resourceChanges": {"create": 2, "same": 1},
     }
 
 

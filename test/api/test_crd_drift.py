@@ -335,6 +335,8 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Stack", "spec.initOnCreate"),
         ("Stack", "spec.maxUpdateFailures"),
         ("Stack", "spec.suspend"),
+        ("Stack", "spec.updateTemplate.status.resourceChanges"),
+        ("Stack", "spec.updateTemplate.status.resourceChanges{}"),
         ("Stack", "status.lastFailure"),
         ("Stack", "status.lastFailure.countedFailures"),
         ("Stack", "status.lastFailure.lockOwner"),
@@ -345,6 +347,9 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Stack", "status.lastFailure.transient"),
         ("Stack", "status.lastFailure.updateName"),
         ("Stack", "status.nextRetryTime"),
+        ("Stack", "status.resourceCount"),
+        ("Update", "status.resourceChanges"),
+        ("Update", "status.resourceChanges{}"),
     ]
 
 

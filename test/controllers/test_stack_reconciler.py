@@ -190,9 +190,12 @@ class Env:
         outputs: dict[str, Any] | None = None,
         secret_keys: list[str] | None = None,
         project: tuple[str, str] | None = ("proj", "yaml"),
+        changes: dict[str, int] | None = None,
     ) -> None:
         name = update["metadata"]["name"]
         status: Obj = {"observedGeneration": update["metadata"]["generation"], "message": message}
+        if changes is not None:
+            status["resourceChanges"] = changes
         if outputs is not None:
             secret = f"{name}-stack-outputs"
             await self.secrets.create(
@@ -263,6 +266,13 @@ class Env:
             or 0.0
             for result in ("success", "error", "requeue", "requeue_after")
         )
+
+    async def events_of(self, name: str) -> list[str]:
+        """The reasons of the Events about ``name`` (one per Event object)."""
+        listing = await ResourceClient(self.stacks.api, EVENTS, self.ns).list(
+            field_selector=f"involvedObject.name={name}"
+        )
+        return [str(e.get("reason")) for e in listing.items]
 
     async def quiet(self, name: str, seconds: float = 3.0) -> None:
         """No writes to the Stack for ``seconds`` (no hot loop)."""
@@ -404,30 +414,164 @@ async def test_destroy_on_finalize_keeps_the_finalizer_until_a_destroy_succeeds(
     await env.create_stack("doomed", {"programRef": {"name": "prog"}, "destroyOnFinalize": True})
     await env.make_ready("doomed")
     seen: set[str] = set()
-    await env.complete(await env.next_update("doomed", seen))
+    await env.complete(await env.next_update("doomed", seen), changes={"create": 3})
     await env.wait_condition("doomed", "Ready", "ProcessingCompleted")
-    generation = (await env.workspace("doomed"))["metadata"]["generation"]
+    before = await env.workspace("doomed")
     await env.stacks.delete("doomed")
-    await env.make_ready("doomed", newer_than=generation)
     destroy = await env.next_update("doomed", seen)
     assert destroy["spec"]["type"] == "destroy" and destroy["spec"]["message"] == "Stack marked for deletion"
-    # destroy works without the source: the Workspace bootstraps from status.projectInfo
+    # The destroy runs in the Workspace as it is: its pod holds the stack (issue 30).
     ws = await env.workspace("doomed")
-    assert ws["spec"].get("projectInfo") == {"name": "proj", "runtime": "yaml"} and "flux" not in ws["spec"]
+    assert ws["metadata"]["generation"] == before["metadata"]["generation"] and ws["spec"] == before["spec"]
     await env.complete(destroy, failed="ResourceOperationFailed", message="deleting failed: still in use")
     conditions = await env.wait_condition("doomed", "Reconciling", "RetryingAfterFailure")
     stack = await env.stack("doomed")
     assert "finalizer.stack.pulumi.com" in stack["metadata"]["finalizers"]
     assert stack["status"]["lastUpdate"]["type"] == "destroy" and conditions["Ready"][0] == "False"
-    await env.make_ready("doomed")
     destroy = await env.next_update("doomed", seen)
     assert destroy["spec"]["type"] == "destroy"
-    await env.complete(destroy)
+    await env.complete(destroy, changes={"delete": 3})
 
     async def gone() -> bool:
         return await env.get(env.stacks, "doomed") is None
 
     await eventually(gone, "the Stack to be released")
+
+
+async def _deployed_then_deleted(env: Env, name: str, seen: set[str], **spec: Any) -> None:
+    """A Program Stack deployed (3 resources) and deleted; its Workspace Ready throughout."""
+    await env.program(name)
+    await env.create_stack(name, {"programRef": {"name": name}, "destroyOnFinalize": True, **spec})
+    await env.make_ready(name)
+    await env.complete(await env.next_update(name, seen), changes={"create": 3}, outputs={"url": "u"})
+    await env.wait_condition(name, "Ready", "ProcessingCompleted")
+    assert (await env.stack(name))["status"]["resourceCount"] == 3
+
+
+async def _released_by_hand(env: Env, name: str) -> None:
+    await env.stacks.patch(name, {"metadata": {"finalizers": []}})
+
+    async def gone() -> bool:
+        return await env.get(env.stacks, name) is None
+
+    await eventually(gone, f"{name} released")
+
+
+async def test_a_stack_missing_from_its_backend_stalls_the_deletion_until_fixed_or_released(env: Env) -> None:
+    seen: set[str] = set()
+    await _deployed_then_deleted(env, "vanished", seen)
+    await env.stacks.delete("vanished")
+    missing = "stack 'dev' not found in backend file:///state"
+    await env.complete(await env.next_update("vanished", seen), failed="StackNotFound", message=missing)
+    conditions = await env.wait_condition("vanished", "Stalled", "StackNotFound")
+    message = conditions["Stalled"][2]
+    assert message.startswith(f"{missing}; nothing was destroyed. The Stack last knew of 3 resource(s)")
+    assert f"kubectl patch stack vanished -n {env.ns}" in message
+    stack = await env.stack("vanished")
+    assert stack["metadata"]["finalizers"] == ["finalizer.stack.pulumi.com"]
+    assert (
+        stack["status"]["lastFailure"]["reason"] == "StackNotFound" and "nextRetryTime" not in stack["status"]
+    )
+    await env.quiet("vanished")  # not retried by itself
+    assert len(await env.updates_of("vanished")) == 2
+    # The backend fixed, a retry is asked for by annotation: the destroy runs again.
+    await env.stacks.patch(
+        "vanished", {"metadata": {"annotations": {"pulumi.com/reconciliation-request": "fixed"}}}
+    )
+    retry = await env.next_update("vanished", seen)
+    assert retry["spec"]["type"] == "destroy"
+    await env.complete(retry, failed="StackNotFound", message=missing)
+    await env.wait_condition("vanished", "Stalled", "StackNotFound")
+    await _released_by_hand(env, "vanished")
+
+
+async def test_a_destroy_that_deleted_nothing_of_what_was_deployed_is_not_done(env: Env) -> None:
+    seen: set[str] = set()
+    await _deployed_then_deleted(env, "amnesia", seen)
+    await env.stacks.delete("amnesia")
+    await env.complete(await env.next_update("amnesia", seen))  # succeeded, deleted nothing
+    conditions = await env.wait_condition("amnesia", "Stalled", "StackNotFound")
+    assert conditions["Stalled"][2].startswith("the destroy deleted nothing: stack 'dev' holds none of the 3")
+    stack = await env.stack("amnesia")
+    assert stack["metadata"]["finalizers"] == ["finalizer.stack.pulumi.com"]
+    assert stack["status"]["lastUpdate"]["state"] == "failed"
+    await _released_by_hand(env, "amnesia")
+
+
+async def test_without_a_workspace_the_destroy_gets_one_that_never_creates_the_stack(env: Env) -> None:
+    """No Workspace (reclaimed): one is built for the destroy, from the source while it is there, from
+    the saved projectInfo once it is gone (and the Stack says the destroy runs in a new pod)."""
+    seen: set[str] = set()
+    await _deployed_then_deleted(env, "rebuilt", seen)
+    await env.workspaces.delete("rebuilt")
+
+    async def no_workspace() -> bool:
+        return await env.get(env.workspaces, "rebuilt") is None
+
+    await eventually(no_workspace, "the Workspace gone")
+    await env.stacks.delete("rebuilt")
+    ws = await env.workspace("rebuilt")
+    assert ws["spec"]["stacks"] == [{"name": "dev", "create": False}] and "flux" in ws["spec"]
+
+    await _deployed_then_deleted(env, "orphan", seen)
+    await env.workspaces.delete("orphan")
+    await eventually(lambda: _absent(env, env.workspaces, "orphan"), "the Workspace gone")
+    await env.programs.delete("orphan")
+    await eventually(lambda: _absent(env, env.programs, "orphan"), "the Program gone")
+    await env.stacks.delete("orphan")
+    ws = await env.workspace("orphan")
+    assert ws["spec"].get("projectInfo") == {"name": "proj", "runtime": "yaml"} and "flux" not in ws["spec"]
+    assert ws["spec"]["stacks"] == [{"name": "dev", "create": False}]
+    conditions = await env.wait_condition("orphan", "Reconciling", "StackProcessing")
+    assert (
+        "the destroy runs in a new workspace pod from the saved project info" in conditions["Reconciling"][2]
+    )
+    await env.make_ready("orphan")
+    destroy = await env.next_update("orphan", seen)
+    await env.complete(destroy, changes={"delete": 3})
+    await eventually(lambda: _absent(env, env.stacks, "orphan"), "orphan released")
+    await env.make_ready("rebuilt")
+    await env.complete(await env.next_update("rebuilt", seen), changes={"delete": 3})
+    await eventually(lambda: _absent(env, env.stacks, "rebuilt"), "rebuilt released")
+
+
+async def _absent(env: Env, client: ResourceClient, name: str) -> bool:
+    return await env.get(client, name) is None
+
+
+@pytest.mark.parametrize(
+    ("backend", "volume", "says"),
+    [
+        ("file:///state", {"name": "state", "emptyDir": {}}, 'emptyDir volume "state"'),
+        ("file:///tmp/state", None, "container's own filesystem"),
+        ("file:///state", {"name": "state", "persistentVolumeClaim": {"claimName": "c"}}, None),
+        ("s3://bucket/prefix", None, None),
+    ],
+)
+async def test_a_backend_that_dies_with_its_pod_carries_a_warning(
+    env: Env, backend: str, volume: Obj | None, says: str | None
+) -> None:
+    name = f"warn-{uuid.uuid4().hex[:6]}"
+    pod: Obj = {}
+    if volume is not None:
+        mount = {"name": "state", "mountPath": "/state"}
+        pod = {"containers": [{"name": "pulumi", "volumeMounts": [mount]}], "volumes": [volume]}
+    spec: Obj = {"programRef": {"name": "prog"}, "backend": backend}
+    if pod:
+        spec["workspaceTemplate"] = {"spec": {"podTemplate": {"spec": pod}}}
+    await env.program("prog")
+    await env.create_stack(name, spec)
+    await env.workspace(name)
+    await env.quiet(name)
+    conditions = await env.conditions(name)
+    events = await env.events_of(name)
+    if says is None:
+        assert "EphemeralBackend" not in conditions and "EphemeralBackend" not in events
+        return
+    status, reason, message = conditions["EphemeralBackend"]
+    assert (status, reason) == ("True", "EphemeralBackend") and says in message and backend in message
+    assert "Ready" in conditions  # a warning: nothing is refused
+    assert events.count("EphemeralBackend") == 1
 
 
 async def test_suspend_starts_nothing_until_cleared(env: Env) -> None:

@@ -18,6 +18,8 @@ from pko.controllers.stack.retry import (
     transient_delay,
 )
 from pko.controllers.stack.status import (
+    StackRef,
+    destroyed_nothing,
     go_duration,
     mark_ready,
     mark_reconciling,
@@ -26,10 +28,12 @@ from pko.controllers.stack.status import (
     mark_suspended,
     outputs_from_secret,
     plan_sync,
+    record_destroyed_nothing,
     record_failed,
     record_lost,
     record_succeeded,
     requirement_error,
+    resources_after,
 )
 from pko.machinery.conditions import format_time, get_condition
 
@@ -417,3 +421,63 @@ def test_status_fields_are_recorded_with_get_condition_helpers() -> None:
     mark_reconciling(status, "StackProcessing", "stack is being processed", 3, T0)
     condition = get_condition(status["conditions"], "Reconciling")
     assert condition is not None and condition["lastTransitionTime"] == "2024-10-17T20:00:00Z"
+
+
+# --- what the stack holds, and a destroy that found none of it (issue 30) -----------------------
+
+
+def test_the_resource_count_follows_each_successful_update() -> None:
+    status: dict[str, Any] = {}
+    changes = {"create": 2, "same": 1, "delete": 1}
+    record_succeeded(status, current("s-1"), update("s-1", resourceChanges=changes), None, T0)
+    assert status["resourceCount"] == 3  # what was deleted is no longer held
+    record_succeeded(status, current("s-2"), update("s-2", type_="preview"), None, T0)
+    assert status["resourceCount"] == 3  # a preview changes nothing
+    record_succeeded(status, current("s-3"), update("s-3"), None, T0)
+    assert status["resourceCount"] == 3  # an Update that did not say keeps what was known
+    assert resources_after(update("s-4", type_="refresh", resourceChanges={"same": 2, "delete": 1})) == 2
+    assert resources_after(update("s-5", type_="destroy")) == 0
+
+
+def test_a_destroy_that_deleted_none_of_the_known_resources_is_not_done() -> None:
+    known = {"resourceCount": 3}
+    empty = update("s-9", type_="destroy")
+    empty["spec"]["stackName"] = "dev"
+    message = destroyed_nothing(known, empty)
+    assert message is not None and "'dev'" in message and "3 resource(s)" in message
+    deleted = update("s-9", type_="destroy", resourceChanges={"delete": 3})
+    assert destroyed_nothing(known, deleted) is None
+    assert destroyed_nothing({}, empty) is None  # nothing was known to be there
+    assert destroyed_nothing({"resourceCount": 0}, empty) is None
+    assert destroyed_nothing(known, update("s-9", type_="up")) is None
+
+    status: dict[str, Any] = {"resourceCount": 3, "outputs": {"url": "x"}}
+    record_destroyed_nothing(status, current("s-9"), empty, message, T0)
+    assert status["lastUpdate"]["state"] == "failed" and status["lastUpdate"]["type"] == "destroy"
+    assert status["lastFailure"]["reason"] == "StackNotFound" and not status["lastFailure"]["transient"]
+    assert status["resourceCount"] == 3  # still what the Stack last deployed
+
+
+def test_a_stack_missing_from_its_backend_stalls_at_once_with_what_to_do() -> None:
+    status: dict[str, Any] = {"resourceCount": 2, "outputs": {"configMap": "hello", "url": "[secret]"}}
+    missing = update(
+        "s-7",
+        type_="destroy",
+        failed="StackNotFound",
+        message="stack 'dev' not found in backend file:///state",
+    )
+    record_failed(status, current("s-7"), missing, T0)
+    mark_result(status, spec(destroyOnFinalize=True), SETTINGS, 1, T0, stack=StackRef("s", "ns"))
+    stalled = types(status)["Stalled"]
+    assert stalled[:2] == ("True", "StackNotFound")
+    assert stalled[2].startswith("stack 'dev' not found in backend file:///state; nothing was destroyed.")
+    assert "2 resource(s) and outputs configMap, url" in stalled[2]
+    assert "kubectl annotate stack s -n ns --overwrite pulumi.com/reconciliation-request=" in stalled[2]
+    assert """kubectl patch stack s -n ns --type=merge -p '{"metadata":{"finalizers":[]}}'""" in stalled[2]
+    assert "nextRetryTime" not in status and "Reconciling" not in types(status)
+    # not a deletion (useLocalStackOnly): no word of destroying or releasing
+    status = {}
+    record_failed(status, current("s-8"), update("s-8", failed="StackNotFound", message="gone"), T0)
+    mark_result(status, spec(), SETTINGS, 1, T0, stack=StackRef("s", "ns"))
+    assert types(status)["Stalled"][1] == "StackNotFound"
+    assert "destroy" not in types(status)["Stalled"][2] and "finalizers" not in types(status)["Stalled"][2]

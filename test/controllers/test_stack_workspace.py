@@ -349,3 +349,14 @@ def test_update_type_is_destroy_when_deleting_preview_for_preview_stacks() -> No
     assert update_type_for(stack({"programRef": {"name": "p"}}), deleting=False) == "up"
     assert update_type_for(stack({"programRef": {"name": "p"}, "preview": True}), deleting=False) == "preview"
     assert update_type_for(stack({"programRef": {"name": "p"}, "preview": True}), deleting=True) == "destroy"
+
+
+def test_a_workspace_built_for_a_destroy_never_creates_the_stack() -> None:
+    """A destroy needs the state that is there: a stack created empty would be "destroyed" while
+    the resources stay (issue 30)."""
+    s = stack({"programRef": {"name": "p"}, "destroyOnFinalize": True})
+    source = ArtifactRevision("http://a/p/1", "sha256:x", "1")
+    assert build_workspace(s, source)["spec"]["stacks"] == [{"name": "dev", "create": True}]
+    assert build_workspace(s, source, deleting=True)["spec"]["stacks"] == [{"name": "dev", "create": False}]
+    saved = build_workspace(s, ProjectInfoRevision("proj", "yaml"))
+    assert saved["spec"]["stacks"] == [{"name": "dev", "create": False}]

@@ -463,3 +463,40 @@ def test_a_delete_refused_404_or_409_is_done_without_the_event() -> None:
         plan = refused(observed(update), DeleteUpdate(), Failure(status=status), NOW)
         assert plan is not None and plan.writes == [] and plan.result == Result.done()
     assert refused(observed(update), DeleteUpdate(), Failure(status=500), NOW) is None
+
+
+# --- a destroy or refresh never creates the stack (issue 30) ---------------------------------------
+
+
+def _ws_declaring(create: bool | None) -> dict[str, Any]:
+    ws = copy.deepcopy(READY_WS)
+    entry: dict[str, Any] = {"name": "dev"}
+    if create is not None:
+        entry["create"] = create
+    ws["spec"] = {"stacks": [entry]}
+    return ws
+
+
+def test_only_a_preview_or_an_up_may_create_the_stack() -> None:
+    for type_, create in (("up", True), ("preview", True), ("destroy", False), ("refresh", False)):
+        plan = decide(observed(make_update(type=type_)))
+        write = plan.writes[0]
+        assert isinstance(write, SelectAndStart) and write.create is create, type_
+
+
+def test_an_up_does_not_create_a_stack_the_workspace_may_not_create() -> None:
+    for declared, create in ((False, False), (True, True), (None, False)):
+        obs = Observed(KEY, make_update(type="up"), NOW, workspace=_ws_declaring(declared))
+        write = decide(obs).writes[0]
+        assert isinstance(write, SelectAndStart) and write.create is create, declared
+
+
+def test_a_stack_missing_from_the_backend_ends_the_update_stack_not_found() -> None:
+    update = make_update(type="destroy")
+    write = decide(observed(update)).writes[0]
+    assert isinstance(write, SelectAndStart)
+    message = "stack 'dev' not found in backend file:///state"
+    failure = Failure(code="NOT_FOUND", reason="NotFound", message=message)
+    plan = refused(observed(update), write, failure, NOW)
+    assert plan is not None
+    assert_ended(plan, us.REASON_STACK_NOT_FOUND, message)

@@ -101,6 +101,14 @@ def test_result_status_success() -> None:
     assert status["startTime"] == "2025-01-02T03:04:05Z"  # kept from the start
     assert status["endTime"] == "2025-01-02T03:01:00Z"
     assert status["message"] == "deploy it"
+    assert "resourceChanges" not in status  # the agent said nothing of them
+
+
+def test_result_status_keeps_the_resource_changes() -> None:
+    update = make_update()
+    result = succeeded(change_summary={"same": 2, "create": 1})
+    status = us.result_status(update, result, None, NOW)
+    assert status["resourceChanges"] == {"create": 1, "same": 2}
 
 
 def failed(reason: str, **failure: Any) -> pb.OperationResult:

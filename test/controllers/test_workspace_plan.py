@@ -306,3 +306,27 @@ def test_desired_status_keeps_stalled_only_while_deleting() -> None:
         "3.2.0",
         2,
     )
+
+
+def test_a_stack_it_may_not_create_missing_from_the_backend_leaves_the_workspace_ready() -> None:
+    """A stack declared ``create: false`` (a destroy's Workspace, ``useLocalStackOnly``) that the
+    backend lacks: a Warning, the other stacks initialized, the pod serving; the Update for that
+    stack then ends StackNotFound, saying where it looked (issue 30)."""
+    ws = workspace({"stacks": [{"name": "dev", "create": False}, {"name": "prod", "create": True}]})
+    _, initializing = run(decide(observed(ws)), "3.274.1")
+    dev = next(w for w in initializing.writes if isinstance(w, wp.InitStack))
+    missing = Failure("agent", "stack 'dev' not found in backend file:///state", code="NOT_FOUND")
+    rest = refused(initializing, dev, missing)
+    assert rest is not None
+    assert kinds(rest.writes) == ["Emit", "InitStack", "AnnotateInitialized", "Emit"]
+    warning = rest.writes[0]
+    assert isinstance(warning, wp.Emit) and (warning.type, warning.reason) == ("Warning", "StackNotFound")
+    assert "file:///state" in warning.message
+    assert [w.stack.name for w in rest.writes if isinstance(w, wp.InitStack)] == ["prod"]
+    assert rest.finding == Finding("Succeeded", "", ready=True)
+    assert (rest.address, rest.version) == (ADDRESS, "3.274.1")
+    # A stack it may create that is still missing is a failure of the initialization.
+    prod = next(w for w in rest.writes if isinstance(w, wp.InitStack))
+    failed = refused(rest, prod, Failure("agent", "stack not found", code="NOT_FOUND"))
+    assert failed is not None and failed.finding is not None
+    assert failed.finding.reason == "InitializationFailed" and failed.finding.stalled

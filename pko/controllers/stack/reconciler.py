@@ -40,6 +40,7 @@ from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import (
     FIELD_MANAGER,
     FIELD_MANAGER_PREREQUISITE,
+    FIELD_MANAGER_STACK_FINALIZER,
     FIELD_MANAGER_STACK_STATUS,
     PROGRAMS,
     RECONCILIATION_REQUEST_ANNOTATION,
@@ -48,6 +49,7 @@ from pko.controllers.resources import (
     UPDATES,
     WORKSPACES,
 )
+from pko.controllers.stack.backend import EPHEMERAL_BACKEND_REASON, ephemeral_backend
 from pko.controllers.stack.branchpoll import BranchResolver
 from pko.controllers.stack.plan import (
     AddFinalizer,
@@ -67,10 +69,14 @@ from pko.controllers.stack.plan import (
     write_status,
 )
 from pko.controllers.stack.retry import RetrySettings
-from pko.controllers.stack.sources import SOURCE_UNAVAILABLE_REQUEUE, SourceResolver, Stall
+from pko.controllers.stack.sources import SOURCE_UNAVAILABLE_REQUEUE, SourceResolver, Stall, saved_project
 from pko.controllers.stack.status import (
     MSG_UPDATE,
     MSG_WORKSPACE,
+    StackRef,
+    destroy_from_project_message,
+    destroyed_nothing,
+    mark_ephemeral_backend,
     mark_ready,
     mark_reconciling,
     mark_result,
@@ -79,9 +85,11 @@ from pko.controllers.stack.status import (
     outputs_from_secret,
     plan_sync,
     reconcile_request,
+    record_destroyed_nothing,
     record_failed,
     record_lost,
     record_succeeded,
+    release_command,
     requirement_error,
     utcnow,
 )
@@ -105,6 +113,8 @@ from pko.controllers.stack.watches import (
     update_complete,
     update_predicate,
     workspace_predicate,
+    workspace_ready,
+    workspace_stalled,
 )
 from pko.controllers.stack.workspaceobject import ResolvedSource, build_workspace
 from pko.machinery.conditions import is_true
@@ -146,6 +156,7 @@ OWNED_STATUS: Final = (
     "projectInfo",
     "nextRetryTime",
     "lastFailure",
+    "resourceCount",
 )
 
 
@@ -237,9 +248,13 @@ class StackReconciler:
             mark_stalled(status, "SpecInvalid", message, generation, now)
             writes += [Emit("Warning", "StackConfigInvalid", message), write_status(status)]
             return Plan(writes, Result.done(), status)
+        ephemeral = ephemeral_backend(stack)
+        mark_ephemeral_backend(status, ephemeral, generation, now)
         if int((obj.get("status") or {}).get("observedGeneration") or 0) != generation:
             # Once per generation (the recorder folds repeats of a retried reconcile into one Event).
             writes += [Emit("Warning", DEPRECATED_FIELD_REASON, w) for w in deprecation_warnings(stack.spec)]
+            if ephemeral is not None and not deleting:
+                writes.append(Emit("Warning", EPHEMERAL_BACKEND_REASON, ephemeral))
         try:
             return await self._plan_stack(obj, stack, status, now, writes)
         except Stall as stall:
@@ -278,19 +293,30 @@ class StackReconciler:
             mark_ready(status, generation, now)
             return Plan([*writes, write_status(status, recorded), RemoveFinalizer()], Result.done(), status)
 
-        # 2. the source, pinned to a revision
-        try:
-            source, commit = await self.sources.resolve(obj, stack, status, deleting)
-        except Stall as stall:
-            mark_stalled(status, stall.reason, stall.message, generation, now)
-            return Plan([*writes, write_status(status, recorded)], _after(stall.requeue), status)
+        # 2. the source, pinned to a revision; a destroy runs in the workspace pod that holds the
+        # stack whenever there is one (never changed for the destroy's sake: a pod replaced
+        # loses state kept on its own disk)
+        kept = self._workspace_for_destroy(obj) if deleting else None
+        source: ResolvedSource | None = None
+        note: str | None = None
+        if kept is not None:
+            commit = str((status.get("lastUpdate") or {}).get("lastAttemptedCommit") or "")
+        else:
+            try:
+                source, commit = await self.sources.resolve(obj, stack)
+            except Stall as stall:
+                saved = saved_project(stack, status) if deleting else None
+                if saved is None:
+                    mark_stalled(status, stall.reason, stall.message, generation, now)
+                    return Plan([*writes, write_status(status, recorded)], _after(stall.requeue), status)
+                source, commit, note = saved, "", destroy_from_project_message(stall.message, saved)
 
         # 3. run, or report and wait
         polls_branch = bool(spec.project_repo and spec.branch)
         decision = plan_sync(obj, spec, status, commit, now, self.retry, polls_branch=polls_branch)
         mark_suspended(status, spec.suspend and not deleting, generation, now)
         if decision.synced:
-            mark_result(status, spec, self.retry, generation, now)
+            mark_result(status, spec, self.retry, generation, now, stack=_ref(obj))
             mark_suspended(status, spec.suspend and not deleting, generation, now)
             plan = plan_synced(stack, status, decision.requeue_after, recorded, deleting=deleting)
             return Plan([*writes, *plan.writes], plan.result, status)
@@ -306,14 +332,6 @@ class StackReconciler:
                 return Plan([*writes, write_status(status, recorded)], Result.done(), status)
 
         # 5. the Workspace, then (once it is ready) 6. one Update
-        try:
-            body = self._workspace_body(stack, source)
-        except Stall as stall:
-            mark_stalled(status, stall.reason, stall.message, generation, now)
-            return Plan([*writes, write_status(status, recorded)], _after(stall.requeue), status)
-        mark_reconciling(status, "StackProcessing", MSG_WORKSPACE, generation, now)
-        writes += [write_status(status, recorded), ApplyWorkspace(body)]
-
         def then(workspace: Obj) -> Plan:
             return plan_update(
                 obj,
@@ -327,7 +345,33 @@ class StackReconciler:
                 deleting=deleting,
             )
 
+        mark_reconciling(status, "StackProcessing", note or MSG_WORKSPACE, generation, now)
+        if note is not None:
+            writes.append(Emit("Warning", "DestroyFromProjectInfo", note))
+        if kept is not None:
+            writes.append(write_status(status, recorded))
+            plan = then(kept)
+            return Plan([*writes, *plan.writes], plan.result, status)
+        try:
+            body = self._workspace_body(stack, source, deleting=deleting)
+        except Stall as stall:
+            mark_stalled(status, stall.reason, stall.message, generation, now)
+            return Plan([*writes, write_status(status, recorded)], _after(stall.requeue), status)
+        writes += [write_status(status, recorded), ApplyWorkspace(body)]
         return Plan(writes, Result.done(), status, then)
+
+    def _workspace_for_destroy(self, obj: Obj) -> Obj | None:
+        """The Workspace a destroy runs in as it is: the one that exists, unless it is Stalled (its
+        pod cannot serve; rebuilt from the source, or from ``projectInfo`` when the source is gone)
+        or going away. Not Ready yet: the destroy waits for it (its status change wakes us)."""
+        workspace = self.workspaces.indexer.get_by_key(
+            object_key(namespace_of(obj), str(metadata_of(obj)["name"]))
+        )
+        if workspace is None or metadata_of(workspace).get("deletionTimestamp"):
+            return None
+        if workspace_stalled(workspace) and not workspace_ready(workspace):
+            return None
+        return workspace
 
     async def _current_update(self, obj: Obj, name: str) -> Obj | None:
         """The Update in flight; None when it no longer exists (checked against the API)."""
@@ -343,6 +387,10 @@ class StackReconciler:
             record_failed(status, current, update, now)
             message = (update.get("status") or {}).get("message") or ""
             return [Emit("Warning", "StackUpdateFailure", f"Failed to update stack: {message}")]
+        nothing = destroyed_nothing(status, update)
+        if nothing is not None:
+            record_destroyed_nothing(status, current, update, nothing, now)
+            return [Emit("Warning", "StackUpdateFailure", f"Failed to destroy stack: {nothing}")]
         outputs: Obj | None = None
         secret_name = (update.get("status") or {}).get("outputs")
         if secret_name:
@@ -380,10 +428,10 @@ class StackReconciler:
             message = f"multiple prerequisites were not satisfied {', '.join(failed)}"
         return message, requests
 
-    def _workspace_body(self, stack: Stack, source: ResolvedSource | None) -> Obj:
+    def _workspace_body(self, stack: Stack, source: ResolvedSource | None, *, deleting: bool) -> Obj:
         """The Workspace to apply, stamped with its digest."""
         try:
-            body = build_workspace(stack, source)
+            body = build_workspace(stack, source, deleting=deleting)
         except ValueError as exc:
             raise Stall("SpecInvalid", str(exc)) from exc
         spec = body["spec"]
@@ -447,7 +495,8 @@ class StackReconciler:
 
     async def _create_update(self, obj: Obj, body: Obj) -> None:
         try:
-            await self._update_client.create(body)
+            # The Update carries the Stack's finalizer from birth: its manager is upstream's name for it.
+            await self._update_client.create(body, field_manager=FIELD_MANAGER_STACK_FINALIZER)
         except ApiException as exc:
             if api_error_status(exc) != 409:  # 409: it exists, so it is ours and in flight
                 # Not created: `currentUpdate` must not name it (the next reconcile starts one).
@@ -518,7 +567,9 @@ class StackReconciler:
         if update is None or not has_finalizer(update, STACK_FINALIZER):
             return
         try:
-            await remove_finalizer(self._update_client, update, STACK_FINALIZER)
+            await remove_finalizer(
+                self._update_client, update, STACK_FINALIZER, field_manager=FIELD_MANAGER_STACK_FINALIZER
+            )
         except ApiException as exc:
             _log.info(
                 "could not release update",
@@ -536,15 +587,18 @@ def _namespace_terminating(exc: ApiException) -> bool:
     return "NamespaceTerminating" in body or "being terminated" in body
 
 
+def _ref(obj: Obj) -> StackRef:
+    return StackRef(str(metadata_of(obj).get("name") or ""), str(namespace_of(obj) or ""))
+
+
 def _terminating_message(obj: Obj, status: Obj) -> str:
-    name, namespace = metadata_of(obj).get("name"), namespace_of(obj)
+    namespace = namespace_of(obj)
     detail = (status.get("lastUpdate") or {}).get("permalink") or "the Pulumi backend"
     return (
         f'namespace "{namespace}" is terminating, so a workspace cannot be created to run destroy; cloud '
         f"resources will NOT be deleted and must be cleaned up manually (see {detail}). The finalizer is "
         "retained to avoid silently orphaning resources. Once the resources are handled, release the Stack "
-        f"with: kubectl patch stack {name} -n {namespace} --type=merge "
-        """-p '{"metadata":{"finalizers":[]}}'"""
+        f"with: {release_command(_ref(obj))}"
     )
 
 

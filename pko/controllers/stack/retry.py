@@ -27,6 +27,7 @@ from pko import defaults
 from pko.api.stack import FailureReason, StackSpec
 
 __all__ = [
+    "STALL_AT_ONCE",
     "Classification",
     "RetrySettings",
     "classify_failure",
@@ -81,10 +82,13 @@ _REASONS: Final[dict[str, FailureReason]] = {
     "WorkspaceNotFound": "Transient",
     "WorkspaceNotReady": "Transient",
     "UpdateLost": "UpdateLost",
+    "StackNotFound": "StackNotFound",
 }
 TRANSIENT_REASONS: Final[frozenset[FailureReason]] = frozenset(
     {"StackLocked", "UpdateConflict", "Transient", "UpdateLost"}
 )
+# Failures no retry can mend: only the user can (the Stack is Stalled at once).
+STALL_AT_ONCE: Final[frozenset[FailureReason]] = frozenset({"StackNotFound"})
 
 # Error text that means "try again later", whatever reason the Update gave.
 _TRANSIENT_TEXT: Final = re.compile(

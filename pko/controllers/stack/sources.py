@@ -1,6 +1,7 @@
 """A Stack's source resolved to a revision: a git commit (a branch head looked up with the Stack's
 credentials), a Flux source's or a Program's artifact, or, to destroy a Stack whose source is
-gone, its saved ``projectInfo`` (reads only: the caches, Secrets, the git remote; no writes).
+gone, its saved ``projectInfo`` (:func:`saved_project`) (reads only: the caches, Secrets, the git
+remote; no writes).
 
 Secrets are read directly, never cached (an operator watching every Secret in the cluster would
 hold them all in memory); a missing one is looked for again after ``secret_recheck`` seconds.
@@ -26,7 +27,7 @@ from pko.machinery.manager import CACHE_SYNCED, Manager
 from pko.machinery.resource import Obj, Resource, ResourceClient
 from pko.machinery.store import object_key
 
-__all__ = ["SOURCE_UNAVAILABLE_REQUEUE", "SourceResolver", "Stall"]
+__all__ = ["SOURCE_UNAVAILABLE_REQUEUE", "SourceResolver", "Stall", "saved_project"]
 
 SOURCE_UNAVAILABLE_REQUEUE: Final = 30.0
 
@@ -39,6 +40,16 @@ class Stall(Exception):
         self.reason = reason
         self.message = message
         self.requeue = requeue
+
+
+def saved_project(stack: Stack, status: Obj) -> ProjectInfoRevision | None:
+    """The project a destroy can run from when the source is gone: ``status.projectInfo`` (Go v2.8),
+    a minimal Pulumi.yaml in a new workspace pod. None when there is none, or when the destroy
+    must run the program (``runProgram``), which a bare project cannot."""
+    info = status.get("projectInfo") or {}
+    if stack.spec.run_program or not info.get("name"):
+        return None
+    return ProjectInfoRevision(str(info["name"]), str(info.get("runtime") or ""))
 
 
 def _decode(secret: Obj, key: str) -> str | None:
@@ -65,14 +76,10 @@ class SourceResolver:
         self.branches = branches
         self.secret_recheck = secret_recheck
 
-    async def resolve(
-        self, obj: Obj, stack: Stack, status: Obj, deleting: bool
-    ) -> tuple[ResolvedSource | None, str]:
+    async def resolve(self, obj: Obj, stack: Stack) -> tuple[ResolvedSource | None, str]:
+        """The source at its current revision, and the revision; raises :class:`Stall` when it
+        cannot be had (the reconciler may then destroy from :func:`saved_project`)."""
         spec = stack.spec
-        info = status.get("projectInfo") or {}
-        if deleting and spec.destroy_on_finalize and not spec.run_program and info.get("name"):
-            # Destroy from the saved state: the source may be gone by now (Go v2.8 projectInfo).
-            return ProjectInfoRevision(str(info["name"]), str(info.get("runtime") or "")), ""
         namespace = namespace_of(obj)
         if spec.project_repo:
             creds = await self.git_credentials(stack)

@@ -30,6 +30,7 @@ from pko.api.stack import StackSpec
 from pko.controllers.resources import RECONCILIATION_REQUEST_ANNOTATION, SECRETS_ANNOTATION
 from pko.controllers.stack.branchpoll import next_poll
 from pko.controllers.stack.retry import (
+    STALL_AT_ONCE,
     RetrySettings,
     classify_failure,
     failure_budget,
@@ -44,8 +45,13 @@ __all__ = [
     "MSG_STALLED",
     "MSG_UPDATE",
     "MSG_WORKSPACE",
+    "STACK_NOT_FOUND",
+    "StackRef",
     "SyncDecision",
+    "destroy_from_project_message",
+    "destroyed_nothing",
     "go_duration",
+    "mark_ephemeral_backend",
     "mark_ready",
     "mark_reconciling",
     "mark_result",
@@ -54,10 +60,14 @@ __all__ = [
     "parse_time",
     "plan_sync",
     "reconcile_request",
+    "record_destroyed_nothing",
     "record_failed",
     "record_succeeded",
+    "release_command",
     "requirement_error",
+    "resources_after",
     "retry_schedule",
+    "stack_not_found_message",
 ]
 
 Obj = dict[str, Any]
@@ -66,6 +76,7 @@ READY: Final = "Ready"
 RECONCILING: Final = "Reconciling"
 STALLED: Final = "Stalled"
 SUSPENDED: Final = "Suspended"
+EPHEMERAL_BACKEND: Final = "EphemeralBackend"
 
 MSG_IN_PROGRESS: Final = "reconciliation is in progress"
 MSG_STALLED: Final = "reconciliation is stalled"
@@ -135,6 +146,19 @@ def mark_ready(status: Obj, generation: int | None, now: datetime) -> None:
     status["conditions"] = set_condition(
         conditions, READY, "True", "ProcessingCompleted", MSG_READY, generation, now
     )
+
+
+def mark_ephemeral_backend(status: Obj, message: str | None, generation: int | None, now: datetime) -> None:
+    """(extension) An ``EphemeralBackend`` condition while the Stack's state is kept where its
+    workspace pod's replacement loses it (``message`` says where; None removes it). A warning:
+    the Stack is not refused, and Ready says nothing of it."""
+    conditions = _conditions(status)
+    if message is None:
+        status["conditions"] = remove_condition(conditions, EPHEMERAL_BACKEND)
+    else:
+        status["conditions"] = set_condition(
+            conditions, EPHEMERAL_BACKEND, "True", EPHEMERAL_BACKEND, message, generation, now
+        )
 
 
 def mark_suspended(status: Obj, suspended: bool, generation: int | None, now: datetime) -> None:
@@ -275,9 +299,115 @@ def record_succeeded(
     )
     status["lastUpdate"]["failures"] = 0
     status.pop("lastFailure", None)
+    count = resources_after(update)
+    if count is not None:
+        status["resourceCount"] = count
     info = upd_status.get("projectInfo")
     if isinstance(info, Mapping) and info.get("name") and info.get("runtime"):
         status["projectInfo"] = {"name": info["name"], "runtime": info["runtime"]}
+
+
+# --- what the stack holds, and a destroy that found none of it --------------------------------
+
+STACK_NOT_FOUND: Final = "StackNotFound"
+# Operations that leave a resource in the state (a summary's counts by operation).
+_KEPT_OPS: Final = frozenset({"create", "update", "same", "replace", "read", "import", "refresh"})
+
+
+@dataclass(frozen=True, slots=True)
+class StackRef:
+    """The Stack's name and namespace, for the ``kubectl`` commands a message gives."""
+
+    name: str
+    namespace: str
+
+
+def resources_after(update: Mapping[str, Any]) -> int | None:
+    """How many resources the stack holds after a successful ``update`` (from its
+    ``resourceChanges``); None for a preview or when the Update did not say."""
+    spec_type = (update.get("spec") or {}).get("type")
+    changes = (update.get("status") or {}).get("resourceChanges")
+    if spec_type == "destroy":
+        return 0
+    if spec_type == "preview" or not isinstance(changes, Mapping):
+        return None
+    return sum(int(v) for k, v in changes.items() if k in _KEPT_OPS)
+
+
+def destroyed_nothing(status: Mapping[str, Any], update: Mapping[str, Any]) -> str | None:
+    """Why a destroy that succeeded is not done: the stack it ran in held none of the resources the
+    Stack last deployed (``status.resourceCount``), e.g. an empty stack created where the state was
+    lost with a workspace pod. None when it deleted something, or nothing was known to delete."""
+    if (update.get("spec") or {}).get("type") != "destroy":
+        return None
+    known = int(status.get("resourceCount") or 0)
+    changes = (update.get("status") or {}).get("resourceChanges") or {}
+    if known <= 0 or int(changes.get("delete") or 0) > 0:
+        return None
+    stack = (update.get("spec") or {}).get("stackName") or ""
+    return (
+        f"the destroy deleted nothing: stack {stack!r} holds none of the {known} resource(s) this Stack "
+        "last deployed (its state was lost, e.g. kept on the disk of a replaced workspace pod)"
+    )
+
+
+def record_destroyed_nothing(
+    status: Obj, current: Mapping[str, Any], update: Mapping[str, Any], message: str, now: datetime
+) -> None:
+    """Record a destroy that found none of the Stack's resources as failed with ``StackNotFound``
+    (the Update itself succeeded: the engine destroyed the empty stack it was given)."""
+    found = {
+        "metadata": update.get("metadata") or {},
+        "spec": update.get("spec") or {},
+        "status": {
+            **(update.get("status") or {}),
+            "message": message,
+            "conditions": [{"type": "Failed", "status": "True", "reason": STACK_NOT_FOUND}],
+        },
+    }
+    record_failed(status, current, found, now)
+
+
+def release_command(stack: StackRef | None) -> str:
+    """The command that releases a Stack by hand (its finalizer removed)."""
+    name, namespace = (stack.name, stack.namespace) if stack else ("<name>", "<namespace>")
+    return (
+        f"""kubectl patch stack {name} -n {namespace} --type=merge -p '{{"metadata":{{"finalizers":[]}}}}'"""
+    )
+
+
+def stack_not_found_message(status: Mapping[str, Any], stack: StackRef | None, update_type: str) -> str:
+    """What a user can do about a stack missing from its backend (``lastFailure`` says where it
+    was looked for), with what the Stack last knew it held."""
+    failure = str((status.get("lastFailure") or {}).get("message") or "the stack is not in its backend")
+    known = status.get("resourceCount")
+    outputs = sorted((status.get("outputs") or {}).keys())
+    held = [f"{known} resource(s)"] if known is not None else []
+    if outputs:
+        held.append("outputs " + ", ".join(outputs[:10]) + (", ..." if len(outputs) > 10 else ""))
+    knew = f"The Stack last knew of {' and '.join(held)}. " if held else ""
+    name, namespace = (stack.name, stack.namespace) if stack else ("<name>", "<namespace>")
+    retry = (
+        f"kubectl annotate stack {name} -n {namespace} --overwrite "
+        'pulumi.com/reconciliation-request="$(date +%s)"'
+    )
+    if update_type != "destroy":
+        return f"{failure}. {knew}Put the stack in the backend, then request a retry ({retry})."
+    return (
+        f"{failure}; nothing was destroyed. {knew}Put the stack's state back in the backend, then "
+        f"request a retry ({retry}); or release the Stack, knowing its resources stay behind "
+        f"({release_command(stack)})."
+    )
+
+
+def destroy_from_project_message(unavailable: str, project: Any) -> str:
+    """The Stack's word when its source is gone and the destroy runs in a new workspace pod from
+    the saved ``projectInfo`` (``project``: a ProjectInfoRevision)."""
+    return (
+        f"the source is unavailable ({unavailable}); the destroy runs in a new workspace pod from the "
+        f"saved project info (project {project.name!r}, runtime {project.runtime!r}) and the state in "
+        "the backend"
+    )
 
 
 # --- retries and the result conditions -------------------------------------------------------
@@ -300,6 +430,8 @@ def retry_schedule(
     if last.get("state") != FAILED:
         return None
     failure = status.get("lastFailure") or {}
+    if failure.get("reason") in STALL_AT_ONCE:
+        return RetrySchedule(True, 0.0, None)
     transient = bool(failure.get("transient"))
     failures = int(last.get("failures") or 0)
     # Without lastFailure (a status the Go operator wrote), every failure counted, as in Go.
@@ -325,9 +457,16 @@ def retry_schedule(
 
 
 def mark_result(
-    status: Obj, spec: StackSpec, settings: RetrySettings, generation: int | None, now: datetime
+    status: Obj,
+    spec: StackSpec,
+    settings: RetrySettings,
+    generation: int | None,
+    now: datetime,
+    *,
+    stack: StackRef | None = None,
 ) -> None:
-    """Conditions and ``nextRetryTime`` from the outcome of ``lastUpdate`` (Go: markStackResult)."""
+    """Conditions and ``nextRetryTime`` from the outcome of ``lastUpdate`` (Go: markStackResult);
+    ``stack`` names the Stack in the commands a stalled message gives."""
     last = status.get("lastUpdate") or {}
     schedule = retry_schedule(status, spec, settings)
     if schedule is None or schedule.stalled:
@@ -339,7 +478,10 @@ def mark_result(
         return
     failures = int(last.get("failures") or 0)
     type_ = str(last.get("type") or "up")
-    if schedule is not None and schedule.stalled:
+    reason = (status.get("lastFailure") or {}).get("reason")
+    if schedule is not None and schedule.stalled and reason == STACK_NOT_FOUND:
+        mark_stalled(status, STACK_NOT_FOUND, stack_not_found_message(status, stack, type_), generation, now)
+    elif schedule is not None and schedule.stalled:
         message = f"{type_} failed {max(failures, 1)} times; not retrying until the spec or source changes"
         mark_stalled(status, "UpdateFailed", message, generation, now)
     elif type_ == "preview":

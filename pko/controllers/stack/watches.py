@@ -47,6 +47,7 @@ __all__ = [
     "update_predicate",
     "workspace_predicate",
     "workspace_ready",
+    "workspace_stalled",
 ]
 
 FLUX_GROUP: Final = "source.toolkit.fluxcd.io"
@@ -141,7 +142,7 @@ def workspace_ready(ws: Obj | None) -> bool:
     return is_true((ws.get("status") or {}).get("conditions"), "Ready")
 
 
-def _workspace_stalled(ws: Obj | None) -> bool:
+def workspace_stalled(ws: Obj | None) -> bool:
     return ws is not None and is_true((ws.get("status") or {}).get("conditions"), "Stalled")
 
 
@@ -152,7 +153,7 @@ def workspace_predicate(old: Obj | None, new: Obj | None) -> bool:
     if old is None:
         return workspace_ready(new)
     return (not workspace_ready(old) and workspace_ready(new)) or (
-        not _workspace_stalled(old) and _workspace_stalled(new)
+        not workspace_stalled(old) and workspace_stalled(new)
     )
 
 

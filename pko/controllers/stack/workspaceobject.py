@@ -237,8 +237,10 @@ def _config(spec: StackSpec, mounts: _PodMounts) -> list[Obj]:
     return items
 
 
-def _workspace_stack(spec: StackSpec, mounts: _PodMounts) -> Obj:
-    wss: Obj = {"name": spec.stack, "create": not spec.use_local_stack_only}
+def _workspace_stack(spec: StackSpec, mounts: _PodMounts, *, deleting: bool) -> Obj:
+    # A Workspace built for a destroy never creates the stack: an empty one would "destroy"
+    # nothing and report success while the resources stay.
+    wss: Obj = {"name": spec.stack, "create": not spec.use_local_stack_only and not deleting}
     if spec.secrets_provider:
         # Set before any config, or the provider silently resets (Go operator issue 135).
         wss["secretsProvider"] = spec.secrets_provider
@@ -250,8 +252,9 @@ def _workspace_stack(spec: StackSpec, mounts: _PodMounts) -> Obj:
     return wss
 
 
-def build_workspace(stack: Stack, source: ResolvedSource | None) -> Obj:
-    """The Workspace to apply for ``stack`` with ``source`` (None: the template brings the program).
+def build_workspace(stack: Stack, source: ResolvedSource | None, *, deleting: bool = False) -> Obj:
+    """The Workspace to apply for ``stack`` with ``source`` (None: the template brings the program);
+    ``deleting``: built to run the destroy, so the stack is never created.
 
     ``stack`` must come from the API (the owner reference needs its uid). Raises ValueError for a
     reference the Go operator refuses (Env/FS refs): ``pko.api.validation`` reports those first.
@@ -259,7 +262,7 @@ def build_workspace(stack: Stack, source: ResolvedSource | None) -> Obj:
     spec = stack.spec
     name = stack.metadata.name or ""
     mounts = _PodMounts()
-    wss = _workspace_stack(spec, mounts)
+    wss = _workspace_stack(spec, mounts, deleting=deleting or isinstance(source, ProjectInfoRevision))
     container: Obj = {"name": PULUMI_CONTAINER}
     if mounts.mounts:
         container["volumeMounts"] = mounts.mounts

@@ -56,6 +56,7 @@ __all__ = [
     "decide",
     "key_of",
     "last_update_name",
+    "may_create_stack",
     "parse_time",
     "plan_end",
     "plan_record",
@@ -157,10 +158,12 @@ class WriteStatus:
 
 @dataclass(frozen=True, slots=True)
 class SelectAndStart:
-    """Agent: select (create) the stack, then ``StartOperation``; the answer is the operation."""
+    """Agent: select the stack (creating it only when ``create``), then ``StartOperation``; the
+    answer is the operation."""
 
     stack_name: str
     request: pb.StartOperationRequest
+    create: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +341,7 @@ def _start(update: Obj, workspace: Obj | None, now: datetime) -> Plan:
     except ValueError as exc:
         return plan_end(update, us.REASON_UPDATE_FAILED, str(exc), now)
     stack_name = str(spec.get("stackName") or "")
+    create = may_create_stack(str(spec.get("type") or ""), workspace, stack_name)
 
     def then(op: pb.OperationStatus, now: datetime) -> Plan:
         if op.result is not None:
@@ -348,7 +352,21 @@ def _start(update: Obj, workspace: Obj | None, now: datetime) -> Plan:
         )
         return Plan([WriteStatus(us.started_status(update, now)), started, Follow()], _DONE)
 
-    return Plan([SelectAndStart(stack_name, request)], _DONE, then)
+    return Plan([SelectAndStart(stack_name, request, create)], _DONE, then)
+
+
+def may_create_stack(update_type: str, workspace: Obj, stack_name: str) -> bool:
+    """Whether selecting the stack may create it: only for a preview or an up, and, when the
+    Workspace declares the stack, only if it says ``create: true`` (as its own initialization
+    does; ``useLocalStackOnly`` says false). A destroy or a refresh needs the state that is there:
+    one that created an empty stack would report success having destroyed nothing (the Stack's
+    resources left behind)."""
+    if update_type not in ("preview", "up"):
+        return False
+    for entry in (workspace.get("spec") or {}).get("stacks") or []:
+        if entry.get("name") == stack_name:
+            return entry.get("create") is True
+    return True
 
 
 def _cancelled(update: Obj) -> Callable[[pb.OperationStatus, datetime], Plan]:
@@ -460,6 +478,9 @@ def refused(observed: Observed, write: Write, failure: Failure, now: datetime) -
             # Unreachable, or busy with another operation: try again shortly.
             message = f"{failure.reason}: {failure.message}"
             return _wait(update, us.REASON_TRANSIENT_FAILURE, message, now, TRANSIENT_REQUEUE)
+        if failure.code == "NOT_FOUND":
+            # The stack is not in the backend and this operation may not create it.
+            return plan_end(update, us.REASON_STACK_NOT_FOUND, failure.message, now)
         return plan_end(update, failure.reason or us.REASON_UPDATE_FAILED, failure.message, now)
     if isinstance(write, CancelOperation):
         if failure.unreachable:

@@ -45,6 +45,7 @@ from pko.api.generated.pko.agent import v1 as pb
 from pko.api.update import CONDITION_COMPLETE
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import (
+    FIELD_MANAGER_STACK_FINALIZER,
     FIELD_MANAGER_UPDATE_STATUS,
     STACK_FINALIZER,
     STACK_NAME_LABEL,
@@ -273,7 +274,7 @@ class UpdateReconciler:
                 await self.status_writer.write(update, write.status, precondition=True)
             elif isinstance(write, SelectAndStart):
                 async with self._agent(update) as client:
-                    await client.select_stack(write.stack_name, create=True, secrets_provider=None)
+                    await client.select_stack(write.stack_name, create=write.create, secrets_provider=None)
                     return await client.start_operation(write.request)
             elif isinstance(write, CancelOperation):
                 async with self._agent(update) as client:
@@ -285,7 +286,9 @@ class UpdateReconciler:
             elif isinstance(write, Emit):
                 self.events.event(update, write.type, write.reason, write.message)
             elif isinstance(write, RemoveFinalizer):
-                await remove_finalizer(self._update_client, update, STACK_FINALIZER)
+                await remove_finalizer(
+                    self._update_client, update, STACK_FINALIZER, field_manager=FIELD_MANAGER_STACK_FINALIZER
+                )
             elif isinstance(write, DeleteUpdate):
                 meta = update.get("metadata") or {}
                 await self._update_client.delete(

@@ -36,6 +36,7 @@ __all__ = [
     "REASON_FAILED",
     "REASON_OPERATION_LOST",
     "REASON_PROGRESSING",
+    "REASON_STACK_NOT_FOUND",
     "REASON_TRANSIENT_FAILURE",
     "REASON_UNREACHABLE",
     "REASON_UPDATED",
@@ -70,6 +71,8 @@ REASON_FAILED: Final = "Failed"
 REASON_UPDATE_SUCCEEDED: Final = "UpdateSucceeded"
 REASON_UPDATE_FAILED: Final = "UpdateFailed"
 REASON_CANCELED: Final = "Canceled"
+# The stack is not in the backend, and the operation (destroy, refresh) must not create it.
+REASON_STACK_NOT_FOUND: Final = "StackNotFound"
 # The agent no longer knows the operation (its pod was replaced, or its journal lost).
 REASON_OPERATION_LOST: Final = "OperationLost"
 # The agent could not be reached for longer than the controller waits.
@@ -278,6 +281,8 @@ def result_status(
     info = result.project_info
     if info is not None and info.name:
         status["projectInfo"] = {"name": info.name, "runtime": info.runtime}
+    if result.change_summary:
+        status["resourceChanges"] = {k: int(v) for k, v in sorted(result.change_summary.items())}
     reason = failed_reason(result)
     succeeded = result.state == pb.OperationState.SUCCEEDED
     failed_message = "" if succeeded else (message.splitlines()[0] if message else "")

@@ -405,6 +405,21 @@ def refused(plan: Plan, write: Write, failure: Failure) -> Plan | None:
             )
         return _unreachable(failure, version) if failure.kind in ("token", "network") else None
     if isinstance(write, InitStack):
+        if failure.kind == "agent" and failure.code == "NOT_FOUND" and write.stack.create is not True:
+            # A stack the Workspace may not create is absent from the backend: nothing to
+            # configure. The pod still serves (an Update for that stack ends StackNotFound,
+            # saying where it looked), and the other stacks are initialized.
+            rest = plan.writes[plan.writes.index(write) + 1 :]
+            event = (
+                f"Stack {write.stack.name!r} is not in the backend and is not created here: {failure.message}"
+            )
+            return Plan(
+                [Emit("Warning", "StackNotFound", short(event)), *rest],
+                plan.finding,
+                plan.result,
+                address=plan.address,
+                version=version,
+            )
         if failure.kind in ("agent", "timeout", "value"):
             message = short(failure.message)
             event = f"Failed to initialize stack {write.stack.name!r}: {message}"

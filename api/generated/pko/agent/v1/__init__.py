@@ -457,7 +457,8 @@ class OperationResult(betterproto2.Message):
         ),
     )
     """
-    Resource changes by operation kind ("create", "same", ...), for a preview.
+    Resource changes by operation kind ("create", "same", "delete", ...): what a preview would do,
+    what an up, refresh or destroy did.
     """
 
     failure: "Failure | None" = betterproto2.field(
