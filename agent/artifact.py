@@ -45,6 +45,8 @@ from pko.agent.errors import (
     redact_url,
 )
 
+from pko.version import AGENT_PRODUCT, user_agent
+
 log = structlog.get_logger(__name__)
 
 DEFAULT_MAX_UNTAR_SIZE = 100 * 1024 * 1024  # fluxcd/pkg/tar's default
@@ -169,7 +171,7 @@ class _Retryable(Exception):
 def _download_once(
     url: str, display: str, out: IO[bytes], digest: Digest, max_bytes: int | None, timeout: float
 ) -> int:
-    request = urllib.request.Request(url, headers={"Accept": "*/*", "User-Agent": "pko-agent"})
+    request = urllib.request.Request(url, headers={"Accept": "*/*", "User-Agent": user_agent(AGENT_PRODUCT)})
     hasher = hashlib.new(digest.algorithm)
     total = 0
     try:
