@@ -8,8 +8,10 @@
 #   pko:dev                             the operator (top-level Dockerfile, buildah bud)
 #   pko-agent:dev                       the agent (hack/build-agent-image.sh)
 #   pko-workspace:dev                   the default workspace image: the real Pulumi CLI, language hosts
-#                                       and providers (hack/build-pulumi.sh, from their Go modules) on
-#                                       the base (images/workspace/Dockerfile)
+#                                       and providers (hack/build-pulumi.sh, from their Go modules; the
+#                                       random and command providers and the Node.js and Go hosts from
+#                                       pinned source, hack/build-sources.sh) on the base
+#                                       (images/workspace/Dockerfile)
 #
 # Usage: hack/build-images.sh [OUTPUT_DIR]   (default ~/.cache/pko/images; prints the archive paths)
 #
@@ -102,17 +104,23 @@ if ! up_to_date pko-agent "$agent_hash"; then
 fi
 
 # --- the workspace image: the real Pulumi engine ---------------------------------------------------------
-# The engine is built on this host (Go modules, cached by version in ~/.cache/pko) and handed to the
-# Dockerfile as ENGINE_IMAGE, a scratch image holding it at /engine: no golang image can be pulled here.
+# The engine is built on this host (Go modules, cached by version in ~/.cache/pko), and so are the
+# providers and language hosts the proxy refuses (hack/build-sources.sh, from pinned source archives
+# or clones, cached under a key of their own); both are handed to the Dockerfile as ENGINE_IMAGE, a
+# scratch image holding them at /engine and /sources: no golang image can be pulled here.
 ENGINE_DIR="$(bash "$REPO/hack/build-pulumi.sh" | tail -n 1)"
+SOURCES_DIR="$(bash "$REPO/hack/build-sources.sh" | tail -n 1)"
 engine_key="$(basename "$(dirname "$ENGINE_DIR")")"
-ws_hash="$(inputs_hash "$base_hash $engine_key" images/workspace hack/versions.env hack/build-pulumi.sh hack/gomod.sh)"
+sources_key="$(basename "$(dirname "$SOURCES_DIR")")"
+ws_hash="$(inputs_hash "$base_hash $engine_key $sources_key" images/workspace hack/versions.env \
+    hack/build-pulumi.sh hack/build-sources.sh hack/gomod.sh)"
 if ! up_to_date pko-workspace "$ws_hash"; then
-    echo "build-images: building pko-workspace:dev (images/workspace/Dockerfile, engine $engine_key)" >&2
-    engine_image="localhost/pko-pulumi-engine:$engine_key"
+    echo "build-images: building pko-workspace:dev (images/workspace/Dockerfile, engine $engine_key, $sources_key)" >&2
+    engine_image="localhost/pko-pulumi-engine:$engine_key-${sources_key##*-}"
     if ! bah inspect --type image "$engine_image" >/dev/null 2>&1; then
         ctr="$(bah from --quiet scratch)"
         bah copy --quiet "$ctr" "$ENGINE_DIR" /engine >/dev/null
+        bah copy --quiet "$ctr" "$SOURCES_DIR" /sources >/dev/null
         bah commit --quiet --rm "$ctr" "$engine_image" >/dev/null
     fi
     bah bud --quiet --isolation chroot --layers=false --build-arg "PYTHON_IMAGE=$BASE_IMAGE" \

@@ -13,9 +13,10 @@
 #    in the copy with the provider's own generator first, as its Makefile does.
 #  - the Python language host moved into an untagged nested module at v3.79 that the proxy does not
 #    serve: it is built from the last sdk/v3 release that holds it (PULUMI_PYTHON_HOST_VERSION).
-#  - not built, because the proxy does not serve them: the Node.js and Go language hosts (untagged nested
-#    modules), pulumi-command (provider module: 403 for v1.2.1 and its commit) and pulumi-random
-#    (provider/v4: no version listed).
+#  - not built here, because the proxy does not serve them: the Node.js and Go language hosts (untagged
+#    nested modules), pulumi-command (provider module: 403 at its release and commit) and pulumi-random
+#    (provider/v4: no version listed). hack/build-sources.sh builds them from pinned upstream source,
+#    under a cache key of its own.
 #
 # Usage: hack/build-pulumi.sh   prints the engine directory (last line), idempotent (a second run with the
 #                               same versions takes no time). The directory holds:

@@ -35,15 +35,20 @@ def test_the_agents_pulumi_sdk_is_the_one_the_workspace_image_installs() -> None
 
 def test_the_workspace_image_is_built_from_the_pinned_versions_only() -> None:
     dockerfile = (REPO / "images/workspace/Dockerfile").read_text()
-    assert "COPY hack/versions.env hack/gomod.sh hack/build-pulumi.sh hack/" in dockerfile
+    assert (
+        "COPY hack/versions.env hack/gomod.sh hack/build-pulumi.sh hack/build-sources.sh hack/" in dockerfile
+    )
     assert 'pip install "pulumi==${PULUMI_SDK_VERSION}"' in dockerfile
     ignore = (REPO / "images/workspace/Dockerfile.dockerignore").read_text().split()
     assert [line for line in ignore if line.startswith("!")] == [
         "!hack/versions.env",
         "!hack/gomod.sh",
         "!hack/build-pulumi.sh",
+        "!hack/build-sources.sh",
     ]
-    # No version is written anywhere but versions.env: the build script reads every one from there.
-    script = (REPO / "hack/build-pulumi.sh").read_text()
-    for key, value in versions().items():
-        assert value not in script.replace(f"${{{key}}}", ""), f"{key}={value} is written in build-pulumi.sh"
+    # No version (nor commit, checksum or repository) is written anywhere but versions.env: the build
+    # scripts read every one from there.
+    for name in ("build-pulumi.sh", "build-sources.sh"):
+        script = (REPO / "hack" / name).read_text()
+        for key, value in versions().items():
+            assert value not in script.replace(f"${{{key}}}", ""), f"{key}={value} is written in {name}"
