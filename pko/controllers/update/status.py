@@ -210,6 +210,7 @@ STATUS_FIELDS: Final = (
     "message",
     "outputs",
     "projectInfo",
+    "resourceChanges",
 )
 
 
