@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -38,10 +39,10 @@ from pko.controllers.update.plan import (
 from pko.machinery.conditions import get_condition
 from pko.machinery.controller import Result
 
-from . import test_update_status as update_status_tests
+from . import builders
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
-UID = "0b6c1f4e-1111-2222-3333-444455556666"
+UID = builders.UPDATE_UID
 KEY = "ns/s-18f"
 READY_WS: dict[str, Any] = {
     "metadata": {"name": "s", "namespace": "ns"},
@@ -49,24 +50,7 @@ READY_WS: dict[str, Any] = {
 }
 
 
-def make_update(*, owned: bool = True, **spec: Any) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "name": "s-18f",
-        "namespace": "ns",
-        "uid": UID,
-        "generation": 1,
-        "resourceVersion": "42",
-    }
-    if owned:
-        meta["ownerReferences"] = [
-            {"apiVersion": "pulumi.com/v1", "kind": "Stack", "name": "s", "uid": "u", "controller": True}
-        ]
-    return {
-        "apiVersion": "auto.pulumi.com/v1alpha1",
-        "kind": "Update",
-        "metadata": meta,
-        "spec": {"workspaceName": "s", "stackName": "dev", "type": "up", **spec},
-    }
+make_update = functools.partial(builders.make_update, generation=1, owned=True)
 
 
 def running(update: dict[str, Any]) -> dict[str, Any]:
@@ -84,8 +68,7 @@ def observed(update: dict[str, Any] | None, **kw: Any) -> Observed:
     return Observed(KEY, update, NOW, **kw)
 
 
-def succeeded(**kw: Any) -> pb.OperationResult:
-    return update_status_tests.succeeded(UID, **kw)
+succeeded = functools.partial(builders.succeeded, UID)
 
 
 def failed_result() -> pb.OperationResult:

@@ -15,22 +15,9 @@ from pko.controllers.update import status as us
 from pko.controllers.update.watch import UpdateWatches
 from pko.machinery.conditions import get_condition
 
+from .builders import make_update, succeeded
+
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
-
-
-def make_update(**spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "auto.pulumi.com/v1alpha1",
-        "kind": "Update",
-        "metadata": {
-            "name": "s-18f",
-            "namespace": "ns",
-            "uid": "0b6c1f4e-1111-2222-3333-444455556666",
-            "generation": 3,
-            "resourceVersion": "42",
-        },
-        "spec": {"workspaceName": "s", "stackName": "dev", "type": "up", **spec},
-    }
 
 
 def cond(status: dict[str, Any], type_: str) -> tuple[str, str]:
@@ -68,23 +55,6 @@ def test_outputs_secret_no_secrets_annotation_is_empty_list() -> None:
     secret = us.outputs_secret(make_update(), {})
     assert secret["metadata"]["annotations"]["pulumi.com/secrets"] == "[]"
     assert secret["data"] == {}
-
-
-def succeeded(operation_id: str = "x", **kw: Any) -> pb.OperationResult:
-    return pb.OperationResult(
-        operation_id=operation_id,
-        type=pb.OperationType.UP,
-        state=pb.OperationState.SUCCEEDED,
-        summary=pb.UpdateSummary(
-            start_time=datetime(2025, 1, 2, 3, 0, 0, tzinfo=UTC),
-            end_time=datetime(2025, 1, 2, 3, 1, 0, tzinfo=UTC),
-            result="succeeded",
-            message="deploy it",
-        ),
-        permalink="file:///x",
-        project_info=pb.ProjectInfo(name="proj", runtime="yaml"),
-        **kw,
-    )
 
 
 def test_result_status_success() -> None:

@@ -18,19 +18,16 @@ from pko.controllers.workspace.workloads import (
 )
 from pko.machinery.controller import Result
 
+from . import builders
+
 Obj = dict[str, Any]
 OPTIONS = ControllerOptions(agent_image="example/agent:v1")
 ADDRESS = "my-stack-workspace.ns1:50051"
 
 
 def workspace(spec: Obj | None = None, **status: Any) -> Obj:
-    return {
-        "apiVersion": "auto.pulumi.com/v1alpha1",
-        "kind": "Workspace",
-        "metadata": {"name": "my-stack", "namespace": "ns1", "uid": "uid-1", "generation": 2},
-        "spec": spec if spec is not None else {"stacks": [{"name": "dev"}, {"name": "prod"}]},
-        "status": status,
-    }
+    two_stacks = {"stacks": [{"name": "dev"}, {"name": "prod"}]}
+    return builders.workspace(spec if spec is not None else two_stacks, generation=2, status=status)
 
 
 def settled_sts(desired: Obj, revision: str = "rev-1") -> Obj:

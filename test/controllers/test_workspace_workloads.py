@@ -25,20 +25,13 @@ from pko.controllers.workspace.workloads import (
     revision_hash,
 )
 
+from .builders import workspace
+
 Obj = dict[str, Any]
 SEED = Path(__file__).parents[1] / "data" / "seeds" / "000-my-stack-customized.yaml"
 OPTIONS = ControllerOptions(agent_image="example/agent:v1", agent_image_pull_policy="Always")
 LABELS = {"auto.pulumi.com/component": "workspace", "auto.pulumi.com/workspace-name": "my-stack"}
 RESTRICTED_CAPS = {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}
-
-
-def workspace(spec: Obj, name: str = "my-stack", namespace: str = "ns1") -> Obj:
-    return {
-        "apiVersion": "auto.pulumi.com/v1alpha1",
-        "kind": "Workspace",
-        "metadata": {"name": name, "namespace": namespace, "uid": "uid-1", "generation": 1},
-        "spec": spec,
-    }
 
 
 def seed_workspace() -> Obj:
