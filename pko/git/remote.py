@@ -1,5 +1,6 @@
-"""Git remotes: which URL forms name a repository (:func:`parse_remote`) and listing a remote's
-refs without a clone (:func:`ls_remote`, the operator's branch lookups).
+"""Git remotes: which URL forms name a repository (:func:`parse_remote`), and keeping their secrets
+out of messages (:func:`redact_url`, :func:`redact_text`). Listing a remote's refs is
+:mod:`pko.git.lsremote` (it needs :mod:`pko.git.ssh`, which needs :class:`Remote` from here).
 
 The URL forms are git's own: ``<scheme>://`` is a URL (the scheme must be one git speaks, and all
 but ``file`` need a host); otherwise a colon before the first slash makes it scp-like
@@ -14,19 +15,16 @@ they accept the same URLs; whether a local repository may be read is the caller'
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Final, Literal
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
-
-from pko.git.credentials import GitCredentials
 
 __all__ = [
     "GIT_URL_SCHEMES",
     "GitURLError",
     "Remote",
     "is_remote_helper",
-    "ls_remote",
     "parse_remote",
     "redact_text",
     "redact_url",
@@ -146,32 +144,3 @@ def parse_remote(url: str) -> Remote:
             raise GitURLError("an scp-like URL (user@host:path) needs a host")
         return Remote("ssh", text, display, host, username=scp.group("user") or None, path=scp.group("path"))
     raise GitURLError(f"not a git URL (use {URL_FORMS})")
-
-
-def ls_remote(url: str, creds: GitCredentials, *, timeout: float = 30.0) -> Mapping[bytes, Any]:
-    """The remote's refs, full name to object id (blocking: run it in a thread).
-
-    Over HTTP(S) the credentials are sent as :meth:`GitCredentials.basic_auth` says. Over SSH the
-    connection is the agent's (:func:`pko.git.ssh.ssh_client`: in-process, the private key given,
-    only hosts in known_hosts; a refusal is a :class:`~pko.git.errors.SourceError`), and
-    ``creds.known_hosts`` unset means the environment's (:func:`pko.git.ssh.known_hosts`).
-    """
-    remote = parse_remote(url)
-    if remote.transport == "ssh":
-        from pko.git.ssh import known_hosts, ssh_client  # paramiko: only for SSH remotes
-
-        if creds.known_hosts is None:
-            creds = replace(creds, known_hosts=known_hosts())
-        result: Any = ssh_client(remote, creds, timeout).get_refs(remote.path.encode())
-        return dict(getattr(result, "refs", result))
-    from dulwich import porcelain  # not at import: the agent imports this package and never lists
-
-    username: str | None = None
-    password: str | None = None
-    if remote.transport == "http":
-        target = remote.url
-        username, password = creds.basic_auth(remote.username, remote.password)
-    else:
-        target = url.strip()
-    result = porcelain.ls_remote(target, username=username, password=password)
-    return dict(getattr(result, "refs", result))
