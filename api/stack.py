@@ -54,7 +54,6 @@ CONDITION_RECONCILING: Final = "Reconciling"
 
 DEFAULT_RESYNC_FREQUENCY_SECONDS: Final = 60
 """Also the minimum: smaller values (including 0) mean 60."""
-DEFAULT_RETRY_MAX_BACKOFF_SECONDS: Final = 24 * 3600
 
 ResourceSelectorType = Literal["Env", "FS", "Secret", "Literal"]
 EnvSelectorType = Literal["Env", "FS", "Secret", "Literal", "ConfigMap"]
@@ -412,11 +411,6 @@ class StackSpec(KubeModel):
         """Effective resync period in seconds: the field, but never less than 60 (the Go rule)."""
         return max(self.resync_frequency_seconds or 0, DEFAULT_RESYNC_FREQUENCY_SECONDS)
 
-    def retry_max_backoff(self) -> int:
-        """Effective cap of the retry backoff in seconds: the field if positive, else 24h."""
-        value = self.retry_max_backoff_duration_seconds or 0
-        return value if value > 0 else DEFAULT_RETRY_MAX_BACKOFF_SECONDS
-
     def has_git_source(self) -> bool:
         """Whether any of the inline git fields is set (Go's ``GitSource != nil``)."""
         return bool(
@@ -572,7 +566,6 @@ __all__ = [
     "CONDITION_RECONCILING",
     "CONDITION_STALLED",
     "DEFAULT_RESYNC_FREQUENCY_SECONDS",
-    "DEFAULT_RETRY_MAX_BACKOFF_SECONDS",
     "GROUP",
     "KIND",
     "LEGACY_VERSION",

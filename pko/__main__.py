@@ -152,7 +152,7 @@ class Settings:
     def controller_options(self) -> ControllerOptions:
         """What the reconcilers are told (``pko.controllers.register``)."""
         from pko.controllers.options import ControllerOptions
-        from pko.controllers.stack.retry import RetrySettings
+        from pko.controllers.retrysettings import RetrySettings
 
         return ControllerOptions(
             operator_namespace=self.operator_namespace,

@@ -42,7 +42,8 @@ what wakes it. One line per module:
   * ``artifact``: the Program checked, rendered to ``Pulumi.yaml`` and packed.
   * ``server``: the HTTP server the workspace pods fetch artifacts from.
 
-Shared by all four: ``options`` (the operator's settings), ``resources`` (resource types, labels,
+Shared by all four: ``options`` (the operator's settings), ``retrysettings`` (the operator-wide
+retry settings of Stacks, a dataclass of defaults), ``resources`` (resource types, labels,
 annotations, field managers), ``strategicmerge`` (a user's template over a built object).
 
 One constructor convention: ``XReconciler(manager, options=None, *, <keyword-only collaborators>)``

@@ -7,7 +7,7 @@ from typing import Final, Literal
 
 from pko import defaults
 from pko.api.workspace import DEFAULT_IMAGES, SecurityProfile
-from pko.controllers.stack.retry import RetrySettings
+from pko.controllers.retrysettings import RetrySettings
 from pko.machinery.manager import Manager
 from pko.tokens import TokenSource
 

@@ -200,18 +200,12 @@ def test_stack_defaults_match_the_go_operator() -> None:
     spec = StackSpec(stack="s")
     assert spec.workspace_reclaim_policy == "Retain"
     assert spec.resync_frequency() == 60
-    assert spec.retry_max_backoff() == 24 * 3600
     assert not spec.refresh and not spec.destroy_on_finalize and not spec.shallow
 
 
 @pytest.mark.parametrize(("value", "effective"), [(None, 60), (0, 60), (30, 60), (60, 60), (300, 300)])
 def test_resync_frequency_is_at_least_sixty_seconds(value: int | None, effective: int) -> None:
     assert StackSpec(stack="s", resync_frequency_seconds=value).resync_frequency() == effective
-
-
-@pytest.mark.parametrize(("value", "effective"), [(None, 86400), (0, 86400), (600, 600)])
-def test_retry_max_backoff_defaults_to_a_day(value: int | None, effective: int) -> None:
-    assert StackSpec(stack="s", retry_max_backoff_duration_seconds=value).retry_max_backoff() == effective
 
 
 def test_git_source_is_present_when_any_inline_git_field_is_set() -> None:

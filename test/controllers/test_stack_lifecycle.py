@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack import reconciler as stack_controller
-from pko.controllers.stack.retry import RetrySettings
 from pko.machinery.resource import EVENTS, Obj, ResourceClient
 
 from .conftest import new_manager, running

@@ -22,9 +22,9 @@ from dulwich.repo import Repo
 from gitserver import git_commit, serve_git
 
 from pko.controllers.resources import PROGRAMS, STACKS, UPDATES, WORKSPACES
+from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack import reconciler as stack_controller
 from pko.controllers.stack.branchpoll import BranchResolver
-from pko.controllers.stack.retry import RetrySettings
 from pko.machinery.conditions import format_time
 from pko.machinery.manager import Manager, ManagerOptions
 from pko.machinery.resource import EVENTS, SECRETS, Obj, Resource, ResourceClient, api_error_status

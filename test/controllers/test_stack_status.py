@@ -9,8 +9,8 @@ from typing import Any
 
 from pko.api.stack import StackSpec
 
+from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack.retry import (
-    RetrySettings,
     classify_failure,
     deterministic_delay,
     jitter_fraction,

@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pko.__main__ import parse_duration, parse_settings
 from pko.controllers.options import ControllerOptions
-from pko.controllers.stack.retry import RetrySettings
+from pko.controllers.retrysettings import RetrySettings
 from pko.machinery.controller import Result
 from pko.machinery.leaderelection import LeaderElectionConfig, micro_time
 from pko.machinery.manager import (

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
-from pko import defaults
 from pko.api.stack import FailureReason, StackSpec
+from pko.controllers.retrysettings import RetrySettings
 
 __all__ = [
     "STALL_AT_ONCE",
     "Classification",
-    "RetrySettings",
+    "RetrySettings",  # pko.controllers.retrysettings', re-exported until stack/status.py imports it there
     "classify_failure",
     "deterministic_delay",
     "failure_budget",
@@ -38,20 +38,6 @@ __all__ = [
     "tail_lines",
     "transient_delay",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class RetrySettings:
-    """Operator-wide retry defaults (a Stack overrides the budget and the cap)."""
-
-    max_update_failures: int = defaults.MAX_UPDATE_FAILURES
-    deterministic_base: float = 10.0
-    deterministic_factor: float = 3.0
-    transient_base: float = 5.0
-    transient_factor: float = 2.0
-    transient_cap: float = defaults.TRANSIENT_RETRY_CAP
-    jitter: float = 0.2
-    max_backoff: float = defaults.MAX_RETRY_BACKOFF
 
 
 # Update ``Failed`` reasons (the agent's PulumiErrorInfo reasons and the Update controller's own).
