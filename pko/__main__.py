@@ -42,8 +42,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Settings", "load_client_configuration", "main", "parse_duration", "parse_settings"]
 
-DEFAULT_LEADER_ELECTION_ID = "operator.pulumi.com"  # the Go operator's Lease name
-# The operator's defaults are stated once, in pko.defaults (also ControllerOptions' and RetrySettings').
+# The operator's defaults are stated once, in pko.defaults (also ManagerOptions', LeaderElectionConfig's,
+# ControllerOptions' and RetrySettings').
+DEFAULT_LEADER_ELECTION_ID = defaults.LEADER_ELECTION_ID  # the Go operator's Lease name
 DEFAULT_NAMESPACE = defaults.OPERATOR_NAMESPACE
 DEFAULT_SERVICE_ACCOUNT = defaults.OPERATOR_SERVICE_ACCOUNT
 DEFAULT_AGENT_IMAGE = defaults.AGENT_IMAGE
@@ -243,21 +244,27 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         help="namespace of the Lease (default $POD_NAMESPACE, else "
         f"{DEFAULT_NAMESPACE}) [LEADER_ELECTION_NAMESPACE]",
     )
-    for flag, var, default, what in (
+    for flag, var, seconds, what in (
         (
             "lease-duration",
             "LEADER_ELECTION_LEASE_DURATION",
-            "60s",
+            defaults.LEASE_DURATION,
             "how long followers wait before taking over an unrenewed Lease",
         ),
         (
             "renew-deadline",
             "LEADER_ELECTION_RENEW_DEADLINE",
-            "45s",
+            defaults.RENEW_DEADLINE,
             "how long the leader keeps trying to renew before it stops leading",
         ),
-        ("retry-period", "LEADER_ELECTION_RETRY_PERIOD", "10s", "time between Lease attempts"),
+        (
+            "retry-period",
+            "LEADER_ELECTION_RETRY_PERIOD",
+            defaults.RETRY_PERIOD,
+            "time between Lease attempts",
+        ),
     ):
+        default = go_duration_text(seconds)
         le.add_argument(
             f"--leader-election-{flag}",
             type=_duration_arg,
@@ -270,13 +277,13 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     srv.add_argument(
         "--metrics-bind-address",
         metavar="ADDR",
-        default=env_or("METRICS_BIND_ADDRESS", ":8383"),
+        default=env_or("METRICS_BIND_ADDRESS", defaults.METRICS_BIND_ADDRESS),
         help="Prometheus /metrics (default %(default)s) [METRICS_BIND_ADDRESS]",
     )
     srv.add_argument(
         "--health-probe-bind-address",
         metavar="ADDR",
-        default=env_or("HEALTH_PROBE_BIND_ADDRESS", ":8081"),
+        default=env_or("HEALTH_PROBE_BIND_ADDRESS", defaults.HEALTH_PROBE_BIND_ADDRESS),
         help="/healthz and /readyz (default %(default)s) [HEALTH_PROBE_BIND_ADDRESS]",
     )
     srv.add_argument(
@@ -427,16 +434,16 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "--kube-api-timeout",
         type=_duration_arg,
         metavar="DURATION",
-        default=env_or("KUBE_API_TIMEOUT", "30s"),
-        help="timeout of Kubernetes API requests (default 30s) [KUBE_API_TIMEOUT]",
+        default=env_or("KUBE_API_TIMEOUT", go_duration_text(defaults.KUBE_API_TIMEOUT)),
+        help="timeout of Kubernetes API requests (default %(default)s) [KUBE_API_TIMEOUT]",
     )
     run.add_argument(
         "--shutdown-grace-period",
         type=_duration_arg,
         metavar="DURATION",
-        default=env_or("SHUTDOWN_GRACE_PERIOD", "30s"),
+        default=env_or("SHUTDOWN_GRACE_PERIOD", go_duration_text(defaults.SHUTDOWN_GRACE_PERIOD)),
         help="on SIGTERM, how long in-flight reconciles may finish before they are cancelled "
-        "(default 30s) [SHUTDOWN_GRACE_PERIOD]",
+        "(default %(default)s) [SHUTDOWN_GRACE_PERIOD]",
     )
     return p
 

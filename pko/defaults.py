@@ -1,14 +1,29 @@
 """The operator's defaults, stated once (no imports: the command line is parsed before the
 reconcilers, and their pydantic models, are imported).
 
-``pko.__main__`` (flags and environment), ``pko.controllers.options.ControllerOptions`` and
-``pko.controllers.stack.retry.RetrySettings`` all take their defaults from here.
+``pko.__main__`` (flags and environment), ``pko.machinery.manager.ManagerOptions``,
+``pko.machinery.leaderelection.LeaderElectionConfig``, ``pko.controllers.options.ControllerOptions``
+and ``pko.controllers.retrysettings.RetrySettings`` all take their defaults from here.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
+# The process (the manager): its endpoints, its Kubernetes API requests, its shutdown.
+METRICS_BIND_ADDRESS: Final = ":8383"
+HEALTH_PROBE_BIND_ADDRESS: Final = ":8081"
+# Timeout of one Kubernetes API request (seconds); every client the manager hands out carries it.
+KUBE_API_TIMEOUT: Final = 30.0
+# On SIGTERM, how long in-flight reconciles may finish before they are cancelled (seconds).
+SHUTDOWN_GRACE_PERIOD: Final = 30.0
+# Leader election on the Go operator's Lease, with its durations (seconds).
+LEADER_ELECTION_ID: Final = "operator.pulumi.com"
+LEASE_DURATION: Final = 60.0
+RENEW_DEADLINE: Final = 45.0
+RETRY_PERIOD: Final = 10.0
+
+# The operator and its workspaces.
 OPERATOR_NAMESPACE: Final = "pulumi-kubernetes-operator"
 # The operator's own identity: TokenRequest tokens for the agents are minted for it (POD_SA_NAME).
 OPERATOR_SERVICE_ACCOUNT: Final = "controller-manager"

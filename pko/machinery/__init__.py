@@ -20,7 +20,11 @@ Data flows one way: watch -> cache -> queue -> reconcile -> API writes. One line
 * ``conditions``: ``metav1.Condition`` list helpers.
 * ``events``: a Kubernetes Event recorder with client-go's aggregation and spam filter.
 * ``leaderelection``: a Lease-based elector, as client-go's.
-* ``manager``: wires informers, controllers, runnables, leader election, probes and metrics.
+* ``manager``: wires informers, controllers, runnables, leader election, probes and metrics, and
+  hands out clients carrying its API timeout (``Manager.client``).
+* ``builder``: declaring a controller (``ControllerBuilder``: ``for_``, ``owns``, ``watches``, ...).
+* ``handler``: the one event handler (``Enqueuer``): filter, map to keys, enqueue.
+* ``source``: keys from outside the informers (``KeyChannel``).
 * ``metrics``: controller-runtime's Prometheus series for queues and controllers.
 * ``serving``: the ``/healthz``, ``/readyz`` and ``/metrics`` HTTP servers.
 """

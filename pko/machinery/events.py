@@ -35,6 +35,7 @@ import structlog
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry, Counter
 
+from pko import defaults
 from pko.machinery.resource import EVENTS, Obj, ResourceClient, api_error_status
 
 __all__ = ["Emit", "EventRecorder", "EventType", "FakeRecorder", "Recorder"]
@@ -142,6 +143,7 @@ class EventRecorder:
     """Records Events as ``component`` (``source.component`` and ``reportingComponent``).
 
     ``host`` is ``source.host``/``reportingInstance`` (client-go leaves it empty for controllers).
+    ``request_timeout`` bounds each write (the manager passes its ``kube_api_timeout``).
     Call :meth:`start` on the event loop and ``await stop()`` at shutdown; events recorded before
     ``start()`` wait in the queue.
     """
@@ -156,10 +158,11 @@ class EventRecorder:
         burst: int = SPAM_BURST,
         refill_per_second: float = SPAM_REFILL_PER_SECOND,
         retry_interval: float = 1.0,
+        request_timeout: float = defaults.KUBE_API_TIMEOUT,
     ) -> None:
         self.component = component
         self.host = host or ""
-        self._client = ResourceClient(api, EVENTS)
+        self._client = ResourceClient(api, EVENTS, request_timeout=request_timeout)
         self._burst = burst
         self._refill = refill_per_second
         self._retry_interval = retry_interval

@@ -30,6 +30,7 @@ from typing import Any
 import structlog
 from kubernetes_asyncio.client import ApiClient
 
+from pko import defaults
 from pko.machinery.resource import LEASES, ResourceClient, api_error_status
 from pko.machinery.store import Obj
 
@@ -42,14 +43,14 @@ OnNewLeader = Callable[[str], None]
 
 @dataclass(frozen=True, slots=True)
 class LeaderElectionConfig:
-    """Durations in seconds. Defaults are the Go operator's (60 / 45 / 10)."""
+    """Durations in seconds. Defaults are the Go operator's (60 / 45 / 10, :mod:`pko.defaults`)."""
 
     lease_name: str
     lease_namespace: str
     identity: str
-    lease_duration: float = 60.0
-    renew_deadline: float = 45.0
-    retry_period: float = 10.0
+    lease_duration: float = defaults.LEASE_DURATION
+    renew_deadline: float = defaults.RENEW_DEADLINE
+    retry_period: float = defaults.RETRY_PERIOD
     release_on_cancel: bool = True
 
     def __post_init__(self) -> None:

@@ -7,12 +7,13 @@ What it wires, and the rules it keeps (controller-runtime's manager, asyncio-nat
   manager starts, on every replica, leader or not: a follower's caches are warm when it takes over,
   and ``/readyz`` means "caches synced" everywhere.
 * **Controllers are declared, then built when leading.** :meth:`Manager.controller` returns a
-  :class:`ControllerBuilder` that records watches: the controller's own objects, owned objects
-  mapped to their controlling owner, arbitrary key mappings, and index-based fan-out (a Program
-  change enqueues every Stack whose index points at it). Event handlers only enqueue keys. When
-  this replica leads (at once without leader election) it waits until every cache has synced,
-  then builds each controller (queue, workers, handlers) and starts it. Reconcilers read the
-  caches through :meth:`Manager.informer`.
+  :class:`~pko.machinery.builder.ControllerBuilder` that records watches: the controller's own
+  objects, owned objects mapped to their controlling owner, arbitrary key mappings, index-based
+  fan-out (a Program change enqueues every Stack whose index points at it) and key channels
+  (:mod:`pko.machinery.source`). Event handlers (:mod:`pko.machinery.handler`) only enqueue keys.
+  When this replica leads (at once without leader election) it waits until every cache has
+  synced, then builds each controller (queue, workers, handlers) and starts it. Reconcilers read
+  the caches through :meth:`Manager.informer` and write through :meth:`Manager.client`.
 * **Leader election** (optional) on a Lease: only the leader runs reconcilers. Losing the Lease
   (a renewal missed its deadline, or another holder appeared) cancels in-flight reconciles at
   once (the successor may start as soon as the lease expires) and makes :meth:`Manager.run` raise
@@ -51,7 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -62,8 +63,11 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from pko import defaults
+from pko.machinery.builder import ControllerBuilder
 from pko.machinery.controller import DEFAULT_WORKERS, Controller, Reconciler
 from pko.machinery.events import EventRecorder
+from pko.machinery.handler import Enqueuer
 from pko.machinery.informer import SharedInformer
 from pko.machinery.informerfactory import InformerFactory
 from pko.machinery.leaderelection import LeaderElectionConfig, LeaderElector
@@ -71,7 +75,7 @@ from pko.machinery.metrics import PrometheusControllerMetrics, PrometheusWorkque
 from pko.machinery.predicates import Predicate, generation_changed
 from pko.machinery.ratelimit import RateLimiter
 from pko.machinery.ratelimitingqueue import RateLimitingQueue
-from pko.machinery.resource import Resource, served
+from pko.machinery.resource import DEFAULT_FIELD_MANAGER, Resource, ResourceClient, served
 from pko.machinery.serving import (
     DEFAULT_STALL_THRESHOLD,
     Heartbeat,
@@ -82,29 +86,17 @@ from pko.machinery.serving import (
     parse_bind_address,
     probe_routes,
 )
-from pko.machinery.store import (
-    DeletedFinalStateUnknown,
-    IndexFunc,
-    Obj,
-    index_by_owner,
-    meta_namespace_key,
-)
+from pko.machinery.store import IndexFunc
 
 __all__ = [
-    "ControllerBuilder",
-    "KeyChannel",
+    "ControllerBuilder",  # what Manager.controller returns (pko.machinery.builder)
     "LeaderElectionLost",
     "Manager",
     "ManagerOptions",
-    "MapKeys",
     "Predicate",
     "generation_changed",
 ]
 
-# Which keys an event on an object should enqueue.
-MapKeys = Callable[[Obj], Iterable[str]]
-
-DEFAULT_SHUTDOWN_GRACE_PERIOD: Final = 30.0
 # The component that signs the manager's Events, as the Go operator's recorder does.
 EVENT_COMPONENT: Final = "pulumi-kubernetes-operator"
 RUNNABLE_BACKOFF_INITIAL: Final = 1.0
@@ -129,28 +121,23 @@ class ManagerOptions:
     :data:`~pko.machinery.controller.DEFAULT_WORKERS`); ``namespace`` limits every informer to one
     namespace (``None``: all). Bind addresses are ``host:port``; ``"0"`` disables that server.
     ``discovery_interval`` and ``optional_sync_timeout`` govern optional watches.
+    ``kube_api_timeout`` bounds every request of the informers, the event recorder and the clients
+    :meth:`Manager.client` hands out. The process-level defaults are :mod:`pko.defaults`'.
     ``liveness_stall_threshold``: ``/healthz`` fails once the event loop has not run its
     once-a-second heartbeat for this long (see :data:`~pko.machinery.serving.DEFAULT_STALL_THRESHOLD`).
     """
 
-    metrics_bind_address: str = ":8383"
-    health_probe_bind_address: str = ":8081"
+    metrics_bind_address: str = defaults.METRICS_BIND_ADDRESS
+    health_probe_bind_address: str = defaults.HEALTH_PROBE_BIND_ADDRESS
     leader_election: LeaderElectionConfig | None = None
-    shutdown_grace_period: float = DEFAULT_SHUTDOWN_GRACE_PERIOD
+    shutdown_grace_period: float = defaults.SHUTDOWN_GRACE_PERIOD
     max_concurrent_reconciles: Mapping[str, int] = field(default_factory=dict)
     namespace: str | None = None
     resync_period: float = 0.0
-    kube_api_timeout: float = 30.0
+    kube_api_timeout: float = defaults.KUBE_API_TIMEOUT
     discovery_interval: float = 30.0
     optional_sync_timeout: float = 60.0
     liveness_stall_threshold: float = DEFAULT_STALL_THRESHOLD
-
-
-@dataclass(frozen=True, slots=True)
-class _Watch:
-    informer: SharedInformer
-    map_keys: MapKeys | None  # None: the object's own key
-    predicate: Predicate | None
 
 
 @dataclass(slots=True)
@@ -159,220 +146,6 @@ class _Runnable:
     fn: Callable[[], Awaitable[None]]
     leader_only: bool
     task: asyncio.Task[None] | None = None
-
-
-class _Enqueuer:
-    """The only kind of event handler the manager installs: filter, map to keys, enqueue.
-
-    Hot path for a cold start (one ``on_add`` per cached object), so it stays small: no
-    allocation beyond the keys themselves when there is no mapping.
-    """
-
-    __slots__ = ("_add", "_map", "_pred")
-
-    def __init__(self, add: Callable[[str], None], watch: _Watch) -> None:
-        self._add = add
-        self._map = watch.map_keys
-        self._pred = watch.predicate
-
-    def on_add(self, obj: Obj) -> None:
-        if self._pred is not None and not self._pred(None, obj):
-            return
-        if self._map is None:
-            self._add(meta_namespace_key(obj))
-        else:
-            for key in self._map(obj):
-                self._add(key)
-
-    def on_update(self, old: Obj, new: Obj) -> None:
-        if self._pred is not None and not self._pred(old, new):
-            return
-        if self._map is None:
-            self._add(meta_namespace_key(new))
-            return
-        # Both: an owner reference or an indexed field may have moved from one key to another.
-        keys = set(self._map(new))
-        keys.update(self._map(old))
-        for key in keys:
-            self._add(key)
-
-    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
-        last = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
-        if self._pred is not None and not self._pred(last, None):
-            return
-        if self._map is None:
-            self._add(obj.key if isinstance(obj, DeletedFinalStateUnknown) else meta_namespace_key(obj))
-        else:
-            for key in self._map(last):
-                self._add(key)
-
-
-class KeyChannel:
-    """Keys sent from outside the informers, e.g. by a background task that learned something a
-    reconcile must act on (controller-runtime's ``source.Channel``). Connected to the controller's
-    queue while the controller runs (this replica leads); a key sent otherwise is dropped, which
-    is safe because a starting controller reconciles every cached object anyway."""
-
-    def __init__(self) -> None:
-        self._sink: Callable[[str], None] | None = None
-
-    def send(self, key: str) -> None:
-        if self._sink is not None:
-            self._sink(key)
-
-
-class ControllerBuilder:
-    """Declares one controller's event sources. Every method returns the builder, for chaining.
-
-    Informers (and the indexes a watch needs) are created at declaration time, so reconcilers
-    can take them from :meth:`Manager.informer` before the manager starts.
-    """
-
-    def __init__(
-        self,
-        manager: Manager,
-        name: str,
-        reconciler: Reconciler,
-        workers: int,
-        rate_limiter: Callable[[], RateLimiter] | None,
-    ) -> None:
-        self._manager = manager
-        self.name = name
-        self.reconciler = reconciler
-        self.workers = workers
-        self.rate_limiter = rate_limiter
-        self.primary: Resource | None = None
-        self.sources: list[_Watch] = []
-        self.channels: list[KeyChannel] = []
-
-    def _add(
-        self,
-        resource: Resource,
-        map_keys: MapKeys | None,
-        predicate: Predicate | None,
-        indexers: Mapping[str, IndexFunc] | None = None,
-        *,
-        optional: bool = False,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> SharedInformer:
-        informer = self._manager.informer(
-            resource, indexers=indexers, label_selector=label_selector, field_selector=field_selector
-        )
-        self._manager._declare_watch(resource, optional=optional)
-        self.sources.append(_Watch(informer, map_keys, predicate))
-        return informer
-
-    def for_(
-        self,
-        resource: Resource,
-        *,
-        predicate: Predicate | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> ControllerBuilder:
-        """Reconcile objects of ``resource``: each event enqueues the object's own key."""
-        if self.primary is not None:
-            raise ValueError(f"controller {self.name!r} already reconciles {self.primary.name}")
-        self.primary = resource
-        self._add(resource, None, predicate, label_selector=label_selector, field_selector=field_selector)
-        return self
-
-    def owns(
-        self,
-        resource: Resource,
-        *,
-        controller_only: bool = True,
-        predicate: Predicate | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> ControllerBuilder:
-        """Events on ``resource`` enqueue the owner's key (an owner of the primary kind).
-
-        The owned informer also gets the owner index (see :meth:`owner_index`), so a reconciler
-        can list what an object owns from the cache. A selector scopes the owned informer's
-        cache (see :meth:`Manager.informer`).
-        """
-        owner = self._require_primary("owns")
-        index_name, func = self.owner_index(owner, controller_only=controller_only)
-        self._add(
-            resource,
-            func,
-            predicate,
-            {index_name: func},
-            label_selector=label_selector,
-            field_selector=field_selector,
-        )
-        return self
-
-    @staticmethod
-    def owner_index(owner: Resource, *, controller_only: bool = True) -> tuple[str, IndexFunc]:
-        """The index (name, function) of owned objects by their owner's key."""
-        func = index_by_owner(owner.kind, api_group=owner.group, controller_only=controller_only)
-        prefix = "controller-owner" if controller_only else "owner"
-        return f"{prefix}:{owner.kind}.{owner.group}", func
-
-    def watches(
-        self,
-        resource: Resource,
-        map_keys: MapKeys,
-        *,
-        predicate: Predicate | None = None,
-        optional: bool = False,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> ControllerBuilder:
-        """Events on ``resource`` enqueue whatever keys ``map_keys(obj)`` returns.
-
-        ``optional``: ``resource`` may not be served (a CRD not installed, e.g. Flux sources);
-        its informer starts once it is and never blocks readiness or the controllers' start. A
-        kind watched by any non-optional declaration is required.
-        """
-        self._add(
-            resource,
-            map_keys,
-            predicate,
-            optional=optional,
-            label_selector=label_selector,
-            field_selector=field_selector,
-        )
-        return self
-
-    def watches_by_index(
-        self,
-        resource: Resource,
-        index_name: str,
-        index_func: IndexFunc,
-        *,
-        value: Callable[[Obj], str] = meta_namespace_key,
-        predicate: Predicate | None = None,
-    ) -> ControllerBuilder:
-        """Fan-out: an event on a ``resource`` object ``o`` enqueues every primary object whose
-        index ``index_name`` holds ``value(o)``.
-
-        E.g. Stacks indexed by ``index_by_field("spec.programRef.name", namespaced=True)`` and a
-        Program's ``namespace/name`` as the value: a Program change enqueues the Stacks using it.
-        The index is added to the primary informer (same function under the same name is shared).
-        """
-        primary = self._require_primary("watches_by_index")
-        target = self._manager.informer(primary, indexers={index_name: index_func})
-        store = target.indexer
-
-        def fan_out(obj: Obj) -> list[str]:
-            return store.index_keys(index_name, value(obj))
-
-        self._add(resource, fan_out, predicate)
-        return self
-
-    def watches_channel(self, channel: KeyChannel) -> ControllerBuilder:
-        """Keys sent on ``channel`` are enqueued as they are."""
-        self.channels.append(channel)
-        return self
-
-    def _require_primary(self, what: str) -> Resource:
-        if self.primary is None:
-            raise ValueError(f"controller {self.name!r}: call for_() before {what}()")
-        return self.primary
 
 
 class Manager:
@@ -414,7 +187,9 @@ class Manager:
             ["name"],
             registry=registry,
         )
-        self.events = EventRecorder(api, EVENT_COMPONENT, registry=registry)
+        self.events = EventRecorder(
+            api, EVENT_COMPONENT, registry=registry, request_timeout=self.options.kube_api_timeout
+        )
         self._heartbeat = Heartbeat(self.options.liveness_stall_threshold)
         registry.register(self._heartbeat)
         self._builders: dict[str, ControllerBuilder] = {}
@@ -426,7 +201,7 @@ class Manager:
         self._background: set[asyncio.Task[None]] = set()
         self._controllers_started = False
         self._controllers: list[Controller] = []
-        self._handlers: list[tuple[SharedInformer, _Enqueuer]] = []
+        self._handlers: list[tuple[SharedInformer, Enqueuer]] = []
         self._stop = asyncio.Event()
         self._serving = asyncio.Event()
         self._ran = False
@@ -438,6 +213,21 @@ class Manager:
         self._log = structlog.get_logger("pko.manager")
 
     # --- declaration -------------------------------------------------------------------------
+
+    def client(
+        self, resource: Resource, namespace: str | None = None, *, field_manager: str = DEFAULT_FIELD_MANAGER
+    ) -> ResourceClient:
+        """A client for ``resource`` (all namespaces, or ``namespace``) whose requests time out after
+        ``options.kube_api_timeout`` (``--kube-api-timeout``): the one way reconcilers get clients,
+        so every request of the process keeps the flag. ``field_manager`` names the manager of
+        writes that name none (default: the Go operator's, see :mod:`pko.machinery.resource`)."""
+        return ResourceClient(
+            self.api,
+            resource,
+            namespace,
+            request_timeout=self.options.kube_api_timeout,
+            field_manager=field_manager,
+        )
 
     def informer(
         self,
@@ -457,7 +247,9 @@ class Manager:
             resource, indexers=indexers, label_selector=label_selector, field_selector=field_selector
         )
 
-    def _declare_watch(self, resource: Resource, *, optional: bool) -> None:
+    def declare_watch(self, resource: Resource, *, optional: bool) -> None:
+        """Record that a controller watches ``resource`` (called by :class:`ControllerBuilder`): a kind
+        watched only optionally starts once discovery finds it served, any other at start."""
         key = (resource.group, resource.version, resource.plural)
         if optional:
             self._optional.setdefault(key, resource)
@@ -783,9 +575,9 @@ class Manager:
             controller.start()
             self._controllers.append(controller)
             for channel in builder.channels:
-                channel._sink = queue.add
+                channel.connect(queue.add)
             for watch in builder.sources:
-                handler = _Enqueuer(queue.add, watch)
+                handler = Enqueuer(queue.add, watch)
                 # Replays the cache as adds, so the queue starts with every existing object.
                 watch.informer.add_event_handler(handler)
                 self._handlers.append((watch.informer, handler))
@@ -793,7 +585,7 @@ class Manager:
     async def _stop_controllers(self, grace_period: float) -> None:
         for builder in self._builders.values():
             for channel in builder.channels:
-                channel._sink = None
+                channel.disconnect()
         handlers, self._handlers = self._handlers, []
         for informer, handler in handlers:
             informer.remove_event_handler(handler)

@@ -32,6 +32,8 @@ from urllib.parse import quote
 import aiohttp
 from kubernetes_asyncio.client import ApiClient, ApiException
 
+from pko import defaults
+
 Obj = dict[str, Any]
 
 # The Go operator's field manager (FIELD_MANAGER in pko/controllers/resources.py, which machinery
@@ -145,7 +147,9 @@ async def _raise_for_status(resp: aiohttp.ClientResponse) -> None:
     raise exc
 
 
-async def served(api: ApiClient, resource: Resource, *, request_timeout: float = 30.0) -> bool:
+async def served(
+    api: ApiClient, resource: Resource, *, request_timeout: float = defaults.KUBE_API_TIMEOUT
+) -> bool:
     """Whether the apiserver serves ``resource`` (discovery of its group/version), e.g. whether a
     CRD is installed and established. Errors other than 404 are raised."""
     prefix = f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
@@ -173,7 +177,7 @@ class ResourceClient:
         resource: Resource,
         namespace: str | None = None,
         *,
-        request_timeout: float = 60.0,
+        request_timeout: float = defaults.KUBE_API_TIMEOUT,
         field_manager: str = DEFAULT_FIELD_MANAGER,
     ) -> None:
         if not field_manager:

@@ -149,6 +149,24 @@ def test_settings_defaults_agree_with_the_controller_options() -> None:
     )
 
 
+def test_the_command_lines_defaults_are_the_managers_and_the_leases() -> None:
+    opts = parse_settings(["--leader-elect"], env={}).manager_options("me")
+    d = ManagerOptions()
+    assert (
+        opts.metrics_bind_address,
+        opts.health_probe_bind_address,
+        opts.kube_api_timeout,
+        opts.shutdown_grace_period,
+    ) == (d.metrics_bind_address, d.health_probe_bind_address, d.kube_api_timeout, d.shutdown_grace_period)
+    le, dle = opts.leader_election, LeaderElectionConfig("lease", "ns", "me")
+    assert le is not None and le.lease_name == "operator.pulumi.com"
+    assert (le.lease_duration, le.renew_deadline, le.retry_period) == (
+        dle.lease_duration,
+        dle.renew_deadline,
+        dle.retry_period,
+    )
+
+
 def test_flags_win_over_environment_which_wins_over_defaults() -> None:
     env = {
         "LEADER_ELECTION_LEASE_DURATION": "90s",

@@ -36,7 +36,7 @@ from pko.machinery.controller import Result
 from pko.machinery.informer import SharedInformer
 from pko.machinery.manager import Manager
 from pko.machinery.predicates import generation_changed
-from pko.machinery.resource import Obj, ResourceClient
+from pko.machinery.resource import Obj
 from pko.machinery.writes import StatusWriter
 
 __all__ = [
@@ -118,7 +118,7 @@ class ProgramReconciler:
     ) -> None:
         options = options or ControllerOptions()
         self.informer = manager.informer(PROGRAMS)
-        self.client = ResourceClient(manager.api, PROGRAMS, request_timeout=manager.options.kube_api_timeout)
+        self.client = manager.client(PROGRAMS)
         self.cache = cache or ArtifactCache()
         self.server = ProgramServer(self.informer, self.cache, options.program_fs_addr)
         if self.server.bind is None and not options.program_fs_adv_addr:

@@ -8,7 +8,7 @@ The Go operator's update controller, with operations owned by the agent:
   Starting the same id again attaches, so a retried reconcile never runs an operation twice.
 * The reconcile returns once the operation runs; a task per running Update (``watch.py``) follows
   ``WatchOperation`` and, when the operation ends, hands its outcome to the reconcile (a
-  :class:`~pko.machinery.manager.KeyChannel`). A Progressing Update with no local task (an
+  :class:`~pko.machinery.source.KeyChannel`). A Progressing Update with no local task (an
   operator restart, a new leader) gets one: ``GetOperation`` first, then the watch.
 * The reconcile is the one writer of an Update's status. The result is recorded once: the write
   carries the resourceVersion it was computed from, so a write from a stale read gets 409 and the
@@ -85,7 +85,7 @@ from pko.controllers.update.plan import (
 from pko.controllers.update.watch import UpdateWatches
 from pko.machinery.controller import Result
 from pko.machinery.events import Recorder
-from pko.machinery.manager import KeyChannel, Manager
+from pko.machinery.manager import Manager
 from pko.machinery.objects import remove_finalizer
 from pko.machinery.predicates import (
     condition_became,
@@ -94,7 +94,8 @@ from pko.machinery.predicates import (
     or_,
     owner_references_changed,
 )
-from pko.machinery.resource import PODS, SECRETS, Obj, ResourceClient, api_error_status
+from pko.machinery.resource import PODS, SECRETS, Obj, api_error_status
+from pko.machinery.source import KeyChannel
 from pko.machinery.store import index_by_field, object_key
 from pko.machinery.writes import StatusWriter
 from pko.tokens import TokenSource
@@ -183,7 +184,7 @@ class UpdateReconciler:
         self.wake = KeyChannel()
         self.lost_agent_budget = options.agent_unreachable_timeout
         self.connect_timeout = connect_timeout
-        self._update_client = ResourceClient(manager.api, UPDATES)
+        self._update_client = manager.client(UPDATES)
         self.status_writer = StatusWriter(
             self.updates,
             FIELD_MANAGER_UPDATE_STATUS,
@@ -191,7 +192,7 @@ class UpdateReconciler:
             client=self._update_client,
             force=True,
         )
-        self._secrets = ResourceClient(manager.api, SECRETS)
+        self._secrets = manager.client(SECRETS)
         self._engine_level = _LEVELS.get(options.engine_event_log_level.strip().lower(), logging.DEBUG)
 
     # --- reconcile -------------------------------------------------------------------------------

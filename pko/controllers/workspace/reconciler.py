@@ -77,7 +77,7 @@ from pko.machinery.conditions import get_condition
 from pko.machinery.controller import Result
 from pko.machinery.manager import Manager
 from pko.machinery.predicates import deletion_started, generation_changed, or_
-from pko.machinery.resource import PODS, SERVICES, STATEFULSETS, Obj, ResourceClient, api_error_status
+from pko.machinery.resource import PODS, SERVICES, STATEFULSETS, Obj, api_error_status
 from pko.machinery.store import object_key
 from pko.machinery.writes import DigestApplier, StatusWriter
 from pko.tokens import TokenError, TokenSource
@@ -177,12 +177,13 @@ class WorkspaceReconciler:
         self.pods = manager.informer(PODS, label_selector=WORKSPACE_SELECTOR)
         self.events = manager.events
         self.tokens = tokens or options.operator_tokens(manager)
-        api, request_timeout = manager.api, manager.options.kube_api_timeout
-        self.workspace_client = ResourceClient(api, WORKSPACES, request_timeout=request_timeout)
-        self.statefulset_client = ResourceClient(api, STATEFULSETS, request_timeout=request_timeout)
-        self.service_client = ResourceClient(api, SERVICES, request_timeout=request_timeout)
-        self.pod_client = ResourceClient(api, PODS, request_timeout=request_timeout)
-        self.core = CoreV1Api(api)
+        self.workspace_client = manager.client(WORKSPACES)
+        self.statefulset_client = manager.client(STATEFULSETS)
+        self.service_client = manager.client(SERVICES)
+        self.pod_client = manager.client(PODS)
+        # The pod dry run (the one generated-API call), bounded like the clients' requests.
+        self.core = CoreV1Api(manager.api)
+        self.request_timeout = manager.options.kube_api_timeout
         # When this controller last applied each Workspace's StatefulSet (by Workspace uid).
         self._sts_applied: OrderedDict[str, float] = OrderedDict()
         self.status_writer = StatusWriter(
@@ -341,7 +342,9 @@ class WorkspaceReconciler:
             "spec": copy.deepcopy(template["spec"]),
         }
         try:
-            await self.core.create_namespaced_pod(meta["namespace"], cast(Any, pod), dry_run="All")
+            await self.core.create_namespaced_pod(
+                meta["namespace"], cast(Any, pod), dry_run="All", _request_timeout=self.request_timeout
+            )
         except ApiException as exc:
             if exc.status in (409, 404):  # a pod of that name exists: it was valid; or the namespace is going
                 return None
