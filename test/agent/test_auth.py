@@ -42,6 +42,7 @@ from pko.agent.auth import (
 )
 from pko.agent.h2guard import GuardedServer
 from pko.api.generated.pko.agent import v1 as pb
+from waiting import wait_until
 
 PASSED = Status.UNIMPLEMENTED  # the gate let the call through to the (empty) service
 
@@ -121,16 +122,6 @@ async def test_health_needs_no_token(gate: _Gate) -> None:
     assert reply.status == reply.SERVING
 
 
-async def _wait_until(predicate: object, within: float = 60.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        if await predicate():  # type: ignore[operator]
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.2)
-
-
 @pytest.mark.cluster
 async def test_a_revoked_grant_stops_working_after_the_allow_ttl(auth_world: AuthWorld) -> None:
     await auth_world.create_service_account("revokee")
@@ -147,7 +138,7 @@ async def test_a_revoked_grant_stops_working_after_the_allow_ttl(auth_world: Aut
         async def apiserver_denies() -> bool:
             return not await auth_world.sar_allows("revokee")
 
-        await _wait_until(apiserver_denies)
+        await wait_until("the apiserver to deny", apiserver_denies, within=60.0)
         # The long-lived cache still answers from its allow decision: the cache is really used...
         assert await long_gate.call(token) == PASSED
 
@@ -155,7 +146,7 @@ async def test_a_revoked_grant_stops_working_after_the_allow_ttl(auth_world: Aut
         async def short_denies() -> bool:
             return await short_gate.call(token) == Status.PERMISSION_DENIED
 
-        await _wait_until(short_denies)
+        await wait_until("the short-lived cache to deny", short_denies, within=60.0)
 
 
 @pytest.mark.cluster
@@ -281,7 +272,7 @@ async def test_a_token_of_a_recreated_service_account_is_refused_once_the_defaul
             async with _Gate(auth_world.authorizer()) as fresh:
                 return await fresh.call(token) == Status.UNAUTHENTICATED
 
-        await _wait_until(apiserver_refuses)
+        await wait_until("the apiserver to refuse the token", apiserver_refuses, within=60.0)
         assert await gate.call(token) == PASSED, "the decision is cached for a while..."
         now[0] += CacheTTLs().token_success + 1.0
         assert await gate.call(token) == Status.UNAUTHENTICATED, "...but not past the positive TTL"
@@ -438,7 +429,7 @@ async def test_a_token_bound_to_a_deleted_pod_is_refused_once_the_positive_ttl_p
             return not status.authenticated
 
         # The apiserver itself trusts a positive authentication for 10 s (its token cache).
-        await _wait_until(apiserver_refuses)
+        await wait_until("the apiserver to refuse the token", apiserver_refuses, within=60.0)
         assert "invalidated" in errors[-1], errors[-1]
         async with _Gate(auth_world.authorizer()) as fresh:
             assert await fresh.call(token) == Status.UNAUTHENTICATED, "a new gate refuses it at once"

@@ -16,16 +16,16 @@ Shared helpers the modules import (``from .conftest import ...``):
   play-kubelet above (``env = operator_env(Env)``);
 * :func:`new_manager` and :func:`running`: a Manager of the module's namespace for tests that set up
   one reconciler themselves, run for the length of an ``async with`` block;
-* :func:`wait_until` (poll a probe), :func:`get_or_none` (a GET, ``None`` on 404).
+* :func:`get_or_none` (a GET, ``None`` on 404).
 
-HTTP and git servers on loopback are in ``test/gitserver.py`` (shared with the agent's tests).
+Polling for a condition is ``test/waiting.py``'s :func:`wait_until`; HTTP and git servers on loopback
+are in ``test/gitserver.py`` (both shared with the other test folders).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -191,22 +191,7 @@ async def running(manager: Manager) -> AsyncIterator[Manager]:
         await asyncio.wait_for(task, 30)
 
 
-# --- polling and reading ----------------------------------------------------------------------------
-
-
-async def wait_until(
-    what: str, probe: Callable[[], Awaitable[Any]], *, within: float = 120.0, interval: float = 0.25
-) -> Any:
-    """``probe()``'s first truthy answer, polled every ``interval`` s; fails naming ``what`` (and the
-    last answer) after ``within`` s."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await probe()
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    raise AssertionError(f"{what}: not reached within {within}s (last: {last!r})")
+# --- reading ----------------------------------------------------------------------------------------
 
 
 async def get_or_none(rc: ResourceClient, name: str, namespace: str | None = None) -> dict[str, Any] | None:

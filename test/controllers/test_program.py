@@ -12,7 +12,7 @@ import asyncio
 import copy
 import hashlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ import yaml
 from kubernetes_asyncio import client
 from multidict import CIMultiDict
 from pko.agent.artifact import fetch_artifact
+from waiting import wait_until
 
 from pko.controllers.options import ControllerOptions
 from pko.controllers.program import reconciler as program
@@ -81,19 +82,6 @@ async def operator(api_client: Any, namespace: str) -> AsyncIterator[Operator]:
         await op.stop()
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], what: str, within: float = 30.0) -> Any:
-    """Poll ``check()`` until it returns something truthy (returned); fail naming ``what``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        value = await check()
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.1)
-
-
 def seed(name: str | None = None) -> Obj:
     doc: Obj = next(d for d in yaml.safe_load_all(SEED.read_text()) if d)
     if name:
@@ -109,7 +97,7 @@ async def artifact_of(op: Operator, name: str, generation: int) -> Obj:
             return obj
         return None
 
-    obj: Obj = await eventually(check, f"{name} artifact for generation {generation}")
+    obj: Obj = await wait_until(f"{name} artifact for generation {generation}", check, within=30.0)
     return obj
 
 
@@ -188,7 +176,7 @@ async def test_an_invalid_program_gets_a_condition_and_no_hot_loop(operator: Ope
         conditions = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
         return conditions if "Stalled" in conditions else None
 
-    conditions: Obj = await eventually(stalled, "Stalled condition")
+    conditions: Obj = await wait_until("Stalled condition", stalled, within=30.0)
     assert (conditions["Stalled"]["status"], conditions["Stalled"]["reason"]) == ("True", "ProgramInvalid")
     assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False", "ProgramInvalid")
     message = conditions["Stalled"]["message"]
@@ -236,7 +224,9 @@ async def test_a_restarted_operator_serves_the_same_bytes_and_writes_nothing(
         await first.stop()
         second = await start_operator(api_client, namespace, advertised="files.example:80")
         try:
-            await eventually(lambda: _at_least(second, 1), "the new operator to reconcile the Program")
+            await wait_until(
+                "the new operator to reconcile the Program", lambda: _at_least(second, 1), within=30.0
+            )
             await asyncio.sleep(1.0)
             assert await second.programs.get("restarted") == obj  # not a single write
             host, port = await second.address()
@@ -263,10 +253,10 @@ async def test_programs_active_counts_the_programs(operator: Operator) -> None:
     async def counted() -> bool:
         return operator.manager.registry.get_sample_value("programs_active") == total
 
-    await eventually(counted, f"programs_active == {total}")
+    await wait_until(f"programs_active == {total}", counted, within=30.0)
     await operator.programs.delete(name)
 
     async def uncounted() -> bool:
         return operator.manager.registry.get_sample_value("programs_active") == total - 1
 
-    await eventually(uncounted, f"programs_active == {total - 1}")
+    await wait_until(f"programs_active == {total - 1}", uncounted, within=30.0)

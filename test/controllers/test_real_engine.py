@@ -22,8 +22,9 @@ from gitserver import git_commit, serve_git
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient, ApiException
 from realpulumi import make_real_pulumi
+from waiting import wait_until
 
-from .conftest import operator_env, wait_until
+from .conftest import operator_env
 from .test_stack import Env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]

@@ -23,6 +23,7 @@ import pytest
 from dulwich.repo import Repo
 from gitserver import git_commit, serve_git, serve_wsgi
 from kubernetes_asyncio.client import ApiException
+from waiting import wait_until
 
 from pko.controllers.program.artifact import project_yaml
 from pko.controllers.resources import PROGRAMS, STACKS, UPDATES, WORKSPACES
@@ -30,7 +31,7 @@ from pko.controllers.stack.reconciler import StackReconciler
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, ResourceClient
 
-from .conftest import OperatorEnv, get_or_none, operator_env, wait_until
+from .conftest import OperatorEnv, get_or_none, operator_env
 from .test_stack_reconciler import CRDS, FLUX_CRD, GITREPOSITORIES
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]

@@ -18,12 +18,13 @@ import asyncio
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 from pko.controllers.resources import STACK_FINALIZER
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import SECRETS, ResourceClient
 
-from .conftest import operator_env, wait_until
+from .conftest import operator_env
 from .test_stack import Env, _state
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]

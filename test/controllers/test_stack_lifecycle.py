@@ -18,13 +18,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack import reconciler as stack_controller
 from pko.machinery.resource import EVENTS, Obj, ResourceClient
 
 from .conftest import new_manager, running
-from .test_stack_reconciler import Env, eventually
+from .test_stack_reconciler import Env
 
 SLOW = RetrySettings(deterministic_base=60.0, transient_base=60.0, transient_cap=120.0)
 FINALIZER = "finalizer.stack.pulumi.com"
@@ -53,7 +54,7 @@ async def _gone_watching_updates(env: Env, name: str, types: dict[str, str], wit
             types[update["metadata"]["name"]] = update["spec"]["type"]
         return await env.get(env.stacks, name) is None
 
-    await eventually(gone, f"{name} released", within)
+    await wait_until(f"{name} released", gone, within=within)
 
 
 async def _ready_once(env: Env, name: str, spec: Obj) -> Obj:
@@ -103,7 +104,7 @@ async def test_a_preview_stack_deleted_during_its_preview_waits_for_it_then_goes
             stack.get("status") or {}
         ).get("observedGeneration")
 
-    await eventually(observed, "the deletion observed")
+    await wait_until("the deletion observed", observed, within=30.0)
     await env.quiet("peeking", 2.0)  # waits on the running preview, writing nothing meanwhile
     stack = await env.stack("peeking")
     assert FINALIZER in stack["metadata"]["finalizers"]
@@ -117,7 +118,7 @@ async def test_a_preview_stack_deleted_during_its_preview_waits_for_it_then_goes
         created = [e["message"] for e in await _events(env, "peeking", "StackCreated")]
         return created == ["Successfully updated stack"]
 
-    await eventually(recorded, "the preview recorded (StackCreated)")
+    await wait_until("the preview recorded (StackCreated)", recorded, within=30.0)
 
     async def collected() -> bool:  # released by the Stack (no Update controller here), then collected
         return await env.get(env.updates, preview["metadata"]["name"]) is None
@@ -125,7 +126,7 @@ async def test_a_preview_stack_deleted_during_its_preview_waits_for_it_then_goes
     # kube-controller-manager's garbage collector learns of new resources (our CRDs) by
     # rediscovering them every 30 s: in a control plane just started for this module, collection
     # can take that long on top.
-    await eventually(collected, "the recorded preview garbage-collected", 120)
+    await wait_until("the recorded preview garbage-collected", collected, within=120)
 
 
 async def test_prerequisites_are_neither_awaited_nor_triggered_while_deleting(env: Env) -> None:
@@ -196,7 +197,7 @@ async def test_reclaim_policy_delete_keeps_the_workspace_after_a_failure(env: En
         found = await env.get(env.workspaces, "keeps")
         return found is None or bool(found["metadata"].get("deletionTimestamp"))
 
-    await eventually(reclaimed, "the Workspace reclaimed after the success")
+    await wait_until("the Workspace reclaimed after the success", reclaimed, within=30.0)
     assert len(await _events(env, "keeps", "WorkspaceDeleted")) == 1
 
 
@@ -215,7 +216,7 @@ async def test_gauges_forget_a_deleted_stack(env: Env) -> None:
     async def failing() -> bool:
         return registry.get_sample_value("stacks_failing", labels) == 1
 
-    await eventually(failing, "stacks_failing=1")
+    await wait_until("stacks_failing=1", failing, within=30.0)
     assert registry.get_sample_value("stacks_reconciling", labels) == 1
     assert registry.get_sample_value("stacks_next_retry_timestamp_seconds", labels)
     active = registry.get_sample_value("stacks_active")
@@ -227,7 +228,7 @@ async def test_gauges_forget_a_deleted_stack(env: Env) -> None:
     async def forgotten() -> bool:
         return registry.get_sample_value("stacks_active") == active - 1
 
-    await eventually(forgotten, f"stacks_active back to {active - 1}")
+    await wait_until(f"stacks_active back to {active - 1}", forgotten, within=30.0)
     # Each per-Stack series is gone or 0: a deleted Stack is neither failing nor reconciling.
     assert registry.get_sample_value("stacks_failing", labels) in (None, 0.0)
     assert registry.get_sample_value("stacks_reconciling", labels) in (None, 0.0)

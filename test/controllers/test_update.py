@@ -16,6 +16,7 @@ import uuid
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 from pko.agentclient import AgentClient, AgentError, resolve_address
 from pko.controllers.resources import STACK_FINALIZER, STACKS, UPDATES, WORKSPACES
@@ -24,7 +25,7 @@ from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, PODS, SECRETS, ResourceClient
 from pko.tokens import TokenSource
 
-from .conftest import OperatorEnv, get_or_none, operator_env, wait_until
+from .conftest import OperatorEnv, get_or_none, operator_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 

@@ -16,10 +16,11 @@ import copy
 import signal
 
 import pytest
+from waiting import wait_until
 
 from pko.machinery.resource import PODS, ResourceClient
 
-from .conftest import operator_env, wait_until
+from .conftest import operator_env
 from .test_update import SLOW_PROGRAM, Env, Obj, assert_succeeded, condition
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]

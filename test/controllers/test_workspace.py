@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes_asyncio.client import ApiClient
+from waiting import wait_until
 
 from pko.controllers.resources import WORKSPACES
 from pko.controllers.workspace.workloads import (
@@ -22,7 +23,7 @@ from pko.controllers.workspace.workloads import (
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, PODS, SERVICES, STATEFULSETS, ResourceClient
 
-from .conftest import OperatorEnv, get_or_none, operator_env, wait_until
+from .conftest import OperatorEnv, get_or_none, operator_env
 from .kubelet import KNOWN_IMAGES, create_service_account
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -113,24 +112,3 @@ async def create_namespace(api: client.ApiClient, prefix: str = "mach") -> str:
 async def delete_namespace(api: client.ApiClient, name: str) -> None:
     with contextlib.suppress(Exception):
         await ResourceClient(api, NAMESPACES).delete(name)
-
-
-async def eventually(
-    condition: Callable[[], bool | Awaitable[bool]],
-    what: str = "",
-    *,
-    within: float = 60.0,
-    interval: float = 0.1,
-) -> None:
-    """Wait until ``condition()`` is true; fail naming ``what`` after ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        result = condition()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what or condition}")
-        await asyncio.sleep(interval)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import json
 import logging
@@ -16,6 +17,7 @@ import structlog
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
+from waiting import wait_until
 
 import pko.controllers
 from pko.logging import configure_logging
@@ -49,11 +51,10 @@ def fast_queue(name: str) -> RateLimitingQueue[str]:
     return RateLimitingQueue(name, rate_limiter=ItemExponentialFailureRateLimiter(0.001, 0.01))
 
 
-async def eventually(cond: Callable[[], bool]) -> None:
-    """Poll a condition of the system under test (no event exists for it), with a generous limit."""
-    async with asyncio.timeout(TIMEOUT):
-        while not cond():  # noqa: ASYNC110
-            await asyncio.sleep(0.001)
+# Polls a condition of the system under test (no event exists for it), often, with a generous limit.
+eventually = functools.partial(
+    wait_until, "a condition of the system under test", within=TIMEOUT, interval=0.001
+)
 
 
 @pytest.fixture

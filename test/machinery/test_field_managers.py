@@ -21,9 +21,9 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
-from kube_helpers import eventually
 from kubernetes_asyncio import client, config
 from prometheus_client import CollectorRegistry
+from waiting import wait_until
 
 from pko.controllers.resources import (
     FIELD_MANAGER,
@@ -274,7 +274,7 @@ async def test_events_and_leases_are_filed_under_the_operators_field_manager(
         lease = await leases.get("pko-lease")
         return bool(lease["spec"]["renewTime"] != acquired["spec"]["renewTime"])
 
-    await eventually(renewed, "the leader renews its lease")  # a replace
+    await wait_until("the leader renews its lease", renewed)  # a replace
     elector.stop()
     await asyncio.wait_for(task, 30)  # released: another replace
     lease = await leases.get("pko-lease")

@@ -23,10 +23,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from kube_helpers import RecordingClient, create_namespace, delete_namespace, eventually
+from kube_helpers import RecordingClient, create_namespace, delete_namespace
 from kubernetes_asyncio.client import ApiException
 from localcluster import LocalCluster
 from prometheus_client import CollectorRegistry
+from waiting import wait_until
 
 from pko.machinery.informer import (
     LAST_APPLIED_ANNOTATION,
@@ -171,7 +172,7 @@ async def test_informer_sees_creates_updates_deletes_and_indexes_answer(
     ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}
     await writer.create(configmap("a", {"n": "1"}, labels={"app": "x"}))
     await writer.create(configmap("b", {"n": "1"}, labels={"app": "y"}, ownerReferences=[ref]))
-    await eventually(lambda: len(informer.indexer) == 3, "adds of a and b")
+    await wait_until("adds of a and b", lambda: len(informer.indexer) == 3)
     assert [o["metadata"]["name"] for o in informer.indexer.by_index("app", "x")] == ["a"]
     assert informer.indexer.index_keys("owner", f"{namespace}/owner") == [f"{namespace}/b"]
 
@@ -180,8 +181,8 @@ async def test_informer_sees_creates_updates_deletes_and_indexes_answer(
     a["metadata"]["labels"]["app"] = "y"
     await writer.replace(a)
     await writer.delete("b")
-    await eventually(lambda: f"{namespace}/b" in rec.keys("delete"), "delete of b")
-    await eventually(lambda: f"{namespace}/a" in rec.keys("update"), "update of a")
+    await wait_until("delete of b", lambda: f"{namespace}/b" in rec.keys("delete"))
+    await wait_until("update of a", lambda: f"{namespace}/a" in rec.keys("update"))
 
     old, new = next(p for k, key, p in rec.events if k == "update" and key == f"{namespace}/a")
     assert old["data"] == {"n": "1"} and new["data"] == {"n": "2"}
@@ -245,7 +246,7 @@ async def test_custom_resources_through_a_shared_factory_with_field_index(
         conds = (crd.get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
 
-    await eventually(established, "CRD established")
+    await wait_until("CRD established", established)
 
     registry = CollectorRegistry()
     factory = InformerFactory(api_client, namespace=namespace, metrics_registry=registry)
@@ -274,15 +275,15 @@ async def test_custom_resources_through_a_shared_factory_with_field_index(
                     "spec": {"programRef": {"name": program}},
                 }
             )
-        await eventually(lambda: len(informer.indexer) == 3, "three widgets cached")
+        await wait_until("three widgets cached", lambda: len(informer.indexer) == 3)
         program_keys = informer.indexer.index_keys
         assert program_keys("program", f"{namespace}/p1") == [f"{namespace}/w1", f"{namespace}/w2"]
         w2 = await writer.get("w2")
         w2["spec"]["programRef"]["name"] = "p2"
         await writer.replace(w2)
-        await eventually(
-            lambda: program_keys("program", f"{namespace}/p2") == [f"{namespace}/w2", f"{namespace}/w3"],
+        await wait_until(
             "w2 moved to p2 in the index",
+            lambda: program_keys("program", f"{namespace}/p2") == [f"{namespace}/w2", f"{namespace}/w3"],
         )
         assert program_keys("program", f"{namespace}/p1") == [f"{namespace}/w1"]
         cached_w1 = informer.indexer.get_by_key(f"{namespace}/w1")
@@ -314,7 +315,7 @@ async def test_resync_redelivers_cached_objects_as_updates(
     informer.add_event_handler(rec)
     informer.start()
     assert await informer.wait_for_sync(60)
-    await eventually(lambda: len(rec.keys("update")) >= 2, "two resyncs")
+    await wait_until("two resyncs", lambda: len(rec.keys("update")) >= 2)
     old, new = next(p for k, _, p in rec.events if k == "update")
     assert old is new
 
@@ -343,9 +344,9 @@ async def test_bookmarks_advance_the_resource_version_and_the_next_watch_resumes
     outsider_rv = int(outsider["metadata"]["resourceVersion"])
     assert outsider_rv > synced_rv
 
-    await eventually(
-        lambda: int(informer.last_sync_resource_version) >= outsider_rv,
+    await wait_until(
         "a bookmark past the outsider",
+        lambda: int(informer.last_sync_resource_version) >= outsider_rv,
         within=30,
     )
     assert informer.stats.events["BOOKMARK"] > bookmarks
@@ -357,7 +358,7 @@ async def test_bookmarks_advance_the_resource_version_and_the_next_watch_resumes
 
     # The server ends the watch at its timeout; the next watch starts from the bookmark's version
     # (nothing in the selection changed: only a bookmark can have carried it there).
-    await eventually(resumed_past_outsider, "a watch resumed from the bookmark's resourceVersion", within=30)
+    await wait_until("a watch resumed from the bookmark's resourceVersion", resumed_past_outsider, within=30)
     assert informer.stats.lists == 1 and informer.stats.relists_gone == 0
     assert rec.events == []
 
@@ -393,7 +394,7 @@ async def test_the_initial_sync_is_a_streaming_list_that_goes_on_as_the_watch(
     # The same stream goes on as the watch.
     await writer.create(configmap("s-late", {"i": "late"}))
     await writer.delete("s-0")
-    await eventually(lambda: f"{namespace}/s-0" in rec.keys("delete"), "the delete of s-0")
+    await wait_until("the delete of s-0", lambda: f"{namespace}/s-0" in rec.keys("delete"))
     assert f"{namespace}/s-late" in rec.keys("add")
     assert len(watched.calls("watch")) == 1 and informer.stats.lists == 1
     assert await cache_matches(informer, writer)
@@ -445,7 +446,7 @@ async def test_a_server_without_streaming_lists_is_listed_and_watched(
     assert sorted(rec.keys("add")) == [f"{namespace}/a", f"{namespace}/b"]
     assert informer.stats.streaming_refusals == 1 and informer.stats.streamed_lists == 0
     assert informer.stats.lists == 1 and informer.stats.errors == 0 and not informer.streaming_list
-    await eventually(lambda: len(watched.calls("watch")) == 2, "the plain watch after the list")
+    await wait_until("the plain watch after the list", lambda: len(watched.calls("watch")) == 2)
     assert [kind for kind, _ in watched.requests] == ["watch", "list", "watch"]
     first, second = watched.calls("watch")
     assert first["send_initial_events"] is True
@@ -455,7 +456,7 @@ async def test_a_server_without_streaming_lists_is_listed_and_watched(
     assert await cache_matches(informer, writer)
 
     await writer.create(configmap("c", {"v": "0"}))
-    await eventually(lambda: f"{namespace}/c" in rec.keys("add"), "the add of c through the plain watch")
+    await wait_until("the add of c through the plain watch", lambda: f"{namespace}/c" in rec.keys("add"))
     assert informer.stats.streaming_refusals == 1 and len(watched.calls("list")) == 1
     await delete_namespace(api, namespace)
 
@@ -548,7 +549,7 @@ async def test_informer_relists_after_410_gone_and_reports_missed_deletes_as_tom
     assert informer.stats.streamed_lists == 1, "etcd-backed watches serve streaming lists too"
 
     await proxy.cut()
-    await eventually(lambda: informer.stats.errors >= 1, "the informer noticing the cut")
+    await wait_until("the informer noticing the cut", lambda: informer.stats.errors >= 1)
     await change_while_disconnected(writer)
     revision = await etcd_compact(nocache_cluster.etcd_url)
     assert revision > int(rv_before)
@@ -558,8 +559,8 @@ async def test_informer_relists_after_410_gone_and_reports_missed_deletes_as_tom
     assert gone.value.status == 410
     await proxy.restore()
 
-    await eventually(lambda: informer.stats.relists_gone >= 1, "a relist caused by 410 Gone")
-    await eventually(lambda: cache_matches(informer, writer), "cache equal to a fresh list")
+    await wait_until("a relist caused by 410 Gone", lambda: informer.stats.relists_gone >= 1)
+    await wait_until("cache equal to a fresh list", lambda: cache_matches(informer, writer))
     assert informer.stats.relists_gone == 1
     assert informer.stats.lists == 2 and informer.stats.streamed_lists == 2
     # Every watch after the cut resumed from the old version until the 410; then one consistent
@@ -585,7 +586,7 @@ async def test_informer_survives_apiserver_restart(
     informer, rec = await start_recorded_informer(ResourceClient(via_proxy, CONFIGMAPS, namespace), informers)
 
     await asyncio.to_thread(cluster.stop_apiserver)
-    await eventually(lambda: informer.stats.errors >= 1, "the informer noticing the apiserver is gone")
+    await wait_until("the informer noticing the apiserver is gone", lambda: informer.stats.errors >= 1)
     await proxy.cut()  # keep it away until the changes below are made
     await asyncio.to_thread(cluster.start_apiserver)
     after = await make_client(cluster.kubeconfig)  # fresh connections to the new apiserver
@@ -593,7 +594,7 @@ async def test_informer_survives_apiserver_restart(
     await change_while_disconnected(writer)
     await proxy.restore()
 
-    await eventually(lambda: cache_matches(informer, writer), "cache equal to a fresh list", within=120)
+    await wait_until("cache equal to a fresh list", lambda: cache_matches(informer, writer), within=120)
     # Whether the new apiserver's watch cache could replay the changes or answered 410 (then we
     # relisted), every missed change arrives exactly once.
     assert_missed_changes_delivered(rec, namespace, tombstones=informer.stats.relists_gone > 0)
@@ -657,7 +658,7 @@ async def test_a_server_that_ignores_streaming_list_parameters_is_listed_and_wat
             assert informer.stats.streaming_refusals == 1 and not informer.streaming_list
             assert informer.stats.lists == 1 and informer.stats.streamed_lists == 0
             assert sorted(rec.keys("add")) == ["ns/a", "ns/b"], "the ignored stream's events are dropped"
-            await eventually(lambda: len(queries) == 3, "the plain watch after the list", within=10)
+            await wait_until("the plain watch after the list", lambda: len(queries) == 3, within=10)
             first, listed, watched = queries
             assert first["sendInitialEvents"] == "true" and first["resourceVersionMatch"] == "NotOlderThan"
             assert listed.get("watch") is None

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import eventually
+from waiting import wait_until
 
 from pko.machinery.leaderelection import LeaderElectionConfig, LeaderElectionRecord, LeaderElector, micro_time
 from pko.machinery.resource import LEASES, ResourceClient
@@ -146,7 +146,7 @@ async def test_three_candidates_one_leader_at_a_time_and_clean_stop_hands_over_a
     }
     loop = asyncio.get_running_loop()
 
-    await eventually(lambda: len(tracker.leading) == 1, "a first leader")
+    await wait_until("a first leader", lambda: len(tracker.leading) == 1)
     expected_transitions = 0
     for round_ in range(3):
         leader = tracker.leading[0]
@@ -156,7 +156,7 @@ async def test_three_candidates_one_leader_at_a_time_and_clean_stop_hands_over_a
         assert by_id[leader].elector.is_leader()
         followers = [c for ident, c in by_id.items() if ident != leader and not c.task.done()]
         assert not any(c.elector.is_leader() for c in followers)
-        await eventually(functools.partial(all_have_seen, leader, followers), "followers see the leader")
+        await wait_until("followers see the leader", functools.partial(all_have_seen, leader, followers))
 
         stopped_at = loop.time()
         by_id[leader].elector.stop()
@@ -165,7 +165,7 @@ async def test_three_candidates_one_leader_at_a_time_and_clean_stop_hands_over_a
         assert not by_id[leader].elector.is_leader()
         if round_ == 2:
             break
-        await eventually(lambda: len(tracker.leading) == 1, "the next leader")
+        await wait_until("the next leader", lambda: len(tracker.leading) == 1)
         # Taken over without waiting out the 45 s lease: the release made it free at once.
         assert loop.time() - stopped_at < lease_s
         expected_transitions += 1
@@ -211,7 +211,7 @@ async def test_killed_leader_is_replaced_after_lease_duration(
             candidates,
             LeaderElectionConfig("le-kill", namespace, "successor", lease_s, renew_s, retry_s),
         )
-        await eventually(lambda: "doomed" in successor.seen_leaders, "the successor observing the leader")
+        await wait_until("the successor observing the leader", lambda: "doomed" in successor.seen_leaders)
         assert not successor.elector.is_leader()
 
         proc.send_signal(signal.SIGKILL)  # no release: the lease must expire
@@ -220,7 +220,7 @@ async def test_killed_leader_is_replaced_after_lease_duration(
         last = await read_record(api_client, namespace, "le-kill")
         assert last.holder_identity == "doomed"
 
-        await eventually(lambda: tracker.leading == ["successor"], "the successor leading", within=120)
+        await wait_until("the successor leading", lambda: tracker.leading == ["successor"], within=120)
         record = await read_record(api_client, namespace, "le-kill")
         assert record.holder_identity == "successor"
         assert record.lease_transitions == last.lease_transitions + 1
@@ -251,11 +251,11 @@ async def test_leader_that_loses_the_apiserver_stops_leading_before_another_take
     a = start_candidate(
         api_a, tracker, candidates, LeaderElectionConfig("le-cut", namespace, "a", lease_s, renew_s, retry_s)
     )
-    await eventually(lambda: tracker.leading == ["a"], "a leading")
+    await wait_until("a leading", lambda: tracker.leading == ["a"])
     b = start_candidate(
         api_b, tracker, candidates, LeaderElectionConfig("le-cut", namespace, "b", lease_s, renew_s, retry_s)
     )
-    await eventually(lambda: "a" in b.seen_leaders, "b observing a")
+    await wait_until("b observing a", lambda: "a" in b.seen_leaders)
 
     await proxy_a.cut()
     await asyncio.wait_for(a.task, 60)  # run() returns: leadership lost, no exception
@@ -264,7 +264,7 @@ async def test_leader_that_loses_the_apiserver_stops_leading_before_another_take
     assert a.stopped_leading == 1
     last = await read_record(api_client, namespace, "le-cut")
 
-    await eventually(lambda: tracker.leading == ["b"], "b leading", within=120)
+    await wait_until("b leading", lambda: tracker.leading == ["b"], within=120)
     assert tracker.overlaps == []  # a had stopped its work before b started
     record = await read_record(api_client, namespace, "le-cut")
     assert record.holder_identity == "b"

@@ -21,10 +21,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from kube_helpers import eventually
 from kubernetes_asyncio import client
 from localcluster import free_port  # the one helper (hack/ is on sys.path: test/conftest.py)
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import wait_until
 
 from pko.__main__ import parse_duration, parse_settings
 from pko.controllers.options import ControllerOptions
@@ -377,7 +377,7 @@ async def test_readyz_fails_until_every_cache_has_synced(
         async def ready() -> bool:
             return (await http_get(url(manager, "probes", "/readyz")))[0] == 200
 
-        await eventually(ready, "readyz to pass once the CRD exists", within=120, interval=0.5)
+        await wait_until("readyz to pass once the CRD exists", ready, within=120, interval=0.5)
         assert manager.is_ready()
         status, body = await http_get(url(manager, "probes", "/readyz?verbose"))
         assert (status, body) == (200, "[+]informer-sync ok\ncheck passed\n")
@@ -398,7 +398,7 @@ async def test_metrics_serve_controller_runtime_series_labelled_by_controller(
     await start_manager(manager)
     names = ["a", "b", "c"]
     await create_configmaps(api_client, namespace, names)
-    await eventually(lambda: ours(reconciler.finished, namespace, names), "the ConfigMaps reconciled")
+    await wait_until("the ConfigMaps reconciled", lambda: ours(reconciler.finished, namespace, names))
 
     status, text = await http_get(url(manager, "metrics", "/metrics"))
     assert status == 200
@@ -466,7 +466,7 @@ async def test_probes_and_metrics_answer_while_the_event_loop_is_stuck(
     manager = Manager(api_client, options(namespace, liveness_stall_threshold=2.5))
     manager.controller("configmap-controller", RecordingReconciler()).for_(CONFIGMAPS)
     await start_manager(manager)
-    await eventually(manager.is_ready, "caches to sync")
+    await wait_until("caches to sync", manager.is_ready)
     targets = [url(manager, "probes", "/healthz"), url(manager, "probes", "/readyz")]
     targets.append(url(manager, "metrics", "/metrics"))
 
@@ -510,18 +510,18 @@ async def test_owned_objects_and_index_fan_out_enqueue_primary_keys(
     await cms.create({"metadata": {"name": "bystander"}, "data": {"source": "other"}})
     await start_manager(manager)
     everything = ["owner", "user-1", "user-2", "bystander"]
-    await eventually(lambda: ours(reconciler.finished, namespace, everything), "the initial reconciles")
+    await wait_until("the initial reconciles", lambda: ours(reconciler.finished, namespace, everything))
 
     secrets = ResourceClient(api_client, SECRETS, namespace)
     reconciler.keys.clear()
     ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"],
            "controller": True}  # fmt: skip
     await secrets.create({"metadata": {"name": "owned", "ownerReferences": [ref]}})
-    await eventually(lambda: f"{namespace}/owner" in reconciler.keys, "the owner enqueued by its Secret")
+    await wait_until("the owner enqueued by its Secret", lambda: f"{namespace}/owner" in reconciler.keys)
 
     reconciler.keys.clear()
     await secrets.create({"metadata": {"name": "src"}})
-    await eventually(lambda: ours(reconciler.keys, namespace, ["user-1", "user-2"]), "fan-out to users")
+    await wait_until("fan-out to users", lambda: ours(reconciler.keys, namespace, ["user-1", "user-2"]))
     await asyncio.sleep(0.5)
     assert f"{namespace}/bystander" not in reconciler.keys
     assert f"{namespace}/src" not in reconciler.keys  # a Secret's own key is not a ConfigMap key
@@ -539,7 +539,7 @@ async def test_without_leader_election_controllers_run_and_no_lease_is_written(
     manager.controller("configmap-controller", reconciler).for_(CONFIGMAPS)
     await create_configmaps(api_client, namespace, ["x"])
     await start_manager(manager)
-    await eventually(lambda: ours(reconciler.finished, namespace, ["x"]), "x reconciled")
+    await wait_until("x reconciled", lambda: ours(reconciler.finished, namespace, ["x"]))
     assert manager.is_leader() and [c.name for c in manager.controllers] == ["configmap-controller"]
     page = await ResourceClient(api_client, LEASES, namespace).list()
     assert page.items == []
@@ -565,13 +565,13 @@ async def test_only_the_leader_reconciles_and_a_stopped_leader_hands_over_at_onc
         managers[who].controller("configmap-controller", recs[who]).for_(CONFIGMAPS)
         tasks[who] = await start_manager(managers[who])
         if who == "first":
-            await eventually(
-                lambda: ours(recs["first"].finished, namespace, ["x"]), "the first leader to reconcile"
+            await wait_until(
+                "the first leader to reconcile", lambda: ours(recs["first"].finished, namespace, ["x"])
             )
 
     second = managers["second"]
     # The follower's caches sync (it is ready to take over) but it runs no controller.
-    await eventually(second.is_ready, "the follower's caches to sync")
+    await wait_until("the follower's caches to sync", second.is_ready)
     await asyncio.sleep(2.5)  # several retry periods: it keeps campaigning without success
     assert not second.is_leader() and second.controllers == [] and recs["second"].keys == []
     assert await lease_holder(api_client, namespace, lease) == "first"
@@ -579,8 +579,8 @@ async def test_only_the_leader_reconciles_and_a_stopped_leader_hands_over_at_onc
     # A clean stop releases the Lease: the follower takes over long before the 60 s lease expires.
     managers["first"].stop()
     await asyncio.wait_for(tasks["first"], 30)
-    await eventually(
-        lambda: ours(recs["second"].finished, namespace, ["x"]), "the successor to reconcile", within=20
+    await wait_until(
+        "the successor to reconcile", lambda: ours(recs["second"].finished, namespace, ["x"]), within=20
     )
     assert second.is_leader()
     assert await lease_holder(api_client, namespace, lease) == "second"
@@ -600,7 +600,7 @@ async def test_stop_lets_in_flight_reconciles_finish_then_releases_the_lease(
     manager.controller("configmap-controller", reconciler, workers=2).for_(CONFIGMAPS)
     await create_configmaps(api_client, namespace, ["slow"])
     task = await start_manager(manager)
-    await eventually(lambda: f"{namespace}/slow" in reconciler.keys, "the reconcile to begin")
+    await wait_until("the reconcile to begin", lambda: f"{namespace}/slow" in reconciler.keys)
 
     manager.stop()
     await asyncio.sleep(1.0)
@@ -622,7 +622,7 @@ async def test_reconciles_outliving_the_grace_period_are_cancelled(
     manager.controller("configmap-controller", reconciler).for_(CONFIGMAPS)
     await create_configmaps(api_client, namespace, ["stuck"])
     task = await start_manager(manager)
-    await eventually(lambda: f"{namespace}/stuck" in reconciler.keys, "the reconcile to begin")
+    await wait_until("the reconcile to begin", lambda: f"{namespace}/stuck" in reconciler.keys)
     manager.stop()
     await asyncio.wait_for(task, 30)
     assert reconciler.cancelled == [f"{namespace}/stuck"]
@@ -641,7 +641,7 @@ async def test_losing_the_lease_cancels_reconciles_and_run_raises(
     manager.controller("configmap-controller", reconciler).for_(CONFIGMAPS)
     await create_configmaps(api_client, namespace, ["busy"])
     task = await start_manager(manager)
-    await eventually(lambda: f"{namespace}/busy" in reconciler.keys, "the reconcile to begin")
+    await wait_until("the reconcile to begin", lambda: f"{namespace}/busy" in reconciler.keys)
 
     await steal_lease(api_client, namespace, lease)
     with pytest.raises(LeaderElectionLost):
@@ -723,8 +723,8 @@ async def test_sigterm_stops_the_process_within_the_grace_period_and_releases_it
         return False
 
     try:
-        await eventually(leading, "the process to take its Lease", within=120, interval=0.5)
-        await eventually(ready, "the process to be ready", within=60, interval=0.5)
+        await wait_until("the process to take its Lease", leading, within=120, interval=0.5)
+        await wait_until("the process to be ready", ready, within=60, interval=0.5)
     except AssertionError as exc:
         pko.kill()
         raise AssertionError(f"{exc}\n{pko.output()}") from None
@@ -754,7 +754,7 @@ async def test_a_process_that_loses_its_lease_exits_non_zero(
     async def leading() -> bool:
         return bool(await lease_holder(api_client, namespace, lease))
 
-    await eventually(leading, "the process to take its Lease", within=120, interval=0.5)
+    await wait_until("the process to take its Lease", leading, within=120, interval=0.5)
     await steal_lease(api_client, namespace, lease)
     code = await pko.wait_exit(timeout=60)
     out = pko.output()
@@ -827,21 +827,21 @@ async def test_leader_only_runnables_run_while_leading_and_others_everywhere(
         managers[who] = m
         tasks[who] = await start_manager(m)
         if who == "first":
-            await eventually(lambda: "first:watcher" in log.started, "the leader's runnable to start")
+            await wait_until("the leader's runnable to start", lambda: "first:watcher" in log.started)
 
-    await eventually(lambda: "second:server" in log.started, "the follower's every-replica runnable")
-    await eventually(managers["second"].is_ready, "the follower's caches to sync")
+    await wait_until("the follower's every-replica runnable", lambda: "second:server" in log.started)
+    await wait_until("the follower's caches to sync", managers["second"].is_ready)
     await asyncio.sleep(2.5)
     assert "second:watcher" not in log.started
 
     # A runnable added while leading starts at once.
     managers["first"].add_runnable("late", log.runnable("first:late"))
-    await eventually(lambda: "first:late" in log.started, "a late runnable to start")
+    await wait_until("a late runnable to start", lambda: "first:late" in log.started)
 
     managers["first"].stop()
     await asyncio.wait_for(tasks["first"], 30)
     assert {"first:watcher", "first:late", "first:server"} <= set(log.cancelled)
-    await eventually(lambda: "second:watcher" in log.started, "the successor's runnable", within=20)
+    await wait_until("the successor's runnable", lambda: "second:watcher" in log.started, within=20)
     assert log.started.count("second:watcher") == 1
 
 
@@ -860,7 +860,7 @@ async def test_a_failing_runnable_is_restarted_with_backoff(
     manager = Manager(api_client, options(namespace))
     manager.add_runnable("flaky", flaky)
     await start_manager(manager)
-    await eventually(lambda: len(calls) == 3, "two restarts", within=20)
+    await wait_until("two restarts", lambda: len(calls) == 3, within=20)
     assert calls[1] - calls[0] >= 0.9 and calls[2] - calls[1] >= 1.9  # 1 s, then 2 s
 
 
@@ -881,7 +881,7 @@ async def test_scoped_informers_cache_only_what_their_selector_selects(
     await ResourceClient(api_client, SECRETS, namespace).create({"metadata": {"name": "wanted"}})
     await ResourceClient(api_client, SECRETS, namespace).create({"metadata": {"name": "unwanted"}})
     await start_manager(manager)
-    await eventually(manager.is_ready, "caches to sync")
+    await wait_until("caches to sync", manager.is_ready)
     assert labelled.indexer.list_keys() == [f"{namespace}/mine"]
     assert by_field.indexer.list_keys() == [f"{namespace}/wanted"]
 
@@ -903,7 +903,7 @@ async def test_an_optional_watch_waits_for_its_crd_without_blocking_readiness(
     await start_manager(manager)
 
     # Ready and reconciling although the Gizmo kind does not exist.
-    await eventually(lambda: ours(reconciler.finished, namespace, ["x"]), "x reconciled", within=30)
+    await wait_until("x reconciled", lambda: ours(reconciler.finished, namespace, ["x"]), within=30)
     assert manager.is_ready() and (await http_get(url(manager, "probes", "/readyz")))[0] == 200
     assert manager.optional_cache_status(gizmos) == "absent"
     assert manager.optional_cache_status(CONFIGMAPS) == "synced"
@@ -911,8 +911,8 @@ async def test_an_optional_watch_waits_for_its_crd_without_blocking_readiness(
     crds = ResourceClient(api_client, CRDS)
     await crds.create(gizmo_crd(group))
     try:
-        await eventually(
-            lambda: manager.optional_cache_status(gizmos) == "synced", "the gizmo cache", within=60
+        await wait_until(
+            "the gizmo cache", lambda: manager.optional_cache_status(gizmos) == "synced", within=60
         )
         gizmo = {
             "apiVersion": f"{group}/v1",
@@ -921,7 +921,7 @@ async def test_an_optional_watch_waits_for_its_crd_without_blocking_readiness(
             "spec": {"target": "y"},
         }
         await ResourceClient(api_client, gizmos, namespace).create(gizmo)
-        await eventually(lambda: ours(reconciler.finished, namespace, ["y"]), "the gizmo's key reconciled")
+        await wait_until("the gizmo's key reconciled", lambda: ours(reconciler.finished, namespace, ["y"]))
     finally:
         await crds.delete(f"gizmos.{group}")
 
@@ -939,4 +939,4 @@ async def test_the_managers_event_recorder_runs_with_it(
         items = (await ResourceClient(api_client, EVENTS, namespace).list()).items
         return any(e["reason"] == "Tested" and e["source"]["component"] == EVENT_COMPONENT for e in items)
 
-    await eventually(recorded, "the event")
+    await wait_until("the event", recorded)

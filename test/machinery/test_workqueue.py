@@ -4,13 +4,15 @@ delays, shutdown and drain -- and the same properties under many random interlea
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from waiting import wait_until
 
 from pko.machinery.delayingqueue import DelayingQueue
 from pko.machinery.ratelimit import ItemFastSlowRateLimiter
@@ -25,11 +27,10 @@ async def take(q: Queue[str]) -> str:
         return await q.get()
 
 
-async def eventually(cond: Callable[[], bool]) -> None:
-    """Poll a condition of the system under test (no event exists for it), with a generous limit."""
-    async with asyncio.timeout(TIMEOUT):
-        while not cond():  # noqa: ASYNC110
-            await asyncio.sleep(0.001)
+# Polls a condition of the system under test (no event exists for it), often, with a generous limit.
+eventually = functools.partial(
+    wait_until, "a condition of the system under test", within=TIMEOUT, interval=0.001
+)
 
 
 async def settle() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio.client import ApiException
-from machinery.kube_helpers import eventually
+from waiting import wait_until
 
 from pko.machinery.informer import SharedInformer
 from pko.machinery.resource import Obj, Resource, ResourceClient, api_error_status
@@ -57,7 +57,7 @@ async def test_a_status_is_written_only_when_it_changed(informer: SharedInformer
     assert "managedFields" not in latest["metadata"]  # shaped as the cache keeps objects
     # The same status again (None-valued fields are unset ones): no request at all.
     assert await writer.write(latest, {"message": "one", "observedGeneration": 1, "endTime": None}) is None
-    await eventually(lambda: (informer.indexer.get_by_key(key) or {}).get("status") is not None, "the watch")
+    await wait_until("the watch", lambda: (informer.indexer.get_by_key(key) or {}).get("status") is not None)
     assert not informer.writes  # the watch caught up: the write is forgotten
     stored = await client.get("u1")
     assert stored["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
@@ -85,7 +85,7 @@ async def test_an_object_is_applied_only_when_its_digest_or_someone_else_changed
     first, applied = await applier.ensure(body)
     assert applied and first["metadata"]["annotations"][ANNOTATION_APPLIED_DIGEST] == digest(body)
     # (An object the cache has not seen yet is applied again: a missing one may have been deleted.)
-    await eventually(lambda: informer.indexer.get_by_key(f"{namespace}/u3") is not None, "the cache")
+    await wait_until("the cache", lambda: informer.indexer.get_by_key(f"{namespace}/u3") is not None)
     again, applied = await applier.ensure(stamp(update(namespace, "u3")))
     assert not applied and again["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
 
@@ -97,12 +97,12 @@ async def test_an_object_is_applied_only_when_its_digest_or_someone_else_changed
     # Someone else edits the spec (the digest annotation stays): the generation moved, so the
     # same body is applied again and restores it.
     edited = await informer.client.patch("u3", {"spec": {"workspaceName": "edited"}})
-    await eventually(
+    await wait_until(
+        "the edit in the cache",
         lambda: (
             (informer.indexer.get_by_key(f"{namespace}/u3") or {}).get("metadata", {}).get("generation")
             == edited["metadata"]["generation"]
         ),
-        "the edit in the cache",
     )
     restored, applied = await applier.ensure(stamp(update(namespace, "u3", workspace="other")))
     assert applied and restored["spec"]["workspaceName"] == "other"
