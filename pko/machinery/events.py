@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Generic, Literal, Protocol, TypeVar
@@ -38,7 +38,7 @@ from prometheus_client import CollectorRegistry, Counter
 from pko import defaults
 from pko.machinery.resource import EVENTS, Obj, ResourceClient, api_error_status
 
-__all__ = ["Emit", "EventRecorder", "EventType", "FakeRecorder", "Recorder"]
+__all__ = ["Emit", "EventRecorder", "EventType", "FakeRecorder", "Log", "Recorder"]
 
 EventType = Literal["Normal", "Warning"]
 
@@ -60,6 +60,15 @@ class Emit:
     type: EventType
     reason: str
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    """An info line a reconcile decided on, written to the reconciler's log (a planned write, like
+    :class:`Emit`)."""
+
+    event: str
+    fields: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Recorder(Protocol):

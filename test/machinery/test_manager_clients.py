@@ -15,6 +15,7 @@ from kubernetes_asyncio import client, config
 
 from pko.controllers.options import ControllerOptions
 from pko.controllers.program.reconciler import ProgramReconciler
+from pko.controllers.stack.reconciler import StackReconciler
 from pko.controllers.update.reconciler import UpdateReconciler
 from pko.controllers.workspace.reconciler import WorkspaceReconciler
 from pko.machinery.manager import Manager, ManagerOptions
@@ -113,11 +114,15 @@ async def test_every_client_the_reconcilers_hold_carries_the_managers_timeout(tm
             WorkspaceReconciler(manager, options),
             UpdateReconciler(manager, options),
             ProgramReconciler(manager, options),
+            StackReconciler(manager, options),
         ]
         for reconciler in reconcilers:
             clients = [v for v in vars(reconciler).values() if isinstance(v, ResourceClient)]
             assert clients, type(reconciler).__name__
             assert {c.request_timeout for c in clients} == {12.5}, (type(reconciler).__name__, clients)
+        stack = reconcilers[3]
+        assert isinstance(stack, StackReconciler)
+        assert stack.workspace_applier.client.request_timeout == 12.5
         assert manager.events._client.request_timeout == 12.5
         assert reconcilers[0].request_timeout == 12.5  # the one generated-API call: the pod dry run
     finally:

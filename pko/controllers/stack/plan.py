@@ -1,50 +1,103 @@
-"""What one Stack reconcile decided: the writes to make, in order, and when to look again (pure).
+"""What one Stack reconcile decides: the writes to make, in order, and when to look again (pure).
 
-The reconciler reads (caches, Secrets, the git remote), asks the functions here and in
-:mod:`pko.controllers.stack.status` what to do, and carries out a :class:`Plan` in one place
-(``StackReconciler._act``), the only code that writes. Where the rest depends on what a write
+The reconciler reads (:class:`Observed`: the caches, and before deciding the few reads no cache
+holds: the Update in flight when the cache lacks it, its outputs Secret, the source with its
+Secrets and branch head), asks :func:`decide` what to do, and carries out the :class:`Plan` in one
+place (``StackReconciler._act``), the only code that writes. A Stack that cannot be processed as
+written is a planned ``Stalled`` status, not an exception. Where the rest depends on what a write
 returned (the Workspace as applied decides whether an Update starts), a plan ends with ``then``:
-the pure function that plans the rest from it.
+the pure function that plans the rest from it. When a write fails in a way the reconcile expects
+(a namespace being deleted, an Update that could not be created), the reconciler describes the
+failure as a :class:`Failure` and :func:`refused` plans the rest.
+
+Nothing here does I/O: each function is a function of what was read and the time.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Final
 
+from pko.api.meta import parse_go_duration
 from pko.api.stack import Stack
+from pko.api.validation import deprecation_warnings, format_errors, parse_stack
+from pko.controllers.resources import STACK_FINALIZER
+from pko.controllers.retrysettings import RetrySettings
+from pko.controllers.stack.backend import EPHEMERAL_BACKEND_REASON, ephemeral_backend
 from pko.controllers.stack.status import (
     MSG_UPDATE,
+    MSG_WORKSPACE,
+    StackRef,
+    destroy_from_project_message,
+    destroyed_nothing,
+    mark_ephemeral_backend,
+    mark_ready,
     mark_reconciling,
+    mark_result,
     mark_stalled,
+    mark_suspended,
+    plan_sync,
     reconcile_request,
+    record_destroyed_nothing,
+    record_failed,
+    record_lost,
+    record_succeeded,
+    release_command,
+    requirement_error,
 )
 from pko.controllers.stack.updateobject import build_update, update_type_for
-from pko.controllers.stack.watches import workspace_ready
-from pko.machinery.conditions import get_condition
+from pko.controllers.stack.watches import update_complete, workspace_ready, workspace_stalled
+from pko.controllers.stack.workspaceobject import ProjectInfoRevision, ResolvedSource, build_workspace
+from pko.machinery.conditions import get_condition, is_true
 from pko.machinery.controller import Result
-from pko.machinery.events import Emit
+from pko.machinery.events import Emit, Log
+from pko.machinery.objects import has_finalizer
 from pko.machinery.resource import Obj
+from pko.machinery.writes import stamp
 
 __all__ = [
+    "DEPRECATED_FIELD_REASON",
+    "SOURCE_UNAVAILABLE_REQUEUE",
     "AddFinalizer",
     "ApplyWorkspace",
     "CreateUpdate",
     "DeleteWorkspace",
     "Emit",
+    "Failure",
+    "Log",
+    "Observed",
     "Plan",
     "PruneHistory",
     "ReleaseUpdate",
     "RemoveFinalizer",
     "RequestReconcile",
+    "Resolved",
+    "Settings",
+    "Unresolved",
     "Write",
     "WriteStatus",
+    "decide",
+    "needs_source",
     "plan_synced",
     "plan_update",
+    "prerequisites_unmet",
+    "record_update",
+    "refused",
+    "saved_project",
+    "stack_ref",
+    "terminating_message",
+    "workspace_body",
+    "workspace_for_destroy",
     "write_status",
 ]
+
+DEPRECATED_FIELD_REASON: Final = "DeprecatedField"  # a pko Event: upstream only documents the deprecations
+# A source that cannot be had (a Flux object or Program missing, a branch lookup refused) is looked
+# at again this often; so is a destroy that a terminating namespace blocks.
+SOURCE_UNAVAILABLE_REQUEUE: Final = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +162,7 @@ class RequestReconcile:
 
 Write = (
     WriteStatus
+    | Log
     | AddFinalizer
     | RemoveFinalizer
     | Emit
@@ -199,3 +253,345 @@ def plan_update(
         CreateUpdate(update),
     ]
     return Plan(writes, Result.done(), status)
+
+
+# --- what a reconcile reads ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """The source at a revision (``source`` None: the workspace template brings the program)."""
+
+    source: ResolvedSource | None
+    commit: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unresolved:
+    """The source could not be had: ``reason`` and ``message`` are a Stalled reason and message,
+    looked at again after ``requeue`` seconds (None: when something changes)."""
+
+    reason: str
+    message: str
+    requeue: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What one Stack reconcile read: the Stack (``obj``, from the cache), the Update its
+    ``status.currentUpdate`` names (None when that is gone, or none is named), the outputs of that
+    Update when it completed (None: it has none, or its Secret is gone), the Stack's Workspace and
+    the Stacks it names as prerequisites (the cache), its source (None when it was not needed), and
+    the time (``now`` to the second for status times, ``created`` precise, naming an Update)."""
+
+    obj: Obj
+    now: datetime
+    created: datetime
+    settings: Settings
+    current_update: Obj | None = None
+    outputs: Obj | None = None
+    workspace: Obj | None = None
+    prerequisites: Mapping[str, Obj | None] = field(default_factory=dict)
+    source: Resolved | Unresolved | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The operator's settings a decision uses: the retry rules and the default workspace image by
+    security profile."""
+
+    retry: RetrySettings
+    workspace_image: Callable[[str | None], str]
+    owned_status: tuple[str, ...] = ()
+
+
+def needs_source(obj: Obj, stack: Stack | None, current_update: Obj | None, workspace: Obj | None) -> bool:
+    """Whether :func:`decide` will look at the source (so the reconciler reads it: a branch lookup,
+    Secrets): not for an invalid Stack, an Update still in flight, a deletion without a destroy,
+    or a destroy that runs in the Workspace as it is."""
+    if stack is None:
+        return False
+    status = obj.get("status") or {}
+    if status.get("currentUpdate") and current_update is not None and not update_complete(current_update):
+        return False
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        if not stack.spec.destroy_on_finalize or stack.spec.preview:
+            return False
+        return workspace_for_destroy(workspace) is None
+    return True
+
+
+def workspace_for_destroy(workspace: Obj | None) -> Obj | None:
+    """The Workspace a destroy runs in as it is: the one that exists, unless it is Stalled (its pod
+    cannot serve; rebuilt from the source, or from ``projectInfo`` when the source is gone) or going
+    away. Not Ready yet: the destroy waits for it (its status change wakes the Stack)."""
+    if workspace is None or (workspace.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    if workspace_stalled(workspace) and not workspace_ready(workspace):
+        return None
+    return workspace
+
+
+# --- deciding --------------------------------------------------------------------------------
+
+
+def decide(observed: Observed) -> Plan:
+    """The whole reconcile of one Stack, from what was read (the Go operator's
+    ``StackReconciler.Reconcile``; see the reconciler's module docstring)."""
+    obj = observed.obj
+    meta = obj.get("metadata") or {}
+    deleting = bool(meta.get("deletionTimestamp"))
+    if deleting and not has_finalizer(obj, STACK_FINALIZER):
+        return Plan([], Result.done())
+    writes: list[Write] = []
+    if not deleting and not has_finalizer(obj, STACK_FINALIZER):
+        writes.append(AddFinalizer())
+    now = observed.now
+    generation = int(meta.get("generation") or 0)
+    owned = observed.settings.owned_status
+    status: Obj = {k: v for k, v in (obj.get("status") or {}).items() if k in owned}
+    status["observedGeneration"] = generation
+    status["observedReconcileRequest"] = reconcile_request(obj)
+    stack, errors = parse_stack(obj)
+    if stack is None or errors:
+        if deleting and not (obj.get("status") or {}).get("lastUpdate"):
+            return Plan([*writes, RemoveFinalizer()], Result.done(), status)
+        message = format_errors(errors)
+        mark_stalled(status, "SpecInvalid", message, generation, now)
+        writes += [Emit("Warning", "StackConfigInvalid", message), write_status(status)]
+        return Plan(writes, Result.done(), status)
+    ephemeral = ephemeral_backend(stack)
+    mark_ephemeral_backend(status, ephemeral, generation, now)
+    if int((obj.get("status") or {}).get("observedGeneration") or 0) != generation:
+        # Once per generation (the recorder folds repeats of a retried reconcile into one Event).
+        writes += [Emit("Warning", DEPRECATED_FIELD_REASON, w) for w in deprecation_warnings(stack.spec)]
+        if ephemeral is not None and not deleting:
+            writes.append(Emit("Warning", EPHEMERAL_BACKEND_REASON, ephemeral))
+    return _decide_stack(observed, stack, status, writes)
+
+
+def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Write]) -> Plan:
+    obj, now = observed.obj, observed.now
+    meta = obj.get("metadata") or {}
+    generation = int(meta.get("generation") or 0)
+    deleting = bool(meta.get("deletionTimestamp"))
+    spec = stack.spec
+    recorded: Obj | None = None
+
+    # 1. absorb the result of the Update in flight
+    current = status.get("currentUpdate")
+    if current:
+        update = observed.current_update
+        if update is None:
+            fields = {"stack": meta.get("name"), "update": current.get("name")}
+            writes.append(Log("current update is gone; moving on", fields))
+            record_lost(status, current, now)
+            status.pop("currentUpdate", None)
+        elif not update_complete(update):
+            mark_reconciling(status, "StackProcessing", MSG_UPDATE, generation, now)
+            return Plan([*writes, write_status(status)], Result.done(), status)
+        else:
+            writes += record_update(status, current, update, observed.outputs, now)
+            status.pop("currentUpdate", None)
+            recorded = update
+
+    # nothing to destroy: release the Stack (its Workspace and Updates go with it)
+    if deleting and (not spec.destroy_on_finalize or spec.preview):
+        mark_ready(status, generation, now)
+        return Plan([*writes, write_status(status, recorded), RemoveFinalizer()], Result.done(), status)
+
+    # 2. the source, pinned to a revision; a destroy runs in the workspace pod that holds the
+    # stack whenever there is one (never changed for the destroy's sake: a pod replaced loses
+    # state kept on its own disk)
+    kept = workspace_for_destroy(observed.workspace) if deleting else None
+    source: ResolvedSource | None = None
+    note: str | None = None
+    if kept is not None:
+        commit = str((status.get("lastUpdate") or {}).get("lastAttemptedCommit") or "")
+    else:
+        got = observed.source
+        assert got is not None, "needs_source() said the source was not needed"
+        if isinstance(got, Unresolved):
+            saved = saved_project(stack, status) if deleting else None
+            if saved is None:
+                mark_stalled(status, got.reason, got.message, generation, now)
+                return Plan([*writes, write_status(status, recorded)], _after(got.requeue), status)
+            source, commit, note = saved, "", destroy_from_project_message(got.message, saved)
+        else:
+            source, commit = got.source, got.commit
+
+    # 3. run, or report and wait
+    retry = observed.settings.retry
+    polls_branch = bool(spec.project_repo and spec.branch)
+    decision = plan_sync(obj, spec, status, commit, now, retry, polls_branch=polls_branch)
+    mark_suspended(status, spec.suspend and not deleting, generation, now)
+    if decision.synced:
+        mark_result(status, spec, retry, generation, now, stack=stack_ref(obj))
+        mark_suspended(status, spec.suspend and not deleting, generation, now)
+        plan = plan_synced(stack, status, decision.requeue_after, recorded, deleting=deleting)
+        return Plan([*writes, *plan.writes], plan.result, status)
+    if spec.suspend and not deleting:
+        return Plan([*writes, write_status(status, recorded)], Result.done(), status)
+
+    # 4. prerequisites (not when deleting: a missing prerequisite must not block deletion)
+    if not deleting:
+        unmet, requests = prerequisites_unmet(obj, stack, observed.prerequisites, now)
+        writes += requests
+        if unmet is not None:
+            mark_reconciling(status, "PrerequisiteNotSatisfied", unmet, generation, now)
+            return Plan([*writes, write_status(status, recorded)], Result.done(), status)
+
+    # 5. the Workspace, then (once it is ready) 6. one Update
+    def then(workspace: Obj) -> Plan:
+        return plan_update(
+            obj,
+            stack,
+            status,
+            workspace,
+            message=decision.message,
+            commit=commit,
+            now=now,
+            created=observed.created,
+            deleting=deleting,
+        )
+
+    mark_reconciling(status, "StackProcessing", note or MSG_WORKSPACE, generation, now)
+    if note is not None:
+        writes.append(Emit("Warning", "DestroyFromProjectInfo", note))
+    if kept is not None:
+        writes.append(write_status(status, recorded))
+        plan = then(kept)
+        return Plan([*writes, *plan.writes], plan.result, status)
+    try:
+        body = workspace_body(stack, source, observed.settings.workspace_image, deleting=deleting)
+    except ValueError as exc:
+        mark_stalled(status, "SpecInvalid", str(exc), generation, now)
+        return Plan([*writes, write_status(status, recorded)], Result.done(), status)
+    writes += [write_status(status, recorded), ApplyWorkspace(body)]
+    return Plan(writes, Result.done(), status, then)
+
+
+def record_update(status: Obj, current: Obj, update: Obj, outputs: Obj | None, now: datetime) -> list[Write]:
+    """Record a completed Update's result in ``status`` (``outputs``: from its Secret, None to keep
+    the last ones); the Event that says so."""
+    conditions = (update.get("status") or {}).get("conditions")
+    if is_true(conditions, "Failed"):
+        record_failed(status, current, update, now)
+        message = (update.get("status") or {}).get("message") or ""
+        return [Emit("Warning", "StackUpdateFailure", f"Failed to update stack: {message}")]
+    nothing = destroyed_nothing(status, update)
+    if nothing is not None:
+        record_destroyed_nothing(status, current, update, nothing, now)
+        return [Emit("Warning", "StackUpdateFailure", f"Failed to destroy stack: {nothing}")]
+    record_succeeded(status, current, update, outputs, now)
+    return [Emit("Normal", "StackCreated", "Successfully updated stack")]
+
+
+def prerequisites_unmet(
+    obj: Obj, stack: Stack, others: Mapping[str, Obj | None], now: datetime
+) -> tuple[str | None, list[Write]]:
+    """None when every prerequisite (``others``: the Stacks by name, None when missing) is
+    satisfied, else the message (Go's wording); and the prerequisites to ask to run again."""
+    failed: list[str] = []
+    message: str | None = None
+    requests: list[Write] = []
+    for prereq in stack.spec.prerequisites or []:
+        other = others.get(prereq.name)
+        if other is None:
+            failed.append(prereq.name)
+            missing = f'stacks.pulumi.com "{prereq.name}" not found'
+            message = f'unable to fetch prerequisite "{prereq.name}": {missing}'
+            continue
+        within_text = prereq.requirement.succeeded_within_duration if prereq.requirement else None
+        within: timedelta | None = parse_go_duration(within_text) if within_text else None
+        error = requirement_error(other, within, now)
+        if error is None:
+            continue
+        failed.append(prereq.name)
+        message = f'prerequisite not satisfied for "{prereq.name}": {error.message}'
+        if error.touch and reconcile_request(other) != error.touch:
+            requests.append(RequestReconcile(prereq.name, error.touch))
+    if len(failed) > 1:
+        message = f"multiple prerequisites were not satisfied {', '.join(failed)}"
+    return message, requests
+
+
+def workspace_body(
+    stack: Stack,
+    source: ResolvedSource | None,
+    workspace_image: Callable[[str | None], str],
+    *,
+    deleting: bool,
+) -> Obj:
+    """The Workspace to apply, stamped with its digest; ValueError for a reference the Go operator
+    refuses."""
+    body = build_workspace(stack, source, deleting=deleting)
+    spec = body["spec"]
+    if not spec.get("image"):
+        # Named on the Workspace (as upstream's workspaces show it): `kubectl get workspace`
+        # then says which image runs, and a new operator default rolls the pod visibly.
+        spec["image"] = workspace_image(spec.get("securityProfile"))
+    return stamp(body)
+
+
+def saved_project(stack: Stack, status: Obj) -> ProjectInfoRevision | None:
+    """The project a destroy can run from when the source is gone: ``status.projectInfo`` (Go v2.8),
+    a minimal Pulumi.yaml in a new workspace pod. None when there is none, or when the destroy
+    must run the program (``runProgram``), which a bare project cannot."""
+    info = status.get("projectInfo") or {}
+    if stack.spec.run_program or not info.get("name"):
+        return None
+    return ProjectInfoRevision(str(info["name"]), str(info.get("runtime") or ""))
+
+
+def stack_ref(obj: Obj) -> StackRef:
+    meta = obj.get("metadata") or {}
+    return StackRef(str(meta.get("name") or ""), str(meta.get("namespace") or ""))
+
+
+# --- expected failures -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A write that failed: the API's HTTP ``status`` and its ``message`` (the response body)."""
+
+    status: int | None
+    message: str
+
+
+def refused(observed: Observed, plan: Plan, write: Write, failure: Failure) -> Plan | None:
+    """The rest of the reconcile after ``write`` of ``plan`` failed; None when the failure is not
+    one this write expects (it propagates: the controller retries with backoff)."""
+    obj = observed.obj
+    status = copy.deepcopy(plan.status)
+    generation = int((obj.get("metadata") or {}).get("generation") or 0)
+    if isinstance(write, ApplyWorkspace):
+        deleting = bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+        if deleting and _namespace_terminating(failure.message):
+            message = terminating_message(obj, status)
+            mark_stalled(status, "NamespaceTerminating", message, generation, observed.now)
+            return Plan([write_status(status)], Result.requeue_after(SOURCE_UNAVAILABLE_REQUEUE), status)
+        return None
+    if isinstance(write, CreateUpdate) and failure.status != 409:
+        # Not created: ``currentUpdate`` must not name it (the next reconcile starts one), and the
+        # next reconcile comes with the rate limiter's backoff. (409: it exists, so it is ours.)
+        status.pop("currentUpdate", None)
+        return Plan([write_status(status)], Result.requeue(), status)
+    return None
+
+
+def _namespace_terminating(body: str) -> bool:
+    return "NamespaceTerminating" in body or "being terminated" in body
+
+
+def terminating_message(obj: Obj, status: Obj) -> str:
+    """Why a destroy cannot run in a namespace being deleted, and how to release the Stack."""
+    namespace = (obj.get("metadata") or {}).get("namespace")
+    detail = (status.get("lastUpdate") or {}).get("permalink") or "the Pulumi backend"
+    return (
+        f'namespace "{namespace}" is terminating, so a workspace cannot be created to run destroy; cloud '
+        f"resources will NOT be deleted and must be cleaned up manually (see {detail}). The finalizer is "
+        "retained to avoid silently orphaning resources. Once the resources are handled, release the Stack "
+        f"with: {release_command(stack_ref(obj))}"
+    )

@@ -29,7 +29,6 @@ from pko.controllers.retrysettings import RetrySettings
 __all__ = [
     "STALL_AT_ONCE",
     "Classification",
-    "RetrySettings",  # pko.controllers.retrysettings', re-exported until stack/status.py imports it there
     "classify_failure",
     "deterministic_delay",
     "failure_budget",

@@ -1,7 +1,7 @@
 """A Stack's source resolved to a revision: a git commit (a branch head looked up with the Stack's
-credentials), a Flux source's or a Program's artifact, or, to destroy a Stack whose source is
-gone, its saved ``projectInfo`` (:func:`saved_project`) (reads only: the caches, Secrets, the git
-remote; no writes).
+credentials), a Flux source's or a Program's artifact (reads only: the caches, Secrets, the git
+remote; no writes). When it cannot be had, a destroy may still run from the saved ``projectInfo``
+(:func:`pko.controllers.stack.plan.saved_project`).
 
 Secrets are read directly, never cached (an operator watching every Secret in the cluster would
 hold them all in memory); a missing one is looked for again after ``secret_recheck`` seconds.
@@ -10,15 +10,15 @@ hold them all in memory); a missing one is looked for again after ``secret_reche
 from __future__ import annotations
 
 import base64
-from typing import Any, Final
+from typing import Any
 
 from pko.api.stack import Stack
 from pko.controllers.stack.branchpoll import BranchResolver, GitCredentials, GitLookupError
+from pko.controllers.stack.plan import SOURCE_UNAVAILABLE_REQUEUE
 from pko.controllers.stack.watches import FLUX_SOURCES, artifact_of, namespace_of
 from pko.controllers.stack.workspaceobject import (
     ArtifactRevision,
     GitRevision,
-    ProjectInfoRevision,
     ResolvedSource,
 )
 from pko.machinery.conditions import get_condition
@@ -27,9 +27,7 @@ from pko.machinery.manager import CACHE_SYNCED, Manager
 from pko.machinery.resource import Obj, Resource, ResourceClient
 from pko.machinery.store import object_key
 
-__all__ = ["SOURCE_UNAVAILABLE_REQUEUE", "SourceResolver", "Stall", "saved_project"]
-
-SOURCE_UNAVAILABLE_REQUEUE: Final = 30.0
+__all__ = ["SourceResolver", "Stall"]
 
 
 class Stall(Exception):
@@ -40,16 +38,6 @@ class Stall(Exception):
         self.reason = reason
         self.message = message
         self.requeue = requeue
-
-
-def saved_project(stack: Stack, status: Obj) -> ProjectInfoRevision | None:
-    """The project a destroy can run from when the source is gone: ``status.projectInfo`` (Go v2.8),
-    a minimal Pulumi.yaml in a new workspace pod. None when there is none, or when the destroy
-    must run the program (``runProgram``), which a bare project cannot."""
-    info = status.get("projectInfo") or {}
-    if stack.spec.run_program or not info.get("name"):
-        return None
-    return ProjectInfoRevision(str(info["name"]), str(info.get("runtime") or ""))
 
 
 def _decode(secret: Obj, key: str) -> str | None:

@@ -28,10 +28,10 @@ from typing import Any, Final
 
 from pko.api.stack import StackSpec
 from pko.controllers.resources import RECONCILIATION_REQUEST_ANNOTATION, SECRETS_ANNOTATION
+from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack.branchpoll import next_poll
 from pko.controllers.stack.retry import (
     STALL_AT_ONCE,
-    RetrySettings,
     classify_failure,
     failure_budget,
     retry_delay,

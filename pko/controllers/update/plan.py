@@ -14,8 +14,8 @@ Nothing here does I/O: each function is a function of what was read and the time
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
@@ -26,7 +26,7 @@ from pko.controllers.resources import STACK_FINALIZER
 from pko.controllers.update import status as us
 from pko.machinery.conditions import get_condition, is_true
 from pko.machinery.controller import Result
-from pko.machinery.events import Emit
+from pko.machinery.events import Emit, Log
 from pko.machinery.objects import controller_of, has_finalizer
 from pko.machinery.resource import Obj
 from pko.machinery.store import object_key
@@ -212,14 +212,6 @@ class CreateOutputs:
 
     secret: Obj
     outcome: Outcome
-
-
-@dataclass(frozen=True, slots=True)
-class Log:
-    """An info line in the reconciler's log."""
-
-    event: str
-    fields: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
