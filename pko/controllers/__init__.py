@@ -6,10 +6,13 @@ what wakes it. One line per module:
 
 * ``stack/``: a Stack kept deployed from its source.
 
-  * ``reconciler``: reads, plans, and carries the plan out in one place (``_act``), the only
-    writer of Stack status; and its wiring (``setup``).
-  * ``plan``: the writes one reconcile decided, in order (pure), and the plans after a sync and
-    after the Workspace is applied.
+  * ``reconciler``: observes (caches, then Secrets, the branch head and the outputs Secret),
+    and carries the plan out in one place (``_act``), the only writer of Stack status; and its
+    wiring (``setup``).
+  * ``plan``: ``decide(Observed) -> Plan``, the whole reconcile as a pure function: the writes in
+    order, the status (a stall is planned, not raised), the plan after the Workspace is applied,
+    and ``refused``, the plan after a write's expected failure.
+  * ``backend``: whether a ``file://`` backend's state is lost with the workspace pod.
   * ``status``: the Stack status rules and ``plan_sync`` (run an operation or not, and when to
     look again).
   * ``sources``: a Stack's source resolved to a revision (git, Flux, Program), and git credentials

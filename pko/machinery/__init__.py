@@ -16,6 +16,8 @@ Data flows one way: watch -> cache -> queue -> reconcile -> API writes. One line
   informer (``informer.wrote``/``informer.latest``): the one stale-read guard.
 * ``writes``: the two write rules: a status only if it changed (``StatusWriter``), an object only
   if its digest changed (``DigestApplier``).
+* ``executor``: carrying out a reconcile's plan: writes in order, the plan from the last answer,
+  expected failures handed to the plan (``execute``), for every reconciler.
 * ``objects``: owner references and finalizers.
 * ``conditions``: ``metav1.Condition`` list helpers.
 * ``events``: a Kubernetes Event recorder with client-go's aggregation and spam filter.

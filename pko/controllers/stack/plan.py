@@ -577,7 +577,12 @@ def refused(observed: Observed, plan: Plan, write: Write, failure: Failure) -> P
         # Not created: ``currentUpdate`` must not name it (the next reconcile starts one), and the
         # next reconcile comes with the rate limiter's backoff. (409: it exists, so it is ours.)
         status.pop("currentUpdate", None)
-        return Plan([write_status(status)], Result.requeue(), status)
+        meta = obj.get("metadata") or {}
+        fields = {"stack": f"{meta.get('namespace')}/{meta.get('name')}", "status": failure.status}
+        said = Log(
+            "the Update could not be created; retried with backoff", {**fields, "error": failure.message}
+        )
+        return Plan([said, write_status(status)], Result.requeue(), status)
     return None
 
 

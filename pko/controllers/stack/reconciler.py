@@ -31,6 +31,7 @@ deleted what the Stack last deployed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -104,6 +105,7 @@ from pko.controllers.stack.watches import (
     workspace_predicate,
 )
 from pko.machinery.controller import Result
+from pko.machinery.executor import Expected, execute
 from pko.machinery.manager import Manager
 from pko.machinery.objects import add_finalizer, has_finalizer, remove_finalizer
 from pko.machinery.resource import SECRETS, Obj, Resource, api_error_status
@@ -127,6 +129,15 @@ HISTORY_LIMIT: Final = 5
 _log = structlog.get_logger("pko.controllers.stack.reconciler")
 
 # --- the reconciler --------------------------------------------------------------------------
+
+# The failures each write expects (the rest propagate): see plan.refused.
+_EXPECTED: Final[Expected] = {ApplyWorkspace: (ApiException,), CreateUpdate: (ApiException,)}
+
+
+def _failure(exc: BaseException) -> Failure:
+    """An expected failure as the pure planner sees it: the API's status and response body."""
+    status = api_error_status(exc) if isinstance(exc, ApiException) else None
+    return Failure(status, str(getattr(exc, "body", "") or exc))
 
 
 # The status fields this controller owns.
@@ -249,33 +260,18 @@ class StackReconciler:
     # --- acting: the one place a Stack reconcile writes ------------------------------------
 
     async def _act(self, observed: Observed, plan: Plan) -> Result:
-        """Carry out ``plan``'s writes in order (and what it plans from the Workspace as applied);
-        a failure a write expects is planned from (:func:`refused`), any other propagates."""
-        obj = observed.obj
-        while True:
-            applied: Obj | None = None
-            for write in plan.writes:
-                try:
-                    applied = await self._carry_out(obj, write) or applied
-                except ApiException as exc:
-                    failure = Failure(api_error_status(exc), str(getattr(exc, "body", "") or exc))
-                    rest = refused(observed, plan, write, failure)
-                    if rest is None:
-                        raise
-                    _log.info(
-                        "write refused; planned from its failure",
-                        stack=object_key(namespace_of(obj), str(metadata_of(obj).get("name"))),
-                        write=type(write).__name__,
-                        status=failure.status,
-                    )
-                    plan = rest
-                    break
-            else:
-                if plan.then is None or applied is None:
-                    return plan.result
-                plan = plan.then(applied)
-                continue
-            # a failure was planned from: carry out that plan (it has no ``then``)
+        """Carry out ``plan`` (:func:`~pko.machinery.executor.execute`): its writes in order, then
+        what it plans from the Workspace as applied; a failure a write expects (``_EXPECTED``) is
+        planned from by :func:`refused`, any other propagates."""
+        done = await execute(
+            plan,
+            functools.partial(self._carry_out, observed.obj),
+            expected=_EXPECTED,
+            failure_of=_failure,
+            refused=functools.partial(refused, observed),
+            follow=lambda plan, applied: plan.then(applied) if plan.then and applied is not None else None,
+        )
+        return done.result
 
     async def _carry_out(self, obj: Obj, write: Write) -> Obj | None:
         """One write; the Workspace, when it applied one."""

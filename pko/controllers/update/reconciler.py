@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 from datetime import UTC, datetime
@@ -85,6 +86,7 @@ from pko.controllers.update.plan import (
 from pko.controllers.update.watch import UpdateWatches
 from pko.machinery.controller import Result
 from pko.machinery.events import Recorder
+from pko.machinery.executor import Expected, execute
 from pko.machinery.manager import Manager
 from pko.machinery.objects import remove_finalizer
 from pko.machinery.predicates import (
@@ -121,7 +123,7 @@ class _Unreachable(Exception):
 
 
 # The failures each write expects (``refused`` plans what follows them); any other propagates.
-_EXPECTED: Final[dict[type[Write], tuple[type[Exception], ...]]] = {
+_EXPECTED: Final[Expected] = {
     SelectAndStart: (_Unreachable, AgentError),
     CancelOperation: (_Unreachable, AgentError),
     WriteStatus: (ApiException,),
@@ -130,7 +132,7 @@ _EXPECTED: Final[dict[type[Write], tuple[type[Exception], ...]]] = {
 }
 
 
-def _failure(exc: Exception) -> Failure:
+def _failure(exc: BaseException) -> Failure:
     """An expected failure as the pure planner sees it."""
     if isinstance(exc, _Unreachable):
         return Failure(message=str(exc), unreachable=True)
@@ -228,28 +230,28 @@ class UpdateReconciler:
     # --- acting: the one place an Update reconcile writes ----------------------------------------
 
     async def _act(self, observed: Observed, plan: Plan) -> Result:
-        """Carry out ``plan``: its writes in order, then what ``then`` plans from the agent's answer.
-        A write's expected failure (``_EXPECTED``) is handed to :func:`refused`, which plans the
-        rest; any other failure propagates (the controller retries with backoff)."""
-        while True:
-            answer: pb.OperationStatus | None = None
-            rest: Plan | None = None
-            for write in plan.writes:
-                try:
-                    got = await self._write(observed, write)
-                except _EXPECTED.get(type(write), ()) as exc:
-                    rest = refused(observed, write, _failure(exc), datetime.now(UTC))
-                    if rest is None:
-                        raise
-                    break
-                if got is not None:
-                    answer = got
-            if rest is not None:
-                plan = rest
-            elif plan.then is not None and answer is not None:
-                plan = plan.then(answer, datetime.now(UTC))
-            else:
-                return plan.result
+        """Carry out ``plan`` (:func:`~pko.machinery.executor.execute`): its writes in order, then
+        what ``then`` plans from the agent's answer. A write's expected failure (``_EXPECTED``) is
+        handed to :func:`refused`, which plans the rest; any other failure propagates (the
+        controller retries with backoff)."""
+
+        def planned_from(_plan: Plan, write: Write, failure: Failure) -> Plan | None:
+            return refused(observed, write, failure, datetime.now(UTC))
+
+        def follow(plan: Plan, answer: pb.OperationStatus | None) -> Plan | None:
+            return (
+                plan.then(answer, datetime.now(UTC)) if plan.then is not None and answer is not None else None
+            )
+
+        done = await execute(
+            plan,
+            functools.partial(self._write, observed),
+            expected=_EXPECTED,
+            failure_of=_failure,
+            refused=planned_from,
+            follow=follow,
+        )
+        return done.result
 
     async def _write(self, observed: Observed, write: Write) -> pb.OperationStatus | None:
         """Carry out one write; the agent's answer for the writes that call it."""

@@ -75,6 +75,7 @@ from pko.controllers.workspace.workloads import (
 )
 from pko.machinery.conditions import get_condition
 from pko.machinery.controller import Result
+from pko.machinery.executor import Expected, execute
 from pko.machinery.manager import Manager
 from pko.machinery.predicates import deletion_started, generation_changed, or_
 from pko.machinery.resource import PODS, SERVICES, STATEFULSETS, Obj, api_error_status
@@ -142,8 +143,21 @@ class _Session:
         return self.agent
 
 
-def _failure(exc: BaseException) -> Failure | None:
-    """A write's exception as data for :func:`~pko.controllers.workspace.plan.refused`."""
+# The failures each write expects (the rest propagate): see plan.refused, which plans from them.
+_AGENT_FAILURES: Final = (AgentError, TokenError, TimeoutError, OSError)
+_EXPECTED: Final[Expected] = {
+    wp.ApplyService: (ApiException,),
+    wp.ApplyStatefulSet: (ApiException,),
+    wp.AnnotateInitialized: (ApiException,),
+    wp.AskVersion: _AGENT_FAILURES,
+    wp.Install: _AGENT_FAILURES,
+    wp.InitStack: (*_AGENT_FAILURES, ValueError),
+}
+
+
+def _failure(exc: BaseException) -> Failure:
+    """A write's expected exception (``_EXPECTED``) as data for
+    :func:`~pko.controllers.workspace.plan.refused`."""
     if isinstance(exc, ApiException):
         return Failure("api", _api_message(exc), status=api_error_status(exc) or 0)
     if isinstance(exc, AgentError):
@@ -155,9 +169,7 @@ def _failure(exc: BaseException) -> Failure | None:
         return Failure("timeout", "timed out waiting for the workspace agent")
     if isinstance(exc, OSError):
         return Failure("network", str(exc) or type(exc).__name__)
-    if isinstance(exc, ValueError):
-        return Failure("value", str(exc) or type(exc).__name__)
-    return None
+    return Failure("value", str(exc) or type(exc).__name__)
 
 
 class WorkspaceReconciler:
@@ -251,25 +263,19 @@ class WorkspaceReconciler:
     # --- acting: the one place that writes -----------------------------------------------------
 
     async def _act(self, ws: Obj, plan: Plan) -> Result:
-        """Carry out ``plan`` (and what it plans next), then write the status it leads to."""
+        """Carry out ``plan`` (:func:`~pko.machinery.executor.execute`: its writes, what ``then``
+        plans from the last one's answer, and :func:`refused` for a failure a write expects,
+        ``_EXPECTED``), then write the status it leads to."""
         async with contextlib.AsyncExitStack() as exits:
             session = _Session(exits)
-            while True:
-                answer: Any = None
-                for write in plan.writes:
-                    try:
-                        answer = await self._carry_out(ws, write, session)
-                    except Exception as exc:
-                        failure = _failure(exc)
-                        rest = refused(plan, write, failure) if failure is not None else None
-                        if rest is None:
-                            raise
-                        plan = rest
-                        break
-                else:
-                    if plan.then is None:
-                        break
-                    plan = plan.then(answer)
+            plan = await execute(
+                plan,
+                lambda write: self._carry_out(ws, write, session),
+                expected=_EXPECTED,
+                failure_of=_failure,
+                refused=refused,
+                follow=lambda plan, answer: plan.then(answer) if plan.then is not None else None,
+            )
         assert plan.finding is not None, "a plan without then ends with a finding"
         status = desired_status(
             ws, plan.finding, address=plan.address, version=plan.version, keep_stalled=plan.keep_stalled
