@@ -13,13 +13,14 @@ import base64
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dulwich.repo import Repo
 from gitserver import git_commit, serve_git
+from waiting import wait_until
 
 from pko.controllers.resources import PROGRAMS, STACKS, UPDATES, WORKSPACES
 from pko.controllers.retrysettings import RetrySettings
@@ -33,15 +34,6 @@ from .conftest import new_manager, running
 
 SECRET_RECHECK = 4.0
 FAST = RetrySettings(deterministic_base=1.0, deterministic_factor=2.0, transient_base=1.0, transient_cap=2.0)
-
-
-async def eventually(condition: Callable[[], Awaitable[bool]], what: str, within: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not await condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 class FakeClock:
@@ -122,7 +114,7 @@ class Env:
                 found[:] = [ws]
             return ws is not None
 
-        await eventually(exists, f"workspace {name}")
+        await wait_until(f"workspace {name}", exists, within=30.0)
         return found[0]
 
     async def make_ready(
@@ -136,7 +128,7 @@ class Env:
                 ws.update(await self.workspace(name))
                 return int(ws["metadata"]["generation"]) > newer_than
 
-            await eventually(changed, f"workspace {name} respecified")
+            await wait_until(f"workspace {name} respecified", changed, within=30.0)
         if stalled is None:
             conditions = [self._cond("Ready", "True", "Succeeded", "")]
         else:
@@ -176,7 +168,7 @@ class Env:
             found[:] = fresh
             return bool(fresh)
 
-        await eventually(new, f"a new Update of {stack}", within)
+        await wait_until(f"a new Update of {stack}", new, within=within)
         assert len(found) == 1, [u["metadata"]["name"] for u in found]
         seen.add(found[0]["metadata"]["name"])
         return found[0]
@@ -252,7 +244,7 @@ class Env:
             return got is not None and got[0] == "True" and got[1] == reason
 
         try:
-            await eventually(holds, f"{name}: {type_}={reason}", within)
+            await wait_until(f"{name}: {type_}={reason}", holds, within=within)
         except AssertionError as exc:
             raise AssertionError(f"{exc}; conditions: {seen[0]}") from None
         return seen[0]
@@ -344,7 +336,7 @@ async def test_program_stack_reaches_ready_with_secret_outputs_masked(env: Env) 
             "lastSuccessfulCommit"
         ) == "sha256:" + f"{2:064x}"
 
-    await eventually(recorded_r2, "revision 2 recorded")
+    await wait_until("revision 2 recorded", recorded_r2, within=30.0)
 
     # the reconciliation-request annotation runs again and is echoed
     await env.stacks.patch(
@@ -358,7 +350,7 @@ async def test_program_stack_reaches_ready_with_secret_outputs_masked(env: Env) 
     async def echoed() -> bool:
         return (await env.stack("prog-stack"))["status"]["lastUpdate"].get("reconcileRequest") == "r1"
 
-    await eventually(echoed, "request echoed in lastUpdate")
+    await wait_until("request echoed in lastUpdate", echoed, within=30.0)
 
 
 async def test_failures_are_classified_retried_then_stalled_with_next_retry_time(env: Env) -> None:
@@ -435,7 +427,7 @@ async def test_destroy_on_finalize_keeps_the_finalizer_until_a_destroy_succeeds(
     async def gone() -> bool:
         return await env.get(env.stacks, "doomed") is None
 
-    await eventually(gone, "the Stack to be released")
+    await wait_until("the Stack to be released", gone, within=30.0)
 
 
 async def _deployed_then_deleted(env: Env, name: str, seen: set[str], **spec: Any) -> None:
@@ -454,7 +446,7 @@ async def _released_by_hand(env: Env, name: str) -> None:
     async def gone() -> bool:
         return await env.get(env.stacks, name) is None
 
-    await eventually(gone, f"{name} released")
+    await wait_until(f"{name} released", gone, within=30.0)
 
 
 async def test_a_stack_missing_from_its_backend_stalls_the_deletion_until_fixed_or_released(env: Env) -> None:
@@ -508,16 +500,16 @@ async def test_without_a_workspace_the_destroy_gets_one_that_never_creates_the_s
     async def no_workspace() -> bool:
         return await env.get(env.workspaces, "rebuilt") is None
 
-    await eventually(no_workspace, "the Workspace gone")
+    await wait_until("the Workspace gone", no_workspace, within=30.0)
     await env.stacks.delete("rebuilt")
     ws = await env.workspace("rebuilt")
     assert ws["spec"]["stacks"] == [{"name": "dev", "create": False}] and "flux" in ws["spec"]
 
     await _deployed_then_deleted(env, "orphan", seen)
     await env.workspaces.delete("orphan")
-    await eventually(lambda: _absent(env, env.workspaces, "orphan"), "the Workspace gone")
+    await wait_until("the Workspace gone", lambda: _absent(env, env.workspaces, "orphan"), within=30.0)
     await env.programs.delete("orphan")
-    await eventually(lambda: _absent(env, env.programs, "orphan"), "the Program gone")
+    await wait_until("the Program gone", lambda: _absent(env, env.programs, "orphan"), within=30.0)
     await env.stacks.delete("orphan")
     ws = await env.workspace("orphan")
     assert ws["spec"].get("projectInfo") == {"name": "proj", "runtime": "yaml"} and "flux" not in ws["spec"]
@@ -529,10 +521,10 @@ async def test_without_a_workspace_the_destroy_gets_one_that_never_creates_the_s
     await env.make_ready("orphan")
     destroy = await env.next_update("orphan", seen)
     await env.complete(destroy, changes={"delete": 3})
-    await eventually(lambda: _absent(env, env.stacks, "orphan"), "orphan released")
+    await wait_until("orphan released", lambda: _absent(env, env.stacks, "orphan"), within=30.0)
     await env.make_ready("rebuilt")
     await env.complete(await env.next_update("rebuilt", seen), changes={"delete": 3})
-    await eventually(lambda: _absent(env, env.stacks, "rebuilt"), "rebuilt released")
+    await wait_until("rebuilt released", lambda: _absent(env, env.stacks, "rebuilt"), within=30.0)
 
 
 async def _absent(env: Env, client: ResourceClient, name: str) -> bool:
@@ -597,7 +589,7 @@ async def test_deprecated_fields_are_warned_once_per_generation(env: Env) -> Non
     async def request_seen() -> bool:
         return (await env.stack("legacy")).get("status", {}).get("observedReconcileRequest") == "again"
 
-    await eventually(request_seen, "the reconciliation request to be observed")
+    await wait_until("the reconciliation request to be observed", request_seen, within=30.0)
     await env.quiet("legacy")
 
     async def warnings() -> list[tuple[str, int]]:
@@ -612,7 +604,7 @@ async def test_deprecated_fields_are_warned_once_per_generation(env: Env) -> Non
     async def warned_again() -> bool:
         return await warnings() == [("spec.envSecrets is deprecated; use spec.envRefs", 2)]
 
-    await eventually(warned_again, "one more warning for the new generation")
+    await wait_until("one more warning for the new generation", warned_again, within=30.0)
 
 
 async def test_workspace_stall_is_reported(env: Env) -> None:
@@ -687,7 +679,7 @@ async def test_git_commit_and_branch_heads_are_pinned_and_a_push_is_picked_up(
     async def recorded() -> bool:
         return (await env.stack("tracking"))["status"]["lastUpdate"].get("lastSuccessfulCommit") == pushed
 
-    await eventually(recorded, "the pushed commit recorded")
+    await wait_until("the pushed commit recorded", recorded, within=30.0)
 
 
 # --- schema-valid but wrong ------------------------------------------------------------------
@@ -947,13 +939,13 @@ async def test_history_is_bounded_and_recorded_updates_are_released(env: Env) ->
     async def recorded() -> bool:
         return (await env.stack("history"))["status"]["lastUpdate"].get("reconcileRequest") == "again-6"
 
-    await eventually(recorded, "the last run recorded")
+    await wait_until("the last run recorded", recorded, within=30.0)
 
     async def bounded() -> bool:
         kept = [u for u in await env.updates_of("history") if not u["metadata"].get("deletionTimestamp")]
         return len(kept) <= 5
 
-    await eventually(bounded, "at most 5 Updates kept")
+    await wait_until("at most 5 Updates kept", bounded, within=30.0)
     for update in await env.updates_of("history"):
         assert not update["metadata"].get("finalizers"), update["metadata"]["name"]
 
@@ -970,7 +962,7 @@ async def test_reclaim_policy_delete_removes_the_workspace_after_success(env: En
         ws = await env.get(env.workspaces, "reclaimed")
         return ws is None or bool(ws["metadata"].get("deletionTimestamp"))
 
-    await eventually(workspace_gone, "the Workspace deleted")
+    await wait_until("the Workspace deleted", workspace_gone, within=30.0)
     # the Update outlives its Workspace: the Stack owns it too
     assert await env.get(env.updates, update["metadata"]["name"]) is not None
 
@@ -1066,7 +1058,7 @@ async def test_flux_source_artifact_is_deployed_and_a_new_revision_redeploys(
                 return False
             return True
 
-        await eventually(served, "the GitRepository CRD served")
+        await wait_until("the GitRepository CRD served", served, within=30.0)
         meta = {"name": "repo", "namespace": env.ns}
         await sources.create(
             {
@@ -1107,7 +1099,7 @@ async def test_flux_source_artifact_is_deployed_and_a_new_revision_redeploys(
             stalled = (await env.conditions("fluxed")).get("Stalled")
             return stalled is not None and "GitOperationFailed: auth failed" in stalled[2]
 
-        await eventually(not_ready_reported, "the source's failure reported", within=60)
+        await wait_until("the source's failure reported", not_ready_reported, within=60)
         assert (await env.conditions("fluxed"))["Stalled"][2] == (
             "Flux source has no artifact (GitOperationFailed: auth failed)"
         )
@@ -1120,7 +1112,7 @@ async def test_flux_source_artifact_is_deployed_and_a_new_revision_redeploys(
             ws.update(found or {})
             return found is not None and "flux" in found["spec"]
 
-        await eventually(has_flux, "the Workspace's flux source", within=45)
+        await wait_until("the Workspace's flux source", has_flux, within=45)
         assert ws["spec"]["flux"] == {
             "url": f"http://source-controller/gitrepository/{env.ns}/repo/aaaa.tar.gz",
             "digest": "sha256:" + "aaaa" * 16,
