@@ -12,10 +12,8 @@ shows the header and the query parameters as sent.
 from __future__ import annotations
 
 import asyncio
-import json
 import tomllib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -23,6 +21,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 from kubernetes_asyncio import client, config
 from prometheus_client import CollectorRegistry
+from recordingserver import RecordingServer, recording_server
 from waiting import wait_until
 
 from pko.controllers.resources import (
@@ -88,45 +87,14 @@ def test_the_default_field_manager_is_the_go_operators() -> None:
 # ----- as sent, to a loopback server -------------------------------------------------------------
 
 
-@dataclass
-class Recording:
-    """A loopback HTTP/1.1 server answering every request with ``{}`` and recording what came."""
-
-    requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)  # method, target, headers
-    port: int = 0
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while line := await reader.readline():
-                method, target, _ = line.decode().split(" ", 2)
-                headers: dict[str, str] = {}
-                while (h := await reader.readline()) != b"\r\n":
-                    name, _, value = h.decode().partition(":")
-                    headers[name.strip().lower()] = value.strip()
-                await reader.readexactly(int(headers.get("content-length", "0")))
-                self.requests.append((method, target, headers))
-                body = json.dumps({"metadata": {}}).encode()
-                head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-                writer.write(head.encode() + b"\r\n" + body)
-                await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-
-
 @pytest.fixture
-async def recording() -> AsyncIterator[Recording]:
-    rec = Recording()
-    server = await asyncio.start_server(rec._serve, "127.0.0.1", 0)
-    rec.port = server.sockets[0].getsockname()[1]
-    yield rec
-    server.close()
-    await server.wait_closed()
+async def recording() -> AsyncIterator[RecordingServer]:
+    async with recording_server(lambda req: (200, {"metadata": {}})) as rec:
+        yield rec
 
 
 async def test_every_request_carries_pkos_user_agent_and_every_write_a_field_manager(
-    recording: Recording,
+    recording: RecordingServer,
 ) -> None:
     cfg = client.Configuration(host=f"http://127.0.0.1:{recording.port}")
     async with new_api_client(cfg) as api:
@@ -140,10 +108,9 @@ async def test_every_request_carries_pkos_user_agent_and_every_write_a_field_man
         await cms.apply({"metadata": {"name": "a", "namespace": "ns"}}, field_manager=FIELD_MANAGER)
         await client.CoreV1Api(api).read_namespace("ns")  # the generated API, on the same client
 
-    assert [h.get("user-agent") for _, _, h in recording.requests] == [OPERATOR_USER_AGENT] * 8
+    assert [r.headers.get("user-agent") for r in recording.requests] == [OPERATOR_USER_AGENT] * 8
     managers = [
-        (method, dict(parse_qsl(urlsplit(target).query)).get("fieldManager"))
-        for method, target, _ in recording.requests
+        (r.method, dict(parse_qsl(urlsplit(r.target).query)).get("fieldManager")) for r in recording.requests
     ]
     assert managers == [
         ("GET", None),
