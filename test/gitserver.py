@@ -9,8 +9,9 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from dulwich.objects import Blob, Commit, Tag, Tree
 from dulwich.repo import Repo
@@ -25,10 +26,15 @@ class _Quiet(WSGIRequestHandler):
         pass
 
 
+class _Threading(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
 @contextlib.contextmanager
 def serve_wsgi(app: Any) -> Iterator[str]:
-    """``app`` served from a thread on a free loopback port, without a request log: its base URL."""
-    server = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
+    """``app`` served on a free loopback port (a thread per request), without a request log: its
+    base URL."""
+    server = make_server("127.0.0.1", 0, app, server_class=_Threading, handler_class=_Quiet)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -21,9 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import paramiko
 import pytest
@@ -37,6 +35,7 @@ from dulwich.refs import Ref
 from dulwich.repo import Repo
 from dulwich.server import DictBackend, UploadPackHandler
 from dulwich.web import make_wsgi_chain
+from gitserver import serve_wsgi
 from paramiko.common import (
     AUTH_FAILED,
     AUTH_SUCCESSFUL,
@@ -104,15 +103,6 @@ def source_repo(tmp_path_factory: pytest.TempPathFactory) -> SourceRepo:
     return SourceRepo(repo, root, first, master, feature, orphan.id.decode())
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
 def _basic_auth(app: Any) -> Any:
     """Require basic auth under /private/: alice's password, or the token with any username."""
 
@@ -147,14 +137,8 @@ class GitHTTP:
 @pytest.fixture(scope="session")
 def git_http(source_repo: SourceRepo) -> Iterator[GitHTTP]:
     repos: dict[str, Any] = {"/public/repo.git": source_repo.repo, "/private/repo.git": source_repo.repo}
-    backend = DictBackend(repos)
-    app = _basic_auth(make_wsgi_chain(backend))
-    server = make_server("127.0.0.1", 0, app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield GitHTTP(f"http://127.0.0.1:{server.server_port}")
-    server.shutdown()
-    server.server_close()
+    with serve_wsgi(_basic_auth(make_wsgi_chain(DictBackend(repos)))) as base:
+        yield GitHTTP(base)
 
 
 def _read_exact(channel: paramiko.Channel) -> Any:
