@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# The test suite's loopback git server (test/gitserver.py) serves the e2e repositories too.
+sys.path.insert(0, str(REPO / "test"))
 OPERATOR_NS = "pulumi-kubernetes-operator"
 WORKSPACE_NS = "default"
 RESTRICTED = {

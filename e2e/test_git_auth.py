@@ -7,21 +7,20 @@ and wrong credentials reported without the secret value ever showing."""
 from __future__ import annotations
 
 import base64
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-from wsgiref.simple_server import make_server
 
 import pytest
 from dulwich.repo import Repo
 from dulwich.server import DictBackend
 from dulwich.web import make_wsgi_chain
+from gitserver import serve_wsgi
 
 from .conftest import OPERATOR_NS, Kube
-from .test_walkthrough import NODE_IP, _commit, _Quiet, gone, ready, stack
+from .test_walkthrough import NODE_IP, _commit, bare_repository, gone, ready, stack
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -89,17 +88,11 @@ class AuthGit:
 def auth_git_server(tmp_path: Any) -> Iterator[AuthGit]:
     """Like test_walkthrough's git_server (the node's own address, which pods reach), but only for
     ``e2e-user`` with PASSWORD, or a token (TOKEN) sent as the password of the user ``git``."""
-    repo = Repo.init_bare(str(tmp_path / "repo.git"), mkdir=True)
-    _commit(repo, "one")
-    repo.refs.set_symbolic_ref(b"HEAD", b"refs/heads/main")
+    repo = bare_repository(tmp_path)
     git = AuthGit(make_wsgi_chain(DictBackend({"/repo.git": repo})), {(USER, PASSWORD), ("git", TOKEN)})
-    server = make_server(NODE_IP, 0, git, handler_class=_Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    git.url, git.repo = f"http://{NODE_IP}:{server.server_port}/repo.git", repo
-    yield git
-    server.shutdown()
-    server.server_close()
+    with serve_wsgi(git, host=NODE_IP) as base:
+        git.url, git.repo = f"{base}/repo.git", repo
+        yield git
 
 
 def _status_of(url: str, user: str | None = None, password: str = "") -> tuple[int, str]:

@@ -9,20 +9,16 @@ from __future__ import annotations
 import base64
 import json
 import re
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
 import yaml
-from dulwich.objects import Blob, Commit, Tree
 from dulwich.repo import Repo
-from dulwich.server import DictBackend
-from dulwich.web import make_wsgi_chain
+from gitserver import git_commit, serve_git
 
 from .conftest import OPERATOR_NS, RESTRICTED, WORKSPACE_NS, Kube
 
@@ -221,44 +217,25 @@ def test_program_stack_walkthrough(kube: Kube) -> None:
     k.run("delete", "program", "walkthrough")
 
 
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 def _commit(repo: Repo, greeting: str) -> str:
     project = f"name: gitops\nruntime: yaml\noutputs:\n  greeting: {greeting}\n".encode()
-    blob = Blob.from_string(project)
-    app = Tree()
-    app.add(b"Pulumi.yaml", 0o100644, blob.id)
-    root = Tree()
-    root.add(b"app", 0o040000, app.id)
-    commit = Commit()
-    commit.tree = root.id
-    commit.author = commit.committer = b"e2e <e2e@example.com>"
-    commit.author_time = commit.commit_time = int(time.time())
-    commit.author_timezone = commit.commit_timezone = 0
-    commit.message = greeting.encode()
-    head = repo.refs.as_dict().get(b"refs/heads/main")
-    commit.parents = [head] if head else []
-    for obj in (blob, app, root, commit):
-        repo.object_store.add_object(obj)
-    repo.refs[b"refs/heads/main"] = commit.id
-    return commit.id.decode()
+    return git_commit(repo, {"app/Pulumi.yaml": project}, greeting.encode())
+
+
+def bare_repository(root: Path) -> Repo:
+    """A bare repository whose ``main`` holds one commit ("one") of the gitops project."""
+    repo = Repo.init_bare(str(root / "repo.git"), mkdir=True)
+    _commit(repo, "one")
+    repo.refs.set_symbolic_ref(b"HEAD", b"refs/heads/main")
+    return repo
 
 
 @pytest.fixture
-def git_server(tmp_path: Any) -> Iterator[tuple[str, Repo]]:
+def git_server(tmp_path: Path) -> Iterator[tuple[str, Repo]]:
     """A git smart-HTTP server on the node's own address, which workspace pods reach."""
-    repo = Repo.init_bare(str(tmp_path / "repo.git"), mkdir=True)
-    _commit(repo, "one")
-    repo.refs.set_symbolic_ref(b"HEAD", b"refs/heads/main")
-    server = make_server(NODE_IP, 0, make_wsgi_chain(DictBackend({"/repo.git": repo})), handler_class=_Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://{NODE_IP}:{server.server_port}/repo.git", repo
-    server.shutdown()
-    server.server_close()
+    repo = bare_repository(tmp_path)
+    with serve_git(repo, host=NODE_IP) as url:
+        yield url, repo
 
 
 def test_git_stack_walkthrough(kube: Kube, git_server: tuple[str, Repo]) -> None:

@@ -31,23 +31,23 @@ class _Threading(ThreadingMixIn, WSGIServer):
 
 
 @contextlib.contextmanager
-def serve_wsgi(app: Any) -> Iterator[str]:
-    """``app`` served on a free loopback port (a thread per request), without a request log: its
-    base URL."""
-    server = make_server("127.0.0.1", 0, app, server_class=_Threading, handler_class=_Quiet)
+def serve_wsgi(app: Any, host: str = "127.0.0.1") -> Iterator[str]:
+    """``app`` served on a free port of ``host`` (loopback, or the e2e node's own address, which
+    workspace pods reach), a thread per request, without a request log: its base URL."""
+    server = make_server(host, 0, app, server_class=_Threading, handler_class=_Quiet)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_port}"
+        yield f"http://{host}:{server.server_port}"
     finally:
         server.shutdown()
         server.server_close()
 
 
 @contextlib.contextmanager
-def serve_git(repo: Repo, path: str = "/repo.git") -> Iterator[str]:
+def serve_git(repo: Repo, path: str = "/repo.git", host: str = "127.0.0.1") -> Iterator[str]:
     """``repo`` served over git's smart HTTP at ``path``: its URL."""
-    with serve_wsgi(make_wsgi_chain(DictBackend({path: repo}))) as base:
+    with serve_wsgi(make_wsgi_chain(DictBackend({path: repo})), host) as base:
         yield base + path
 
 
