@@ -37,6 +37,7 @@ from pko.controllers.stack.retry import (
     retry_delay,
     tail_lines,
 )
+from pko.controllers.stack.workspaceobject import ProjectInfoRevision
 from pko.machinery.conditions import format_time, get_condition, is_true, remove_condition, set_condition
 
 __all__ = [
@@ -400,9 +401,9 @@ def stack_not_found_message(status: Mapping[str, Any], stack: StackRef | None, u
     )
 
 
-def destroy_from_project_message(unavailable: str, project: Any) -> str:
+def destroy_from_project_message(unavailable: str, project: ProjectInfoRevision) -> str:
     """The Stack's word when its source is gone and the destroy runs in a new workspace pod from
-    the saved ``projectInfo`` (``project``: a ProjectInfoRevision)."""
+    the saved ``projectInfo``."""
     return (
         f"the source is unavailable ({unavailable}); the destroy runs in a new workspace pod from the "
         f"saved project info (project {project.name!r}, runtime {project.runtime!r}) and the state in "
