@@ -276,6 +276,11 @@ def _changes(changes: Mapping[Any, int] | None) -> dict[str, int]:
     return {str(getattr(k, "value", k)): int(v) for k, v in (changes or {}).items()}
 
 
+def _done(s: auto.UpdateSummary | None) -> dict[str, int]:
+    """What an up, refresh or destroy did, from its summary (empty when the history had none)."""
+    return _changes(s.resource_changes if s is not None else None)
+
+
 def _permalink(stdout: str) -> str | None:
     # The Automation API for Python has no permalink accessor; the CLI prints it as the Go SDK reads it.
     for line in stdout.splitlines():
@@ -557,7 +562,7 @@ class PulumiRunner:
             )
             out.stdout, out.stderr = _tail(res_u.stdout), _tail(res_u.stderr)
             out.summary = _update_summary(res_u.summary)
-            out.change_summary = _changes(res_u.summary.resource_changes if res_u.summary else None)
+            out.change_summary = _done(res_u.summary)
             out.permalink = _permalink(res_u.stdout)
             out.outputs = {
                 k: pb.OutputValue(value=json.dumps(v.value).encode(), secret=bool(v.secret))
@@ -571,7 +576,7 @@ class PulumiRunner:
             )
             out.stdout, out.stderr = _tail(res_r.stdout), _tail(res_r.stderr)
             out.summary = _update_summary(res_r.summary)
-            out.change_summary = _changes(res_r.summary.resource_changes if res_r.summary else None)
+            out.change_summary = _done(res_r.summary)
             out.permalink = _permalink(res_r.stdout)
         else:
             res_d = stack.destroy(
@@ -584,7 +589,7 @@ class PulumiRunner:
             )
             out.stdout, out.stderr = _tail(res_d.stdout), _tail(res_d.stderr)
             out.summary = _update_summary(res_d.summary)
-            out.change_summary = _changes(res_d.summary.resource_changes if res_d.summary else None)
+            out.change_summary = _done(res_d.summary)
             out.permalink = _permalink(res_d.stdout)
             if request.remove:
                 with self._select_lock:
