@@ -10,7 +10,8 @@
 #   pko-workspace:dev                   the default workspace image: the real Pulumi CLI, language hosts
 #                                       and providers (hack/build-pulumi.sh, from their Go modules; the
 #                                       random and command providers and the Node.js and Go hosts from
-#                                       pinned source, hack/build-sources.sh) on the base
+#                                       pinned source, hack/build-sources.sh; Node.js, npm, the Node.js
+#                                       SDK packages and Go, hack/build-runtimes.sh) on the base
 #                                       (images/workspace/Dockerfile)
 #
 # Usage: hack/build-images.sh [OUTPUT_DIR]   (default ~/.cache/pko/images; prints the archive paths)
@@ -110,17 +111,20 @@ fi
 # scratch image holding them at /engine and /sources: no golang image can be pulled here.
 ENGINE_DIR="$(bash "$REPO/hack/build-pulumi.sh" | tail -n 1)"
 SOURCES_DIR="$(bash "$REPO/hack/build-sources.sh" | tail -n 1)"
+RUNTIMES_DIR="$(bash "$REPO/hack/build-runtimes.sh" | tail -n 1)"
 engine_key="$(basename "$(dirname "$ENGINE_DIR")")"
 sources_key="$(basename "$(dirname "$SOURCES_DIR")")"
-ws_hash="$(inputs_hash "$base_hash $engine_key $sources_key" images/workspace hack/versions.env \
-    hack/build-pulumi.sh hack/build-sources.sh hack/gomod.sh)"
+runtimes_key="$(basename "$(dirname "$RUNTIMES_DIR")")"
+ws_hash="$(inputs_hash "$base_hash $engine_key $sources_key $runtimes_key" images/workspace hack/versions.env \
+    hack/build-pulumi.sh hack/build-sources.sh hack/build-runtimes.sh hack/gomod.sh)"
 if ! up_to_date pko-workspace "$ws_hash"; then
-    echo "build-images: building pko-workspace:dev (images/workspace/Dockerfile, engine $engine_key, $sources_key)" >&2
-    engine_image="localhost/pko-pulumi-engine:$engine_key-${sources_key##*-}"
+    echo "build-images: building pko-workspace:dev (images/workspace/Dockerfile, engine $engine_key, $sources_key, $runtimes_key)" >&2
+    engine_image="localhost/pko-pulumi-engine:$engine_key-${sources_key##*-}-${runtimes_key##*-}"
     if ! bah inspect --type image "$engine_image" >/dev/null 2>&1; then
         ctr="$(bah from --quiet scratch)"
         bah copy --quiet "$ctr" "$ENGINE_DIR" /engine >/dev/null
         bah copy --quiet "$ctr" "$SOURCES_DIR" /sources >/dev/null
+        bah copy --quiet "$ctr" "$RUNTIMES_DIR" /runtimes >/dev/null
         bah commit --quiet --rm "$ctr" "$engine_image" >/dev/null
     fi
     bah bud --quiet --isolation chroot --layers=false --build-arg "PYTHON_IMAGE=$BASE_IMAGE" \

@@ -24,7 +24,8 @@
 #
 # Usage: hack/build-sources.sh          build (idempotent: a second run with the same pins takes no time);
 #                                       prints the output directory last, which holds
-#            bin/       pulumi-language-nodejs, pulumi-language-go (beside `pulumi` in an image)
+#            bin/       pulumi-language-nodejs, pulumi-language-go (beside `pulumi` in an image), and the
+#                       Node.js dynamic-provider shim pulumi-resource-pulumi-nodejs (the tag's sdk/nodejs/dist)
 #            plugins/   a $PULUMI_HOME/plugins tree: resource-random-v<version>, resource-command-v<version>
 #        hack/build-sources.sh verify   check every archive present in the sources directory against its
 #                                       pin, build nothing (exit 1 naming the archive on a mismatch)
@@ -113,7 +114,7 @@ pins="$(for id in $SOURCE_IDS; do source_pin "$id"; echo "$id $REF $COMMIT $SHA2
 KEY="sources-random-${PULUMI_RANDOM_VERSION}-command-${PULUMI_COMMAND_VERSION}-hosts-${PULUMI_LANGUAGE_HOSTS_VERSION}-$(sha256sum <<<"$pins v1" | cut -c1-10)"
 OUT="$CACHE_ROOT/$KEY"
 DIST="$OUT/dist"
-BINARIES="bin/pulumi-language-nodejs bin/pulumi-language-go
+BINARIES="bin/pulumi-language-nodejs bin/pulumi-language-go bin/pulumi-resource-pulumi-nodejs
 plugins/resource-random-v${PULUMI_RANDOM_VERSION}/pulumi-resource-random
 plugins/resource-command-v${PULUMI_COMMAND_VERSION}/pulumi-resource-command"
 
@@ -174,6 +175,7 @@ for host in nodejs:sdk/nodejs/cmd/pulumi-language-nodejs go:sdk/go/pulumi-langua
     gobuild "$dir" "$NEW/bin/pulumi-language-${host%%:*}" . osusergo,grpcnotrace "$HOSTS_LDFLAGS"
     took
 done
+install -m 0755 "$WORK/pulumi-hosts/sdk/nodejs/dist/pulumi-resource-pulumi-nodejs" "$NEW/bin/"
 
 # Install each provider with the engine's CLI, as build-pulumi.sh installs kubernetes (it prints the
 # engine's directory; it is built once per version and returns at once when it exists).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import tomllib
@@ -36,7 +37,8 @@ def test_the_agents_pulumi_sdk_is_the_one_the_workspace_image_installs() -> None
 def test_the_workspace_image_is_built_from_the_pinned_versions_only() -> None:
     dockerfile = (REPO / "images/workspace/Dockerfile").read_text()
     assert (
-        "COPY hack/versions.env hack/gomod.sh hack/build-pulumi.sh hack/build-sources.sh hack/" in dockerfile
+        "COPY hack/versions.env hack/gomod.sh hack/build-pulumi.sh hack/build-sources.sh hack/build-runtimes.sh hack/"
+        in dockerfile
     )
     assert 'pip install "pulumi==${PULUMI_SDK_VERSION}"' in dockerfile
     ignore = (REPO / "images/workspace/Dockerfile.dockerignore").read_text().split()
@@ -45,10 +47,34 @@ def test_the_workspace_image_is_built_from_the_pinned_versions_only() -> None:
         "!hack/gomod.sh",
         "!hack/build-pulumi.sh",
         "!hack/build-sources.sh",
+        "!hack/build-runtimes.sh",
+        "!images/workspace/nodejs/package.json",
+        "!images/workspace/nodejs/package-lock.json",
     ]
     # No version (nor commit, checksum or repository) is written anywhere but versions.env: the build
     # scripts read every one from there.
-    for name in ("build-pulumi.sh", "build-sources.sh"):
+    for name in ("build-pulumi.sh", "build-sources.sh", "build-runtimes.sh"):
         script = (REPO / "hack" / name).read_text()
         for key, value in versions().items():
             assert value not in script.replace(f"${{{key}}}", ""), f"{key}={value} is written in {name}"
+
+
+def test_the_nodejs_sdk_packages_are_those_of_the_installed_host_and_providers() -> None:
+    """A program importing @pulumi/<provider> asks the engine for the plugin version that package names,
+    and the engine never downloads one: each package must be at the version of the provider the image
+    installs, and @pulumi/pulumi at the Node.js language host's tag (whose dynamic-provider shim it
+    matches). The lockfile pins each exactly as package.json asks."""
+    v = versions()
+    manifest = json.loads((REPO / "images/workspace/nodejs/package.json").read_text())
+    lock = json.loads((REPO / "images/workspace/nodejs/package-lock.json").read_text())
+    expected = {
+        "@pulumi/pulumi": v["PULUMI_LANGUAGE_HOSTS_VERSION"],
+        "@pulumi/kubernetes": v["PULUMI_KUBERNETES_VERSION"],
+        "@pulumi/random": v["PULUMI_RANDOM_VERSION"],
+        "@pulumi/command": v["PULUMI_COMMAND_VERSION"],
+    }
+    deps = manifest["dependencies"]
+    assert {name: deps[name] for name in expected} == expected
+    assert lock["packages"][""]["dependencies"] == deps
+    for name, version in deps.items():
+        assert lock["packages"][f"node_modules/{name}"]["version"] == version, name
