@@ -36,10 +36,8 @@ def test_the_agents_pulumi_sdk_is_the_one_the_workspace_image_installs() -> None
 
 def test_the_workspace_image_is_built_from_the_pinned_versions_only() -> None:
     dockerfile = (REPO / "images/workspace/Dockerfile").read_text()
-    assert (
-        "COPY hack/versions.env hack/gomod.sh hack/build-pulumi.sh hack/build-sources.sh hack/build-runtimes.sh hack/"
-        in dockerfile
-    )
+    scripts = "hack/gomod.sh hack/build-pulumi.sh hack/build-sources.sh hack/build-runtimes.sh"
+    assert f"COPY hack/versions.env {scripts} hack/" in dockerfile
     assert 'pip install "pulumi==${PULUMI_SDK_VERSION}"' in dockerfile
     ignore = (REPO / "images/workspace/Dockerfile.dockerignore").read_text().split()
     assert [line for line in ignore if line.startswith("!")] == [
