@@ -180,3 +180,48 @@ def classify(
         pending_operations=pending,
         detail=detail,
     )
+
+
+# What a package manager or toolchain says when `pulumi install` fails: npm's, yarn's and pnpm's error
+# lines, go's and pip's. The engine's own last line only says the tool's exit status.
+_TOOL_LINE = re.compile(r"^(?:npm (?:error|ERR!)|yarn error|ERR_PNPM\w*|go: |ERROR: )\s*(?P<text>.*)$")
+_TOOL_NOISE = (
+    "A complete log of this run",
+    "Note that you can also install from a",
+    "tarball, folder, http url",
+)
+_TOOL_LINES = 6
+_NO_HOST = re.compile(r"no language plugin 'pulumi-language-(?P<runtime>[^']+)' found")
+
+
+def install_message(error_text: str, runtimes: Iterable[str]) -> str:
+    """What a user reads when `pulumi install` failed: the package manager's or compiler's own error
+    lines (the package and the registry's answer for npm, the module for go), after the engine's line;
+    for a runtime no language host in the image serves (a misspelled or missing one), which runtimes
+    the image has and the two ways out."""
+    text = _ANSI.sub("", error_text)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    engine = next((line for line in reversed(lines) if line.startswith("error:")), lines[-1] if lines else "")
+    engine = engine.removeprefix("error:").strip() or "the install failed"
+    missing = _NO_HOST.search(text)
+    if missing:
+        have = ", ".join(sorted(set(runtimes))) or "none"
+        return (
+            f"runtime '{missing['runtime']}' has no language host in this workspace image (it runs: {have}); "
+            f"set `runtime` in Pulumi.yaml to one of those, or the Stack's workspaceTemplate image to one "
+            f"with pulumi-language-{missing['runtime']} ({engine})"
+        )
+    said: list[str] = []
+    in_tool = False  # an indented line continues the tool's line before it (go's import chains)
+    for raw in text.splitlines():
+        match = _TOOL_LINE.match(raw.strip())
+        if match is None and in_tool and raw[:1].isspace() and raw.strip() and said:
+            said[-1] += " " + raw.strip()
+            continue
+        found = match["text"].strip() if match else ""
+        in_tool = bool(found)
+        if found and not any(noise in found for noise in _TOOL_NOISE) and found not in said:
+            said.append(found)
+    if not said:
+        return engine
+    return f"{engine}: " + "; ".join(said[:_TOOL_LINES])

@@ -16,6 +16,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -458,7 +459,24 @@ class PulumiRunner:
         try:
             await asyncio.to_thread(self._ws.install, no_plugins=no_plugins, on_output=on_output)
         except auto_errors.CommandError as exc:
-            raise CommandFailed("install", self._classify(exc, failures.RunObservations())) from None
+            text = "\n".join(_error_text(exc))
+            message = failures.install_message(text, self._language_runtimes())
+            failure = pb.Failure(reason="InstallationFailed", message=message, detail=failures.tail(text))
+            raise CommandFailed("install", failure) from None
+
+    def _language_runtimes(self) -> list[str]:
+        """The runtimes the image's language hosts serve: ``pulumi-language-<runtime>`` on PATH."""
+        found = []
+        for folder in (self._env_lookup("PATH") or "").split(os.pathsep):
+            with contextlib.suppress(OSError):
+                found += [
+                    entry.name.removeprefix("pulumi-language-")
+                    for entry in os.scandir(folder or ".")
+                    if entry.name.startswith("pulumi-language-")
+                    and os.access(entry.path, os.X_OK)
+                    and not entry.name.endswith("-exec")
+                ]
+        return found
 
     # -- operations -----------------------------------------------------------------------------
     def interrupt(self) -> int:

@@ -72,7 +72,7 @@ spec:
       type: Literal
       literal:
         value: e2e-passphrase
-  workspaceTemplate:
+{env}  workspaceTemplate:
     spec:
       podTemplate:
         spec:
@@ -125,8 +125,13 @@ def program(name: str, hang: int | None = None) -> str:
     return PROGRAM.format(name=name, extra=HANG.format(name=name, seconds=hang) if hang else "")
 
 
-def stack(name: str, source: str) -> str:
-    return STACK.format(name=name, source=source)
+def stack(name: str, source: str, env: dict[str, str] | None = None) -> str:
+    """The Stack (with its state claim) for ``source``; ``env``: more variables for its workspace pod."""
+    more = "".join(
+        f"    {key}:\n      type: Literal\n      literal:\n        value: {json.dumps(value)}\n"
+        for key, value in (env or {}).items()
+    )
+    return STACK.format(name=name, source=source, env=more)
 
 
 def ready(k: Kube, name: str, within: float = 600) -> dict[str, Any]:

@@ -117,9 +117,8 @@ sources_key="$(basename "$(dirname "$SOURCES_DIR")")"
 runtimes_key="$(basename "$(dirname "$RUNTIMES_DIR")")"
 ws_hash="$(inputs_hash "$base_hash $engine_key $sources_key $runtimes_key" images/workspace hack/versions.env \
     hack/build-pulumi.sh hack/build-sources.sh hack/build-runtimes.sh hack/gomod.sh)"
-if ! up_to_date pko-workspace "$ws_hash"; then
-    echo "build-images: building pko-workspace:dev (images/workspace/Dockerfile, engine $engine_key, $sources_key, $runtimes_key)" >&2
-    engine_image="localhost/pko-pulumi-engine:$engine_key-${sources_key##*-}-${runtimes_key##*-}"
+engine_image="localhost/pko-pulumi-engine:$engine_key-${sources_key##*-}-${runtimes_key##*-}"
+workspace_bud() {  # TARGET-ARGS... : buildah bud of images/workspace/Dockerfile on the host-built engine
     if ! bah inspect --type image "$engine_image" >/dev/null 2>&1; then
         ctr="$(bah from --quiet scratch)"
         bah copy --quiet "$ctr" "$ENGINE_DIR" /engine >/dev/null
@@ -130,8 +129,20 @@ if ! up_to_date pko-workspace "$ws_hash"; then
     bah bud --quiet --isolation chroot --layers=false --build-arg "PYTHON_IMAGE=$BASE_IMAGE" \
         --build-arg "ENGINE_IMAGE=$engine_image" "${RUN_MOUNTS[@]}" \
         --ignorefile "$REPO/images/workspace/Dockerfile.dockerignore" \
-        -f "$REPO/images/workspace/Dockerfile" -t docker.io/library/pko-workspace:dev "$REPO" >&2
+        -f "$REPO/images/workspace/Dockerfile" "$@" "$REPO" >&2
+}
+if ! up_to_date pko-workspace "$ws_hash"; then
+    echo "build-images: building pko-workspace:dev (images/workspace/Dockerfile, engine $engine_key, $sources_key, $runtimes_key)" >&2
+    workspace_bud -t docker.io/library/pko-workspace:dev
     export_archive docker.io/library/pko-workspace:dev pko-workspace "$ws_hash"
+fi
+# On request (PKO_WORKSPACE_CORE_OUT=DIR), the core image too: YAML and Python only (`--target core`), for
+# hack/bench/languages.py; in a directory of its own, so no node imports it unasked.
+if [ -n "${PKO_WORKSPACE_CORE_OUT:-}" ] && ! OUT="$PKO_WORKSPACE_CORE_OUT" up_to_date pko-workspace-core "$ws_hash"; then
+    echo "build-images: building pko-workspace-core:dev (images/workspace/Dockerfile --target core)" >&2
+    mkdir -p "$PKO_WORKSPACE_CORE_OUT"
+    workspace_bud --target core -t docker.io/library/pko-workspace-core:dev
+    OUT="$PKO_WORKSPACE_CORE_OUT" export_archive docker.io/library/pko-workspace-core:dev pko-workspace-core "$ws_hash"
 fi
 rm -f "$OUT/pko-workspace-standin.oci.tar" "$OUT/pko-workspace-standin.hash"  # the retired stand-in image
 

@@ -5,7 +5,7 @@
 #                 NPM_VERSION (npm registry `npm`), laid out as an official Node.js tarball: bin/node,
 #                 bin/npm, bin/npx, lib/node_modules/npm
 #   node_modules/ the SDK packages every TypeScript/JavaScript program can import without installing them
-#                 (the image's NODE_PATH): images/workspace/nodejs/package-lock.json, installed by `npm ci`
+#                 (the image's /node_modules): images/workspace/nodejs/package-lock.json, by `npm ci`
 #                 with that Node.js and npm, install scripts off (@pulumi/kubernetes' would download its
 #                 provider; the image installs providers itself)
 #   go/           the Go toolchain GO_TOOLCHAIN_VERSION (a GOROOT), from the Go module proxy's
