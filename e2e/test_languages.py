@@ -14,8 +14,6 @@ not install itself (@pulumi/pulumi, the providers' SDKs, TypeScript) the image h
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +22,7 @@ from typing import Any
 import pytest
 from dulwich.repo import Repo
 from gitserver import git_commit, serve_git
-from goproxy import serve_module_cache
+from goproxy import go_sum, serve_module_cache
 from npmregistry import Registry, lockfile_subset, make_package, serve_registry
 
 from .conftest import Kube
@@ -187,23 +185,6 @@ def _json(doc: Any) -> bytes:
     return (json.dumps(doc, indent=2) + "\n").encode()
 
 
-def _go_sum(go_mod: str, main_go: str, workdir: Path) -> bytes:
-    """go.sum for the program, from the pko module cache alone (no proxy): the lockfile a user commits."""
-    workdir.mkdir(parents=True)
-    (workdir / "go.mod").write_text(go_mod)
-    (workdir / "main.go").write_text(main_go)
-    env = {
-        **os.environ,
-        "GOMODCACHE": str(cache_dir() / "go" / "mod"),
-        "GOFLAGS": "-mod=mod",
-        "GOPROXY": "off",
-        "GOSUMDB": "off",
-        "GOTOOLCHAIN": "local",
-    }
-    subprocess.run(["go", "mod", "tidy", "-compat=1.18"], cwd=workdir, env=env, check=True)
-    return (workdir / "go.sum").read_bytes()
-
-
 @pytest.fixture
 def sources(tmp_path: Path) -> Iterator[dict[str, str]]:
     """The programs' git repository, npm registry and Go module proxy, on the node's address."""
@@ -239,7 +220,9 @@ def sources(tmp_path: Path) -> Iterator[dict[str, str]]:
         "golang/Pulumi.yaml": _project("golang", "go"),
         "golang/main.go": main_go.encode(),
         "golang/go.mod": go_mod.encode(),
-        "golang/go.sum": _go_sum(go_mod, main_go, tmp_path / "golang"),
+        "golang/go.sum": go_sum(
+            tmp_path / "golang", {"go.mod": go_mod, "main.go": main_go}, cache_dir() / "go" / "mod"
+        ),
         # Bad input.
         "typeerror/Pulumi.yaml": _project("typeerror", "nodejs"),
         "typeerror/index.ts": TYPE_ERROR_TS.encode(),

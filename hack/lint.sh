@@ -14,6 +14,6 @@ mkdir "$FARM/pko"
 for f in "$REPO"/pko/*; do ln -s "$f" "$FARM/pko/$(basename "$f")"; done
 ln -s "$REPO/api" "$FARM/pko/api"
 ln -s "$REPO/agent" "$FARM/pko/agent"
-( cd "$FARM" && "$BIN/mypy" --config-file "$REPO/pyproject.toml" --cache-dir "$REPO/.mypy_cache" -p pko ) \
+( cd "$FARM" && "$BIN/mypy" --config-file "$REPO/pyproject.toml" --cache-dir "${PKO_MYPY_CACHE:-$REPO/.mypy_cache}" -p pko ) \
   | sed "s#^pko/api/#api/#; s#^pko/agent/#agent/#"
 test "${PIPESTATUS[0]}" -eq 0

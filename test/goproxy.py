@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import mimetypes
+import os
+import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from gitserver import serve_wsgi
 
-__all__ = ["serve_module_cache"]
+__all__ = ["go_sum", "serve_module_cache"]
 
 
 def _files(root: Path) -> Callable[..., Iterable[bytes]]:
@@ -37,3 +39,16 @@ def serve_module_cache(download_dir: Path, host: str = "127.0.0.1") -> Iterator[
     """``download_dir`` (a module cache's ``cache/download``) served as a GOPROXY on ``host``: its URL."""
     with serve_wsgi(_files(download_dir), host) as url:
         yield url
+
+
+def go_sum(workdir: Path, files: dict[str, str], module_cache: Path) -> bytes:
+    """The go.sum (the lockfile a user commits) of the Go program ``files`` (go.mod, main.go, ...),
+    written into ``workdir`` and resolved from ``module_cache`` alone, with no proxy: what
+    ``pulumi install`` (``go mod tidy -compat=1.18``) will ask the served cache for."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (workdir / name).write_text(text)
+    env = {**os.environ, "GOMODCACHE": str(module_cache), "GOFLAGS": "-mod=mod", "GOPROXY": "off",
+           "GOSUMDB": "off", "GOTOOLCHAIN": "local"}  # fmt: skip
+    subprocess.run(["go", "mod", "tidy", "-compat=1.18"], cwd=workdir, env=env, check=True)
+    return (workdir / "go.sum").read_bytes()
