@@ -4,6 +4,9 @@
 #   pulumi-resource-random   pulumi-random  provider/ ./cmd/pulumi-resource-random  (PULUMI_RANDOM_*)
 #   pulumi-resource-command  pulumi-command provider/ ./cmd/pulumi-resource-command (PULUMI_COMMAND_*)
 #   pulumi-language-nodejs, pulumi-language-go   pulumi/pulumi's nested host modules (PULUMI_LANGUAGE_HOSTS_*)
+# and fetches, verified the same way, the pinned sources other scripts build (not part of this build, its
+# cache key or its outputs):
+#   operator   the Go Pulumi Kubernetes Operator (PULUMI_KUBERNETES_OPERATOR_*), built by hack/build-peer.sh
 #
 # Where the source comes from: an archive in $PKO_SOURCES (default: ../shared/sources beside the repo,
 # when that directory exists), named after the repository and the pinned ref (pulumi-random-v<version>.tar.gz,
@@ -29,6 +32,10 @@
 #            plugins/   a $PULUMI_HOME/plugins tree: resource-random-v<version>, resource-command-v<version>
 #        hack/build-sources.sh verify   check every archive present in the sources directory against its
 #                                       pin, build nothing (exit 1 naming the archive on a mismatch)
+#        hack/build-sources.sh get ID DEST
+#                                       the pinned source ID (random, ..., hosts, operator) at DEST, which
+#                                       is replaced: the repository's root, from the verified archive or a
+#                                       verified clone; builds nothing
 if [ -z "${BASH_VERSION:-}" ]; then echo "hack/build-sources.sh: needs bash" >&2; exit 2; fi
 set -euo pipefail
 
@@ -42,8 +49,10 @@ if [ -z "$SOURCES" ] && [ -d "$REPO/../shared/sources" ]; then SOURCES="$(cd "$R
 log() { echo "build-sources: $(date +%T) $*" >&2; }
 die() { echo "build-sources: $*" >&2; exit 1; }
 
-# The pinned sources, by id.
+# The pinned sources, by id: SOURCE_IDS are those this script builds (its cache key digests their pins);
+# OTHER_IDS are fetched for other scripts (`get`) and checked by `verify`.
 SOURCE_IDS="random random-yaml random-dotnet command hosts"
+OTHER_IDS="operator"
 # source_pin ID: sets ARCHIVE, REPOSITORY, REF, COMMIT, SHA256, PIN (the versions.env prefix).
 source_pin() {
     case "$1" in
@@ -52,6 +61,7 @@ source_pin() {
         random-dotnet) PIN=PULUMI_RANDOM_DOTNET; REF="$PULUMI_RANDOM_DOTNET_COMMIT"; ARCHIVE="pulumi-dotnet-${REF:0:12}.tar.gz" ;;
         command)       PIN=PULUMI_COMMAND; REF="v$PULUMI_COMMAND_VERSION"; ARCHIVE="pulumi-command-$REF.tar.gz" ;;
         hosts)         PIN=PULUMI_LANGUAGE_HOSTS; REF="v$PULUMI_LANGUAGE_HOSTS_VERSION"; ARCHIVE="pulumi-$REF-language-hosts.tar.gz" ;;
+        operator)      PIN=PULUMI_KUBERNETES_OPERATOR; REF="v$PULUMI_KUBERNETES_OPERATOR_VERSION"; ARCHIVE="pulumi-kubernetes-operator-$REF.tar.gz" ;;
         *) die "no source named $1" ;;
     esac
     local repository="${PIN}_REPOSITORY" commit="${PIN}_COMMIT" sha="${PIN}_SHA256"
@@ -95,7 +105,7 @@ source_get() {
 verify_all() {
     [ -n "$SOURCES" ] && [ -d "$SOURCES" ] || die "no sources directory (PKO_SOURCES, or ../shared/sources beside the repo)"
     local id
-    for id in $SOURCE_IDS; do
+    for id in $SOURCE_IDS $OTHER_IDS; do
         source_pin "$id"
         if [ -f "$SOURCES/$ARCHIVE" ]; then
             sources_verify "$SOURCES/$ARCHIVE" "$SHA256" "$PIN"
@@ -106,8 +116,17 @@ verify_all() {
     done
 }
 
-if [ "${1:-}" = "verify" ]; then verify_all; exit 0; fi
-[ $# -eq 0 ] || die "usage: hack/build-sources.sh [verify]"
+USAGE="usage: hack/build-sources.sh [verify | get ID DEST]"
+case "${1:-}" in
+    verify) [ $# -eq 1 ] || die "$USAGE"; verify_all; exit 0 ;;
+    get)
+        [ $# -eq 3 ] && [ -n "$3" ] || die "$USAGE"
+        source_pin "$2"  # an unknown ID fails here, before DEST is touched
+        source_get "$2" "$3"
+        exit 0
+        ;;
+esac
+[ $# -eq 0 ] || die "$USAGE"
 
 # The cache key: the versions, and a digest of every pin (a new commit or archive means a new build).
 pins="$(for id in $SOURCE_IDS; do source_pin "$id"; echo "$id $REF $COMMIT $SHA256"; done)"

@@ -1,6 +1,6 @@
-"""The source archives hack/build-sources.sh builds from agree with their pins in hack/versions.env, and
-an archive that does not is refused before anything is built (`hack/build-sources.sh verify` builds
-nothing and reads no network)."""
+"""The source archives hack/build-sources.sh builds from (and fetches for hack/build-peer.sh) agree with
+their pins in hack/versions.env, and an archive that does not is refused before anything is built
+(`hack/build-sources.sh verify` builds nothing and reads no network; `get` only extracts)."""
 
 from __future__ import annotations
 
@@ -33,15 +33,21 @@ def _archives() -> dict[str, tuple[str, str, str]]:
         "PULUMI_RANDOM_DOTNET": f"pulumi-dotnet-{v['PULUMI_RANDOM_DOTNET_COMMIT'][:12]}.tar.gz",
         "PULUMI_COMMAND": f"pulumi-command-v{v['PULUMI_COMMAND_VERSION']}.tar.gz",
         "PULUMI_LANGUAGE_HOSTS": f"pulumi-v{v['PULUMI_LANGUAGE_HOSTS_VERSION']}-language-hosts.tar.gz",
+        # Fetched for hack/build-peer.sh (`get operator`), not built by build-sources.sh.
+        "PULUMI_KUBERNETES_OPERATOR": (
+            f"pulumi-kubernetes-operator-v{v['PULUMI_KUBERNETES_OPERATOR_VERSION']}.tar.gz"
+        ),
     }
     return {name: (pin, v[f"{pin}_COMMIT"], v[f"{pin}_SHA256"]) for pin, name in names.items()}
 
 
-def _verify(sources: Path) -> subprocess.CompletedProcess[str]:
+def _run(sources: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PKO_SOURCES": str(sources)}
-    return subprocess.run(
-        ["bash", str(SCRIPT), "verify"], env=env, capture_output=True, text=True, timeout=60
-    )
+    return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def _verify(sources: Path) -> subprocess.CompletedProcess[str]:
+    return _run(sources, "verify")
 
 
 def test_every_pin_is_complete() -> None:
@@ -95,6 +101,54 @@ def test_the_shared_archives_match_the_pins() -> None:
             for line in manifest.read_text().splitlines()
             if not line.startswith("#") and len(cols := line.split("\t")) >= 6
         }
+        v = versions()
         for name in present:
-            _pin, commit, sha = _archives()[name]
+            pin, commit, sha = _archives()[name]
             assert rows[name][3] == commit and rows[name][5] == sha, name
+            assert f"https://{rows[name][1]}" == v[f"{pin}_REPOSITORY"], name
+
+
+def _operator_archive() -> tuple[str, str]:
+    name = next(n for n, (pin, _c, _s) in _archives().items() if pin == "PULUMI_KUBERNETES_OPERATOR")
+    return name, versions()["PULUMI_KUBERNETES_OPERATOR_SHA256"]
+
+
+def test_get_refuses_an_unknown_source_without_touching_dest(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "keep").write_text("mine")
+    result = _run(tmp_path, "get", "no-such-source", str(dest))
+    assert result.returncode == 1, result
+    assert "no source named no-such-source" in result.stderr
+    assert (dest / "keep").read_text() == "mine"
+
+
+def test_get_refuses_a_tampered_operator_archive(tmp_path: Path) -> None:
+    name, sha = _operator_archive()
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    (sources / name).write_bytes(b"not the pinned archive")
+    result = _run(sources, "get", "operator", str(tmp_path / "src"))
+    assert result.returncode == 1, result
+    assert f"PULUMI_KUBERNETES_OPERATOR_SHA256={sha}" in result.stderr
+    assert not (tmp_path / "src" / "go.mod").exists()
+
+
+def test_get_extracts_the_operator_source_hack_build_peer_builds(tmp_path: Path) -> None:
+    """The paths hack/build-peer.sh builds, stamps and copies are in the pinned archive."""
+    name, _sha = _operator_archive()
+    shared = _shared_sources()
+    if shared is None or not (shared / name).is_file():
+        pytest.skip(f"no {name} here: the build clones the pinned tag")
+    dest = tmp_path / "src"
+    result = _run(shared, "get", "operator", str(dest))
+    assert result.returncode == 0, result.stderr
+    assert f"{name} (sha256 verified)" in result.stderr
+    assert result.stdout == ""
+    assert "module github.com/pulumi/pulumi-kubernetes-operator/v2\n" in (dest / "go.mod").read_text()
+    for path in ("operator/cmd/main.go", "agent/main.go"):
+        assert (dest / path).is_file(), path
+    for pkg in ("operator/version", "agent/version"):
+        assert "\nvar Version string" in (dest / pkg / "version.go").read_text(), pkg
+    for path in ("crd/kustomization.yaml", "rbac/kustomization.yaml", "manager/manager.yaml"):
+        assert (dest / "operator/config" / path).is_file(), path
