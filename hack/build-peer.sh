@@ -21,6 +21,14 @@
 #     config/                  the operator's kustomize tree as upstream ships it (operator/config: crd/,
 #                              rbac/, manager/, default/, ...), to install it from its own manifests (its
 #                              Stack CRD is about 1.5 MB: server-side apply only)
+#     pulumi-kubernetes-operator.oci.tar
+#                              its image, shaped like upstream's (Dockerfile: /manager, /agent and tini on
+#                              distroless static:debug-nonroot, ENTRYPOINT tini, CMD /manager, uid 65532):
+#                              here from scratch with Debian's tini-static and busybox-static with its
+#                              applets (the workspace pods' `bootstrap` init container runs
+#                              `cp /agent /tini /share/` in it, the `fetch` ones `sh -c`), named docker.io/pulumi/pulumi-kubernetes-operator:v<version>, the
+#                              agent image the manager asks for by default; a node imports it with
+#                              `ctr images import` (built with buildah, vfs storage, nothing kept)
 if [ -z "${BASH_VERSION:-}" ]; then echo "hack/build-peer.sh: needs bash" >&2; exit 2; fi
 set -euo pipefail
 
@@ -38,12 +46,14 @@ VERSION="v$PULUMI_KUBERNETES_OPERATOR_VERSION"
 # The cache key: the version, and a digest of the pins and of this recipe's revision (bump v1 when the way
 # it builds changes).
 pins="operator $VERSION $PULUMI_KUBERNETES_OPERATOR_REPOSITORY $PULUMI_KUBERNETES_OPERATOR_COMMIT $PULUMI_KUBERNETES_OPERATOR_SHA256"
-KEY="peer-operator-${PULUMI_KUBERNETES_OPERATOR_VERSION}-$(sha256sum <<<"$pins v1" | cut -c1-10)"
+KEY="peer-operator-${PULUMI_KUBERNETES_OPERATOR_VERSION}-$(sha256sum <<<"$pins v4" | cut -c1-10)"
 OUT="$CACHE_ROOT/$KEY"
 DIST="$OUT/dist"
 
+IMAGE="docker.io/pulumi/pulumi-kubernetes-operator:$VERSION"
 have_all() {
-    [ -x "$DIST/bin/manager" ] && [ -x "$DIST/bin/agent" ] && [ -f "$DIST/config/crd/kustomization.yaml" ]
+    [ -x "$DIST/bin/manager" ] && [ -x "$DIST/bin/agent" ] && [ -f "$DIST/config/crd/kustomization.yaml" ] \
+        && [ -f "$DIST/pulumi-kubernetes-operator.oci.tar" ]
 }
 if have_all; then echo "$DIST"; exit 0; fi
 
@@ -93,6 +103,31 @@ took
 
 step "config (operator/config)"
 cp -R "$WORK/operator/config" "$NEW/config"
+took
+
+step "image $IMAGE"
+for need in buildah /usr/bin/tini-static /bin/busybox; do
+    command -v "$need" >/dev/null || [ -x "$need" ] \
+        || die "$need is missing (Debian packages buildah, tini, busybox-static; hack/build-images.sh installs them)"
+done
+ROOTFS="$OUT/rootfs"
+rm -rf "$ROOTFS" "$OUT/buildah"
+install -D -m 0755 "$NEW/bin/manager" "$ROOTFS/manager"
+install -D -m 0755 "$NEW/bin/agent" "$ROOTFS/agent"
+install -D -m 0755 /usr/bin/tini-static "$ROOTFS/tini"
+install -D -m 0755 /bin/busybox "$ROOTFS/bin/busybox"
+# Every busybox applet, as distroless:debug has them: the bootstrap container runs `cp`, the fetch
+# containers `sh -c '... && ln -s ...'`.
+for applet in $(/bin/busybox --list); do [ "$applet" = busybox ] || ln -s busybox "$ROOTFS/bin/$applet"; done
+install -d -m 1777 "$ROOTFS/tmp"
+mkdir -p "$OUT/buildah/tmp"
+bah() { TMPDIR="$OUT/buildah/tmp" buildah --storage-driver vfs --root "$OUT/buildah/root" --runroot "$OUT/buildah/run" "$@"; }
+ctr="$(bah from --quiet scratch)"
+bah copy --quiet "$ctr" "$ROOTFS/" / >/dev/null
+bah config --entrypoint '["/tini", "--"]' --cmd '["/manager"]' --env PATH=/bin --user 65532:65532 "$ctr"
+bah commit --quiet "$ctr" "$IMAGE" >/dev/null
+bah push --quiet "$IMAGE" "oci-archive:$NEW/pulumi-kubernetes-operator.oci.tar:$IMAGE"
+rm -rf "$ROOTFS" "$OUT/buildah"
 took
 
 rm -rf "$DIST" "$WORK"

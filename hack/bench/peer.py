@@ -1,0 +1,344 @@
+"""pko beside the Go Pulumi Kubernetes Operator (v2.9.0, hack/build-peer.sh) on the local node, one
+operator installed at a time from its own manifests, alternating in one run, the same Stack for both.
+
+    hack/up.sh                                  # the node (this script removes the sample and pko first)
+    .venv/bin/python hack/bench/peer.py          # 1 round: Go operator, then pko; 2 updates, 2 pod restarts
+    .venv/bin/python hack/bench/peer.py --rounds 2
+
+Both operators serve the same CRD groups, so each is installed (`kubectl apply --server-side -k`: the Go
+operator's `config/quickstart`, pko's `config/local`), measured and removed with its CRDs before the
+other; pko is left installed at the end (without the sample). Both run the same workspace image
+(`pko-workspace:dev`: the same CLI, hosts and providers), their own agents, in a namespace of the
+bench's own (not under the `restricted` profile: the Go operator's workspace pods do not declare what
+it requires), with a ServiceAccount bound to `system:auth-delegator` and allowed ConfigMaps.
+
+The Stack: a Program (Pulumi YAML) creating one ConfigMap from a config value, state on a claim.
+Rows, from the same run (median of each operator's rounds):
+1. Program Stack applied -> Ready (the first deploy, workspace pod included);
+2. a config change -> Ready, beside the bare `pulumi up` the engine takes in the same pod for the same
+   kind of change (`pulumi config set` + `pulumi up --yes --skip-preview`, run by this script through
+   `kubectl exec` after the operator's update): the operator's overhead per update;
+3. workspace pod deleted -> Workspace Ready again (their agent vs ours).
+Rows 3 to 6 of issue 26 (50 Stacks at once, 1,000 and 10,000 idle Stacks, an operator pod deleted
+mid-update) are not measured yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from common import REPO
+from node import KUBECONFIG, until
+from run import exit_on_sigterm, log
+
+sys.path[:0] = [str(REPO / "hack")]
+from localnode import import_images  # noqa: E402
+
+NS = "bench-peer"
+NAME = "peer"
+OPERATOR_NS = "pulumi-kubernetes-operator"
+
+SETUP = """\
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: {ns}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: pulumi
+  namespace: {ns}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {ns}:pulumi:system:auth-delegator
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:auth-delegator
+subjects:
+  - kind: ServiceAccount
+    name: pulumi
+    namespace: {ns}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: pulumi-configmaps
+  namespace: {ns}
+rules:
+  - apiGroups: [""]
+    resources: [configmaps]
+    verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: pulumi-configmaps
+  namespace: {ns}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: pulumi-configmaps
+subjects:
+  - kind: ServiceAccount
+    name: pulumi
+"""
+
+STACK = """\
+apiVersion: pulumi.com/v1
+kind: Program
+metadata:
+  name: {name}
+program:
+  configuration:
+    greeting:
+      type: String
+  resources:
+    settings:
+      type: kubernetes:core/v1:ConfigMap
+      properties:
+        metadata:
+          name: {name}-settings
+        data:
+          greeting: ${{greeting}}
+  outputs:
+    greeting: ${{settings.data.greeting}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: {name}-state
+spec:
+  accessModes: [ReadWriteOnce]
+  resources:
+    requests:
+      storage: 1Gi
+---
+apiVersion: pulumi.com/v1
+kind: Stack
+metadata:
+  name: {name}
+spec:
+  serviceAccountName: pulumi
+  stack: dev
+  programRef:
+    name: {name}
+  backend: file:///state
+  destroyOnFinalize: true
+  config:
+    greeting: hello
+  envRefs:
+    PULUMI_CONFIG_PASSPHRASE: {{type: Literal, literal: {{value: bench}}}}
+  workspaceTemplate:
+    spec:
+      image: pko-workspace:dev
+      imagePullPolicy: IfNotPresent
+      podTemplate:
+        spec:
+          containers:
+            - name: pulumi
+              volumeMounts: [{{name: state, mountPath: /state}}]
+          volumes:
+            - name: state
+              persistentVolumeClaim: {{claimName: {name}-state}}
+"""
+
+
+def kubectl(*args: str, input: str | None = None, check: bool = True, timeout: float = 600) -> str:
+    done = subprocess.run(
+        ["kubectl", f"--kubeconfig={KUBECONFIG}", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check and done.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def get(kind: str, name: str, ns: str = NS) -> dict[str, Any] | None:
+    out = kubectl("-n", ns, "get", kind, name, "-o", "json", check=False)
+    return json.loads(out) if out else None
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    return next(
+        (c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c.get("type") == type_), {}
+    )
+
+
+class Operator:
+    """One operator's install and removal, from its own manifests."""
+
+    def __init__(self, label: str, kustomization: Path, images: list[Path]) -> None:
+        self.label, self.kustomization, self.images = label, kustomization, images
+
+    def install(self) -> None:
+        import_images(self.images)
+        kubectl("apply", "--server-side", "--force-conflicts", "-k", str(self.kustomization), timeout=300)
+        kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/controller-manager", "--timeout=300s")
+
+    def remove(self) -> None:
+        """Stacks first, while the operator runs their finalizers (a failed run may leave one); a Stack
+        still there after that is released by hand, so the CRDs can go."""
+        kubectl("-n", NS, "delete", "stacks", "--all", "--timeout=300s", check=False, timeout=320)
+        for name in kubectl("-n", NS, "get", "stacks", "-o", "name", check=False).split():
+            kubectl(
+                "-n", NS, "patch", name, "--type=merge", "-p", '{"metadata":{"finalizers":[]}}', check=False
+            )
+        kubectl("delete", "--ignore-not-found", "--wait=true", "-k", str(self.kustomization), timeout=600)
+
+
+async def wait(what: str, check: Any, within: float = 600) -> Any:
+    async def probe() -> Any:
+        return check()
+
+    return await until(probe, within, what)
+
+
+def ready_at(generation: int | None) -> dict[str, Any] | None:
+    """The Stack, once Ready with its last update at ``generation`` (None: whatever its generation is now;
+    the Go operator writes defaults into a new Stack's spec, so its first generation is 2)."""
+    stack = get("stack", NAME)
+    if stack is None:
+        return None
+    last = (stack.get("status") or {}).get("lastUpdate") or {}
+    want = stack["metadata"]["generation"] if generation is None else generation
+    if condition(stack, "Ready").get("status") == "True" and last.get("generation") == want:
+        return stack
+    return None
+
+
+def bare_up(greeting: str) -> float:
+    """The engine alone, in the workspace pod: the same config change and `pulumi up` the agent runs."""
+    script = (
+        "export PULUMI_BACKEND_URL=${PULUMI_BACKEND_URL:-file:///state}; "
+        f"cd /share/workspace && pulumi config set greeting '{greeting}' -s dev >/dev/null "
+        "&& start=$(date +%s.%N) && pulumi up --yes --skip-preview -s dev >/dev/null "
+        '&& end=$(date +%s.%N) && echo "$start $end"'
+    )
+    out = kubectl(
+        "-n", NS, "exec", f"{NAME}-workspace-0", "-c", "pulumi", "--", "sh", "-c", script, timeout=600
+    )
+    start, end = (float(x) for x in out.split())
+    return end - start
+
+
+async def measure(op: Operator, updates: int, restarts: int) -> dict[str, list[float]]:
+    rows: dict[str, list[float]] = {"first": [], "update": [], "bare": [], "restart": []}
+    t0 = time.time()
+    kubectl("-n", NS, "apply", "-f", "-", input=STACK.format(name=NAME))
+    await wait("the first deploy", lambda: ready_at(None), 900)
+    rows["first"].append(time.time() - t0)
+    for i in range(updates):
+        t0 = time.time()
+        change = json.dumps({"spec": {"config": {"greeting": f"{op.label} {i}"}}})
+        patched = json.loads(
+            kubectl("-n", NS, "patch", "stack", NAME, "--type=merge", "-o", "json", "-p", change)
+        )
+        await wait(f"update {i}", lambda g=int(patched["metadata"]["generation"]): ready_at(g))  # type: ignore[misc]
+        rows["update"].append(time.time() - t0)
+        rows["bare"].append(bare_up(f"bare {op.label} {i}"))
+    for _ in range(restarts):
+        old = (get("pod", f"{NAME}-workspace-0") or {})["metadata"]["uid"]
+        kubectl("-n", NS, "delete", "pod", f"{NAME}-workspace-0", "--wait=false")
+
+        def replaced(old: str = old) -> bool:
+            return (get("pod", f"{NAME}-workspace-0") or {}).get("metadata", {}).get("uid") not in (None, old)
+
+        await wait("the replacement pod", replaced)
+        t0 = time.time()
+
+        def ready_again() -> bool:
+            cond = condition(get("workspace", NAME), "Ready")
+            pod = get("pod", f"{NAME}-workspace-0") or {}
+            running = all(c.get("ready") for c in (pod.get("status") or {}).get("containerStatuses") or [{}])
+            return cond.get("status") == "True" and running
+
+        await wait("the Workspace Ready again", ready_again, 300)
+        rows["restart"].append(time.time() - t0)
+    kubectl("-n", NS, "delete", "stack", NAME, "--wait=false")
+    await wait("the Stack deleted", lambda: get("stack", NAME) is None, 600)
+    kubectl("-n", NS, "delete", "program", NAME, "pvc", f"{NAME}-state", "--ignore-not-found", check=False)
+    kubectl("-n", NS, "delete", "pvc", f"{NAME}-state", "--ignore-not-found", "--wait=false", check=False)
+    log(f"  {op.label}: " + ", ".join(f"{k} {[round(v, 1) for v in vs]}" for k, vs in rows.items()))
+    return rows
+
+
+async def bench(args: argparse.Namespace, peer_dist: Path) -> None:
+    go = Operator(
+        "go", peer_dist / "config" / "quickstart", [peer_dist / "pulumi-kubernetes-operator.oci.tar"]
+    )
+    pko = Operator("pko", REPO / "config" / "local", [])
+    log("removing the sample and pko (the bench installs each operator in turn)")
+    # The Stack first (its destroy needs the sample's RBAC), then the rest of the sample.
+    kubectl("-n", "default", "delete", "stack", "hello", "--ignore-not-found", timeout=600)
+    kubectl("delete", "--ignore-not-found", "-k", str(REPO / "config" / "samples"), check=False, timeout=600)
+    pko.remove()
+    kubectl("apply", "-f", "-", input=SETUP.format(ns=NS))
+    results: dict[str, dict[str, list[float]]] = {"go": {}, "pko": {}}
+    try:
+        for r in range(args.rounds):
+            for op in (go, pko):
+                log(f"round {r + 1}: {op.label}")
+                op.install()
+                try:
+                    rows = await measure(op, args.updates, args.restarts)
+                finally:
+                    op.remove()
+                for key, values in rows.items():
+                    results[op.label].setdefault(key, []).extend(values)
+    finally:
+        pko.install()
+
+    def med(label: str, key: str) -> float:
+        return statistics.median(results[label][key])
+
+    print(f"# pko beside the Go operator v2.9.0, local node ({args.rounds} round(s); medians, seconds)\n")
+    print("| figure | Go operator | pko | pko / Go |")
+    print("|---|---:|---:|---:|")
+    for key, label in (
+        ("first", "Program Stack applied -> Ready (first deploy, workspace pod included)"),
+        ("update", "config change -> Ready"),
+        ("bare", "the bare `pulumi up` for such a change, same pod"),
+        ("restart", "workspace pod deleted -> Workspace Ready again"),
+    ):
+        g, p = med("go", key), med("pko", key)
+        print(f"| {label} | {g:.1f} | {p:.1f} | {p / g:.2f} |")
+    g = med("go", "update") - med("go", "bare")
+    p = med("pko", "update") - med("pko", "bare")
+    print(f"| operator overhead per update (config change -> Ready minus the bare up) | {g:.1f} | {p:.1f} | "
+          f"{p / g if g else float('nan'):.2f} |")  # fmt: skip
+
+
+def main() -> int:
+    exit_on_sigterm()
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=1, help="install/measure/remove rounds per operator")
+    p.add_argument("--updates", type=int, default=2, help="config changes per round")
+    p.add_argument("--restarts", type=int, default=2, help="workspace pod deletions per round")
+    args = p.parse_args()
+    if not KUBECONFIG.exists():
+        print("bench: no local node; run hack/up.sh first", file=sys.stderr)
+        return 2
+    built = subprocess.run(
+        ["bash", str(REPO / "hack" / "build-peer.sh")], check=True, capture_output=True, text=True
+    )
+    asyncio.run(bench(args, Path(built.stdout.strip().splitlines()[-1])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
