@@ -146,4 +146,11 @@ if [ -n "${PKO_WORKSPACE_CORE_OUT:-}" ] && ! OUT="$PKO_WORKSPACE_CORE_OUT" up_to
 fi
 rm -f "$OUT/pko-workspace-standin.oci.tar" "$OUT/pko-workspace-standin.hash"  # the retired stand-in image
 
+# vfs storage keeps a whole copy of every image: drop what no build uses any more (the images a rebuild
+# replaced, engine images of other pins), or the disk fills and a node on it evicts its own images.
+for old in $(bah images --format '{{.Name}}:{{.Tag}}' 2>/dev/null | grep '^localhost/pko-pulumi-engine:' || true); do
+    [ "$old" = "$engine_image" ] || bah rmi --force "$old" >/dev/null 2>&1 || true
+done
+bah rmi --prune >/dev/null 2>&1 || true
+
 ls -1 "$OUT"/pko.oci.tar "$OUT"/pko-agent.oci.tar "$OUT"/pko-workspace.oci.tar
