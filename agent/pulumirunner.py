@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from pko.agent import failures, stackconfig
+from pko.agent import failures, pythondeps, stackconfig
 from pko.agent.engineevents import engine_event_to_json
 from pko.agent.errors import redact_url
 from pko.agent.operations import EventSink, OperationRequest, operation_type
@@ -302,7 +303,13 @@ class PulumiRunner:
         self._command = command
         self._stack: auto.Stack | None = None
         self._select_lock = threading.Lock()
-        self.project_info = _project_info(workspace.project_settings())
+        project = workspace.project_settings()
+        self.project_info = _project_info(project)
+        # A pip project's packages are the agent's to install, and its virtualenv active (pythondeps).
+        self._python = pythondeps.python_setup(project, Path(workspace.work_dir))
+        if self._python is not None:
+            active = pythondeps.activation(self._python, self._env_lookup("PATH") or os.defpath)
+            workspace.env_vars = {**workspace.env_vars, **active}
         # Locks taken on this host before now belong to dead processes (see failures.stale_own_lock).
         self._started = datetime.now(UTC)
 
@@ -450,19 +457,32 @@ class PulumiRunner:
         are never downloaded (PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION, as pko's workspace image
         does): `install` resolves a plugin that names no version against the network even when one is
         installed, so it would fail offline; the operation then finds the installed plugins, and names
-        a missing one in the engine's words."""
+        a missing one in the engine's words. A Python project on pip gets its packages from the agent
+        (pythondeps: the language host we run would put them where the program never looks)."""
 
         def on_output(line: str) -> None:
             log.info("pulumi install", line=line)
 
         no_plugins = _truthy(self._env_lookup("PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION"))
+        python = self._python
         try:
-            await asyncio.to_thread(self._ws.install, no_plugins=no_plugins, on_output=on_output)
+            if not (no_plugins and python is not None):
+                install = functools.partial(self._ws.install, no_plugins=no_plugins, on_output=on_output)
+                await asyncio.to_thread(install, no_dependencies=python is not None)
+            if python is not None:
+                env = {**os.environ, **self._ws.env_vars}
+                project = Path(self._ws.work_dir)
+                await asyncio.to_thread(pythondeps.install, python, project, env, on_output)
         except auto_errors.CommandError as exc:
-            text = "\n".join(_error_text(exc))
-            message = failures.install_message(text, self._language_runtimes())
-            failure = pb.Failure(reason="InstallationFailed", message=message, detail=failures.tail(text))
-            raise CommandFailed("install", failure) from None
+            raise self._install_failed("\n".join(_error_text(exc))) from None
+        except pythondeps.RequirementsFailed as exc:
+            raise self._install_failed(exc.text) from None
+
+    def _install_failed(self, text: str) -> CommandFailed:
+        message = failures.install_message(text, self._language_runtimes())
+        return CommandFailed(
+            "install", pb.Failure(reason="InstallationFailed", message=message, detail=failures.tail(text))
+        )
 
     def _language_runtimes(self) -> list[str]:
         """The runtimes the image's language hosts serve: ``pulumi-language-<runtime>`` on PATH."""

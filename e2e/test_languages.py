@@ -1,15 +1,18 @@
 """Programs in every language the workspace image runs, on the real node with the real engine: the seed
 walkthrough's TypeScript nginx (a Deployment and a Service through @pulumi/kubernetes) from git, as the
-seed's Stack is written; a JavaScript program; a Go program from git; and the bad input a user meets
-first (a TypeScript type error, a missing npm package, a runtime the image lacks, a misspelled one),
-each ending in a condition that says what to fix in the compiler's, npm's or the engine's own words.
+seed's Stack is written; a JavaScript program; a Go program from git; Python programs with their own
+requirements, with and without a virtualenv; and the bad input a user meets first (a TypeScript type
+error, a missing npm or pip package, a runtime the image lacks, a misspelled one), each ending in a
+condition that says what to fix in the compiler's, npm's, pip's or the engine's own words.
 
 Workspace pods reach no registry here, as in an air-gapped cluster: a program's own dependencies come
 from what the test serves on the node's address, as users serve theirs: an npm registry
 (test/npmregistry.py: the TypeScript program's lockfile from the npm cache the image build filled, and
-a package the test makes) and a Go module proxy (test/goproxy.py: the pko module cache, which
-hack/build-runtimes.sh filled with the modules a Go program on the pinned SDK needs). What a program does
-not install itself (@pulumi/pulumi, the providers' SDKs, TypeScript) the image has in /node_modules."""
+a package the test makes), a Go module proxy (test/goproxy.py: the pko module cache, which
+hack/build-runtimes.sh filled with the modules a Go program on the pinned SDK needs) and a Python package
+index (test/pypiindex.py: a wheel the test makes). What a program does not install itself
+(@pulumi/pulumi, the providers' SDKs, TypeScript) the image has in /node_modules; the Python SDK is in
+the image's Python, and a virtualenv gets it and pip's own tools from the image's wheelhouse."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from dulwich.repo import Repo
 from gitserver import git_commit, serve_git
 from goproxy import go_sum, serve_module_cache
 from npmregistry import Registry, lockfile_subset, make_package, serve_registry
+from pypiindex import Index, make_wheel, serve_index
 
 from .conftest import Kube
 from .test_walkthrough import NODE_IP, gone, ready, stack
@@ -169,6 +173,29 @@ func main() {
 }
 """
 
+# A Python program with a requirement of its own: the ConfigMap is registered by its type token.
+GREETER_PY = """\
+import pulumi
+from pko_e2e_greeting import greet
+
+greeting = greet("%(name)s")
+pulumi.CustomResource(
+    "kubernetes:core/v1:ConfigMap",
+    "greeting",
+    {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "%(name)s-greeting"},
+        "data": {"greeting": greeting},
+    },
+    pulumi.ResourceOptions(version="%(kubernetes)s"),
+)
+pulumi.export("greeting", greeting)
+"""
+
+GREETING_WHEEL = {"pko_e2e_greeting/__init__.py": 'def greet(who):\n    return "hello from " + who\n'}
+PY_REQUIREMENTS = b"pulumi>=3.0.0,<4.0.0\npko-e2e-greeting==1.0.0\n"
+
 TYPE_ERROR_TS = """\
 import * as pulumi from "@pulumi/pulumi";
 
@@ -202,6 +229,10 @@ def sources(tmp_path: Path) -> Iterator[dict[str, str]]:
     registry.add_lockfile(ts_lock, cache_dir() / "npm")
     registry.add_tarball(make_package("pko-e2e-greeting", "1.0.0", GREETING_PACKAGE))
 
+    index = Index()
+    index.add_wheel(make_wheel(tmp_path / "wheels", "pko-e2e-greeting", "1.0.0", GREETING_WHEEL))
+    python = {"kubernetes": v["PULUMI_KUBERNETES_VERSION"]}
+
     sdk = f"github.com/pulumi/pulumi/sdk/v3 v{v['PULUMI_VERSION']}"
     go_mod = f"module example.com/golang\n\ngo 1.25\n\nrequire {sdk}\n"
     main_go = MAIN_GO % {"kubernetes": v["PULUMI_KUBERNETES_VERSION"]}
@@ -223,7 +254,17 @@ def sources(tmp_path: Path) -> Iterator[dict[str, str]]:
         "golang/go.sum": go_sum(
             tmp_path / "golang", {"go.mod": go_mod, "main.go": main_go}, cache_dir() / "go" / "mod"
         ),
+        # Python: requirements into the image's Python; a virtualenv made by the language host.
+        "pyplain/Pulumi.yaml": _project("pyplain", "python"),
+        "pyplain/__main__.py": (GREETER_PY % {**python, "name": "pyplain"}).encode(),
+        "pyplain/requirements.txt": PY_REQUIREMENTS,
+        "pyvenv/Pulumi.yaml": b"name: pyvenv\nruntime:\n  name: python\n  options:\n    virtualenv: venv\n",
+        "pyvenv/__main__.py": (GREETER_PY % {**python, "name": "pyvenv"}).encode(),
+        "pyvenv/requirements.txt": PY_REQUIREMENTS,
         # Bad input.
+        "pymissing/Pulumi.yaml": _project("pymissing", "python"),
+        "pymissing/__main__.py": b"import pko_e2e_absent\n",
+        "pymissing/requirements.txt": b"pko-e2e-absent==1.0\n",
         "typeerror/Pulumi.yaml": _project("typeerror", "nodejs"),
         "typeerror/index.ts": TYPE_ERROR_TS.encode(),
         "typeerror/package.json": _json({"name": "typeerror", "main": "index.ts"}),
@@ -241,8 +282,14 @@ def sources(tmp_path: Path) -> Iterator[dict[str, str]]:
         serve_git(repo, host=NODE_IP) as git,
         serve_registry(registry, host=NODE_IP) as npm,
         serve_module_cache(downloads, host=NODE_IP) as goproxy,
+        serve_index(index, host=NODE_IP) as pypi,
     ):
-        yield {"git": git, "npm": npm, "goproxy": goproxy}
+        yield {"git": git, "npm": npm, "goproxy": goproxy, "pypi": pypi}
+
+
+def _pip(sources: dict[str, str]) -> dict[str, str]:
+    """pip's environment for the test's index: plain HTTP on the node's address must be trusted."""
+    return {"PIP_INDEX_URL": sources["pypi"], "PIP_TRUSTED_HOST": NODE_IP}
 
 
 def _from_git(url: str, directory: str) -> str:
@@ -329,15 +376,46 @@ def _said(s: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def test_python_programs_install_their_requirements_with_and_without_a_virtualenv(
+    kube: Kube, sources: dict[str, str]
+) -> None:
+    k = kube
+    names = ("pyplain", "pyvenv")
+    for name in names:
+        k.apply(stack(name, _from_git(sources["git"], name), _pip(sources)))
+    for name in names:
+        s = ready(k, name, within=900)
+        assert s["status"]["outputs"] == {"greeting": f"hello from {name}"}, s["status"]
+        settings = k.get("configmap", f"{name}-greeting")
+        assert settings is not None and settings["data"] == {"greeting": f"hello from {name}"}
+    # Without a virtualenv the requirement is in the Python the program ran with (the image's); with
+    # one, in the virtualenv the language host made in the program's folder, beside the SDK.
+    where = k.run(
+        "exec", "pyplain-workspace-0", "-c", "pulumi", "--",
+        "python3", "-c", "import pko_e2e_greeting; print(pko_e2e_greeting.__file__)",
+    )  # fmt: skip
+    assert where.startswith("/opt/pulumi/python/"), where
+    where = k.run(
+        "exec", "pyvenv-workspace-0", "-c", "pulumi", "--", "sh", "-c",
+        "cd /share/workspace && venv/bin/python -c "
+        "'import pko_e2e_greeting, pulumi; print(pko_e2e_greeting.__file__, pulumi.__file__)'",
+    )  # fmt: skip
+    assert where.count("/share/") == 2 and "/venv/" in where, where
+    _finish(k, *names)
+    for name in names:
+        gone(k, "configmap", f"{name}-greeting")
+
+
 def test_bad_programs_end_in_a_condition_in_the_tools_own_words(kube: Kube, sources: dict[str, str]) -> None:
     k = kube
-    npm = {"NPM_CONFIG_REGISTRY": sources["npm"]}
+    npm = {"NPM_CONFIG_REGISTRY": sources["npm"], **_pip(sources)}
     cases = {
         # name: the words a user must read in the Stack's conditions or its last update
         "typeerror": ["index.ts(3,7)", "TS2322", "not assignable to type 'number'"],
         "missingdep": ["pko-e2e-absent", "E404", sources["npm"]],
         "dotnet": ["runtime 'dotnet' has no language host", "it runs: go, nodejs, python, yaml"],
         "misspelled": ["runtime 'nodjs' has no language host", "pulumi-language-nodjs"],
+        "pymissing": ["No matching distribution found for pko-e2e-absent==1.0"],
     }
     for name in cases:
         k.apply(stack(name, _from_git(sources["git"], name), npm))

@@ -1,8 +1,8 @@
-"""The same resources in YAML, TypeScript and Go (and Python, when asked), on the real node, side by side in
-one run; and the workspace image with every language beside its core (YAML and Python only).
+"""The same resources in YAML, Python, TypeScript and Go, on the real node, side by side in one run; and
+the workspace image with every language beside its core (YAML and Python only).
 
     hack/up.sh
-    .venv/bin/python hack/bench/languages.py                # YAML, TypeScript, Go; 2 config updates each
+    .venv/bin/python hack/bench/languages.py            # YAML, Python, TypeScript, Go; 2 config updates each
     .venv/bin/python hack/bench/languages.py --updates 1 --languages yaml,go
 
 Each language's program creates one ConfigMap through pulumi-kubernetes from a config value and exports
@@ -45,9 +45,6 @@ from versions import cache_dir, versions  # noqa: E402
 
 NODE_IP = "10.87.0.1"  # hack/localnode.py: the node's own address, which pods reach
 LANGUAGES = ("yaml", "python", "typescript", "go")
-# Python is not in the default run: its language host (v3.78) upgrades pip in a new virtualenv from the
-# package index at `pulumi install`, which pods cannot reach here (README, Languages).
-DEFAULT_LANGUAGES = ("yaml", "typescript", "go")
 CORE_IMAGE = "pko-workspace-core:dev"
 
 YAML = """\
@@ -372,7 +369,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--updates", type=int, default=2, help="config updates per language")
     p.add_argument(
-        "--languages", default=",".join(DEFAULT_LANGUAGES), help="comma-separated, of " + ",".join(LANGUAGES)
+        "--languages", default=",".join(LANGUAGES), help="comma-separated, of " + ",".join(LANGUAGES)
     )
     p.add_argument("--no-core", dest="core", action="store_false", help="skip the core image's run")
     args = p.parse_args()

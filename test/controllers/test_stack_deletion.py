@@ -88,8 +88,9 @@ async def test_deleting_without_destroy_on_finalize_leaves_the_state_and_collect
     assert last["name"] in updates
     assert await env.get(ResourceClient(env.api, SECRETS, env.ns), f"{last['name']}-stack-outputs")
 
+    # Seeded before the delete: the Stack and its Updates can all be gone by the first poll after it.
+    seen: dict[str, Obj] = {u["metadata"]["name"]: u for u in await _updates_of(env, "kept")}
     await env.stacks.delete("kept")
-    seen: dict[str, Obj] = {}
     await _gone_watching_updates(env, "kept", seen)
     assert {u["spec"]["type"] for u in seen.values()} == {"up"}, sorted(seen)
     detected = [e["message"] for e in await env.events_for("kept") if e["reason"] == "StackUpdateDetected"]
