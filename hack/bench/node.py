@@ -15,7 +15,8 @@ serving, and an update from apply to Ready beside the real ``pulumi up`` in the 
    Stack is Ready for that generation, beside the ``pulumi up`` itself: the agent's log from the
    operation's start to its end (the CLI process, refresh included as the sample asks). The rest is
    the overhead per update: the workspace pod re-created for the new config (the Workspace's spec
-   carries it, as upstream's does), the Update object, RPCs, config, status writes.
+   carries it, as upstream's does), the Update object, RPCs, config, status writes. The median
+   update's timeline (timeline.py) shows each of those steps.
 
 The sample is left as found (its config restored, one more update). Everything is read from the node's
 API and the agent's log; nothing runs beside the cluster. Figures are medians of one run.
@@ -25,17 +26,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
-import subprocess
 import sys
 import time
 from datetime import datetime
 from typing import Any
 
+import timeline
 from common import REPO, api_client
 from kubernetes_asyncio.client.exceptions import ApiException
 from run import exit_on_sigterm, log
+from timeline import when
 
 from pko.controllers.resources import STACKS, UPDATES, WORKSPACES
 from pko.machinery.conditions import get_condition
@@ -50,23 +51,7 @@ POLL = 0.05
 
 def agent_log(pod: str) -> list[dict[str, Any]]:
     """The workspace agent's JSON log lines (container ``pulumi``)."""
-    out = subprocess.run(
-        ["kubectl", f"--kubeconfig={KUBECONFIG}", "-n", NAMESPACE, "logs", pod, "-c", "pulumi"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    lines = []
-    for line in out.splitlines():
-        try:
-            lines.append(json.loads(line))
-        except ValueError:
-            continue
-    return lines
-
-
-def when(entry: dict[str, Any]) -> float:
-    return datetime.fromisoformat(str(entry["ts"]).replace("Z", "+00:00")).timestamp()
+    return timeline.json_log(KUBECONFIG, NAMESPACE, pod, "pulumi")
 
 
 async def until(check: Any, within: float, what: str) -> Any:
@@ -158,21 +143,37 @@ async def stack_ready_for(stacks: ResourceClient, generation: int) -> dict[str, 
     return None
 
 
-async def update(stacks: ResourceClient, updates: ResourceClient, greeting: str | None) -> dict[str, float]:
-    """Patch a new greeting (None: remove it); time apply -> Ready and the `pulumi up` inside."""
-    t0 = time.time()
-    patched = await stacks.patch(STACK, {"spec": {"config": {"greeting": greeting}}})
-    generation = int(patched["metadata"]["generation"])
-    stack = await until(lambda: stack_ready_for(stacks, generation), 600, f"generation {generation} Ready")
-    wall = time.time() - t0
+async def update(clients: dict[str, ResourceClient], greeting: str | None) -> dict[str, Any]:
+    """Patch a new greeting (None: remove it); time apply -> Ready, the `pulumi up` inside, and each
+    step between (timeline.py)."""
+    stacks, updates = clients["stacks"], clients["updates"]
+    old_pod = (await clients["pods"].get(POD))["metadata"]["uid"]
+    workspace_generation = int((await clients["workspaces"].get(STACK))["metadata"]["generation"])
+    generation: dict[str, int] = {}
+    rules = timeline.update_rules(
+        clients, STACK, POD, old_pod, workspace_generation, lambda: generation.get("stack")
+    )
+    async with timeline.watching(rules) as steps:
+        t0 = time.time()
+        steps.start = t0
+        patched = await stacks.patch(STACK, {"spec": {"config": {"greeting": greeting}}})
+        generation["stack"] = int(patched["metadata"]["generation"])
+        steps.mark("Stack patched (answered)", time.time())
+        stack = await until(
+            lambda: stack_ready_for(stacks, generation["stack"]),
+            600,
+            f"generation {generation['stack']} Ready",
+        )
+        wall = time.time() - t0
+        await asyncio.sleep(0.5)  # the watches deliver what came with the Ready
     name = stack["status"]["lastUpdate"]["name"]
     op_id = (await updates.get(name))["metadata"]["uid"]  # the agent's operation id
-    entries = [e for e in agent_log(POD) if e.get("operation") == op_id]
-    started = [when(e) for e in entries if e.get("msg") == "operation started"]
-    ended = [when(e) for e in entries if e.get("msg") in ("operation succeeded", "operation failed")]
-    if not started or not ended:
+    operator = timeline.json_log(KUBECONFIG, timeline.OPERATOR_NS, "deployment/controller-manager")
+    timeline.add_log_steps(steps, agent_log(POD), operator, op_id, f"{NAMESPACE}/{name}")
+    up = timeline.engine_seconds(steps)
+    if up is None:
         raise RuntimeError(f"the agent's log has no start and end for operation {name}")
-    return {"wall": wall, "up": ended[-1] - started[-1]}
+    return {"wall": wall, "up": up, "timeline": steps.rows()}
 
 
 async def bench(args: argparse.Namespace) -> None:
@@ -182,6 +183,7 @@ async def bench(args: argparse.Namespace) -> None:
         pods = ResourceClient(api, PODS, NAMESPACE)
         updates = ResourceClient(api, UPDATES, NAMESPACE)
         workspaces = ResourceClient(api, WORKSPACES, NAMESPACE)
+        clients = {"stacks": stacks, "pods": pods, "updates": updates, "workspaces": workspaces}
         first = await stacks.get(STACK)
         if await stack_ready_for(stacks, int(first["metadata"]["generation"])) is None:
             raise RuntimeError("the sample Stack is not Ready; run hack/up.sh first")
@@ -195,13 +197,13 @@ async def bench(args: argparse.Namespace) -> None:
         try:
             for i in range(args.updates):
                 log(f"update {i + 1}/{args.updates}")
-                timed.append(await update(stacks, updates, f"Hello from update {i + 1} of the node bench"))
+                timed.append(await update(clients, f"Hello from update {i + 1} of the node bench"))
         finally:
             if args.updates:
                 log("restoring the sample's config")
-                await update(stacks, updates, original)
+                await update(clients, original)
 
-    def med(rows: list[dict[str, float]], key: str) -> float:
+    def med(rows: list[dict[str, Any]], key: str) -> float:
         return statistics.median(r[key] for r in rows)
 
     print("# The sample Stack on the local node, real Pulumi engine\n")
@@ -225,6 +227,14 @@ async def bench(args: argparse.Namespace) -> None:
         print(f"| Stack patched -> Ready for the new generation | {wall:.2f} |")
         print(f"| of which `pulumi up` in the workspace pod (agent: operation start -> end) | {up:.2f} |")
         print(f"| the operator's overhead per update | {wall - up:.2f} ({wall / up:.2f}x the up) |")
+        typical = sorted(timed, key=lambda row: row["wall"])[len(timed) // 2]
+        print(f"\n## The median update's timeline ({typical['wall']:.2f} s, its up {typical['up']:.2f} s)\n")
+        print("Each step the first moment it was seen: the watches this script held (API side) and the")
+        print("agent's and operator's logs.\n")
+        print("| step | s since the patch | s since the step before |")
+        print("|---|---:|---:|")
+        for step, since, delta in typical["timeline"]:
+            print(f"| {step} | {since:.2f} | {delta:.2f} |")
 
 
 def main() -> int:
