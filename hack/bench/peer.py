@@ -121,6 +121,7 @@ program:
 # Row 6's program: each new greeting runs a command for SLOW_SECONDS (pulumi-command, in the image), so
 # the operator pod can be deleted while the update runs.
 SLOW_SECONDS = 30
+RECOVERY = 300.0  # how long row 6 waits for the Stack to be Ready again
 SLOW_PROGRAM = """\
 apiVersion: pulumi.com/v1
 kind: Program
@@ -135,7 +136,8 @@ program:
       type: command:local:Command
       properties:
         create: sleep {seconds}
-        triggers: [${{greeting}}]
+        triggers:
+          - ${{greeting}}
   outputs:
     greeting: ${{greeting}}
 """
@@ -303,8 +305,13 @@ async def measure(op: Operator, updates: int, restarts: int) -> dict[str, list[f
 
 
 async def remove_stack(name: str) -> None:
+    """Delete the Stack (its destroy runs); one whose destroy cannot finish is released by hand."""
     kubectl("-n", NS, "delete", "stack", name, "--wait=false")
-    await wait(f"the Stack {name} deleted", lambda: get("stack", name) is None, 600)
+    try:
+        await wait(f"the Stack {name} deleted", lambda: get("stack", name) is None, RECOVERY)
+    except RuntimeError:
+        log(f"  the Stack {name} is still there after {RECOVERY:.0f} s; releasing it")
+        kubectl("-n", NS, "patch", "stack", name, "--type=merge", "-p", '{"metadata":{"finalizers":[]}}')
     kubectl("-n", NS, "delete", "program", name, "--ignore-not-found", check=False)
     kubectl("-n", NS, "delete", "pvc", f"{name}-state", "--ignore-not-found", "--wait=false", check=False)
 
@@ -348,8 +355,15 @@ async def operator_restart_mid_update(op: Operator) -> dict[str, list[float]]:
     await asyncio.sleep(3.0)  # well inside the engine's run
     t0 = time.time()
     kubectl("-n", OPERATOR_NS, "delete", "pod", "-l", "control-plane=controller-manager", "--wait=false")
-    await wait("the Stack Ready after the operator's restart", lambda: ready_at(generation, name), 900)
-    recovered = time.time() - t0
+    try:
+        await wait(
+            "the Stack Ready after the operator's restart", lambda: ready_at(generation, name), RECOVERY
+        )
+        recovered = time.time() - t0
+    except RuntimeError:
+        recovered = float("inf")
+        last = ((get("stack", name) or {}).get("status") or {}).get("lastUpdate") or {}
+        log(f"  {op.label}: not Ready {RECOVERY:.0f} s after the operator's restart: {last.get('message')!r}")
     made = len([u for u in updates_of(name) if u["metadata"]["uid"] not in known])
     runs = engine_runs(name) - runs_before
     await remove_stack(name)
@@ -402,7 +416,8 @@ async def bench(args: argparse.Namespace, peer_dist: Path) -> None:
           f"{p / g if g else float('nan'):.2f} |")  # fmt: skip
     g, p = med("go", "operator_restart"), med("pko", "operator_restart")
     label = f"operator pod deleted 3 s into a {SLOW_SECONDS} s update -> Stack Ready"
-    print(f"| {label} | {g:.1f} | {p:.1f} | {p / g:.2f} |")
+    ratio = f"{p / g:.2f}" if g != float("inf") else "-"
+    print(f"| {label} (inf: not within {RECOVERY:.0f} s) | {g:.1f} | {p:.1f} | {ratio} |")
     for key, label in (("updates_made", "Updates that change made"), ("engine_runs", "engine runs recorded")):
         print(f"| {label} (each round; 1 is right) | {results['go'][key]} | {results['pko'][key]} | |")
 
