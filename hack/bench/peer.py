@@ -313,7 +313,8 @@ async def remove_stack(name: str) -> None:
         log(f"  the Stack {name} is still there after {RECOVERY:.0f} s; releasing it")
         kubectl("-n", NS, "patch", "stack", name, "--type=merge", "-p", '{"metadata":{"finalizers":[]}}')
     kubectl("-n", NS, "delete", "program", name, "--ignore-not-found", check=False)
-    kubectl("-n", NS, "delete", "pvc", f"{name}-state", "--ignore-not-found", "--wait=false", check=False)
+    # Waited for: a claim still terminating would be re-used by the next apply, state and locks included.
+    kubectl("-n", NS, "delete", "pvc", f"{name}-state", "--ignore-not-found", "--timeout=120s", check=False)
 
 
 def updates_of(stack: str) -> list[dict[str, Any]]:
