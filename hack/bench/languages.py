@@ -35,6 +35,7 @@ from typing import Any
 from common import REPO
 from node import KUBECONFIG, NAMESPACE, _kube_time, agent_log, until, when
 from run import exit_on_sigterm, log
+from timeline import operation_span
 
 sys.path[:0] = [str(REPO / "hack"), str(REPO / "test")]
 from dulwich.repo import Repo  # noqa: E402
@@ -244,12 +245,10 @@ def up_seconds(stack: dict[str, Any]) -> float:
     pod = f"{stack['metadata']['name']}-workspace-0"
     update = get("update", stack["status"]["lastUpdate"]["name"]) or {}
     op = update.get("metadata", {}).get("uid")
-    entries = [e for e in agent_log(pod) if e.get("operation") == op]
-    started = [when(e) for e in entries if e.get("msg") == "operation started"]
-    ended = [when(e) for e in entries if e.get("msg") in ("operation succeeded", "operation failed")]
-    if not started or not ended:
+    span = operation_span(agent_log(pod), str(op))
+    if span is None:
         raise RuntimeError(f"the agent's log in {pod} has no start and end for operation {op}")
-    return ended[-1] - started[-1]
+    return span[1] - span[0]
 
 
 def serving_seconds(name: str) -> float:

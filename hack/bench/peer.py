@@ -97,50 +97,48 @@ subjects:
     name: pulumi
 """
 
-PROGRAM = """\
+# A Program with a `greeting` config value; {resources} and {output} complete it.
+PROGRAM_OF = """\
 apiVersion: pulumi.com/v1
 kind: Program
 metadata:
-  name: {name}
+  name: {{name}}
 program:
   configuration:
     greeting:
       type: String
   resources:
+{resources}
+  outputs:
+    greeting: {output}
+"""
+
+PROGRAM = PROGRAM_OF.format(
+    resources="""\
     settings:
       type: kubernetes:core/v1:ConfigMap
       properties:
         metadata:
           name: {name}-settings
         data:
-          greeting: ${{greeting}}
-  outputs:
-    greeting: ${{settings.data.greeting}}
-"""
+          greeting: ${{greeting}}""",
+    output="${{settings.data.greeting}}",
+)
 
 # Row 6's program: each new greeting runs a command for SLOW_SECONDS (pulumi-command, in the image), so
 # the operator pod can be deleted while the update runs.
 SLOW_SECONDS = 30
 RECOVERY = 300.0  # how long row 6 waits for the Stack to be Ready again
-SLOW_PROGRAM = """\
-apiVersion: pulumi.com/v1
-kind: Program
-metadata:
-  name: {name}
-program:
-  configuration:
-    greeting:
-      type: String
-  resources:
+SLOW_PROGRAM = PROGRAM_OF.format(
+    resources="""\
     wait:
       type: command:local:Command
       properties:
         create: sleep {seconds}
         triggers:
-          - ${{greeting}}
-  outputs:
-    greeting: ${{greeting}}
-"""
+          - ${{greeting}}""",
+    output="${{greeting}}",
+)
 
 STACK = """\
 ---
@@ -208,6 +206,11 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
     )
 
 
+def release(stack: str) -> None:
+    """Drop a Stack's finalizers (``stack/NAME``): its operator could not finish it."""
+    kubectl("-n", NS, "patch", stack, "--type=merge", "-p", '{"metadata":{"finalizers":[]}}', check=False)
+
+
 class Operator:
     """One operator's install and removal, from its own manifests."""
 
@@ -224,9 +227,7 @@ class Operator:
         still there after that is released by hand, so the CRDs can go."""
         kubectl("-n", NS, "delete", "stacks", "--all", "--timeout=300s", check=False, timeout=320)
         for name in kubectl("-n", NS, "get", "stacks", "-o", "name", check=False).split():
-            kubectl(
-                "-n", NS, "patch", name, "--type=merge", "-p", '{"metadata":{"finalizers":[]}}', check=False
-            )
+            release(name)
         kubectl("delete", "--ignore-not-found", "--wait=true", "-k", str(self.kustomization), timeout=600)
 
 
@@ -311,7 +312,7 @@ async def remove_stack(name: str) -> None:
         await wait(f"the Stack {name} deleted", lambda: get("stack", name) is None, RECOVERY)
     except RuntimeError:
         log(f"  the Stack {name} is still there after {RECOVERY:.0f} s; releasing it")
-        kubectl("-n", NS, "patch", "stack", name, "--type=merge", "-p", '{"metadata":{"finalizers":[]}}')
+        release(f"stack/{name}")
     kubectl("-n", NS, "delete", "program", name, "--ignore-not-found", check=False)
     # Waited for: a claim still terminating would be re-used by the next apply, state and locks included.
     kubectl("-n", NS, "delete", "pvc", f"{name}-state", "--ignore-not-found", "--timeout=120s", check=False)

@@ -191,23 +191,30 @@ def add_log_steps(
     if install:
         timeline.mark("agent: `pulumi install` first line", install[0])
         timeline.mark("agent: `pulumi install` last line", install[-1])
-    for entry in after:
-        if entry.get("operation") != operation:
-            continue
-        if entry.get("msg") == "operation started":
-            timeline.mark("agent: operation started (engine start)", when(entry))
-        elif entry.get("msg") in ("operation succeeded", "operation failed"):
-            timeline.mark("agent: operation ended (engine end)", when(entry))
+    span = operation_span(agent, operation)
+    if span is not None:
+        timeline.mark("agent: operation started (engine start)", span[0])
+        timeline.mark("agent: operation ended (engine end)", span[1])
     for entry in operator:
-        if entry.get("update") != update_key or when(entry) < timeline.start:
+        if when(entry) < timeline.start:
             continue
-        if entry.get("msg") == "update started":
-            timeline.mark("operator: Update started (RPC answered)", when(entry))
-        elif entry.get("msg") in ("update succeeded", "update failed"):
-            timeline.mark("operator: Update result recorded", when(entry))
-    for entry in operator:
-        if entry.get("msg") == "workspace pod initialized" and when(entry) >= timeline.start:
+        msg = entry.get("msg")
+        if msg == "workspace pod initialized":
             timeline.mark("operator: workspace pod initialized", when(entry))
+        elif entry.get("update") != update_key:
+            continue
+        elif msg == "update started":
+            timeline.mark("operator: Update started (RPC answered)", when(entry))
+        elif msg in ("update succeeded", "update failed"):
+            timeline.mark("operator: Update result recorded", when(entry))
+
+
+def operation_span(agent: list[Obj], operation: str) -> tuple[float, float] | None:
+    """The agent's start and end of operation ``operation`` (the engine's own run), from its log."""
+    entries = [e for e in agent if e.get("operation") == operation]
+    started = [when(e) for e in entries if e.get("msg") == "operation started"]
+    ended = [when(e) for e in entries if e.get("msg") in ("operation succeeded", "operation failed")]
+    return (started[-1], ended[-1]) if started and ended else None
 
 
 def engine_seconds(timeline: Timeline) -> float | None:
