@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from pko.agent import failures, pythondeps, stackconfig
+from pko.agent import failures, pythondeps, stackconfig, stacksettings
 from pko.agent.engineevents import engine_event_to_json
 from pko.agent.errors import redact_url
 from pko.agent.operations import EventSink, OperationRequest, operation_type
@@ -76,6 +76,10 @@ class InvalidArgument(RunnerError):
 
 class Unsupported(RunnerError):
     """The installed Pulumi CLI cannot do what was asked."""
+
+
+class SettingsFileFailed(RunnerError):
+    """The stack settings file or its snapshot could not be read or restored (stacksettings)."""
 
 
 class CommandFailed(RunnerError):
@@ -237,6 +241,9 @@ class RunnerSettings:
     backend_url: str | None = None
     secrets_provider: str | None = None  # used when a stack is created
     stack_name: str | None = None  # selected (or created) when the runner opens
+    # Where the program's own stack settings files are recorded for SelectStack's reset_config; None:
+    # stacksettings.default_snapshot_dir(work_dir), i.e. /share/.agent/stack-settings in a pod.
+    settings_snapshot_dir: Path | None = None
 
 
 def _project_info(settings: auto.ProjectSettings) -> pb.ProjectInfo:
@@ -303,6 +310,9 @@ class PulumiRunner:
         self._command = command
         self._stack: auto.Stack | None = None
         self._select_lock = threading.Lock()
+        self._snapshots = stacksettings.SnapshotStore(
+            settings.settings_snapshot_dir or stacksettings.default_snapshot_dir(Path(workspace.work_dir))
+        )
         project = workspace.project_settings()
         self.project_info = _project_info(project)
         # A pip project's packages are the agent's to install, and its virtualenv active (pythondeps).
@@ -370,15 +380,49 @@ class PulumiRunner:
         return pb.WhoAmIResult(user=who.user, organizations=list(who.organizations or []), url=who.url or "")
 
     async def select_stack(
-        self, name: str, *, create: bool = False, secrets_provider: str | None = None
+        self,
+        name: str,
+        *,
+        create: bool = False,
+        secrets_provider: str | None = None,
+        reset_config: bool = False,
     ) -> pb.StackSummary:
+        """Select ``name`` (creating it when ``create``). The first selection of a stack records its
+        settings file as the program has it (stacksettings); ``reset_config`` first puts that back, so
+        the config set afterwards is the whole config, as in a fresh pod. The caller must make sure no
+        operation runs then: the engine reads the file while it runs."""
         if not name:
             raise InvalidArgument("invalid stack name")
-        await asyncio.to_thread(self._select_sync, name, create, secrets_provider)
+        select = functools.partial(self._select_sync, reset_config=reset_config, snapshot=True)
+        await asyncio.to_thread(select, name, create, secrets_provider)
         return await self.info()
 
-    def _select_sync(self, name: str, create: bool, secrets_provider: str | None) -> None:
+    def _settings_file(self, name: str, *, reset: bool) -> None:
+        """Record the stack's settings file the first time, or restore it (``reset``)."""
+        try:
+            path = stacksettings.settings_path(Path(self._ws.work_dir), name)
+            if reset:
+                self._snapshots.restore(path, name)
+            else:
+                self._snapshots.take(path, name)
+        except stacksettings.StackSettingsError as exc:
+            raise SettingsFileFailed(str(exc)) from None
+
+    def _select_sync(
+        self,
+        name: str,
+        create: bool,
+        secrets_provider: str | None,
+        *,
+        reset_config: bool = False,
+        snapshot: bool = False,
+    ) -> None:
+        """``snapshot``: record (or with ``reset_config`` restore) the settings file first; False for
+        the implicit re-selection after an agent restart, which must not record a file that config
+        was already set in."""
         with self._select_lock:
+            if snapshot:
+                self._settings_file(name, reset=reset_config)
             try:
                 stack = auto.Stack.select(name, self._ws)
             except auto_errors.StackNotFoundError:

@@ -7,7 +7,8 @@ config, ABORTED for an install failure or a busy agent, UNKNOWN "<what> failed: 
 Long operations never fail with a gRPC error once started: their result carries the Failure.
 
 While an operation runs, calls that would change what it runs against (config, environments,
-install, selecting another stack) are refused with FAILED_PRECONDITION.
+install, selecting another stack, resetting the stack's settings file) are refused with
+FAILED_PRECONDITION.
 
 ``serve`` runs until SIGTERM/SIGINT, then: health turns NOT_SERVING, the running operation gets
 CTRL-C and up to ``shutdown_grace`` seconds to finish (then SIGKILL), its outcome is journaled,
@@ -59,6 +60,8 @@ def _grpc_errors(what: str) -> Iterator[None]:
     except pr.CommandFailed as exc:
         code = Status.ABORTED if what == "install" else Status.UNKNOWN
         raise GRPCError(code, f"{what} failed: {exc.failure.message}") from None
+    except pr.SettingsFileFailed as exc:
+        raise GRPCError(Status.UNKNOWN, f"{what} failed: {exc}") from None
     except ops.OperationNotFound as exc:
         raise GRPCError(Status.NOT_FOUND, str(exc)) from None
     except ops.InvalidOperationId as exc:
@@ -90,11 +93,17 @@ class AutomationService(pb.AutomationServiceBase):
             return await self._runner.who_am_i()
 
     async def select_stack(self, message: pb.SelectStackRequest) -> pb.SelectStackResult:
-        if self._registry.running is not None and message.stack_name != self._runner.selected_stack_name:
+        if message.reset_config:
+            # Rewriting the settings file under a running engine would change, or corrupt, what it reads.
+            self._refuse_while_running("reset the stack's config")
+        elif self._registry.running is not None and message.stack_name != self._runner.selected_stack_name:
             self._refuse_while_running("select another stack")
         with _grpc_errors("select stack"):
             summary = await self._runner.select_stack(
-                message.stack_name, create=bool(message.create), secrets_provider=message.secrets_provider
+                message.stack_name,
+                create=bool(message.create),
+                secrets_provider=message.secrets_provider,
+                reset_config=bool(message.reset_config),
             )
         return pb.SelectStackResult(summary=summary)
 

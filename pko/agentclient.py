@@ -344,14 +344,31 @@ class AgentClient:
         return res.summary or pb.StackSummary()
 
     async def select_stack(
-        self, name: str, *, create: bool | None = None, secrets_provider: str | None = None
+        self,
+        name: str,
+        *,
+        create: bool | None = None,
+        secrets_provider: str | None = None,
+        reset_config: bool = False,
     ) -> pb.StackSummary:
-        """Select (or create) a stack; remembered so it is re-selected if the agent restarts."""
-        req = pb.SelectStackRequest(stack_name=name, create=create, secrets_provider=secrets_provider)
+        """Select (or create) a stack; remembered so it is re-selected if the agent restarts.
+
+        ``reset_config``: the agent first restores the stack's settings file to the program's own (as
+        a fresh workspace pod has it), so the config and environments set next are the whole of them;
+        refused (FailedPrecondition) while an operation runs. The remembered selection never resets:
+        re-selecting after an agent restart must keep the config set since."""
+        req = pb.SelectStackRequest(
+            stack_name=name,
+            create=create,
+            secrets_provider=secrets_provider,
+            reset_config=True if reset_config else None,
+        )
         res = await self._call(
             lambda s, m: s.select_stack(req, metadata=m, timeout=self.call_timeout), reselect=False
         )
-        self._selection = req
+        self._selection = pb.SelectStackRequest(
+            stack_name=name, create=create, secrets_provider=secrets_provider
+        )
         return res.summary or pb.StackSummary()
 
     async def set_all_config(self, items: list[pb.ConfigItem]) -> None:

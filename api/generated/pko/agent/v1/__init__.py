@@ -662,6 +662,18 @@ class SelectStackRequest(betterproto2.Message):
     Used only when the stack is created, e.g. "passphrase" or "awskms://...".
     """
 
+    reset_config: "bool | None" = betterproto2.field(
+        4, betterproto2.TYPE_BOOL, optional=True
+    )
+    """
+    Restore the stack's settings file (Pulumi.<stack>.yaml) to the program's own before selecting:
+    its content when this pod first selected the stack (or its absence), so the config the caller
+    sets afterwards is the whole config: keys and environments removed since are gone. The stack's
+    secrets-provider settings (secretsprovider, encryptedkey, encryptionsalt) are kept when the
+    program's own file sets none. The operator sends it when it re-initializes a live workspace.
+    Refused with FAILED_PRECONDITION while an operation runs.
+    """
+
 
 default_message_pool.register_message(
     "pko.agent.v1", "SelectStackRequest", SelectStackRequest
