@@ -207,6 +207,35 @@ def test_program_stack_walkthrough(kube: Kube) -> None:
     assert re.search(r"^stacks_active(\{\})? [1-9]", text, re.M), text
     assert 'stacks_failing{name="walkthrough",namespace="default"} 0.0' in text, text
 
+    # A config change reaches the running agent: the same pod, and a key removed from the Stack is
+    # gone from the stack's config too (the settings file is reset before the config is set again);
+    # secrets still encrypt and decrypt with the passphrase after that reset.
+    serving = k.get("pod", "walkthrough-workspace-0")
+    assert serving is not None
+    changes = (
+        {"config": {"greeting": "hi", "extra": "1"}, "secrets": {"token": "first"}},
+        {"config": {"greeting": "bye", "extra": None}, "secrets": {"token": "second"}},
+    )
+    for change in changes:
+        patch = json.dumps({"spec": change})
+        patched = k.json("patch", "stack", "walkthrough", "--type=merge", "-p", patch)
+        generation = patched["metadata"]["generation"]
+
+        def applied(g: int = generation) -> bool:
+            st = k.get("stack", "walkthrough") or {}
+            last = (st.get("status") or {}).get("lastUpdate") or {}
+            return last.get("generation") == g and k.condition(st, "Ready").get("status") == "True"
+
+        k.until(f"the update for {patch}", applied, 300)
+    config = json.loads(in_workspace("pulumi config --json --show-secrets -s dev"))
+    values = {key: entry.get("value") for key, entry in config.items()}
+    assert values == {"walkthrough:greeting": "bye", "walkthrough:token": "second"}, config
+    assert config["walkthrough:token"]["secret"] is True, config
+    current = k.get("pod", "walkthrough-workspace-0")
+    assert current is not None and current["metadata"]["uid"] == serving["metadata"]["uid"]
+    events = k.json("get", "events", "--field-selector", "involvedObject.name=walkthrough")["items"]
+    assert any(e["reason"] == "Reinitialized" for e in events), [e["reason"] for e in events]
+
     # kubectl delete stack: destroyOnFinalize destroys, then nothing is left behind
     update_names = [
         u["metadata"]["name"]

@@ -18,7 +18,9 @@ from pko.controllers.resources import WORKSPACES
 from pko.controllers.workspace.workloads import (
     ANNOTATION_INITIALIZED,
     ANNOTATION_REVISION_HASH,
+    ANNOTATION_STACKS_HASH,
     revision_hash,
+    stacks_hash,
 )
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, PODS, SERVICES, STATEFULSETS, ResourceClient
@@ -222,6 +224,39 @@ async def test_seed_customized_workspace(env: Env, writes: Callable[[str], Write
     await env.pods.patch("my-stack-workspace-0", {"metadata": {"labels": {"touched": "1"}}})
     await asyncio.sleep(3)
     assert counter.writes == []
+
+
+async def test_a_config_change_reaches_the_live_agent_without_a_new_pod(
+    env: Env, writes: Callable[[str], WriteCounter]
+) -> None:
+    """``stacks`` are not in the pod's revision: the running agent gets them again, its stack settings
+    file reset first, so a removed key goes as it would from a new pod."""
+    ws = await env.ready("my-stack", "Succeeded", "True", within=180)
+    before = await env.pods.get("my-stack-workspace-0")
+    settings = env.kubelet.pod_dir(f"{env.ns}/my-stack-workspace-0")
+    assert settings is not None
+    settings = settings / "volumes" / "share" / "workspace" / "Pulumi.dev.yaml"
+    assert "hello" in settings.read_text()
+    counter = writes("my-stack")
+    stacks = [{"name": "dev", "create": True, "config": [{"key": "farewell", "value": "bye"}]}]
+    patched = await env.workspaces.patch("my-stack", {"spec": {"stacks": stacks}})
+    generation = patched["metadata"]["generation"]
+    assert generation > ws["metadata"]["generation"]
+
+    async def reinitialized() -> Obj | None:
+        current = await env.get(env.workspaces, "my-stack")
+        ready = ready_of(current)
+        done = ready.get("status") == "True" and ready.get("observedGeneration") == generation
+        return current if done else None
+
+    await env.until("Ready for the new stacks", reinitialized, within=120)
+    pod = await env.pods.get("my-stack-workspace-0")
+    assert pod["metadata"]["uid"] == before["metadata"]["uid"]
+    assert pod["metadata"]["annotations"][ANNOTATION_STACKS_HASH] == stacks_hash(patched["spec"])
+    text = settings.read_text()
+    assert "farewell: bye" in text and "greeting" not in text, text
+    assert "Reinitialized" in await env.event_reasons("my-stack")
+    assert not any("statefulsets" in w for w in counter.writes), counter.writes
 
 
 async def test_spec_change_rolls_the_pod(env: Env) -> None:

@@ -11,10 +11,12 @@ from pko.controllers.workspace import plan as wp
 from pko.controllers.workspace.plan import Failure, Finding, Observed, Plan, decide, desired_status, refused
 from pko.controllers.workspace.workloads import (
     ANNOTATION_INITIALIZED,
+    ANNOTATION_STACKS_HASH,
     REVISION_LABEL,
     desired_service,
     desired_statefulset,
     parse_spec,
+    stacks_hash,
 )
 from pko.machinery.controller import Result
 
@@ -67,8 +69,14 @@ def observed(ws: Obj | None = None, **fields: Any) -> Observed:
         "desired_service": desired_svc,
         "desired_statefulset": desired_sts,
         "address": ADDRESS,
+        "stacks_hash": stacks_hash(ws["spec"]),
     }
     return Observed(ws, **{**defaults, **fields})
+
+
+def initialized_pod(ws: Obj) -> Obj:
+    """A pod the reconciler initialized with ``ws``'s stacks."""
+    return ready_pod(**{ANNOTATION_INITIALIZED: "true", ANNOTATION_STACKS_HASH: stacks_hash(ws["spec"])})
 
 
 def run(plan: Plan, *answers: Any) -> tuple[list[wp.Write], Plan]:
@@ -87,11 +95,59 @@ def kinds(writes: list[wp.Write]) -> list[str]:
 
 
 def test_a_settled_initialized_workspace_writes_nothing_and_is_ready() -> None:
-    pod = ready_pod(**{ANNOTATION_INITIALIZED: "true"})
-    writes, plan = run(decide(observed(workspace(pulumiVersion="3.200.0"), pod=pod)))
+    ws = workspace(pulumiVersion="3.200.0")
+    writes, plan = run(decide(observed(ws, pod=initialized_pod(ws))))
     assert writes == []
     assert plan.finding == Finding("Succeeded", "", ready=True)
     assert (plan.address, plan.version, plan.result) == (ADDRESS, "3.200.0", Result.done())
+
+
+def test_changed_stacks_reach_the_live_agent_without_install_or_a_new_pod() -> None:
+    """A config change: the pod initialized with the old ``stacks`` keeps running (its revision
+    does not cover them); its agent gets every stack again, settings file reset, and the pod is
+    marked with the new hash."""
+    old = workspace(
+        {"stacks": [{"name": "dev", "config": [{"key": "a", "value": "1"}]}]}, pulumiVersion="3.274.1"
+    )
+    new = workspace(
+        {"stacks": [{"name": "dev", "config": [{"key": "b", "value": "2"}]}]}, pulumiVersion="3.274.1"
+    )
+    assert desired_statefulset(old, parse_spec(old), OPTIONS) == desired_statefulset(
+        new, parse_spec(new), OPTIONS
+    )
+    obs = observed(new, pod=initialized_pod(old))
+    first = decide(obs)
+    assert first.writes == [wp.AskVersion(ADDRESS)]
+    writes, plan = run(first, "3.274.1")
+    assert kinds(writes) == ["AskVersion", "WriteStatus", "InitStack", "AnnotateInitialized", "Emit"]
+    init = next(w for w in writes if isinstance(w, wp.InitStack))
+    assert [item.key for item in init.stack.config] == ["b"]
+    mark = next(w for w in writes if isinstance(w, wp.AnnotateInitialized))
+    assert mark.stacks_hash == stacks_hash(new["spec"]) != stacks_hash(old["spec"])
+    assert writes[-1] == wp.Emit(
+        "Normal",
+        "Reinitialized",
+        "Applied the changed stack settings to workspace pod 'my-stack-workspace-0'",
+    )
+    assert plan.finding == Finding("Succeeded", "", ready=True)
+    # A pod initialized by an operator that kept no hash gets its stacks again too.
+    legacy = ready_pod(**{ANNOTATION_INITIALIZED: "true"})
+    writes, _ = run(decide(observed(new, pod=legacy)), "3.274.1")
+    assert "Install" not in kinds(writes) and "InitStack" in kinds(writes)
+
+
+def test_a_live_agent_busy_with_an_operation_is_asked_again_later() -> None:
+    ws = workspace({"stacks": [{"name": "dev"}]})
+    _, initializing = run(decide(observed(ws, pod=ready_pod(**{ANNOTATION_INITIALIZED: "true"}))), "3.274.1")
+    init = next(w for w in initializing.writes if isinstance(w, wp.InitStack))
+    busy = Failure(
+        "agent", "cannot select stack while operation 'u1' is in progress", code="FAILED_PRECONDITION"
+    )
+    plan = refused(initializing, init, busy)
+    assert plan is not None and plan.finding is not None
+    assert (plan.finding.reason, plan.finding.stalled) == ("Initializing", False)
+    assert "operation 'u1' is in progress" in plan.finding.message
+    assert plan.result == Result.requeue_after(wp.REQUEUE_BUSY)
 
 
 def test_deleting_and_invalid_specs_decide_before_any_object() -> None:

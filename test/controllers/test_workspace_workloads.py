@@ -450,7 +450,9 @@ def test_revision_hash_is_stable_and_order_independent() -> None:
     a = {"image": "x", "env": [{"name": "A", "value": "1"}], "stacks": [{"name": "dev"}]}
     b = {"stacks": [{"name": "dev"}], "env": [{"value": "1", "name": "A"}], "image": "x"}
     assert revision_hash(a) == revision_hash(b) == revision_hash(copy.deepcopy(a))
-    assert revision_hash(a) != revision_hash({**a, "stacks": [{"name": "prod"}]})
+    assert revision_hash(a) != revision_hash({**a, "image": "pulumi/pulumi:other"})
+    # Stacks reach the live agent (the reconciler re-initializes it): no new pod for them.
+    assert revision_hash(a) == revision_hash({**a, "stacks": [{"name": "prod"}]})
 
 
 def test_spec_change_changes_the_template_and_the_digest_only_then() -> None:
@@ -459,13 +461,17 @@ def test_spec_change_changes_the_template_and_the_digest_only_then() -> None:
     assert first == again
     assert first["metadata"]["annotations"][ANNOTATION_APPLIED_DIGEST] == applied_digest(first)
     changed = copy.deepcopy(ws)
-    changed["spec"]["stacks"] = [{"name": "dev"}]  # not visible in the pod, yet the pod must roll
+    changed["spec"]["env"] = [{"name": "ROLL", "value": "1"}]
     rolled = build(changed)
     assert (
         rolled["spec"]["template"]["metadata"]["annotations"]
         != first["spec"]["template"]["metadata"]["annotations"]
     )
     assert rolled["metadata"]["annotations"] != first["metadata"]["annotations"]
+    # Stacks reach the running agent: the same StatefulSet, no write, no new pod.
+    restacked = copy.deepcopy(ws)
+    restacked["spec"]["stacks"] = [{"name": "dev"}]
+    assert build(restacked) == first
     bumped = copy.deepcopy(ws)
     bumped["metadata"]["generation"] = 7
     assert build(bumped) == first

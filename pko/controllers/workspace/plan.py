@@ -21,6 +21,7 @@ from typing import Any, Final, Literal
 from pko.api.workspace import WorkspaceSpec
 from pko.controllers.workspace.workloads import (
     ANNOTATION_INITIALIZED,
+    ANNOTATION_STACKS_HASH,
     REVISION_LABEL,
     diagnose_pod,
     immutable_fields_changed,
@@ -68,6 +69,9 @@ REQUEUE_WAITING: Final = 60.0
 # The StatefulSet controller creates a pod within this after an apply; only later is a missing pod
 # worth a dry run (an API write) to learn why it was refused.
 POD_CREATION_GRACE: Final = 5.0
+# A live agent busy with an operation is asked again to take new stack settings after this long
+# (the Stack controller changes the Workspace only between Updates, so this is rare).
+REQUEUE_BUSY: Final = 5.0
 JSON_CONFIG_MIN_VERSION: Final = (3, 202, 0)
 MESSAGE_MAX: Final = 4096
 _IMMUTABLE_MESSAGE: Final = "updates to statefulset spec for fields other than"
@@ -98,6 +102,7 @@ class Observed:
     apply_statefulset: bool = False
     since_apply: float | None = None  # seconds since this process applied the StatefulSet
     address: str | None = None  # where the pod's agent answers (None: the pod has no IP yet)
+    stacks_hash: str = ""  # workloads.stacks_hash of the spec: what the agent must be initialized with
 
 
 # --- writes ----------------------------------------------------------------------------------
@@ -156,17 +161,21 @@ class Install:
 
 @dataclass(frozen=True, slots=True)
 class InitStack:
-    """The agent selects (or creates) one of ``spec.stacks``, sets its config and environments."""
+    """The agent selects (or creates) one of ``spec.stacks`` with its settings file back as the
+    program has it, then sets its config and environments: the whole of them, also on a live agent
+    initialized before (a key removed from the spec goes, as it would from a new pod)."""
 
     stack: Any
 
 
 @dataclass(frozen=True, slots=True)
 class AnnotateInitialized:
-    """Mark the pod initialized (uid precondition: a new pod initializes again)."""
+    """Mark the pod initialized with the ``stacks`` of ``stacks_hash`` (uid precondition: a new pod
+    initializes again)."""
 
     pod: Obj
     version: str
+    stacks_hash: str = ""
 
 
 Write = (
@@ -342,31 +351,41 @@ def _pod_plan(
     if address is None:
         finding = Finding("WaitingForReplicas", "Waiting for the workspace pod's IP")
         return Plan([], finding, waiting, version=version)
-    if (pod["metadata"].get("annotations") or {}).get(ANNOTATION_INITIALIZED) == "true" and version:
+    annotations = pod["metadata"].get("annotations") or {}
+    initialized = annotations.get(ANNOTATION_INITIALIZED) == "true"
+    if initialized and version and annotations.get(ANNOTATION_STACKS_HASH) == observed.stacks_hash:
         return Plan([], Finding("Succeeded", "", ready=True), address=address, version=version)
     return Plan(
         [AskVersion(address)],
         version=version,
-        then=lambda answer: _initialize(observed, pod, address, str(answer)),
+        then=lambda answer: _initialize(observed, pod, address, str(answer), install=not initialized),
     )
 
 
-def _initialize(observed: Observed, pod: Obj, address: str, version: str) -> Plan:
+def _initialize(observed: Observed, pod: Obj, address: str, version: str, *, install: bool) -> Plan:
     """The Go operator's initialization: Install, then each of ``spec.stacks``; then the pod is
-    annotated, so a new pod initializes again."""
+    annotated with the ``stacks`` it has, so a new pod initializes again. A pod initialized before
+    whose ``stacks`` changed (a config change: the pod did not roll) only has them applied again."""
     spec = observed.spec
     assert spec is not None  # decide() stops at an invalid spec
     incompatible = _incompatible(spec, version)
     if incompatible is not None:
         message = f"Pulumi CLI version {version} is too old for JSON configuration support"
         return Plan([Emit("Warning", "StackInitializationFailure", message)], incompatible, version=version)
-    writes: list[Write] = [
-        WriteStatus(Finding("Installing", "Installing packages and plugins required by the program")),
-        Install(),
+    name = pod["metadata"]["name"]
+    writes: list[Write] = []
+    if install:
+        writes += [
+            WriteStatus(Finding("Installing", "Installing packages and plugins required by the program")),
+            Install(),
+        ]
+    writes += [
         WriteStatus(Finding("Initializing", "Initializing and selecting a Pulumi stack")),
         *(InitStack(stack) for stack in spec.stacks or []),
-        AnnotateInitialized(pod, version),
-        Emit("Normal", "Initialized", f"Initialized workspace pod {pod['metadata']['name']!r}"),
+        AnnotateInitialized(pod, version, observed.stacks_hash),
+        Emit("Normal", "Initialized", f"Initialized workspace pod {name!r}")
+        if install
+        else Emit("Normal", "Reinitialized", f"Applied the changed stack settings to workspace pod {name!r}"),
     ]
     return Plan(writes, Finding("Succeeded", "", ready=True), address=address, version=version)
 
@@ -419,6 +438,12 @@ def refused(plan: Plan, write: Write, failure: Failure) -> Plan | None:
                 plan.result,
                 address=plan.address,
                 version=version,
+            )
+        if failure.kind == "agent" and failure.code == "FAILED_PRECONDITION":
+            # The live agent runs an operation: its stack settings are not rewritten under it.
+            message = short(f"Waiting to apply the stack settings: {failure.message}")
+            return Plan(
+                [], Finding("Initializing", message), Result.requeue_after(REQUEUE_BUSY), version=version
             )
         if failure.kind in ("agent", "timeout", "value"):
             message = short(failure.message)

@@ -26,8 +26,11 @@ the agent). What it decides:
    unschedulable pod... Pod and StatefulSet events drive this; nothing polls.
 4. A Ready pod not yet ``auto.pulumi.com/initialized`` is initialized through its agent (token
    audience ``<ws>.<ns>``, a TokenRequest for the operator's own ServiceAccount): PulumiVersion,
-   the JSON-config version check, Install, then each of ``spec.stacks`` (SelectStack,
-   SetAllConfig, AddEnvironments); then the pod is annotated (a new pod initializes again).
+   the JSON-config version check, Install, then each of ``spec.stacks`` (SelectStack with the
+   stack's settings file reset to the program's, SetAllConfig, AddEnvironments); then the pod is
+   annotated, with the hash of those ``stacks`` (a new pod initializes again). ``stacks`` are not
+   part of the pod's revision: when only they change (a config change), the live agent gets them
+   again the same way, without Install, and no pod is replaced.
    Reasons and events are the Go operator's (``ConnectionFailed`` with a 5 s requeue, the gRPC
    code such as ``Unauthenticated``, ``Installing``, ``InstallationFailed``, ``Initializing``,
    ``InitializationFailed``, ``IncompatibleConfiguration``, then ``Succeeded``).
@@ -66,11 +69,13 @@ from pko.controllers.workspace import plan as wp
 from pko.controllers.workspace.plan import Failure, Observed, Plan, Write, decide, desired_status, refused
 from pko.controllers.workspace.workloads import (
     ANNOTATION_INITIALIZED,
+    ANNOTATION_STACKS_HASH,
     SpecInvalid,
     desired_service,
     desired_statefulset,
     parse_spec,
     pod_name,
+    stacks_hash,
     statefulset_name,
 )
 from pko.machinery.conditions import get_condition
@@ -258,6 +263,7 @@ class WorkspaceReconciler:
             apply_statefulset=self.statefulset_applier.needed(desired_sts, sts),
             since_apply=time.monotonic() - applied if applied is not None else None,
             address=address,
+            stacks_hash=stacks_hash(ws.get("spec") or {}),
         )
 
     # --- acting: the one place that writes -----------------------------------------------------
@@ -316,7 +322,7 @@ class WorkspaceReconciler:
         elif isinstance(write, wp.InitStack):
             await self._init_stack(session.connected(), write.stack)
         elif isinstance(write, wp.AnnotateInitialized):
-            await self._annotate_initialized(write.pod, write.version)
+            await self._annotate_initialized(write.pod, write.version, write.stacks_hash)
         return None
 
     async def _delete_statefulset(self, sts: Obj, fields: tuple[str, ...]) -> None:
@@ -361,7 +367,9 @@ class WorkspaceReconciler:
 
     async def _init_stack(self, agent: AgentClient, stack: Any) -> None:
         await asyncio.wait_for(
-            agent.select_stack(stack.name, create=stack.create, secrets_provider=stack.secrets_provider),
+            agent.select_stack(
+                stack.name, create=stack.create, secrets_provider=stack.secrets_provider, reset_config=True
+            ),
             RPC_TIMEOUT,
         )
         if stack.config:
@@ -369,9 +377,10 @@ class WorkspaceReconciler:
         if stack.environment:
             await asyncio.wait_for(agent.add_environments(list(stack.environment)), RPC_TIMEOUT)
 
-    async def _annotate_initialized(self, pod: Obj, version: str) -> None:
+    async def _annotate_initialized(self, pod: Obj, version: str, stacks: str) -> None:
         pod_meta = pod["metadata"]
-        body = {"metadata": {"annotations": {ANNOTATION_INITIALIZED: "true"}, "uid": pod_meta.get("uid")}}
+        annotations = {ANNOTATION_INITIALIZED: "true", ANNOTATION_STACKS_HASH: stacks}
+        body = {"metadata": {"annotations": annotations, "uid": pod_meta.get("uid")}}
         self.pods.wrote(await self.pod_client.patch(pod_meta["name"], body, namespace=pod_meta["namespace"]))
         log.info("workspace pod initialized", pod=pod_meta["name"], pulumi_version=version)
 

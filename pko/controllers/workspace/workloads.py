@@ -16,9 +16,13 @@ Differences, each for a reason:
   has no shell. A ``local`` source is a ``busybox ln -sfn`` (the image's busybox).
 * The operator-built init containers use ``terminationMessagePolicy: FallbackToLogsOnError``, so a
   failed fetch's last log lines are in the pod status, where :func:`diagnose_pod` reads them.
-* ``auto.pulumi.com/revision-hash`` hashes the whole Workspace spec, not the generation: the pod
-  rolls exactly when the spec changes (also for a change the pod template does not show, e.g.
-  ``stacks``), and not on a generation bump that changed nothing (deletion).
+* ``auto.pulumi.com/revision-hash`` hashes the Workspace spec but ``stacks``, not the generation:
+  the pod rolls exactly when what it runs changes (also for a change the pod template does not
+  show), and not on a generation bump that changed nothing (deletion). ``stacks`` (their config,
+  environments, secrets provider) reach the running agent instead, which the reconciler
+  re-initializes: the Go operator re-creates the pod for a config change, which costs an update ten
+  seconds on a small node. The pod's ``auto.pulumi.com/stacks-hash`` says which ``stacks`` its agent
+  was initialized with (:func:`stacks_hash`).
 * System labels and the revision hash are re-asserted after the template merge: a template that
   renamed them would break the (immutable) selector or the rollout.
 * The StatefulSet and Service carry ``auto.pulumi.com/applied-digest``, a hash of what was applied,
@@ -49,6 +53,7 @@ __all__ = [
     "ANNOTATION_APPLIED_DIGEST",
     "ANNOTATION_INITIALIZED",
     "ANNOTATION_REVISION_HASH",
+    "ANNOTATION_STACKS_HASH",
     "INIT_FAILURE_STALL_RESTARTS",
     "PULUMI_CONTAINER",
     "REVISION_LABEL",
@@ -64,6 +69,7 @@ __all__ = [
     "parse_spec",
     "pod_name",
     "revision_hash",
+    "stacks_hash",
     "statefulset_name",
     "workspace_labels",
 ]
@@ -86,6 +92,7 @@ TERMINATION_GRACE_PERIOD_SECONDS: Final = 600
 
 ANNOTATION_REVISION_HASH: Final = "auto.pulumi.com/revision-hash"
 ANNOTATION_INITIALIZED: Final = "auto.pulumi.com/initialized"
+ANNOTATION_STACKS_HASH: Final = "auto.pulumi.com/stacks-hash"
 # Set by the StatefulSet controller on each pod: the revision of the template it was made from.
 REVISION_LABEL: Final = "controller-revision-hash"
 
@@ -129,8 +136,14 @@ def _hash(value: Any) -> str:
 
 
 def revision_hash(spec: Mapping[str, Any]) -> str:
-    """A stable hash of a Workspace spec (key order does not matter): changes exactly when it does."""
-    return _hash(spec)
+    """A stable hash of a Workspace spec but its ``stacks`` (key order does not matter): changes
+    exactly when what the pod runs does."""
+    return _hash({key: value for key, value in spec.items() if key != "stacks"})
+
+
+def stacks_hash(spec: Mapping[str, Any]) -> str:
+    """A stable hash of a Workspace spec's ``stacks``: what its agent is initialized with."""
+    return _hash(spec.get("stacks") or [])
 
 
 def _finish(workspace: Mapping[str, Any], body: Obj) -> Obj:
