@@ -10,7 +10,8 @@ Standard library only (it runs before the project's virtualenv exists). Needs ro
 the Kubernetes and etcd binaries `hack/build-kubernetes.sh` builds from the Go module proxy (the
 versions in `hack/versions.env`, cached in ~/.cache/pko); kubectl is the one built with them. Every
 trap of these machines is handled here: Debian's containerd 1.6 with ``restrict_oom_score_adj`` and the
-``native`` snapshotter; runc on cgroup v1 with the ``cgroupfs`` driver (containerd 1.6 lacks the CRI
+``overlayfs`` snapshotter where an overlay mount works (else ``native``, a whole copy of the image for
+each container); runc on cgroup v1 with the ``cgroupfs`` driver (containerd 1.6 lacks the CRI
 RuntimeConfig call, so the kubelet uses its configured ``cgroupDriver``, and on cgroup v1 it needs
 ``failCgroupV1: false``); a pause image compiled from ``build/pause/linux/pause.c`` of the
 k8s.io/kubernetes module of the same release; a node IP on a veth pair of our own (no ``dummy``
@@ -373,16 +374,62 @@ def _ctr(*args: str, check: bool = True) -> str:
     )
 
 
+def _overlay_works() -> bool:
+    """Whether an overlay mount works under ``STATE`` (not in every VM or container, and not on every
+    filesystem)."""
+    probe = STATE / "overlay-probe"
+    shutil.rmtree(probe, ignore_errors=True)
+    lower, upper, work, merged = (probe / name for name in ("lower", "upper", "work", "merged"))
+    for folder in (lower, upper, work, merged):
+        folder.mkdir(parents=True)
+    (lower / "probe").write_text("overlay")
+    options = f"lowerdir={lower},upperdir={upper},workdir={work}"
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "overlay", "overlay", "-o", options, str(merged)],
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    )
+    try:
+        return mounted and (merged / "probe").read_text() == "overlay"
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(merged)], capture_output=True, check=False)
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def _choose_snapshotter() -> str:
+    """containerd's snapshotter for this node, kept in ``STATE/snapshotter`` for later imports:
+    ``overlayfs`` (a real node's default: a container's root is its image's layers plus a layer of its
+    own, ready at once) where an overlay mount works, else ``native``, which gives every container a
+    whole copy of its image (seconds, and the image's size on disk, for each new pod).
+    ``PKO_NODE_SNAPSHOTTER`` chooses one outright."""
+    chosen = os.environ.get("PKO_NODE_SNAPSHOTTER") or ("overlayfs" if _overlay_works() else "native")
+    if chosen not in ("overlayfs", "native"):
+        raise SystemExit(f"localnode: PKO_NODE_SNAPSHOTTER must be overlayfs or native, not {chosen!r}")
+    (STATE / "snapshotter").write_text(chosen)
+    _log(f"containerd snapshotter: {chosen}")
+    return chosen
+
+
+def snapshotter() -> str:
+    """The snapshotter this node's containerd runs with (chosen at ``up``)."""
+    chosen = STATE / "snapshotter"
+    return chosen.read_text().strip() if chosen.exists() else "native"
+
+
 def import_images(paths: list[Path]) -> None:
     for path in paths:
         _log(f"importing {path.name}")
-        _ctr("images", "import", "--snapshotter", "native", "--no-unpack=false", str(path))
+        _ctr("images", "import", "--snapshotter", snapshotter(), "--no-unpack=false", str(path))
 
 
 # --- up / down ----------------------------------------------------------------------------------------
 
 
-def _containerd_config(pause_image: str) -> Path:
+def _containerd_config(pause_image: str, snapshotter: str) -> Path:
     cni = STATE / "cni"
     (cni / "net.d").mkdir(parents=True, exist_ok=True)
     (cni / "net.d" / "10-pko.conflist").write_text(
@@ -422,7 +469,7 @@ state = "{STATE / "run" / "containerd-state"}"
   restrict_oom_score_adj = true
   disable_apparmor = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "native"
+    snapshotter = "{snapshotter}"
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
@@ -504,7 +551,8 @@ def up(imports: list[Path], timeout: float = 180.0) -> Path:
 
     # containerd, then the images (pause first)
     pause_archive, pause_image = _pause_archive()
-    _spawn("containerd", ["containerd", "--config", str(_containerd_config(pause_image))])
+    config = _containerd_config(pause_image, _choose_snapshotter())
+    _spawn("containerd", ["containerd", "--config", str(config)])
     _wait("containerd", lambda: _ctr("version") != "", 30, "containerd.log")
     import_images([pause_archive, *imports])
 
