@@ -329,7 +329,7 @@ class PulumiRunner:
         runner = await asyncio.to_thread(cls._open_sync, settings)
         if settings.stack_name:
             await runner.select_stack(
-                settings.stack_name, create=True, secrets_provider=settings.secrets_provider
+                settings.stack_name, create=True, secrets_provider=settings.secrets_provider, summary=False
             )
         return runner
 
@@ -386,16 +386,18 @@ class PulumiRunner:
         create: bool = False,
         secrets_provider: str | None = None,
         reset_config: bool = False,
-    ) -> pb.StackSummary:
+        summary: bool = True,
+    ) -> pb.StackSummary | None:
         """Select ``name`` (creating it when ``create``). The first selection of a stack records its
         settings file as the program has it (stacksettings); ``reset_config`` first puts that back, so
         the config set afterwards is the whole config, as in a fresh pod. The caller must make sure no
-        operation runs then: the engine reads the file while it runs."""
+        operation runs then: the engine reads the file while it runs. ``summary``: False answers None
+        instead of the stack's summary, without the ``pulumi stack ls`` that costs."""
         if not name:
             raise InvalidArgument("invalid stack name")
         select = functools.partial(self._select_sync, reset_config=reset_config, snapshot=True)
         await asyncio.to_thread(select, name, create, secrets_provider)
-        return await self.info()
+        return await self.info() if summary else None
 
     def _settings_file(self, name: str, *, reset: bool) -> None:
         """Record the stack's settings file the first time, or restore it (``reset``)."""

@@ -104,6 +104,7 @@ class AutomationService(pb.AutomationServiceBase):
                 create=bool(message.create),
                 secrets_provider=message.secrets_provider,
                 reset_config=bool(message.reset_config),
+                summary=not message.skip_summary,
             )
         return pb.SelectStackResult(summary=summary)
 

@@ -350,8 +350,11 @@ class AgentClient:
         create: bool | None = None,
         secrets_provider: str | None = None,
         reset_config: bool = False,
-    ) -> pb.StackSummary:
+        summary: bool = True,
+    ) -> pb.StackSummary | None:
         """Select (or create) a stack; remembered so it is re-selected if the agent restarts.
+        ``summary``: False when the caller does not read the stack's summary (None then): the agent
+        skips the ``pulumi stack ls`` it costs.
 
         ``reset_config``: the agent first restores the stack's settings file to the program's own (as
         a fresh workspace pod has it), so the config and environments set next are the whole of them;
@@ -362,14 +365,15 @@ class AgentClient:
             create=create,
             secrets_provider=secrets_provider,
             reset_config=True if reset_config else None,
+            skip_summary=None if summary else True,
         )
         res = await self._call(
             lambda s, m: s.select_stack(req, metadata=m, timeout=self.call_timeout), reselect=False
         )
         self._selection = pb.SelectStackRequest(
-            stack_name=name, create=create, secrets_provider=secrets_provider
+            stack_name=name, create=create, secrets_provider=secrets_provider, skip_summary=True
         )
-        return res.summary or pb.StackSummary()
+        return (res.summary or pb.StackSummary()) if summary else None
 
     async def set_all_config(self, items: list[pb.ConfigItem]) -> None:
         req = pb.SetAllConfigRequest(config=items)

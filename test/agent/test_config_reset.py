@@ -78,7 +78,7 @@ async def test_a_reset_forgets_removed_keys_when_the_program_has_no_settings_fil
     identity = {k: v for k, v in settings_doc(work).items() if k != "config"}  # what `stack init` wrote
 
     summary = await runner.select_stack("dev", create=True, reset_config=True)
-    assert summary.name == "dev"
+    assert summary is not None and summary.name == "dev"
     # No config is left; the stack's own secrets-provider settings (its passphrase salt) are kept.
     assert settings_doc(work) == identity
     assert set(identity) <= {"encryptionsalt", "secretsprovider", "encryptedkey"}
@@ -86,6 +86,29 @@ async def test_a_reset_forgets_removed_keys_when_the_program_has_no_settings_fil
 
     await runner.set_all_config([item("a", "3")])
     assert await config_of(runner) == {"resetproj:a": ("3", False)}
+
+
+async def test_a_selection_without_its_summary_lists_no_stacks(
+    tmp_path: Path, real: RealPulumi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator selects before each operation and never reads the summary: ``summary=False``
+    saves the ``pulumi stack ls`` behind it."""
+    work = workspace(tmp_path)
+    runner = await PulumiRunner.open(settings(work, real))
+    await runner.select_stack("dev", create=True)
+    listed: list[int] = []
+    original = runner._ws.list_stacks
+
+    def counting() -> Any:
+        listed.append(1)
+        return original()
+
+    monkeypatch.setattr(runner._ws, "list_stacks", counting)
+    assert await runner.select_stack("dev", summary=False) is None
+    assert await runner.select_stack("dev", reset_config=True, summary=False) is None
+    assert listed == []
+    summary = await runner.select_stack("dev")
+    assert summary is not None and summary.name == "dev" and listed == [1]
 
 
 async def test_a_reset_brings_back_the_programs_own_settings_file(tmp_path: Path, real: RealPulumi) -> None:
@@ -208,7 +231,8 @@ async def test_a_reset_is_refused_while_an_operation_runs(tmp_path: Path) -> Non
     try:
         async with AgentClient(f"{agent.host}:{agent.port}", "ws.ns", tokens) as client:
             await client.select_stack("dev", create=True, reset_config=True)
-            assert client._selection == pb.SelectStackRequest(stack_name="dev", create=True)
+            remembered = pb.SelectStackRequest(stack_name="dev", create=True, skip_summary=True)
+            assert client._selection == remembered  # re-sent after an agent restart: never a reset
             await client.set_all_config([item("a", "1")])
             path = work / "Pulumi.dev.yaml"
             before = path.read_bytes()

@@ -171,6 +171,8 @@ async def test_select_config_preview_up_refresh_destroy(flow_agent: RunningAgent
 
         selected = await stub.select_stack(pb.SelectStackRequest(stack_name="dev", create=True))
         assert selected.summary is not None and selected.summary.name == "dev"
+        quiet = await stub.select_stack(pb.SelectStackRequest(stack_name="dev", skip_summary=True))
+        assert quiet.summary is None
 
         await stub.set_all_config(
             pb.SetAllConfigRequest(

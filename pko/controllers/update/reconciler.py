@@ -277,7 +277,9 @@ class UpdateReconciler:
                 await self.status_writer.write(update, write.status, precondition=True)
             elif isinstance(write, SelectAndStart):
                 async with self._agent(update) as client:
-                    await client.select_stack(write.stack_name, create=write.create, secrets_provider=None)
+                    await client.select_stack(
+                        write.stack_name, create=write.create, secrets_provider=None, summary=False
+                    )
                     return await client.start_operation(write.request)
             elif isinstance(write, CancelOperation):
                 async with self._agent(update) as client:

@@ -368,7 +368,11 @@ class WorkspaceReconciler:
     async def _init_stack(self, agent: AgentClient, stack: Any) -> None:
         await asyncio.wait_for(
             agent.select_stack(
-                stack.name, create=stack.create, secrets_provider=stack.secrets_provider, reset_config=True
+                stack.name,
+                create=stack.create,
+                secrets_provider=stack.secrets_provider,
+                reset_config=True,
+                summary=False,
             ),
             RPC_TIMEOUT,
         )

@@ -674,6 +674,14 @@ class SelectStackRequest(betterproto2.Message):
     Refused with FAILED_PRECONDITION while an operation runs.
     """
 
+    skip_summary: "bool | None" = betterproto2.field(
+        5, betterproto2.TYPE_BOOL, optional=True
+    )
+    """
+    Answer without the stack's summary: the agent then runs no `pulumi stack ls` (about 0.1 s of CLI
+    start), which a caller that only selects (the operator, before each operation) does not read.
+    """
+
 
 default_message_pool.register_message(
     "pko.agent.v1", "SelectStackRequest", SelectStackRequest
