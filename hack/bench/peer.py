@@ -22,7 +22,7 @@ Rows, from the same run (median of each operator's rounds):
 4. the operator pod deleted 3 s into an update that runs a 30 s command (pulumi-command): the time from
    the deletion until the Stack is Ready for that change, how many Updates the change made and how many
    runs the engine recorded in the stack's history (1 and 1 are right).
-Rows 3 and 4 of issue 26 (50 Stacks at once, 1,000 and 10,000 idle Stacks) are not measured yet.
+Rows 3 and 4 of issue 26 (many Stacks at once, idle Stacks) are peerscale.py's.
 """
 
 from __future__ import annotations
@@ -372,17 +372,29 @@ async def operator_restart_mid_update(op: Operator) -> dict[str, list[float]]:
     return {"operator_restart": [recovered], "updates_made": [float(made)], "engine_runs": [float(runs)]}
 
 
-async def bench(args: argparse.Namespace, peer_dist: Path) -> None:
+def operators(peer_dist: Path) -> tuple[Operator, Operator]:
+    """The Go operator (its quickstart manifests and image, from hack/build-peer.sh's ``peer_dist``) and
+    pko (config/local), in the order the benches measure them."""
     go = Operator(
         "go", peer_dist / "config" / "quickstart", [peer_dist / "pulumi-kubernetes-operator.oci.tar"]
     )
-    pko = Operator("pko", REPO / "config" / "local", [])
+    return go, Operator("pko", REPO / "config" / "local", [])
+
+
+def clear_node(pko: Operator) -> None:
+    """Remove the sample and pko (a bench installs each operator in turn), then set up the bench's
+    namespace (``SETUP``)."""
     log("removing the sample and pko (the bench installs each operator in turn)")
     # The Stack first (its destroy needs the sample's RBAC), then the rest of the sample.
     kubectl("-n", "default", "delete", "stack", "hello", "--ignore-not-found", timeout=600)
     kubectl("delete", "--ignore-not-found", "-k", str(REPO / "config" / "samples"), check=False, timeout=600)
     pko.remove()
     kubectl("apply", "-f", "-", input=SETUP.format(ns=NS))
+
+
+async def bench(args: argparse.Namespace, peer_dist: Path) -> None:
+    go, pko = operators(peer_dist)
+    clear_node(pko)
     results: dict[str, dict[str, list[float]]] = {"go": {}, "pko": {}}
     try:
         for r in range(args.rounds):

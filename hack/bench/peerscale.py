@@ -128,12 +128,13 @@ from peer import (
     NS,
     OPERATOR_NS,
     PROGRAM,
-    SETUP,
     STACK,
     Operator,
+    clear_node,
     condition,
     get,
     kubectl,
+    operators,
     release,
     wait,
 )
@@ -807,15 +808,8 @@ def print_table(results: dict[str, Obj], args: argparse.Namespace) -> None:
 
 
 async def bench(args: argparse.Namespace, peer_dist: Path) -> None:
-    go = Operator(
-        "go", peer_dist / "config" / "quickstart", [peer_dist / "pulumi-kubernetes-operator.oci.tar"]
-    )
-    pko = Operator("pko", REPO / "config" / "local", [])
-    log("removing the sample and pko (the bench installs each operator in turn)")
-    kubectl("-n", "default", "delete", "stack", "hello", "--ignore-not-found", timeout=600)
-    kubectl("delete", "--ignore-not-found", "-k", str(REPO / "config" / "samples"), check=False, timeout=600)
-    pko.remove()
-    kubectl("apply", "-f", "-", input=SETUP.format(ns=NS))
+    go, pko = operators(peer_dist)
+    clear_node(pko)
     results: dict[str, Obj] = {}
     api = await api_client(str(KUBECONFIG))
     async with api:
