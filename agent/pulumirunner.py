@@ -309,6 +309,10 @@ class PulumiRunner:
         self._ws = workspace
         self._command = command
         self._stack: auto.Stack | None = None
+        # The stack this process last selected through the CLI with nothing since that could have
+        # removed it (a failed operation, a destroy with remove): selecting it again with ``create``
+        # needs no CLI run (_select_sync).
+        self._confirmed: str | None = None
         self._select_lock = threading.Lock()
         self._snapshots = stacksettings.SnapshotStore(
             settings.settings_snapshot_dir or stacksettings.default_snapshot_dir(Path(workspace.work_dir))
@@ -421,10 +425,21 @@ class PulumiRunner:
     ) -> None:
         """``snapshot``: record (or with ``reset_config`` restore) the settings file first; False for
         the implicit re-selection after an agent restart, which must not record a file that config
-        was already set in."""
+        was already set in.
+
+        Selecting, with ``create``, the stack this process already selected through the CLI runs no
+        CLI (``pulumi stack select`` costs 0.1 s, twice per config change): the operator selects before
+        each up and each re-initialization. Without ``create`` (a destroy or a refresh, which need the
+        state that is there) the CLI always looks, so a stack removed behind the agent's back is
+        StackNotFound; with ``create`` such a stack makes the operation fail (no stack named ...), which
+        forgets the confirmation, and the next selection creates it as before."""
         with self._select_lock:
             if snapshot:
                 self._settings_file(name, reset=reset_config)
+            if create and self._confirmed == name and self._stack is not None and self._stack.name == name:
+                log.info("selected stack", stack_name=name, cached=True)
+                return
+            self._confirmed = None
             try:
                 stack = auto.Stack.select(name, self._ws)
             except auto_errors.StackNotFoundError:
@@ -444,6 +459,7 @@ class PulumiRunner:
             except auto_errors.CommandError as exc:
                 raise CommandFailed("select stack", self._classify(exc, failures.RunObservations())) from None
             self._stack = stack
+            self._confirmed = name
             log.info("selected stack", stack_name=name)
 
     @property
@@ -594,6 +610,7 @@ class PulumiRunner:
         except auto_errors.CommandError as exc:
             stdout, stderr = _error_text(exc)
             base.state = pb.OperationState.FAILED
+            self._confirmed = None  # whatever failed, the next selection asks the CLI again
             base.stdout, base.stderr = _tail(stdout), _tail(stderr)
             base.failure = self._classify(exc, observations, stack)
             base.summary = pb.UpdateSummary(
@@ -678,6 +695,7 @@ class PulumiRunner:
             if request.remove:
                 with self._select_lock:
                     self._stack = None
+                    self._confirmed = None
 
     def _classify(
         self,

@@ -21,6 +21,7 @@ from fakepulumi.fixtures import make_fake_pulumi
 from pko.agent.pulumirunner import CommandFailed, PulumiRunner, RunnerSettings
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
+from pulumi import automation as auto
 from pulumi.automation import errors as auto_errors
 from realpulumi import RealPulumi, make_real_pulumi
 from test_server import FOREVER_PROGRAM, runner_env, wait_for_event, write_program
@@ -109,6 +110,44 @@ async def test_a_selection_without_its_summary_lists_no_stacks(
     assert listed == []
     summary = await runner.select_stack("dev")
     assert summary is not None and summary.name == "dev" and listed == [1]
+
+
+async def test_the_selected_stack_is_selected_again_without_the_cli_unless_it_may_not_be_created(
+    tmp_path: Path, real: RealPulumi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator selects before each up and each re-initialization: with ``create`` the stack this
+    agent already selected costs no ``pulumi stack select``. Without ``create`` (destroy, refresh) the
+    CLI always looks; a stack removed behind the agent's back fails the next up, and the selection
+    after that asks the CLI again (and creates it, as before)."""
+    work = workspace(tmp_path)
+    runner = await PulumiRunner.open(settings(work, real))
+    await runner.select_stack("dev", create=True)
+    looked: list[str] = []
+    original = auto.Stack.select
+
+    def counting(name: str, ws: Any) -> Any:
+        looked.append(name)
+        return original(name, ws)
+
+    monkeypatch.setattr(auto.Stack, "select", counting)
+    await runner.select_stack("dev", create=True, summary=False)
+    await runner.set_all_config([item("a", "1")])
+    await runner.select_stack("dev", create=True, reset_config=True, summary=False)
+    assert looked == []
+    assert await config_of(runner) == {}  # the reset happened all the same
+    await runner.select_stack("dev", summary=False)
+    assert looked == ["dev"]
+
+    await asyncio.to_thread(runner._ws.remove_stack, "dev")  # as `pulumi stack rm` through kubectl exec
+    await runner.select_stack("dev", create=True, summary=False)
+    assert looked == ["dev"]
+    events: list[dict[str, Any]] = []
+    failed = await runner.run("u-1", pb.UpRequest(operation_id="u-1"), events.append)
+    assert failed.state == pb.OperationState.FAILED
+    await runner.select_stack("dev", create=True, summary=False)
+    assert looked == ["dev", "dev"]
+    up = await runner.run("u-2", pb.UpRequest(operation_id="u-2"), events.append)
+    assert up.state == pb.OperationState.SUCCEEDED, up.failure
 
 
 async def test_a_reset_brings_back_the_programs_own_settings_file(tmp_path: Path, real: RealPulumi) -> None:
