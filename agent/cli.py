@@ -144,6 +144,7 @@ async def run_serve(args: argparse.Namespace) -> int:
     await asyncio.sleep(0)  # let it start its process before the imports below hold the interpreter
 
     import structlog
+    from pko.agent.journal import agent_state_dir
     from pko.agent.kubeapi import KubeConfigError, connect
     from pko.agent.server import ServeOptions, serve
 
@@ -176,7 +177,7 @@ async def run_serve(args: argparse.Namespace) -> int:
             runner=settings,
             host=args.host,
             port=args.port,
-            journal_dir=args.journal_dir or work_dir.parent / ".agent" / "operations",
+            journal_dir=args.journal_dir or agent_state_dir(work_dir) / "operations",
             shutdown_grace=args.shutdown_grace,
             skip_install=args.skip_install,
             authorizer=authorizer,

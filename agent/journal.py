@@ -27,6 +27,14 @@ from typing import IO, Any
 
 from pko.api.generated.pko.agent import v1 as pb
 
+
+def agent_state_dir(work_dir: Path) -> Path:
+    """The agent's own state (its operation journal, the stack settings snapshots): ``.agent`` beside
+    the program directory, ``/share/.agent`` in a workspace pod whose program is the fetched source's
+    root, on the pod's emptyDir (it outlives an agent restart) and outside the user's program."""
+    return work_dir.parent / ".agent"
+
+
 OPERATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 

@@ -53,6 +53,7 @@ from typing import Any
 
 import structlog
 import yaml
+from pko.agent.journal import agent_state_dir
 from pulumi.automation._local_workspace import get_stack_settings_name
 
 log = structlog.get_logger("pko.agent.stacksettings")
@@ -69,10 +70,9 @@ class StackSettingsError(Exception):
 
 
 def default_snapshot_dir(work_dir: Path) -> Path:
-    """``.agent/stack-settings`` beside the program directory, like the operation journal's default
-    (``.agent/operations``): ``/share/.agent/stack-settings`` in a workspace pod whose program is the
-    fetched source's root."""
-    return work_dir.parent / ".agent" / "stack-settings"
+    """``stack-settings`` in the agent's state directory, beside its operation journal:
+    ``/share/.agent/stack-settings`` in a workspace pod whose program is the fetched source's root."""
+    return agent_state_dir(work_dir) / "stack-settings"
 
 
 def _load_markup(path: Path) -> Any:
