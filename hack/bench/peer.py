@@ -372,6 +372,14 @@ async def operator_restart_mid_update(op: Operator) -> dict[str, list[float]]:
     return {"operator_restart": [recovered], "updates_made": [float(made)], "engine_runs": [float(runs)]}
 
 
+def build_peer() -> Path:
+    """The Go operator's build (hack/build-peer.sh, cached: instant once built): its ``dist`` folder."""
+    built = subprocess.run(
+        ["bash", str(REPO / "hack" / "build-peer.sh")], check=True, capture_output=True, text=True
+    )
+    return Path(built.stdout.strip().splitlines()[-1])
+
+
 def operators(peer_dist: Path) -> tuple[Operator, Operator]:
     """The Go operator (its quickstart manifests and image, from hack/build-peer.sh's ``peer_dist``) and
     pko (config/local), in the order the benches measure them."""
@@ -446,10 +454,7 @@ def main() -> int:
     if not KUBECONFIG.exists():
         print("bench: no local node; run hack/up.sh first", file=sys.stderr)
         return 2
-    built = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-peer.sh")], check=True, capture_output=True, text=True
-    )
-    asyncio.run(bench(args, Path(built.stdout.strip().splitlines()[-1])))
+    asyncio.run(bench(args, build_peer()))
     return 0
 
 

@@ -121,7 +121,7 @@ from typing import Any
 
 import procstats
 import yaml
-from common import REPO, api_client
+from common import api_client
 from kubernetes_asyncio.client.exceptions import ApiException
 from node import KUBECONFIG
 from peer import (
@@ -130,6 +130,7 @@ from peer import (
     PROGRAM,
     STACK,
     Operator,
+    build_peer,
     clear_node,
     condition,
     get,
@@ -850,10 +851,7 @@ def main() -> int:
         return 2
     if args.stacks:
         disk_check(args.stacks, args.disk_per_workspace_gb)
-    built = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-peer.sh")], check=True, capture_output=True, text=True
-    )
-    asyncio.run(bench(args, Path(built.stdout.strip().splitlines()[-1])))
+    asyncio.run(bench(args, build_peer()))
     return 0
 
 
