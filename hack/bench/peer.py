@@ -400,10 +400,13 @@ def clear_node(pko: Operator) -> None:
     kubectl("apply", "-f", "-", input=SETUP.format(ns=NS))
 
 
+Results = dict[str, dict[str, list[float]]]  # operator label -> figure -> one value per round
+
+
 async def bench(args: argparse.Namespace, peer_dist: Path) -> None:
     go, pko = operators(peer_dist)
     clear_node(pko)
-    results: dict[str, dict[str, list[float]]] = {"go": {}, "pko": {}}
+    results: Results = {"go": {}, "pko": {}}
     try:
         for r in range(args.rounds):
             for op in (go, pko):
@@ -417,11 +420,23 @@ async def bench(args: argparse.Namespace, peer_dist: Path) -> None:
                     results[op.label].setdefault(key, []).extend(values)
     finally:
         pko.install()
-
-    def med(label: str, key: str) -> float:
-        return statistics.median(results[label][key])
-
     print(f"# pko beside the Go operator v2.9.0, local node ({args.rounds} round(s); medians, seconds)\n")
+    print_table(results)
+
+
+def median(results: Results, label: str, key: str) -> float:
+    return statistics.median(results[label][key])
+
+
+def overhead(results: Results, label: str) -> float:
+    """Config change -> Ready, less the bare ``pulumi up`` for such a change in the same pod."""
+    return median(results, label, "update") - median(results, label, "bare")
+
+
+def print_table(results: Results) -> None:
+    def med(label: str, key: str) -> float:
+        return median(results, label, key)
+
     print("| figure | Go operator | pko | pko / Go |")
     print("|---|---:|---:|---:|")
     for key, label in (
@@ -432,8 +447,7 @@ async def bench(args: argparse.Namespace, peer_dist: Path) -> None:
     ):
         g, p = med("go", key), med("pko", key)
         print(f"| {label} | {g:.1f} | {p:.1f} | {p / g:.2f} |")
-    g = med("go", "update") - med("go", "bare")
-    p = med("pko", "update") - med("pko", "bare")
+    g, p = overhead(results, "go"), overhead(results, "pko")
     print(f"| operator overhead per update (config change -> Ready minus the bare up) | {g:.1f} | {p:.1f} | "
           f"{p / g if g else float('nan'):.2f} |")  # fmt: skip
     g, p = med("go", "operator_restart"), med("pko", "operator_restart")

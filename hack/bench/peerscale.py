@@ -828,9 +828,8 @@ async def bench(args: argparse.Namespace, peer_dist: Path) -> None:
     print_table(results, args)
 
 
-def main() -> int:
-    exit_on_sigterm()
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Rows 3 and 4's options (sidebyside.py takes them too)."""
     p.add_argument("--stacks", type=int, default=50, help="row 3: Program Stacks applied at once (0 skips)")
     p.add_argument(
         "--idle", default="1000,10000", help="row 4: idle Stack counts, comma-separated ('' skips)"
@@ -842,9 +841,20 @@ def main() -> int:
     p.add_argument("--background-seconds", type=float, default=60, help="the idle background's window")
     p.add_argument("--timeout", type=float, default=1800, help="for all Ready, a first pass, a deletion")
     p.add_argument("--disk-per-workspace-gb", type=float, default=1.6, help="row 3's disk check, per pod")
-    p.add_argument("--operators", default="go,pko", help="which to measure (Go first when both)")
+
+
+def parse(p: argparse.ArgumentParser) -> argparse.Namespace:
     args = p.parse_args()
     args.idle = [int(n) for n in args.idle.split(",") if n.strip()]
+    return args
+
+
+def main() -> int:
+    exit_on_sigterm()
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    p.add_argument("--operators", default="go,pko", help="which to measure (Go first when both)")
+    args = parse(p)
     args.operators = {o for o in args.operators.split(",") if o}
     if not KUBECONFIG.exists():
         print("bench: no local node; run hack/up.sh first", file=sys.stderr)
