@@ -1,0 +1,141 @@
+"""The command line: ``kubectl pko [flags] COMMAND [NAME] [flags]``, parsed into :class:`Options`.
+
+kubectl passes a plugin its arguments untouched, so the plugin parses kubectl's own conventions
+itself: ``-n``/``--namespace``, ``-A``/``--all-namespaces``, ``--context``, ``--kubeconfig``,
+``-o json|yaml``, accepted before or after the command name (as kubectl accepts flags anywhere).
+This module imports only ``argparse``: ``--help`` and usage errors answer before the Kubernetes
+client is loaded.
+
+A command is one :class:`CommandSpec` here and one runner in :mod:`pko.kubectl.commands`; that
+is all ``approve`` will need besides its own pure module.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+__all__ = ["COMMANDS", "CommandSpec", "Options", "build_parser", "parse"]
+
+Output = Literal["", "json", "yaml"]
+NameArg = Literal["required", "optional"]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    """A subcommand: whether it takes a Stack name, ``-A``, ``-o``, and its one extra flag."""
+
+    name: str
+    help: str
+    stack_name: NameArg = "required"
+    all_namespaces: bool = False
+    output: bool = False
+    update_flag: bool = False
+
+
+COMMANDS: Final[tuple[CommandSpec, ...]] = (
+    CommandSpec(
+        "status",
+        "a Stack's conditions, last and current Update, outputs (secrets masked), plan and drift; "
+        "without NAME a table of the namespace's Stacks",
+        stack_name="optional",
+        all_namespaces=True,
+        output=True,
+    ),
+    CommandSpec("why", "why a Stack is not Ready, in one paragraph, with what to do about it", output=True),
+    CommandSpec(
+        "logs",
+        "the engine output of the Stack's running Update, else its last one (from the workspace pod's "
+        "log; the Update's message when the log no longer holds it)",
+        update_flag=True,
+    ),
+    CommandSpec("retry", "run the Stack again now: a new reconciliation request, which resets the backoff"),
+    CommandSpec("refresh", "a one-off pulumi refresh (not supported by the operator: exit 4)"),
+    CommandSpec("cancel", "cancel the Stack's running Update (not supported by the operator: exit 4)"),
+    CommandSpec("approve", "approve a Stack's recorded plan (no approval gate in the operator yet: exit 4)"),
+)
+
+EXIT_CODES: Final = """exit codes:
+  0  done; status/why: every Stack shown is Ready
+  1  status/why: a Stack shown is not Ready
+  2  usage error (bad arguments, unknown context)
+  3  not found (the Stack, the Update, any engine output)
+  4  not supported by the operator (cancel, refresh, approve)
+  5  no usable kubeconfig, the apiserver unreachable, or the request refused"""
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What to do: the command, the Stack, and where (``namespace`` None: the context's)."""
+
+    command: str
+    name: str | None = None
+    namespace: str | None = None
+    all_namespaces: bool = False
+    context: str | None = None
+    kubeconfig: str | None = None
+    output: Output = ""
+    update: str | None = None
+
+
+def _add_connection_flags(parser: argparse.ArgumentParser, *, on_command: bool) -> None:
+    """kubectl's flags; on a command their default is SUPPRESS, so the same flag given before the
+    command name is not overwritten by the command's default."""
+    default = argparse.SUPPRESS if on_command else None
+    parser.add_argument("-n", "--namespace", default=default, help="the namespace (default: the context's)")
+    parser.add_argument("--context", default=default, help="the kubeconfig context to use")
+    parser.add_argument(
+        "--kubeconfig", default=default, help="the kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kubectl pko",
+        description="Inspect and drive pko Stacks (pulumi.com/v1).",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_connection_flags(parser, on_command=False)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for spec in COMMANDS:
+        sub = commands.add_parser(
+            spec.name,
+            help=spec.help,
+            description=spec.help,
+            epilog=EXIT_CODES,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        nargs = "?" if spec.stack_name == "optional" else None
+        sub.add_argument("name", metavar="NAME", nargs=nargs, help="the Stack's name")
+        _add_connection_flags(sub, on_command=True)
+        if spec.all_namespaces:
+            sub.add_argument(
+                "-A", "--all-namespaces", action="store_true", help="the Stacks of every namespace"
+            )
+        if spec.output:
+            sub.add_argument("-o", "--output", choices=["json", "yaml"], help="machine-readable output")
+        if spec.update_flag:
+            sub.add_argument("--update", metavar="UPDATE", help="this Update of the Stack instead")
+    return parser
+
+
+def parse(argv: Sequence[str]) -> Options:
+    """The options of ``argv``; a usage error exits 2 (argparse's, and ours)."""
+    parser = build_parser()
+    ns = parser.parse_args(list(argv))
+    options = Options(
+        command=ns.command,
+        name=ns.name,
+        namespace=getattr(ns, "namespace", None),
+        all_namespaces=bool(getattr(ns, "all_namespaces", False)),
+        context=getattr(ns, "context", None),
+        kubeconfig=getattr(ns, "kubeconfig", None),
+        output=getattr(ns, "output", None) or "",
+        update=getattr(ns, "update", None),
+    )
+    if options.all_namespaces and options.name:
+        parser.error("a Stack cannot be named across all namespaces: drop -A or NAME")
+    return options

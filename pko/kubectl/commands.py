@@ -1,0 +1,167 @@
+"""Each command's run: read through :class:`~pko.kubectl.cluster.Cluster`, decide and format with
+the command's pure module, print, and return the exit code.
+
+:data:`RUNNERS` maps a command name (:data:`pko.kubectl.args.COMMANDS`) to its runner; a new
+command (``approve``) is a runner here and a :class:`~pko.kubectl.args.CommandSpec` there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, TextIO
+
+from pko.kubectl import actions, status, why
+from pko.kubectl.args import Options
+from pko.kubectl.cluster import Cluster
+from pko.kubectl.exitcodes import ExitCode, PluginError
+from pko.kubectl.logs import PULUMI_CONTAINER, chosen_update, engine_lines, workspace_pod
+from pko.kubectl.stackview import Obj, status_of
+
+__all__ = ["RUNNERS", "Context", "Runner"]
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a runner works with: the cluster, the namespace the options resolve to, the streams,
+    and the clock (tests fix it)."""
+
+    cluster: Cluster
+    namespace: str
+    out: TextIO
+    err: TextIO
+    now: Callable[[], datetime]
+
+
+Runner = Callable[[Options, Context], Awaitable[ExitCode]]
+
+
+async def _stack(options: Options, ctx: Context) -> Obj:
+    """The named Stack, or exit 3."""
+    assert options.name is not None  # the parser requires it for every command but status
+    found = await ctx.cluster.stack(ctx.namespace, options.name)
+    if found is None:
+        raise PluginError(
+            ExitCode.NOT_FOUND, f'stack "{options.name}" not found in namespace "{ctx.namespace}"'
+        )
+    return found
+
+
+async def _named_update(ctx: Context, name: Any) -> Obj | None:
+    return await ctx.cluster.update(ctx.namespace, str(name)) if name else None
+
+
+async def run_status(options: Options, ctx: Context) -> ExitCode:
+    if options.name:
+        stack = await _stack(options, ctx)
+        update = await _named_update(ctx, (status_of(stack).get("lastUpdate") or {}).get("name"))
+        if options.output:
+            ctx.out.write(status.document([status.summary(stack, update)], single=True, fmt=options.output))
+        else:
+            ctx.out.write(status.details(stack, update, ctx.now()))
+        return status.exit_code([stack])
+    where = None if options.all_namespaces else ctx.namespace
+    stacks = sorted(
+        await ctx.cluster.stacks(where),
+        key=lambda s: ((s.get("metadata") or {}).get("namespace", ""), (s.get("metadata") or {}).get("name")),
+    )
+    if options.output:
+        summaries = [status.summary(s) for s in stacks]
+        ctx.out.write(status.document(summaries, single=False, fmt=options.output))
+    elif not stacks:
+        ctx.err.write("No Stacks found" + (".\n" if where is None else f' in namespace "{where}".\n'))
+    else:
+        ctx.out.write(status.table(stacks, ctx.now(), all_namespaces=where is None))
+    return status.exit_code(stacks)
+
+
+async def run_why(options: Options, ctx: Context) -> ExitCode:
+    stack = await _stack(options, ctx)
+    stat = status_of(stack)
+    current_name = (stat.get("currentUpdate") or {}).get("name")
+    last_name = (stat.get("lastUpdate") or {}).get("name")
+    current, last = await asyncio.gather(_named_update(ctx, current_name), _named_update(ctx, last_name))
+    ws_name = str(((current or {}).get("spec") or {}).get("workspaceName") or options.name)
+    workspace = await ctx.cluster.workspace(ctx.namespace, ws_name)
+    said = why.explain(stack, workspace=workspace, last_update=last, current_update=current, now=ctx.now())
+    if options.output:
+        doc = {"name": options.name, "namespace": ctx.namespace, "ready": said.ready, "why": said.text}
+        ctx.out.write(status.document([doc], single=True, fmt=options.output))
+    else:
+        ctx.out.write(said.text + "\n")
+    return ExitCode.OK if said.ready else ExitCode.NOT_READY
+
+
+async def run_logs(options: Options, ctx: Context) -> ExitCode:
+    stack = await _stack(options, ctx)
+    name = chosen_update(stack, options.update)
+    if name is None:
+        raise PluginError(ExitCode.NOT_FOUND, f"stack {options.name!r} has run no Update yet")
+    update = await ctx.cluster.update(ctx.namespace, name)
+    if update is None:
+        recorded = str((status_of(stack).get("lastUpdate") or {}).get("message") or "")
+        if recorded and name == (status_of(stack).get("lastUpdate") or {}).get("name"):
+            ctx.err.write(f"Update {name} no longer exists; its message as the Stack recorded it:\n")
+            ctx.out.write(recorded.rstrip("\n") + "\n")
+            return ExitCode.OK
+        raise PluginError(ExitCode.NOT_FOUND, f'update "{name}" not found in namespace "{ctx.namespace}"')
+    uid = str((update.get("metadata") or {}).get("uid") or "")
+    _, pod = workspace_pod(update, str(options.name))
+    unavailable = ""
+    for previous in (False, True):
+        read = await ctx.cluster.pod_log(ctx.namespace, pod, PULUMI_CONTAINER, previous=previous)
+        if read.text is None:
+            unavailable = unavailable or read.unavailable
+            continue
+        lines = engine_lines(read.text, uid)
+        if lines:
+            ctx.out.write("".join(line + "\n" for line in lines))
+            return ExitCode.OK
+        unavailable = unavailable or "it holds no output of this Update"
+    message = str(status_of(update).get("message") or "")
+    if not message:
+        raise PluginError(
+            ExitCode.NOT_FOUND,
+            f"no engine output of Update {name}: the log of pod {pod} is unavailable ({unavailable}) "
+            "and the Update has no message",
+        )
+    ctx.err.write(f"The log of pod {pod} is unavailable ({unavailable}); the message of Update {name}:\n")
+    ctx.out.write(message.rstrip("\n") + "\n")
+    return ExitCode.OK
+
+
+async def run_retry(options: Options, ctx: Context) -> ExitCode:
+    stack = await _stack(options, ctx)
+    value = actions.retry_value(ctx.now(), actions.current_request(stack))
+    await ctx.cluster.request_reconcile(
+        ctx.namespace, str(options.name), actions.RECONCILE_REQUEST_ANNOTATION, value
+    )
+    ctx.out.write(
+        f"stack.pulumi.com/{options.name} retry requested ({actions.RECONCILE_REQUEST_ANNOTATION}={value})\n"
+    )
+    for note in actions.retry_notes(stack):
+        ctx.err.write(note + "\n")
+    return ExitCode.OK
+
+
+def _unsupported(explain: Callable[[Mapping[str, Any]], str]) -> Runner:
+    """A command the operator has no mechanism for: the Stack must exist (exit 3), then exit 4
+    with what does exist."""
+
+    async def run(options: Options, ctx: Context) -> ExitCode:
+        raise PluginError(ExitCode.UNSUPPORTED, explain(await _stack(options, ctx)))
+
+    return run
+
+
+RUNNERS: Final[dict[str, Runner]] = {
+    "status": run_status,
+    "why": run_why,
+    "logs": run_logs,
+    "retry": run_retry,
+    "refresh": _unsupported(actions.refresh_unsupported),
+    "cancel": _unsupported(actions.cancel_unsupported),
+    "approve": _unsupported(actions.approve_unsupported),
+}

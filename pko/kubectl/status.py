@@ -1,0 +1,216 @@
+"""``kubectl pko status`` (pure): a table of Stacks, one Stack in detail, or either as a document.
+
+The document (``-o json|yaml``) is a summary for scripts, not the Stack itself (``kubectl get -o
+yaml`` gives that): readiness as :mod:`pko.kubectl.stackview` decides it, the status fields a
+person asks about, and outputs with every secret masked. ``status.plan`` and ``status.drift`` are
+shown when the operator writes them (the approval gate and drift detection of issue 29 will) and
+not mentioned otherwise; they are rendered as they are, whatever their shape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+import yaml
+
+from pko.kubectl.exitcodes import ExitCode
+from pko.kubectl.stackview import (
+    Obj,
+    conditions,
+    deleting,
+    masked,
+    readiness,
+    status_of,
+    suspended,
+    time_since,
+    time_until,
+)
+
+__all__ = ["OPTIONAL_FIELDS", "details", "document", "exit_code", "summary", "table"]
+
+OPTIONAL_FIELDS: Final = ("plan", "drift")
+"""Status fields shown only when present."""
+_VALUE_COLUMN: Final = 17
+
+
+def summary(stack: Mapping[str, Any], update: Mapping[str, Any] | None = None) -> Obj:
+    """The machine-readable status of one Stack; ``update``: its last Update, when read, adds
+    ``startTime``, ``endTime`` and ``resourceChanges`` to ``lastUpdate``."""
+    meta = stack.get("metadata") or {}
+    status = status_of(stack)
+    state = readiness(stack)
+    last = dict(status.get("lastUpdate") or {}) or None
+    if last is not None and update is not None:
+        upd_status = update.get("status") or {}
+        for key in ("startTime", "endTime", "resourceChanges"):
+            if upd_status.get(key) is not None:
+                last[key] = upd_status[key]
+    doc: Obj = {
+        "namespace": meta.get("namespace"),
+        "name": meta.get("name"),
+        "stack": (stack.get("spec") or {}).get("stack"),
+        "ready": state.ready,
+        "state": state.state,
+        "reason": state.reason,
+        "message": state.message,
+        "suspended": suspended(stack),
+        "deleting": deleting(stack),
+        "conditions": conditions(stack),
+        "lastUpdate": last,
+        "currentUpdate": status.get("currentUpdate"),
+        "lastFailure": status.get("lastFailure"),
+        "nextRetryTime": status.get("nextRetryTime"),
+        "resourceCount": status.get("resourceCount"),
+        "outputs": masked(status.get("outputs") or {}),
+    }
+    for field in OPTIONAL_FIELDS:
+        if status.get(field) is not None:
+            doc[field] = masked(status[field])
+    return doc
+
+
+def document(summaries: Sequence[Obj], *, single: bool, fmt: str) -> str:
+    """``summaries`` as JSON or YAML: the one summary, or ``{"items": [...]}`` for a listing."""
+    body: Any = summaries[0] if single else {"items": list(summaries)}
+    if fmt == "json":
+        return json.dumps(body, indent=2) + "\n"
+    return str(yaml.safe_dump(body, sort_keys=False, default_flow_style=False))
+
+
+def exit_code(stacks: Iterable[Mapping[str, Any]]) -> ExitCode:
+    """1 when any Stack shown is not Ready."""
+    return ExitCode.OK if all(readiness(s).ready for s in stacks) else ExitCode.NOT_READY
+
+
+def _columns(rows: Sequence[Sequence[str]]) -> str:
+    """Rows padded into columns of three spaces, as ``kubectl get`` prints them."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "".join(
+        "   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() + "\n"
+        for row in rows
+    )
+
+
+def _last_update(stack: Mapping[str, Any]) -> str:
+    last = status_of(stack).get("lastUpdate") or {}
+    return " ".join(str(last[k]) for k in ("type", "state") if last.get(k)) or "<none>"
+
+
+def table(stacks: Sequence[Mapping[str, Any]], now: datetime, *, all_namespaces: bool) -> str:
+    """One line per Stack: where, readiness, the last Update and how long ago it ran."""
+    header = ["NAME", "STACK", "STATE", "REASON", "LAST UPDATE", "UPDATED"]
+    rows: list[list[str]] = []
+    for stack in stacks:
+        meta = stack.get("metadata") or {}
+        state = readiness(stack)
+        last = status_of(stack).get("lastUpdate") or {}
+        row = [
+            str(meta.get("name", "")),
+            str((stack.get("spec") or {}).get("stack") or ""),
+            state.state + (" (deleting)" if deleting(stack) else ""),
+            state.reason,
+            _last_update(stack) + (" (running)" if status_of(stack).get("currentUpdate") else ""),
+            time_since(last.get("lastResyncTime"), now) or "<none>",
+        ]
+        rows.append([str(meta.get("namespace", "")), *row] if all_namespaces else row)
+    return _columns([["NAMESPACE", *header] if all_namespaces else header, *rows])
+
+
+def _field(label: str, value: str, indent: int = 0) -> str:
+    """``Label:  value``, continuation lines of a multi-line value aligned under the first."""
+    head = " " * indent + f"{label + ':':<{_VALUE_COLUMN - indent - 1}} "
+    lines = value.splitlines() or [""]
+    return "".join([head + lines[0] + "\n", *(" " * len(head) + line + "\n" for line in lines[1:])])
+
+
+def _block(label: str, value: Any) -> str:
+    """A nested value (outputs, plan, drift) under its label, as YAML indented by two."""
+    text = str(yaml.safe_dump(value, sort_keys=False, default_flow_style=False)).rstrip("\n")
+    return f"{label}:\n" + "".join(f"  {line}\n" for line in text.splitlines())
+
+
+def _scalar(value: Any) -> str:
+    """A string as it is (``[secret]`` unquoted), anything else as compact JSON."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def details(stack: Mapping[str, Any], update: Mapping[str, Any] | None, now: datetime) -> str:
+    """One Stack for a person: readiness, conditions, the last and current Update, the failure and
+    its retry, outputs, and plan and drift when the status has them."""
+    meta = stack.get("metadata") or {}
+    status = status_of(stack)
+    state = readiness(stack)
+    out = [
+        _field("Name", str(meta.get("name", ""))),
+        _field("Namespace", str(meta.get("namespace", ""))),
+        _field("Stack", str((stack.get("spec") or {}).get("stack") or "")),
+        _field("State", f"{state.state} ({state.reason})" if state.reason else state.state),
+    ]
+    if state.message:
+        out.append(_field("Message", state.message))
+    if suspended(stack):
+        out.append(_field("Suspended", "spec.suspend is set: no new operation starts"))
+    if deleting(stack):
+        out.append(_field("Deleting", f"since {meta.get('deletionTimestamp')}"))
+    conds = conditions(stack)
+    if conds:
+        rows = [["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"]] + [
+            [
+                str(c.get("type", "")),
+                str(c.get("status", "")),
+                str(c.get("reason", "")),
+                time_since(c.get("lastTransitionTime"), now),
+                " ".join(str(c.get("message") or "").split()),
+            ]
+            for c in conds
+        ]
+        out.append("Conditions:\n" + "".join(f"  {line}\n" for line in _columns(rows).splitlines()))
+    last = status.get("lastUpdate") or {}
+    if last:
+        ago = time_since(last.get("lastResyncTime"), now)
+        text = f"{last.get('name', '')}: {_last_update(stack)}" + (f" {ago} ago" if ago else "")
+        if last.get("state") == "failed" and last.get("failures"):
+            text += f" ({_plural(int(last['failures']) + 1, 'failure')} in a row)"
+        out.append(_field("Last update", text))
+        if last.get("permalink"):
+            out.append(_field("Permalink", str(last["permalink"]), 2))
+        changes = ((update or {}).get("status") or {}).get("resourceChanges")
+        if isinstance(changes, Mapping) and changes:
+            out.append(_field("Changes", ", ".join(f"{k}={v}" for k, v in changes.items()), 2))
+        if last.get("message"):
+            out.append(_field("Message", str(last["message"]), 2))
+    current = status.get("currentUpdate") or {}
+    if current.get("name"):
+        extra = ", ".join(
+            f"{k} {current[k]}" for k in ("generation", "commit", "reconcileRequest") if current.get(k)
+        )
+        out.append(_field("Current update", f"{current['name']} (running{', ' + extra if extra else ''})"))
+    failure = status.get("lastFailure") or {}
+    if failure:
+        kind = "transient" if failure.get("transient") else "deterministic"
+        counted = failure.get("countedFailures")
+        text = f"{failure.get('reason', '')} ({kind}" + (f", {counted} counted)" if counted else ")")
+        out.append(_field("Last failure", text))
+        if failure.get("lockOwner"):
+            out.append(_field("Lock owner", str(failure["lockOwner"]), 2))
+        for urn in failure.get("pendingOperations") or []:
+            out.append(_field("Pending", str(urn), 2))
+    if status.get("nextRetryTime"):
+        when = status["nextRetryTime"]
+        out.append(_field("Next retry", f"{when} ({time_until(when, now)})"))
+    if status.get("resourceCount") is not None:
+        out.append(_field("Resources", str(status["resourceCount"])))
+    outputs = masked(status.get("outputs") or {})
+    if isinstance(outputs, Mapping) and outputs:
+        out.append("Outputs:\n" + "".join(f"  {k}: {_scalar(v)}\n" for k, v in outputs.items()))
+    for field in OPTIONAL_FIELDS:
+        if status.get(field) is not None:
+            out.append(_block(field.capitalize(), masked(status[field])))
+    return "".join(out)

@@ -1,0 +1,145 @@
+"""Stacks, Updates and Workspaces with statuses, as the operator writes them, for the plugin's tests.
+
+Shared by the pure tests and the apiserver tests (which create them): one place that knows the
+status shapes (README: Status and conditions; ``pko.controllers.stack.status``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+Obj = dict[str, Any]
+
+NOW = datetime(2025, 1, 20, 10, 45, 0, tzinfo=UTC)
+EARLIER = "2025-01-20T10:40:00Z"  # 5m before NOW
+SECRET_WIRE = {"4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270", "value": "hunter2"}
+
+
+def cond(type_: str, status: str, reason: str, message: str = "", generation: int = 1) -> Obj:
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": EARLIER,
+        "observedGeneration": generation,
+    }
+
+
+def stack(name: str = "web", namespace: str = "ns", *, status: Obj | None = None, **spec: Any) -> Obj:
+    obj: Obj = {
+        "apiVersion": "pulumi.com/v1",
+        "kind": "Stack",
+        "metadata": {"name": name, "namespace": namespace, "generation": 1},
+        "spec": {"stack": "dev", "programRef": {"name": name}, **spec},
+    }
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def ready_status(update: str = "web-1") -> Obj:
+    return {
+        "observedGeneration": 1,
+        "conditions": [
+            cond("Ready", "True", "ProcessingCompleted", "the stack has been processed and is up to date")
+        ],
+        "lastUpdate": {
+            "name": update,
+            "type": "up",
+            "state": "succeeded",
+            "generation": 1,
+            "failures": 0,
+            "lastResyncTime": EARLIER,
+            "permalink": "file:///state/web",
+        },
+        "outputs": {"petName": "calm-dog", "password": "[secret]"},
+        "resourceCount": 3,
+    }
+
+
+def stalled_status(reason: str = "SourceUnavailable", message: str = "branch 'main' not found") -> Obj:
+    return {
+        "observedGeneration": 1,
+        "conditions": [
+            cond("Ready", "False", "NotReadyStalled", "reconciliation is stalled"),
+            cond("Stalled", "True", reason, message),
+        ],
+    }
+
+
+def retrying_status(update: str = "web-2", reason: str = "ProgramError") -> Obj:
+    return {
+        "observedGeneration": 1,
+        "conditions": [
+            cond("Ready", "False", "NotReadyInProgress", "reconciliation is in progress"),
+            cond("Reconciling", "True", "RetryingAfterFailure", "1 update failure(s)"),
+        ],
+        "lastUpdate": {
+            "name": update,
+            "type": "up",
+            "state": "failed",
+            "generation": 1,
+            "failures": 1,
+            "lastResyncTime": EARLIER,
+            "message": "error: program failed",
+        },
+        "lastFailure": {
+            "reason": reason,
+            "message": "error: program failed",
+            "transient": False,
+            "updateName": update,
+            "countedFailures": 2,
+        },
+        "nextRetryTime": "2025-01-20T10:46:30Z",
+    }
+
+
+def update(
+    name: str = "web-2",
+    namespace: str = "ns",
+    *,
+    failed: str | None = "ProgramError",
+    message: str = "Updating (dev):\n  pulumi:pulumi:Stack web-dev  **failed**\nerror: program failed",
+    running: bool = False,
+    uid: str | None = None,
+) -> Obj:
+    if running:
+        conditions = [cond("Progressing", "True", "Progressing"), cond("Complete", "False", "Progressing")]
+    elif failed:
+        conditions = [
+            cond("Progressing", "False", "Failed"),
+            cond("Complete", "True", "Failed"),
+            cond("Failed", "True", failed, message),
+        ]
+    else:
+        conditions = [cond("Progressing", "False", "Complete"), cond("Complete", "True", "Updated")]
+    obj: Obj = {
+        "apiVersion": "auto.pulumi.com/v1alpha1",
+        "kind": "Update",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"workspaceName": "web", "stackName": "dev", "type": "up"},
+        "status": {
+            "startTime": EARLIER,
+            "message": "" if running else message,
+            "conditions": conditions,
+            "resourceChanges": {"create": 2, "same": 1},
+        },
+    }
+    if uid:
+        obj["metadata"]["uid"] = uid
+    return obj
+
+
+def workspace(
+    name: str = "web", namespace: str = "ns", *, reason: str = "Succeeded", message: str = ""
+) -> Obj:
+    ready = "True" if reason == "Succeeded" else "False"
+    return {
+        "apiVersion": "auto.pulumi.com/v1alpha1",
+        "kind": "Workspace",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"image": "pulumi/pulumi:latest-nonroot"},
+        "status": {"conditions": [cond("Ready", ready, reason, message)]},
+    }
