@@ -18,7 +18,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pko.api import update as update_api
 from pko.api import workspace as workspace_api
-from pko.api.markers import ApplyConfigurationOf, Extension, ListAtomic, Rule
+from pko.api.markers import ApplyConfigurationOf, Extension, Format, ListAtomic, Rule
 from pko.api.meta import (
     Conditions,
     GoDuration,
@@ -253,6 +253,51 @@ class PrerequisiteRef(KubeModel):
     referenced stack is in a successful state."""
 
 
+RetrySeconds = Annotated[int, Format("int64"), Field(ge=1)]
+"""A retry wait in whole seconds, at least 1 (status times have whole seconds)."""
+RetryFactor = Annotated[float, Field(ge=1)]
+"""How much a retry wait grows with each failure in a row: at least 1 (1: a fixed wait)."""
+
+
+class DeterministicRetry(KubeModel):
+    """(pko extension) The backoff of deterministic failures: baseSeconds x factor^(n-1) before the
+    n-th retry, at most retryMaxBackoffDurationSeconds, and at most maxUpdateFailures retries."""
+
+    base_seconds: RetrySeconds | None = None
+    """BaseSeconds is the wait before the first retry. Defaults to the operator's setting (10)."""
+    factor: RetryFactor | None = None
+    """Factor multiplies the wait with each further failure. Defaults to the operator's setting (3)."""
+
+
+class TransientRetry(KubeModel):
+    """(pko extension) The backoff of transient failures: baseSeconds x factor^(n-1) +-jitter before
+    the n-th retry in a row, at most maxSeconds (and retryMaxBackoffDurationSeconds); never Stalled."""
+
+    base_seconds: RetrySeconds | None = None
+    """BaseSeconds is the wait before the first retry. Defaults to the operator's setting (5)."""
+    factor: RetryFactor | None = None
+    """Factor multiplies the wait with each further failure. Defaults to the operator's setting (2)."""
+    max_seconds: RetrySeconds | None = None
+    """MaxSeconds is the longest wait, after the jitter. Defaults to the operator's setting (300);
+    retryMaxBackoffDurationSeconds, if lower, wins."""
+    jitter: Annotated[float, Field(ge=0, lt=1)] | None = None
+    """Jitter spreads each wait by up to this fraction either way (0.2: +-20%), stable per failed
+    Update, so a fleet that failed together does not retry together. Defaults to the operator's
+    setting (0.2)."""
+
+
+class RetryPolicy(KubeModel):
+    """(pko extension) How this Stack's failed operations are retried; every field omitted takes
+    the operator's setting (its --stack-* flags)."""
+
+    transient: TransientRetry | None = None
+    """Transient is the backoff of failures expected to go away by themselves (network, 5xx, 429,
+    update conflict, a held lock, a lost Update)."""
+    deterministic: DeterministicRetry | None = None
+    """Deterministic is the backoff of failures that need a fix (program, config, install, auth,
+    pending operations)."""
+
+
 WorkspaceApplyConfiguration = Annotated[dict[str, Any], ApplyConfigurationOf(workspace_api.Workspace)]
 UpdateApplyConfiguration = Annotated[dict[str, Any], ApplyConfigurationOf(update_api.Update)]
 
@@ -406,6 +451,10 @@ class StackSpec(KubeModel):
     source changes. Defaults to the operator's setting (3, as the Go operator). Transient failures
     (network, 5xx, 429, update conflict, a held lock) are retried with a short backoff and do not
     count."""
+    retry_policy: Annotated[RetryPolicy, Extension("issue28: retries users can tune")] | None = None
+    """(pko extension) RetryPolicy tunes the backoff of failed operations (bases, factors, the
+    transient cap and jitter); omitted fields take the operator's settings. The longest wait of any
+    retry stays retryMaxBackoffDurationSeconds."""
 
     def resync_frequency(self) -> int:
         """Effective resync period in seconds: the field, but never less than 60 (the Go rule)."""
@@ -577,6 +626,7 @@ __all__ = [
     "BasicAuth",
     "ConfigMapRef",
     "CurrentStackUpdate",
+    "DeterministicRetry",
     "EnvSelector",
     "FSSelector",
     "FailureReason",
@@ -591,6 +641,9 @@ __all__ = [
     "RequirementSpec",
     "ResourceRef",
     "ResourceSelectorType",
+    "RetryFactor",
+    "RetryPolicy",
+    "RetrySeconds",
     "SSHAuth",
     "SecretSelector",
     "Stack",
@@ -599,6 +652,7 @@ __all__ = [
     "StackStatus",
     "StackUpdateState",
     "StackUpdateStateMessage",
+    "TransientRetry",
     "UpdateApplyConfiguration",
     "WorkspaceApplyConfiguration",
     "WorkspaceReclaimPolicy",

@@ -34,11 +34,19 @@ ENGINE_EVENT_LOG_LEVEL: Final = "debug"
 PROGRAM_FS_ADDR: Final = ":9090"
 # How long a running Update waits for its unreachable agent before it ends AgentUnreachable.
 AGENT_UNREACHABLE_TIMEOUT: Final = 300.0
-# Failed Stack operations: the failure budget before Stalled, the cap of transient retries, and
-# the longest backoff of deterministic ones (seconds).
+# Failed Stack operations (docs/retries.md): the failure budget before Stalled; transient failures
+# back off from 5 s, doubling, +-20%, capped at 5 min; deterministic ones keep the Go operator's
+# cooldown (10 s x 3^n); no retry waits longer than MAX_RETRY_BACKOFF (seconds).
 MAX_UPDATE_FAILURES: Final = 3
+TRANSIENT_RETRY_BASE: Final = 5.0
+TRANSIENT_RETRY_FACTOR: Final = 2.0
 TRANSIENT_RETRY_CAP: Final = 300.0
+TRANSIENT_RETRY_JITTER: Final = 0.2
+DETERMINISTIC_RETRY_BASE: Final = 10.0
+DETERMINISTIC_RETRY_FACTOR: Final = 3.0
 MAX_RETRY_BACKOFF: Final = 24 * 3600.0
+# The shortest retry wait and cap (status times have whole seconds): bases and caps below it are refused.
+MIN_RETRY_SECONDS: Final = 1.0
 
 
 def go_duration_text(seconds: float) -> str:

@@ -143,6 +143,10 @@ def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]
             "preview": True,
             "suspend": True,
             "maxUpdateFailures": 5,
+            "retryPolicy": {
+                "transient": {"baseSeconds": 2, "factor": 1.5, "maxSeconds": 120, "jitter": 0.25},
+                "deterministic": {"baseSeconds": 30, "factor": 2.5},
+            },
         },
     }
 

@@ -6,22 +6,26 @@ retried three times for nothing. Here a failure is first classified from the Upd
 reason (the agent's closed set) and, for generic reasons, from the error text:
 
 * transient (network, 5xx, 429, update conflict, a lock held by another run, a lost Update):
-  retried after ``transient_base x 2^n`` seconds with +-``jitter``, capped at ``transient_cap``
-  (and the Stack's ``retryMaxBackoffDurationSeconds``); never Stalls;
-* deterministic (program, config, install or auth error, pending operations): the Go cooldown
-  (``10 s x 3^n``, capped) and, after ``maxUpdateFailures`` retries, Stalled ``UpdateFailed``.
+  retried after ``transient_base x transient_factor^n`` seconds with +-``jitter``, capped at
+  ``transient_cap`` and ``max_backoff`` (after the jitter); never Stalls;
+* deterministic (program, config, install or auth error, pending operations): by default the Go
+  cooldown (``10 s x 3^n``), capped at ``max_backoff`` and, after ``max_update_failures``
+  retries, Stalled ``UpdateFailed``.
 
-Jitter is derived from the Update's name, so the delay of one failure is the same at every
-reconcile (no status churn) while a fleet that failed together spreads out.
+Every setting is the operator's (``RetrySettings``, its ``--stack-*`` flags) unless the Stack sets
+its own (``for_stack``, the one place that merges them; docs/retries.md). Jitter is derived from
+the Update's name, so the delay of one failure is the same at every reconcile (no status churn)
+while a fleet that failed together spreads out.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 from pko.api.stack import FailureReason, StackSpec
 from pko.controllers.retrysettings import RetrySettings
@@ -32,9 +36,12 @@ __all__ = [
     "classify_failure",
     "deterministic_delay",
     "failure_budget",
+    "for_stack",
     "jitter_fraction",
+    "retry_at",
     "retry_delay",
     "tail_lines",
+    "transient_cap",
     "transient_delay",
 ]
 
@@ -133,22 +140,32 @@ def classify_failure(update_reason: str | None, message: str | None) -> Classifi
     return Classification(reason, reason in TRANSIENT_REASONS, lock_owner, pending)
 
 
+def for_stack(spec: StackSpec, settings: RetrySettings) -> RetrySettings:
+    """The operator's ``settings`` with the Stack's own values laid over them: each field the Stack
+    omits is the operator's. ``retryMaxBackoffDurationSeconds: 0`` is omitted too (as in Go)."""
+    policy = spec.retry_policy
+    transient = policy.transient if policy else None
+    deterministic = policy.deterministic if policy else None
+    own: dict[str, Any] = {
+        "max_update_failures": spec.max_update_failures,
+        "max_backoff": spec.retry_max_backoff_duration_seconds or None,
+        "transient_base": transient.base_seconds if transient else None,
+        "transient_factor": transient.factor if transient else None,
+        "transient_cap": transient.max_seconds if transient else None,
+        "jitter": transient.jitter if transient else None,
+        "deterministic_base": deterministic.base_seconds if deterministic else None,
+        "deterministic_factor": deterministic.factor if deterministic else None,
+    }
+    return replace(settings, **{name: value for name, value in own.items() if value is not None})
+
+
 def failure_budget(spec: StackSpec, settings: RetrySettings) -> int:
-    """Retries allowed for deterministic failures: the Stack's extension field, else the operator's.
+    """Retries allowed for deterministic failures: the Stack's ``maxUpdateFailures``, else the operator's.
 
     A preview-only Stack gets none: a preview that fails for a deterministic reason will fail the
     same way again, so it ends failed (Go operator issue 1070) until its spec or source changes.
     """
-    if spec.preview:
-        return 0
-    if spec.max_update_failures is not None:
-        return spec.max_update_failures
-    return settings.max_update_failures
-
-
-def _cap(spec: StackSpec, settings: RetrySettings) -> float:
-    value = spec.retry_max_backoff_duration_seconds or 0
-    return float(value) if value > 0 else settings.max_backoff
+    return 0 if spec.preview else for_stack(spec, settings).max_update_failures
 
 
 def jitter_fraction(seed: str, jitter: float) -> float:
@@ -158,32 +175,49 @@ def jitter_fraction(seed: str, jitter: float) -> float:
     return 1.0 - jitter + 2 * jitter * unit
 
 
-def deterministic_delay(failures: int, spec: StackSpec, settings: RetrySettings) -> float:
-    """The Go cooldown: ``base x factor^failures``, capped (``failures`` counts from 0)."""
-    cap = _cap(spec, settings)
-    delay = settings.deterministic_base
+def _grown(base: float, factor: float, failures: int, ceiling: float) -> float:
+    """``base x factor^failures``, but no further than the first value at or above ``ceiling``
+    (so no factor or failure count overflows)."""
+    delay = base
     for _ in range(max(failures, 0)):
-        delay *= settings.deterministic_factor
-        if delay >= cap:
-            return cap
-    return min(delay, cap)
+        if delay >= ceiling:
+            break
+        delay *= factor
+    return delay
 
 
-def transient_delay(failures: int, spec: StackSpec, settings: RetrySettings, seed: str) -> float:
-    """``base x factor^failures`` with stable jitter, capped by the transient cap and the Stack's cap
-    (after the jitter: a cap the user set is never exceeded)."""
-    cap = min(settings.transient_cap, _cap(spec, settings))
-    delay = settings.transient_base * settings.transient_factor ** min(max(failures, 0), 30)
+def transient_cap(settings: RetrySettings) -> float:
+    """The longest transient wait: the transient cap, or the longest wait of any retry if lower."""
+    return min(settings.transient_cap, settings.max_backoff)
+
+
+def deterministic_delay(failures: int, settings: RetrySettings) -> float:
+    """``deterministic_base x deterministic_factor^failures`` (the Go cooldown by default), capped
+    at ``max_backoff`` (``failures`` counts from 0)."""
+    cap = settings.max_backoff
+    return min(_grown(settings.deterministic_base, settings.deterministic_factor, failures, cap), cap)
+
+
+def transient_delay(failures: int, settings: RetrySettings, seed: str) -> float:
+    """``transient_base x transient_factor^failures`` with stable jitter, capped after the jitter
+    (a cap the user set is never exceeded)."""
+    cap = transient_cap(settings)
+    # Grown until even the lowest jitter keeps it at the cap, so capping matches the uncapped formula.
+    delay = _grown(settings.transient_base, settings.transient_factor, failures, cap / (1 - settings.jitter))
     return min(delay * jitter_fraction(seed, settings.jitter), cap)
 
 
 def retry_delay(
     *, transient: bool, failures: int, spec: StackSpec, settings: RetrySettings, seed: str
 ) -> float:
-    """Seconds between a failure and its retry."""
+    """Whole seconds between a failure and its retry (status times have whole seconds), with the
+    Stack's own settings over the operator's: at least 1, never beyond the cap that applies."""
+    own = for_stack(spec, settings)
     if transient:
-        return transient_delay(failures, spec, settings, seed)
-    return deterministic_delay(failures, spec, settings)
+        delay, cap = transient_delay(failures, own, seed), transient_cap(own)
+    else:
+        delay, cap = deterministic_delay(failures, own), own.max_backoff
+    return max(min(float(round(delay)), float(math.floor(cap))), 1.0)
 
 
 def retry_at(last_attempt: datetime, delay: float) -> datetime:

@@ -34,6 +34,7 @@ from pko.controllers.stack.retry import (
     STALL_AT_ONCE,
     classify_failure,
     failure_budget,
+    retry_at,
     retry_delay,
     tail_lines,
 )
@@ -440,20 +441,10 @@ def retry_schedule(
     if not transient and counted > failure_budget(spec, settings):
         return RetrySchedule(True, 0.0, None)
     exponent = failures if transient else max(counted - 1, 0)
-    delay = float(
-        round(
-            retry_delay(
-                transient=transient,
-                failures=exponent,
-                spec=spec,
-                settings=settings,
-                seed=str(last.get("name") or ""),
-            )
-        )
-    )
-    delay = max(delay, 1.0)
+    seed = str(last.get("name") or "")
+    delay = retry_delay(transient=transient, failures=exponent, spec=spec, settings=settings, seed=seed)
     attempted = parse_time(last.get("lastResyncTime"))
-    at = (attempted + timedelta(seconds=delay)).replace(microsecond=0) if attempted else None
+    at = retry_at(attempted, delay) if attempted else None
     return RetrySchedule(False, delay, at)
 
 
