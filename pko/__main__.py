@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import signal
 import socket
@@ -91,6 +92,40 @@ def _bool_arg(text: str) -> bool:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _retry_seconds_arg(text: str) -> float:
+    """A retry base or cap: a duration of at least 1 s (status times have whole seconds)."""
+    seconds = _duration_arg(text)
+    if not (math.isfinite(seconds) and seconds >= defaults.MIN_RETRY_SECONDS):
+        raise argparse.ArgumentTypeError(f"must be at least {defaults.MIN_RETRY_SECONDS:g}s, got {text!r}")
+    return seconds
+
+
+def _finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    return value
+
+
+def _factor_arg(text: str) -> float:
+    """A backoff factor: at least 1 (1 keeps the wait fixed; below 1 it would shrink)."""
+    value = _finite_float(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (1: a fixed wait), got {value:g}")
+    return value
+
+
+def _jitter_arg(text: str) -> float:
+    """A jitter fraction in [0, 1) (0.2: +-20%; 1 or more could make a wait zero or negative)."""
+    value = _finite_float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 0 and less than 1 (0.2: +-20%), got {value:g}")
+    return value
+
+
 def _optional_positive_int(text: str) -> int | None:
     return _positive_int(text) if text.strip() else None
 
@@ -147,7 +182,12 @@ class Settings:
     flux_max_untar_size_bytes: int | None = None
     agent_unreachable_timeout: float = defaults.AGENT_UNREACHABLE_TIMEOUT
     max_update_failures: int = defaults.MAX_UPDATE_FAILURES
+    transient_retry_base: float = defaults.TRANSIENT_RETRY_BASE
+    transient_retry_factor: float = defaults.TRANSIENT_RETRY_FACTOR
     transient_retry_cap: float = defaults.TRANSIENT_RETRY_CAP
+    transient_retry_jitter: float = defaults.TRANSIENT_RETRY_JITTER
+    deterministic_retry_base: float = defaults.DETERMINISTIC_RETRY_BASE
+    deterministic_retry_factor: float = defaults.DETERMINISTIC_RETRY_FACTOR
     max_retry_backoff: float = defaults.MAX_RETRY_BACKOFF
 
     def controller_options(self) -> ControllerOptions:
@@ -171,7 +211,12 @@ class Settings:
             agent_unreachable_timeout=self.agent_unreachable_timeout,
             retry=RetrySettings(
                 max_update_failures=self.max_update_failures,
+                deterministic_base=self.deterministic_retry_base,
+                deterministic_factor=self.deterministic_retry_factor,
+                transient_base=self.transient_retry_base,
+                transient_factor=self.transient_retry_factor,
                 transient_cap=self.transient_retry_cap,
+                jitter=self.transient_retry_jitter,
                 max_backoff=self.max_retry_backoff,
             ),
         )
@@ -370,7 +415,9 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "(default: the agent's) [FLUX_MAX_UNTAR_SIZE_BYTES]",
     )
 
-    stk = p.add_argument_group("stacks and updates (pko extensions; a Stack may override budget and cap)")
+    stk = p.add_argument_group(
+        "stacks and updates (pko extensions; a Stack may override each retry setting: docs/retries.md)"
+    )
     stk.add_argument(
         "--agent-unreachable-timeout",
         type=_duration_arg,
@@ -387,22 +434,72 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         help="retries of a deterministic failure (program, config, install, auth) before the Stack "
         "is Stalled; spec.maxUpdateFailures overrides (default %(default)s) [STACK_MAX_UPDATE_FAILURES]",
     )
-    stk.add_argument(
-        "--stack-transient-retry-cap",
-        type=_duration_arg,
-        metavar="DURATION",
-        default=env_or("STACK_TRANSIENT_RETRY_CAP", go_duration_text(defaults.TRANSIENT_RETRY_CAP)),
-        help="longest wait before retrying a transient failure (network, 5xx, 429, lock, conflict) "
-        "(default %(default)s) [STACK_TRANSIENT_RETRY_CAP]",
-    )
-    stk.add_argument(
-        "--stack-max-retry-backoff",
-        type=_duration_arg,
-        metavar="DURATION",
-        default=env_or("STACK_MAX_RETRY_BACKOFF", go_duration_text(defaults.MAX_RETRY_BACKOFF)),
-        help="longest wait before any retry; spec.retryMaxBackoffDurationSeconds overrides "
-        "(default %(default)s) [STACK_MAX_RETRY_BACKOFF]",
-    )
+    metavars = {_factor_arg: "FACTOR", _jitter_arg: "FRACTION"}
+    for flag, var, parse, value, what in (
+        (
+            "transient-retry-base",
+            "STACK_TRANSIENT_RETRY_BASE",
+            _retry_seconds_arg,
+            go_duration_text(defaults.TRANSIENT_RETRY_BASE),
+            "wait before the first retry of a transient failure (network, 5xx, 429, lock, conflict); "
+            "spec.retryPolicy.transient.baseSeconds overrides",
+        ),
+        (
+            "transient-retry-factor",
+            "STACK_TRANSIENT_RETRY_FACTOR",
+            _factor_arg,
+            f"{defaults.TRANSIENT_RETRY_FACTOR:g}",
+            "how much that wait grows with each transient failure in a row (at least 1); "
+            "spec.retryPolicy.transient.factor overrides",
+        ),
+        (
+            "transient-retry-cap",
+            "STACK_TRANSIENT_RETRY_CAP",
+            _retry_seconds_arg,
+            go_duration_text(defaults.TRANSIENT_RETRY_CAP),
+            "longest wait before retrying a transient failure, after the jitter; "
+            "spec.retryPolicy.transient.maxSeconds overrides",
+        ),
+        (
+            "transient-retry-jitter",
+            "STACK_TRANSIENT_RETRY_JITTER",
+            _jitter_arg,
+            f"{defaults.TRANSIENT_RETRY_JITTER:g}",
+            "spread of each transient wait, a fraction either way (0.2: +-20%%, 0: none); "
+            "spec.retryPolicy.transient.jitter overrides",
+        ),
+        (
+            "deterministic-retry-base",
+            "STACK_DETERMINISTIC_RETRY_BASE",
+            _retry_seconds_arg,
+            go_duration_text(defaults.DETERMINISTIC_RETRY_BASE),
+            "wait before the first retry of a deterministic failure (program, config, install, auth); "
+            "spec.retryPolicy.deterministic.baseSeconds overrides",
+        ),
+        (
+            "deterministic-retry-factor",
+            "STACK_DETERMINISTIC_RETRY_FACTOR",
+            _factor_arg,
+            f"{defaults.DETERMINISTIC_RETRY_FACTOR:g}",
+            "how much that wait grows with each deterministic failure in a row (at least 1); "
+            "spec.retryPolicy.deterministic.factor overrides",
+        ),
+        (
+            "max-retry-backoff",
+            "STACK_MAX_RETRY_BACKOFF",
+            _retry_seconds_arg,
+            go_duration_text(defaults.MAX_RETRY_BACKOFF),
+            "longest wait before any retry (the cap of deterministic ones); "
+            "spec.retryMaxBackoffDurationSeconds overrides",
+        ),
+    ):
+        stk.add_argument(
+            f"--stack-{flag}",
+            type=parse,
+            metavar=metavars.get(parse, "DURATION"),
+            default=env_or(var, value),
+            help=f"{what} (default {value}) [{var}]",
+        )
 
     conc = p.add_argument_group("concurrency")
     for kind, workers in _CONCURRENCY:
@@ -491,7 +588,12 @@ def parse_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
             flux_max_untar_size_bytes=args.flux_max_untar_size_bytes,
             agent_unreachable_timeout=args.agent_unreachable_timeout,
             max_update_failures=args.stack_max_update_failures,
+            transient_retry_base=args.stack_transient_retry_base,
+            transient_retry_factor=args.stack_transient_retry_factor,
             transient_retry_cap=args.stack_transient_retry_cap,
+            transient_retry_jitter=args.stack_transient_retry_jitter,
+            deterministic_retry_base=args.stack_deterministic_retry_base,
+            deterministic_retry_factor=args.stack_deterministic_retry_factor,
             max_retry_backoff=args.stack_max_retry_backoff,
         )
         # argparse checks choices on the command line only; the environment's values are checked here.

@@ -110,7 +110,12 @@ def test_workspace_and_identity_settings_reach_the_controller_options() -> None:
         "FLUX_MAX_UNTAR_SIZE_BYTES": "1048576",
         "AGENT_UNREACHABLE_TIMEOUT": "1m30s",
         "STACK_MAX_UPDATE_FAILURES": "0",
+        "STACK_TRANSIENT_RETRY_BASE": "2s",
+        "STACK_TRANSIENT_RETRY_FACTOR": "1.5",
         "STACK_TRANSIENT_RETRY_CAP": "1m",
+        "STACK_TRANSIENT_RETRY_JITTER": "0",
+        "STACK_DETERMINISTIC_RETRY_BASE": "1m",
+        "STACK_DETERMINISTIC_RETRY_FACTOR": "2",
         "STACK_MAX_RETRY_BACKOFF": "1h",
     }
     s = parse_settings(["--program-fs-adv-addr=pko.ops:80"], env=env)
@@ -128,7 +133,16 @@ def test_workspace_and_identity_settings_reach_the_controller_options() -> None:
         flux_max_untar_size_bytes=1048576,
         watch_namespace="team",
         agent_unreachable_timeout=90.0,
-        retry=RetrySettings(max_update_failures=0, transient_cap=60.0, max_backoff=3600.0),
+        retry=RetrySettings(
+            max_update_failures=0,
+            deterministic_base=60.0,
+            deterministic_factor=2.0,
+            transient_base=2.0,
+            transient_factor=1.5,
+            transient_cap=60.0,
+            jitter=0.0,
+            max_backoff=3600.0,
+        ),
     )
     assert s.manager_options("me").namespace == "team"
     explicit = parse_settings(["--workspace-address-mode=pod-ip", "--watch-namespace=x"], env=env)
@@ -181,6 +195,54 @@ def test_flags_win_over_environment_which_wins_over_defaults() -> None:
     assert not s.leader_elect and s.log_format == "console"
     assert s.max_concurrent_reconciles["stack-controller"] == 7
     assert s.max_concurrent_reconciles["update-controller"] == 3
+
+
+def test_retry_flags_default_to_the_built_in_backoff_and_win_over_the_environment() -> None:
+    assert parse_settings([], env={}).controller_options().retry == RetrySettings()
+    argv = [
+        "--stack-transient-retry-base=1s",
+        "--stack-transient-retry-factor=3",
+        "--stack-transient-retry-jitter=0.5",
+        "--stack-deterministic-retry-base=90",
+        "--stack-deterministic-retry-factor=1",
+    ]
+    env = {"STACK_TRANSIENT_RETRY_BASE": "30s", "STACK_DETERMINISTIC_RETRY_FACTOR": "4"}
+    assert parse_settings(argv, env=env).controller_options().retry == RetrySettings(
+        transient_base=1.0,
+        transient_factor=3.0,
+        jitter=0.5,
+        deterministic_base=90.0,
+        deterministic_factor=1.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("transient-retry-factor", "0.5", "must be at least 1 (1: a fixed wait), got 0.5"),
+        ("deterministic-retry-factor", "x", "not a number: 'x'"),
+        ("deterministic-retry-factor", "nan", "not a finite number: 'nan'"),
+        ("deterministic-retry-base", "-5", "duration '-5' is negative"),
+        ("transient-retry-base", "0", "must be at least 1s, got '0'"),
+        ("transient-retry-cap", "500ms", "must be at least 1s, got '500ms'"),
+        ("max-retry-backoff", "inf", "must be at least 1s, got 'inf'"),
+        ("transient-retry-jitter", "1", "must be at least 0 and less than 1 (0.2: +-20%), got 1"),
+        ("transient-retry-jitter", "-0.1", "must be at least 0 and less than 1 (0.2: +-20%), got -0.1"),
+    ],
+)
+@pytest.mark.parametrize("source", ["flag", "environment"])
+def test_nonsense_retry_settings_exit_with_a_usage_error_naming_the_flag(
+    flag: str, value: str, message: str, source: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv, env = (
+        ([f"--stack-{flag}={value}"], {})
+        if source == "flag"
+        else ([], {f"STACK_{flag.upper().replace('-', '_')}": value})
+    )
+    with pytest.raises(SystemExit) as exc:
+        parse_settings(argv, env=env)
+    assert exc.value.code == 2
+    assert f"argument --stack-{flag}: {message}" in capsys.readouterr().err
 
 
 def test_invalid_flags_and_environment_exit_with_usage_errors() -> None:
