@@ -14,6 +14,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from pko.controllers.resources import PROGRAMS, STACKS, UPDATES, WORKSPACES
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack import reconciler as stack_controller
 from pko.controllers.stack.branchpoll import BranchResolver
+from pko.controllers.stack.status import parse_time
 from pko.machinery.conditions import format_time
 from pko.machinery.manager import Manager, ManagerOptions
 from pko.machinery.resource import EVENTS, SECRETS, Obj, Resource, ResourceClient, api_error_status
@@ -399,6 +401,42 @@ async def test_a_lost_update_does_not_wedge_the_stack(env: Env) -> None:
     assert status["lastFailure"]["reason"] == "UpdateLost"
     await env.complete(retry)
     await env.wait_condition("lost", "Ready", "ProcessingCompleted")
+
+
+async def test_a_stack_retries_when_its_own_retry_policy_says(env: Env) -> None:
+    """The operator's backoff here is FAST (1 s, transient capped at 2 s); the Stack's own policy
+    waits 5 s after a deterministic failure and 3 s after a transient one (fixed: factor 1, no
+    jitter; its own transient cap, as the operator's would win over a longer wait)."""
+    await env.program("prog")
+    policy = {
+        "deterministic": {"baseSeconds": 5, "factor": 1},
+        "transient": {"baseSeconds": 3, "factor": 1, "jitter": 0, "maxSeconds": 60},
+    }
+    await env.create_stack("tuned", {"programRef": {"name": "prog"}, "retryPolicy": policy})
+    await env.make_ready("tuned")
+    seen: set[str] = set()
+    update = await env.next_update("tuned", seen)
+    for failed, message, wait in (
+        ("ProgramError", "error: boom", 5),
+        ("UpdateConflict", "Another update is currently in progress", 3),
+    ):
+        await env.complete(update, failed=failed, message=message)
+
+        async def recorded(name: str = update["metadata"]["name"]) -> bool:
+            status = (await env.stack("tuned")).get("status") or {}
+            return (status.get("lastUpdate") or {}).get("name") == name and "nextRetryTime" in status
+
+        await wait_until(f"{failed} recorded", recorded, within=30.0)
+        status = (await env.stack("tuned"))["status"]
+        failed_at = parse_time(status["lastUpdate"]["lastResyncTime"])
+        assert failed_at is not None
+        assert parse_time(status["nextRetryTime"]) == failed_at + timedelta(seconds=wait)
+        update = await env.next_update("tuned", seen, within=wait + 30.0)
+        retried_at = parse_time(update["metadata"]["creationTimestamp"])
+        assert retried_at is not None and wait <= (retried_at - failed_at).total_seconds() < wait + 20
+    await env.complete(update)
+    await env.wait_condition("tuned", "Ready", "ProcessingCompleted")
+    assert "nextRetryTime" not in (await env.stack("tuned"))["status"]
 
 
 async def test_destroy_on_finalize_keeps_the_finalizer_until_a_destroy_succeeds(env: Env) -> None:
