@@ -51,7 +51,7 @@ class ControllerOptions:
     watch_namespace: str | None = None
     # How long a running Update waits for its unreachable agent before it ends AgentUnreachable.
     agent_unreachable_timeout: float = defaults.AGENT_UNREACHABLE_TIMEOUT
-    # Operator-wide retry defaults for failed Stack operations (a Stack overrides budget and cap).
+    # Operator-wide retry defaults for failed Stack operations (a Stack overrides any of them).
     retry: RetrySettings = field(default_factory=RetrySettings)
 
     def operator_tokens(self, manager: Manager) -> TokenSource:
