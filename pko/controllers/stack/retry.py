@@ -75,6 +75,8 @@ _REASONS: Final[dict[str, FailureReason]] = {
     "WorkspaceNotReady": "Transient",
     "UpdateLost": "UpdateLost",
     "StackNotFound": "StackNotFound",
+    "PlanNotFound": "OperationFailed",
+    "PlanMismatch": "OperationFailed",
 }
 TRANSIENT_REASONS: Final[frozenset[FailureReason]] = frozenset(
     {"StackLocked", "UpdateConflict", "Transient", "UpdateLost"}
