@@ -13,6 +13,8 @@
 #                                       pinned source, hack/build-sources.sh; Node.js, npm, the Node.js
 #                                       SDK packages and Go, hack/build-runtimes.sh) on the base
 #                                       (images/workspace/Dockerfile)
+#   localhost/pko-seaweedfs:dev         SeaweedFS, the S3-compatible state store of config/samples/s3
+#                                       (hack/build-seaweedfs.sh, from its Go module)
 #
 # Usage: hack/build-images.sh [OUTPUT_DIR]   (default ~/.cache/pko/images; prints the archive paths)
 #
@@ -146,6 +148,11 @@ if [ -n "${PKO_WORKSPACE_CORE_OUT:-}" ] && ! OUT="$PKO_WORKSPACE_CORE_OUT" up_to
 fi
 rm -f "$OUT/pko-workspace-standin.oci.tar" "$OUT/pko-workspace-standin.hash"  # the retired stand-in image
 
+# --- SeaweedFS: the object store config/samples/s3 keeps Pulumi state in ----------------------------------
+# Its own script, cache key and buildah storage (as hack/build-peer.sh); it puts the archive in $OUT, with
+# the .hash beside it naming the build, and returns at once when that copy is current.
+bash "$REPO/hack/build-seaweedfs.sh" "$OUT" >/dev/null
+
 # vfs storage keeps a whole copy of every image: drop what no build uses any more (the images a rebuild
 # replaced, engine images of other pins), or the disk fills and a node on it evicts its own images.
 for old in $(bah images --format '{{.Name}}:{{.Tag}}' 2>/dev/null | grep '^localhost/pko-pulumi-engine:' || true); do
@@ -153,4 +160,4 @@ for old in $(bah images --format '{{.Name}}:{{.Tag}}' 2>/dev/null | grep '^local
 done
 bah rmi --prune >/dev/null 2>&1 || true
 
-ls -1 "$OUT"/pko.oci.tar "$OUT"/pko-agent.oci.tar "$OUT"/pko-workspace.oci.tar
+ls -1 "$OUT"/pko.oci.tar "$OUT"/pko-agent.oci.tar "$OUT"/pko-workspace.oci.tar "$OUT"/pko-seaweedfs.oci.tar

@@ -51,7 +51,14 @@ def test_the_workspace_image_is_built_from_the_pinned_versions_only() -> None:
     ]
     # No version (nor commit, checksum or repository) is written anywhere but versions.env: the build
     # scripts read every one from there.
-    for name in ("build-pulumi.sh", "build-sources.sh", "build-runtimes.sh", "build-peer.sh"):
+    build_scripts = (
+        "build-pulumi.sh",
+        "build-sources.sh",
+        "build-runtimes.sh",
+        "build-peer.sh",
+        "build-seaweedfs.sh",
+    )
+    for name in build_scripts:
         script = (REPO / "hack" / name).read_text()
         for key, value in versions().items():
             assert value not in script.replace(f"${{{key}}}", ""), f"{key}={value} is written in {name}"
