@@ -27,6 +27,10 @@ Differences, each for a reason:
   renamed them would break the (immutable) selector or the rollout.
 * The StatefulSet and Service carry ``auto.pulumi.com/applied-digest``, a hash of what was applied,
   so the reconciler can tell from its cache that nothing needs writing.
+* The ``pulumi`` container requests and is limited in ephemeral storage by default (the Go
+  operator sets neither, and its workspace pods, holding 1.3 to 2.4 GiB of disk with no request, were
+  evicted for disk pressure many times a day): see :func:`_default_ephemeral_storage`. Added after the
+  template merge, so it fills in only what neither ``spec.resources`` nor ``spec.podTemplate`` says.
 """
 
 from __future__ import annotations
@@ -34,8 +38,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 from pydantic import ValidationError
@@ -110,6 +116,41 @@ _CONTAINER_ERROR_REASONS: Final = frozenset(
     {"CreateContainerConfigError", "CreateContainerError", "RunContainerError", "PreCreateHookError"}
 )
 _RESTRICTED_CAPABILITIES: Final[Obj] = {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}
+
+EPHEMERAL_STORAGE: Final = "ephemeral-storage"
+# The ``pulumi`` container's ephemeral storage by default. What a workspace pod writes to the node's disk
+# (the container's writable layer, its logs and the ``share`` emptyDir, all counted against the pod's limit)
+# is, measured (2026-11-27, the images of hack/build-images.sh): the agent copied into /share, 121 MB; the
+# program's source and dependencies: node_modules with the Node.js SDK and the kubernetes, random and
+# command SDKs, 155 MB (what a program's own `npm install` of them writes); a Go program on the Pulumi SDK
+# alone (e2e/test_languages.py's), 1.05 GB, as the language host builds it in the pod (Go's module cache
+# 500 MB, its build cache 515 MB, the binary 39 MB), more with a provider's Go SDK; and any plugin the
+# engine downloads at run time into $PULUMI_HOME (those in the image, such as the 159 MB kubernetes
+# provider, are not written). Go operator users measured 1.3 to 2.4 GiB per workspace pod. So: request 1Gi,
+# what a typical program holds, so the scheduler stops placing workspace pods on a node whose disk they
+# would fill; limit 4Gi, above the largest figure measured with room to spare, so the kubelet evicts a
+# runaway pod alone (not its neighbours, under node disk pressure). A program that needs more (a Go program
+# on a large provider SDK) raises either in spec.resources or in the pulumi container's resources in
+# spec.podTemplate (the Stack's workspaceTemplate sets both).
+DEFAULT_EPHEMERAL_STORAGE_REQUEST: Final = "1Gi"
+DEFAULT_EPHEMERAL_STORAGE_LIMIT: Final = "4Gi"
+# A quantity: a decimal number, then an exponent or a binary or decimal suffix (or nothing).
+_QUANTITY: Final = re.compile(
+    r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$"
+)
+_QUANTITY_SUFFIXES: Final[dict[str, Decimal]] = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal(10**3),
+    "M": Decimal(10**6),
+    "G": Decimal(10**9),
+    "T": Decimal(10**12),
+    "P": Decimal(10**15),
+    "E": Decimal(10**18),
+    **{s: Decimal(2 ** (10 * (i + 1))) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+}
 
 
 class SpecInvalid(ValueError):
@@ -318,6 +359,56 @@ def _restrict(pod_spec: Obj) -> None:
         context["capabilities"] = copy.deepcopy(_RESTRICTED_CAPABILITIES)
 
 
+def _quantity(value: Any) -> Decimal | None:
+    """A Kubernetes resource quantity (``1Gi``, ``500M``, ``1e9``) as a number; None when it is not one
+    (the API server then refuses the pod, naming it: nothing here second-guesses it)."""
+    match = _QUANTITY.match(str(value).strip()) if isinstance(value, str | int | float) else None
+    if match is None:
+        return None
+    try:
+        number = Decimal(match.group(1))
+    except InvalidOperation:
+        return None
+    if match.group(2):
+        return number * Decimal(10) ** int(match.group(2)[1:])
+    return number * _QUANTITY_SUFFIXES[match.group(3) or ""]
+
+
+def _unset(value: Any) -> bool:
+    """An absent or zero quantity: as for the cpu and memory requests (``WorkspaceSpec.with_defaults``),
+    zero means "the default" (a zero limit would evict the pod at its first byte written)."""
+    return value is None or _quantity(value) == 0
+
+
+def _at_most(a: str, b: Any) -> bool:
+    """``a`` <= ``b``, both quantities (False when either is not one)."""
+    qa, qb = _quantity(a), _quantity(b)
+    return qa is not None and qb is not None and qa <= qb
+
+
+def _default_ephemeral_storage(container: Obj) -> None:
+    """The default ephemeral-storage request and limit, where the container's resources name none.
+
+    Kubernetes refuses a request above the limit, so a default never crosses what the user set: with
+    only a limit set, the request is the smaller of the default and that limit; with only a request set,
+    the limit is the larger of the default and that request. A figure that is no quantity is copied to
+    the other side as it is, for the API server to refuse with its own message.
+    """
+    resources = container.setdefault("resources", {})
+    requests: Obj = dict(resources.get("requests") or {})
+    limits: Obj = dict(resources.get("limits") or {})
+    if _unset(requests.get(EPHEMERAL_STORAGE)):
+        limit = limits.get(EPHEMERAL_STORAGE)
+        keep_under = not _unset(limit) and not _at_most(DEFAULT_EPHEMERAL_STORAGE_REQUEST, limit)
+        requests[EPHEMERAL_STORAGE] = limit if keep_under else DEFAULT_EPHEMERAL_STORAGE_REQUEST
+    if _unset(limits.get(EPHEMERAL_STORAGE)):
+        request = requests[EPHEMERAL_STORAGE]
+        keep_over = not _at_most(request, DEFAULT_EPHEMERAL_STORAGE_LIMIT)
+        limits[EPHEMERAL_STORAGE] = request if keep_over else DEFAULT_EPHEMERAL_STORAGE_LIMIT
+    resources["requests"] = requests
+    resources["limits"] = limits
+
+
 def desired_statefulset(workspace: Mapping[str, Any], spec: WorkspaceSpec, options: ControllerOptions) -> Obj:
     """The StatefulSet to apply for ``workspace`` (read from the API: the owner reference needs its uid)."""
     name, namespace = _meta(workspace)
@@ -333,6 +424,11 @@ def desired_statefulset(workspace: Mapping[str, Any], spec: WorkspaceSpec, optio
         "terminationGracePeriodSeconds": TERMINATION_GRACE_PERIOD_SECONDS,
         "initContainers": init_containers,
         "containers": [_pulumi_container(name, namespace, spec, options)],
+        # No sizeLimit on ``share``: the kubelet already counts this emptyDir against the pod's
+        # ephemeral-storage limit (the sum of its containers' limits: the pulumi container's, by
+        # default 4Gi), and a sizeLimit would be a second cap that a user who raised the container's
+        # limit for a large Go or node_modules program would also have to find and raise (in the pod
+        # template's volumes) before the pod stopped being evicted.
         "volumes": [{"name": SHARE_VOLUME, "emptyDir": {}}],
     }
     if spec.security_profile == "restricted":
@@ -349,6 +445,9 @@ def desired_statefulset(workspace: Mapping[str, Any], spec: WorkspaceSpec, optio
         meta.setdefault("labels", {}).update(labels)
         meta.setdefault("annotations", {})[ANNOTATION_REVISION_HASH] = revision
     pod_spec = template["spec"]
+    for container in pod_spec.get("containers", []):
+        if container.get("name") == PULUMI_CONTAINER:
+            _default_ephemeral_storage(container)
     for container in [*pod_spec.get("initContainers", []), *pod_spec.get("containers", [])]:
         _set_env(container.setdefault("env", []), {"name": "PULUMI_ENV", "value": ENV_FILE})
     return _finish(
