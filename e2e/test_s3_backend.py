@@ -1,0 +1,157 @@
+"""config/samples/s3 on a real node (issue 28): a Stack whose Pulumi state is in an S3-compatible object
+store served in the cluster, SeaweedFS (localhost/pko-seaweedfs:dev, hack/build-seaweedfs.sh), through the
+CLI's ``s3://`` backend with the keys from a Secret (envRefs).
+
+Applied as the README says, in one ``kubectl apply -k``: the SeaweedFS server creates its bucket at start
+and the workspace pod waits for it (the sample's init container). Then, from the SeaweedFS side (the
+filer's HTTP listing on loopback, ``kubectl exec`` into its pod): the bucket exists and holds the stack's
+checkpoint with every resource; the workspace pod has no volume for the state at all. The workspace pod
+deleted, the next update (asked for by annotation) runs in a new pod that finds every resource in the
+bucket: nothing created or replaced (the ConfigMap keeps its uid), a preview there expects no changes.
+Deleting the Stack (``destroyOnFinalize``) removes what Pulumi created and leaves the checkpoint with no
+resource. Everything is removed afterwards, the Stack first (its destroy needs the store and the keys).
+
+Independent of the other e2e modules: only the session's ``kube`` fixture, names of its own (``hello-s3``,
+``seaweedfs``) in the ``default`` namespace the sample's backend URL names.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import Kube
+
+pytestmark = pytest.mark.timeout(1800)
+
+SAMPLE = Path(__file__).resolve().parents[1] / "config" / "samples" / "s3"
+NAME = "hello-s3"  # the Stack, its Program (the Pulumi project's name) and the ConfigMap it creates
+POD = f"{NAME}-workspace-0"
+BUCKET = "pulumi-state"
+# The filer on loopback in the SeaweedFS pod (the NetworkPolicy admits only the S3 port from outside); a
+# bucket is the filer directory /buckets/<name>, and the diy backend keeps a stack's checkpoint at
+# .pulumi/stacks/<project>/<stack>.json in it.
+FILER = "http://127.0.0.1:8888"
+STACKS_DIR = f"/buckets/{BUCKET}/.pulumi/stacks/{NAME}/"
+CHECKPOINT = f"{STACKS_DIR}dev.json"
+
+
+def ready(k: Kube, name: str, within: float = 600) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        s = k.get("stack", name)
+        c = k.condition(s, "Ready")
+        return s if c.get("status") == "True" and c.get("reason") == "ProcessingCompleted" else None
+
+    result: dict[str, Any] = k.until(f"stack {name} Ready", probe, within)
+    return result
+
+
+def gone(k: Kube, kind: str, name: str, within: float = 300) -> None:
+    k.until(f"{kind} {name} deleted", lambda: k.get(kind, name) is None, within)
+
+
+def in_seaweedfs(k: Kube, *command: str) -> str:
+    """``command`` in the SeaweedFS container (busybox: ``wget``, ``ls``...)."""
+    return k.run("exec", "deployment/seaweedfs", "-c", "seaweedfs", "--", *command)
+
+
+def filer_entries(k: Kube, directory: str) -> list[str]:
+    """The names in a filer directory (its JSON listing)."""
+    out = in_seaweedfs(k, "wget", "-q", "-O", "-", "--header", "Accept: application/json", FILER + directory)
+    return sorted(e["FullPath"].rsplit("/", 1)[-1] for e in json.loads(out).get("Entries") or [])
+
+
+def checkpoint_urns(k: Kube) -> list[str]:
+    """The resources of the stack's checkpoint, read from the bucket through the filer."""
+    state = json.loads(in_seaweedfs(k, "wget", "-q", "-O", "-", FILER + CHECKPOINT))
+    latest = state["checkpoint"].get("latest") or {}
+    return sorted(r["urn"] for r in latest.get("resources") or [])
+
+
+def in_workspace(k: Kube, command: str) -> str:
+    # --stack on every command: a recreated pod may not have the stack selected yet.
+    return k.run("exec", POD, "-c", "pulumi", "--", "sh", "-c", f"cd /share/workspace && {command}")
+
+
+def delete_stack(k: Kube) -> None:
+    if k.get("stack", NAME) is not None:
+        k.run("delete", "stack", NAME, "--wait=false")
+        gone(k, "stack", NAME, 600)
+
+
+def test_a_stack_keeps_its_state_in_seaweedfs_through_the_s3_backend(kube: Kube) -> None:
+    k = kube
+    manifest = k.run("kustomize", str(SAMPLE))
+    try:
+        k.apply(manifest)
+        # The server runs under the namespace's `restricted` profile, Ready once its bucket exists.
+        k.run("rollout", "status", "deployment/seaweedfs", "--timeout=300s", timeout=320)
+        assert BUCKET in filer_entries(k, "/buckets/")
+
+        s = ready(k, NAME)
+        assert s["status"]["outputs"] == {"configMap": NAME, "greeting": "[secret]"}, s["status"]
+        assert k.condition(s, "EphemeralBackend") == {}  # an object store: no warning
+        page = k.get("configmap", NAME)
+        assert page is not None and page["data"] == {"greeting": "Hello from Pulumi, with its state in S3"}
+
+        # The state is in the bucket, as SeaweedFS itself stores it: the stack's checkpoint, with the
+        # stack, the ConfigMap (and the kubernetes provider) in it.
+        assert "dev.json" in filer_entries(k, STACKS_DIR)
+        before = checkpoint_urns(k)
+        assert {u.rsplit("::", 1)[-1] for u in before} >= {f"{NAME}-dev", "page"}, before
+        # ...and the CLI in the workspace pod sees the same through the S3 API.
+        (listed,) = json.loads(in_workspace(k, "pulumi stack ls --json"))
+        assert (listed["name"].rstrip("*"), listed["resourceCount"]) == ("dev", len(before)), listed
+        # Nothing of it is on the workspace pod: no volume but the operator's own (and the token's).
+        old_pod = k.get("pod", POD)
+        assert old_pod is not None
+        volumes = old_pod["spec"]["volumes"]
+        assert not [v["name"] for v in volumes if "persistentVolumeClaim" in v or "hostPath" in v], volumes
+
+        # The workspace pod goes; the next update runs in a new one and finds every resource.
+        last = s["status"]["lastUpdate"]["name"]
+        k.run("delete", "pod", POD)
+
+        def new_pod_ready() -> bool:
+            pod = k.get("pod", POD)
+            return bool(
+                pod
+                and pod["metadata"]["uid"] != old_pod["metadata"]["uid"]
+                and all(c.get("ready") for c in pod["status"].get("containerStatuses") or [{}])
+            )
+
+        k.until("a new workspace pod", new_pod_ready, 300)
+        request = "pulumi.com/reconciliation-request=after-pod-deletion"
+        k.run("annotate", "stack", NAME, request, "--overwrite")
+
+        def next_update() -> dict[str, Any] | None:
+            st = k.get("stack", NAME) or {}
+            lu = (st.get("status") or {}).get("lastUpdate") or {}
+            done = lu.get("name") not in (None, last) and k.condition(st, "Ready").get("status") == "True"
+            return st if done else None
+
+        s = k.until("the next update", next_update, 600)
+        lu = s["status"]["lastUpdate"]
+        assert (lu["state"], lu["type"]) == ("succeeded", "up"), lu
+        update = k.get("update", lu["name"])
+        changes = ((update or {}).get("status") or {}).get("resourceChanges")  # pko's extension, if any
+        if changes is not None:
+            assert not {"create", "replace", "create-replacement", "delete"} & set(changes), changes
+        after = k.get("configmap", NAME)
+        assert after is not None and after["metadata"]["uid"] == page["metadata"]["uid"], "recreated"
+        assert checkpoint_urns(k) == before
+        in_workspace(k, "pulumi preview --stack dev --expect-no-changes --non-interactive")
+
+        # destroyOnFinalize: deleting the Stack destroys what Pulumi created; the checkpoint stays in the
+        # bucket (the stack is not removed), holding no resource.
+        delete_stack(k)
+        gone(k, "configmap", NAME)
+        gone(k, "workspace", NAME)
+        assert checkpoint_urns(k) == []
+    finally:
+        # The Stack first, while the store and the keys it destroys with still exist.
+        delete_stack(k)
+        k.run("delete", "--ignore-not-found", "--wait=true", "-f", "-", input=manifest, timeout=300)
