@@ -7,7 +7,8 @@ invalid token) and the owner of a DIY backend's lock. Pending operations come fr
 deployment (``pending_operations``), never from text.
 
 Reasons (a closed set): UpdateConflict, InvalidAccessToken, StackLocked, PendingOperations,
-ProgramError, ResourceOperationFailed, Cancelled, Terminated, AgentRestarted, OperationFailed.
+PlanMismatch, PlanNotFound, ProgramError, ResourceOperationFailed, Cancelled, Terminated,
+AgentRestarted, OperationFailed.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ _DIY_LOCK_LINE = re.compile(
     r"^\s*(?P<location>\S+): created by (?P<who>\S+) \(pid (?P<pid>\d+)\) at (?P<at>\S+)\s*$", re.M
 )
 _PENDING_TEXT = re.compile(r"resource\(s\) with pending operations")
+# The engine refusing a step its update plan (`up --plan`) lacks (pkg/resource/deploy, v3.274): "create
+# is not allowed by the plan: no steps were expected for this resource", "resource <urn> violates plan:
+# properties changed: ~~label[{one}!={two}]", "no plan for resource <urn>".
+_PLAN_VIOLATION = re.compile(r"is not allowed by the plan|violates plan|no plan for resource")
+REASON_PLAN_MISMATCH = "PlanMismatch"
+REASON_PLAN_NOT_FOUND = "PlanNotFound"
 # Terminal colour and cursor sequences: language hosts colour their errors even when the CLI runs with
 # --color never, and a Stack's message is read in kubectl, not a terminal.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -99,6 +106,21 @@ def pending_operations(deployment: Mapping[str, Any] | None) -> list[pb.PendingO
     return out
 
 
+def plan_violation(diagnostics: Iterable[tuple[str, str]], error_text: str) -> str | None:
+    """The engine's words for the first step the update plan did not allow (with the resource's URN
+    when the line lacks it), or None when the run broke no plan. A Python program that the engine
+    stops mid-registration also fails with a RuntimeError: this comes first, or that would read as
+    a program error."""
+    for urn, message in diagnostics:
+        if _PLAN_VIOLATION.search(message):
+            line = message.splitlines()[0]
+            return line if not urn or urn in line else f"{urn}: {line}"
+    for line in error_text.splitlines():
+        if _PLAN_VIOLATION.search(line):
+            return line.strip().removeprefix("error:").strip()
+    return None
+
+
 def _first_program_error(diagnostics: Iterable[tuple[str, str]]) -> str | None:
     for urn, message in diagnostics:
         # Program (not resource) errors are reported on the stack resource or on no resource.
@@ -153,6 +175,14 @@ def classify(
         return pb.Failure(
             reason="PendingOperations",
             message=f"the stack has {len(pending)} pending operation(s)",
+            pending_operations=pending,
+            detail=detail,
+        )
+    violation = plan_violation(observations.error_diagnostics, error_text)
+    if violation is not None:
+        return pb.Failure(
+            reason=REASON_PLAN_MISMATCH,
+            message=f"the update does not match its plan: {violation}",
             pending_operations=pending,
             detail=detail,
         )

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from pko.agent import failures, pythondeps, stackconfig, stacksettings
-from pko.agent.engineevents import engine_event_to_json
+from pko.agent import failures, plans, pythondeps, stackconfig, stacksettings
+from pko.agent.engineevents import ChangeSet, engine_event_to_json
 from pko.agent.errors import redact_url
 from pko.agent.operations import EventSink, OperationRequest, operation_type
 from pko.api.generated.pko.agent import v1 as pb
@@ -244,6 +244,9 @@ class RunnerSettings:
     # Where the program's own stack settings files are recorded for SelectStack's reset_config; None:
     # stacksettings.default_snapshot_dir(work_dir), i.e. /share/.agent/stack-settings in a pod.
     settings_snapshot_dir: Path | None = None
+    # Where previews save update plans for a later `up --plan`; None: plans.default_plans_dir(work_dir),
+    # i.e. /share/.agent/plans in a pod.
+    plans_dir: Path | None = None
 
 
 def _project_info(settings: auto.ProjectSettings) -> pb.ProjectInfo:
@@ -317,6 +320,7 @@ class PulumiRunner:
         self._snapshots = stacksettings.SnapshotStore(
             settings.settings_snapshot_dir or stacksettings.default_snapshot_dir(Path(workspace.work_dir))
         )
+        self._plans = plans.PlanStore(settings.plans_dir or plans.default_plans_dir(Path(workspace.work_dir)))
         project = workspace.project_settings()
         self.project_info = _project_info(project)
         # A pip project's packages are the agent's to install, and its virtualenv active (pythondeps).
@@ -579,10 +583,12 @@ class PulumiRunner:
     ) -> pb.OperationResult:
         kind = operation_type(request)
         observations = failures.RunObservations()
+        changes = ChangeSet()
 
         def on_event(event: EngineEvent) -> None:
             data = engine_event_to_json(event)
             observations.observe(data)
+            changes.observe(data)
             sink(data)
 
         def on_output(line: str) -> None:
@@ -605,8 +611,11 @@ class PulumiRunner:
         base = pb.OperationResult(operation_id=operation_id, type=kind, project_info=self.project_info)
         started = datetime.now(UTC)
         log.info("operation started", operation=operation_id, type=kind.name.lower(), stack_name=stack.name)
+        plan = self._plan_file(operation_id, request)
+        if isinstance(request, pb.UpRequest) and request.plan and plan is None:
+            return _plan_not_found(base, request.plan, started, self._plans.keep)
         try:
-            self._invoke(stack, request, common, base)
+            self._invoke(stack, request, common, base, plan)
         except auto_errors.CommandError as exc:
             stdout, stderr = _error_text(exc)
             base.state = pb.OperationState.FAILED
@@ -617,6 +626,8 @@ class PulumiRunner:
                 start_time=started, end_time=datetime.now(UTC), result="failed", message=base.failure.message
             )
             base.permalink = _permalink(stdout)
+            base.changes = changes.changes()
+            self._settle_plan(operation_id, request, base)
             log.warning(
                 "operation failed",
                 operation=operation_id,
@@ -625,17 +636,50 @@ class PulumiRunner:
             )
             return base
         base.state = pb.OperationState.SUCCEEDED
+        base.changes = changes.changes()
         if base.summary is None:
             base.summary = pb.UpdateSummary(
                 start_time=started, end_time=datetime.now(UTC), result="succeeded"
             )
+        self._settle_plan(operation_id, request, base)
         log.info("operation succeeded", operation=operation_id, type=kind.name.lower())
         return base
 
+    def _plan_file(self, operation_id: str, request: OperationRequest) -> str | None:
+        """The update plan file the CLI gets: where a preview saves its plan (``--save-plan``), the
+        saved plan an up applies (``--plan``; None when this pod has none)."""
+        if isinstance(request, pb.PreviewRequest) and request.save_plan:
+            return str(self._plans.partial(operation_id))
+        if isinstance(request, pb.UpRequest) and request.plan:
+            found = self._plans.find(request.plan)
+            return str(found) if found is not None else None
+        return None
+
+    def _settle_plan(self, operation_id: str, request: OperationRequest, result: pb.OperationResult) -> None:
+        """Keep the plan of a preview that succeeded (no other); delete a plan an up has spent: it
+        succeeded (the state moved on), or the program no longer matches it. An up that failed
+        otherwise (a lock, a provider error) keeps it, for its retry."""
+        succeeded = result.state == pb.OperationState.SUCCEEDED
+        if isinstance(request, pb.PreviewRequest) and request.save_plan:
+            if not succeeded:
+                self._plans.discard(operation_id)
+            elif not self._plans.commit(operation_id):
+                log.warning("the preview saved no update plan", operation=operation_id)
+        elif isinstance(request, pb.UpRequest) and request.plan:
+            reason = result.failure.reason if result.failure is not None else ""
+            if succeeded or reason == failures.REASON_PLAN_MISMATCH:
+                self._plans.remove(request.plan)
+
     def _invoke(
-        self, stack: auto.Stack, request: OperationRequest, common: dict[str, Any], out: pb.OperationResult
+        self,
+        stack: auto.Stack,
+        request: OperationRequest,
+        common: dict[str, Any],
+        out: pb.OperationResult,
+        plan: str | None = None,
     ) -> None:
-        """Run the Automation API call for ``request`` and copy its answer into ``out``."""
+        """Run the Automation API call for ``request`` and copy its answer into ``out``; ``plan``: the
+        update plan file a preview saves or an up applies."""
         if isinstance(request, pb.PreviewRequest):
             res_p = stack.preview(
                 **common,
@@ -645,6 +689,7 @@ class PulumiRunner:
                 policy_packs=[p.name for p in request.policy_pack] or None,
                 refresh=request.refresh,
                 diff=True,
+                plan=plan,
             )
             out.stdout, out.stderr = _tail(res_p.stdout), _tail(res_p.stderr)
             out.change_summary = _changes(res_p.change_summary)
@@ -660,6 +705,7 @@ class PulumiRunner:
                 continue_on_error=request.continue_on_error,
                 suppress_progress=True,
                 diff=True,
+                plan=plan,
             )
             out.stdout, out.stderr = _tail(res_u.stdout), _tail(res_u.stderr)
             out.summary = _update_summary(res_u.summary)
@@ -669,6 +715,18 @@ class PulumiRunner:
                 k: pb.OutputValue(value=json.dumps(v.value).encode(), secret=bool(v.secret))
                 for k, v in res_u.outputs.items()
             }
+        elif isinstance(request, pb.RefreshRequest) and request.preview_only:
+            # `refresh --preview-only`: reads every resource back, writes nothing; the drift is in the
+            # events (see engineevents.ChangeSet) and the would-be counts in the change summary.
+            res_pr = stack.preview_refresh(
+                **common,
+                expect_no_changes=request.expect_no_changes,
+                run_program=request.run_program,
+                diff=True,
+            )
+            out.stdout, out.stderr = _tail(res_pr.stdout), _tail(res_pr.stderr)
+            out.change_summary = _changes(res_pr.change_summary)
+            out.permalink = _permalink(res_pr.stdout)
         elif isinstance(request, pb.RefreshRequest):
             res_r = stack.refresh(
                 **common,
@@ -749,6 +807,21 @@ class PulumiRunner:
             return []
         deployment = exported.deployment if isinstance(exported.deployment, dict) else None
         return failures.pending_operations(deployment)
+
+
+def _plan_not_found(out: pb.OperationResult, plan: str, started: datetime, kept: int) -> pb.OperationResult:
+    """The result of an up whose plan this pod does not hold (no CLI ran)."""
+    message = (
+        f"no update plan of preview {plan!r} in this workspace pod: plans live in the pod (a replaced "
+        f"pod has none), an up that used one deleted it, and only the newest {kept} are kept; preview again"
+    )
+    out.state = pb.OperationState.FAILED
+    out.failure = pb.Failure(reason=failures.REASON_PLAN_NOT_FOUND, message=message)
+    out.summary = pb.UpdateSummary(
+        start_time=started, end_time=datetime.now(UTC), result="failed", message=message
+    )
+    log.warning("operation failed", operation=out.operation_id, reason=out.failure.reason, message=message)
+    return out
 
 
 def plan_values(plan: stackconfig.PathConfig | stackconfig.JsonConfig) -> bool:

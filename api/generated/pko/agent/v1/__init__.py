@@ -32,6 +32,7 @@ __all__ = (
     "PulumiVersionRequest",
     "PulumiVersionResult",
     "RefreshRequest",
+    "ResourceChange",
     "SelectStackRequest",
     "SelectStackResult",
     "SetAllConfigRequest",
@@ -279,7 +280,9 @@ class Failure(betterproto2.Message):
     reason: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
     A CamelCase reason (agent/failures.py, agent/operations.py): UpdateConflict, InvalidAccessToken,
-    StackLocked, PendingOperations, ProgramError, ResourceOperationFailed, OperationFailed; and for an
+    StackLocked, PendingOperations, ProgramError, ResourceOperationFailed, OperationFailed,
+    PlanMismatch (the engine refused a step the update plan lacks), PlanNotFound (no saved plan of
+    that preview in this pod); and for an
     operation the agent ended: Cancelled (CancelOperation), Terminated (agent shutdown),
     AgentRestarted (the agent stopped before the operation finished).
     """
@@ -468,6 +471,15 @@ class OperationResult(betterproto2.Message):
     Set when state is FAILED or CANCELLED.
     """
 
+    changes: "list[ResourceChange]" = betterproto2.field(
+        12, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    The resources the operation changes (a preview, and a refresh with preview_only: would change),
+    one per resource and step, `same` steps left out, sorted by urn then op. For a refresh, the
+    resources whose state drifted from what the provider read (op update) or that are gone (delete).
+    """
+
 
 default_message_pool.register_message(
     "pko.agent.v1", "OperationResult", OperationResult
@@ -586,6 +598,15 @@ class PreviewRequest(betterproto2.Message):
         9, betterproto2.TYPE_BOOL, optional=True
     )
 
+    save_plan: "bool | None" = betterproto2.field(
+        10, betterproto2.TYPE_BOOL, optional=True
+    )
+    """
+    Save the engine's update plan (`pulumi preview --save-plan`) in the workspace pod, under the
+    agent's state directory as plans/<operation_id>.json, for an `up` that names this preview in
+    UpRequest.plan. Only a preview that succeeds keeps its plan; the agent keeps the newest few.
+    """
+
 
 default_message_pool.register_message("pko.agent.v1", "PreviewRequest", PreviewRequest)
 
@@ -645,8 +666,43 @@ class RefreshRequest(betterproto2.Message):
         6, betterproto2.TYPE_BOOL, optional=True
     )
 
+    preview_only: "bool | None" = betterproto2.field(
+        7, betterproto2.TYPE_BOOL, optional=True
+    )
+    """
+    Only preview the refresh (`pulumi refresh --preview-only`): the state is not written; the
+    result's changes list the resources that drifted from it.
+    """
+
 
 default_message_pool.register_message("pko.agent.v1", "RefreshRequest", RefreshRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ResourceChange(betterproto2.Message):
+    """
+    One resource's step, as the engine's events name it.
+    """
+
+    urn: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    type: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    op: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The engine's step op: create, update, delete, replace, create-replacement, delete-replaced,
+    read, import, ...
+    """
+
+    paths: "list[str]" = betterproto2.field(4, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The changed property paths, sorted: the engine's detailedDiff keys, else its diffs, else the
+    paths (through objects) whose values differ between the step's old and new inputs (outputs
+    when the inputs agree: a refresh). Empty for a create or a delete.
+    """
+
+
+default_message_pool.register_message("pko.agent.v1", "ResourceChange", ResourceChange)
 
 
 @dataclass(eq=False, repr=False)
@@ -840,6 +896,14 @@ class UpRequest(betterproto2.Message):
     continue_on_error: "bool | None" = betterproto2.field(
         10, betterproto2.TYPE_BOOL, optional=True
     )
+
+    plan: "str | None" = betterproto2.field(11, betterproto2.TYPE_STRING, optional=True)
+    """
+    Apply the update plan a preview saved (PreviewRequest.save_plan): the id of that preview
+    operation. The engine then does nothing the plan does not contain (`pulumi up --plan`); the
+    operation fails PlanMismatch when the program now wants something else, PlanNotFound when this
+    pod holds no such plan (plans live in the pod: a replaced pod has none). Used plans are deleted.
+    """
 
 
 default_message_pool.register_message("pko.agent.v1", "UpRequest", UpRequest)
