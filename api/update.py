@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Final, Literal
 
-from pko.api.markers import Extension
+from pko.api.markers import Extension, ListAtomic
 from pko.api.meta import (
     Conditions,
     GoDuration,
@@ -68,6 +68,17 @@ class UpdateSpec(KubeModel):
     run_program: bool | None = None
     """RunProgram runs the program before performing the operation. Applicable to destroy and refresh
     operations."""
+    save_plan: Annotated[bool, Extension("issue29: an approved preview's plan is what up runs")] | None = None
+    """(pko extension) SavePlan saves the engine's update plan of a preview (``pulumi preview
+    --save-plan``) in the workspace pod, for an up that names this Update in ``plan``. Preview only."""
+    plan: Annotated[str, Extension("issue29: an approved preview's plan is what up runs")] | None = None
+    """(pko extension) Plan names a preview Update (same namespace and workspace, ``savePlan: true``,
+    succeeded) whose saved plan this up applies (``pulumi up --plan``): the engine refuses any step
+    the plan lacks (``PlanMismatch``). A plan the workspace pod no longer holds (the pod was
+    replaced, an earlier up used it) fails ``PlanNotFound``. Up only."""
+    preview_only: Annotated[bool, Extension("issue29: drift detection is a read-only refresh")] | None = None
+    """(pko extension) PreviewOnly previews the refresh (``pulumi refresh --preview-only``): nothing
+    is written to the state; ``status.changes`` lists the resources that drifted. Refresh only."""
 
 
 class ProjectInfo(KubeModel):
@@ -77,6 +88,21 @@ class ProjectInfo(KubeModel):
     """Name is the Pulumi project name."""
     runtime: str
     """Runtime is the Pulumi runtime declaration."""
+
+
+class ResourceChange(KubeModel):
+    """One resource's step in an operation, as the engine names it."""
+
+    urn: str
+    """URN of the resource."""
+    type: str
+    """Type of the resource, e.g. ``kubernetes:apps/v1:Deployment``."""
+    op: str
+    """Op is the engine's step: create, update, delete, replace, create-replacement, delete-replaced,
+    read, import, ... (never same). For a refresh: update (the resource drifted) or delete (it is
+    gone)."""
+    paths: Annotated[list[str], ListAtomic()] | None = None
+    """Paths are the changed property paths (e.g. ``spec.replicas``), sorted."""
 
 
 class UpdateStatus(KubeModel):
@@ -104,6 +130,12 @@ class UpdateStatus(KubeModel):
     ) = None
     """(pko extension) ResourceChanges counts the resources by operation ("create", "same", "delete",
     ...): what a preview would do, what an up, refresh or destroy did."""
+    changes: (
+        Annotated[list[ResourceChange], ListAtomic(), Extension("issue29: approval digests, drift")] | None
+    ) = None
+    """(pko extension) Changes lists each resource the operation changes (or, for a preview and a
+    ``previewOnly`` refresh, would change; for a refresh, each drifted resource), one entry per
+    resource and step, sorted by urn, then op; ``same`` steps are left out."""
 
 
 class Update(KubeModel):
@@ -127,6 +159,7 @@ __all__ = [
     "UPDATE_TYPES",
     "VERSION",
     "ProjectInfo",
+    "ResourceChange",
     "Update",
     "UpdateSpec",
     "UpdateStatus",

@@ -327,6 +327,9 @@ def full_update(name: str = "full", namespace: str = "default") -> dict[str, Any
             "continueOnError": True,
             "remove": True,
             "runProgram": True,
+            "savePlan": True,
+            "plan": "full-preview",
+            "previewOnly": True,
         },
     }
 
@@ -351,6 +354,19 @@ def full_update_status() -> dict[str, Any]:
         ],
         "projectInfo": {"name": "p", "runtime": "yaml"},
         "resourceChanges": {"create": 2, "same": 1},
+        "changes": [
+            {
+                "urn": "urn:pulumi:dev::p::kubernetes:apps/v1:Deployment::web",
+                "type": "kubernetes:apps/v1:Deployment",
+                "op": "update",
+                "paths": ["spec.replicas", 'metadata.annotations["pulumi.com/skipAwait"]'],
+            },
+            {
+                "urn": "urn:pulumi:dev::p::kubernetes:core/v1:ConfigMap::old",
+                "type": "kubernetes:core/v1:ConfigMap",
+                "op": "delete",
+            },
+        ],
     }
 
 

@@ -319,6 +319,8 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
     # spec.config: Go leaves the whole map schemaless; ours is a map of arbitrary JSON values.
     # spec.initOnCreate: removed before Go's v1.0 but still in users' manifests; accepted, ignored.
     # Program status.conditions: ours (issue 9: an invalid Program gets a condition); Go has none.
+    # Update spec.savePlan/plan/previewOnly and status.changes: ours (issue 29: update plans, drift),
+    # also in the Stack's updateTemplate, which embeds the Update.
     assert sorted(ours - go) == [
         ("Program", "status.conditions"),
         ("Program", "status.conditions[]"),
@@ -344,6 +346,16 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Stack", "spec.retryPolicy.transient.jitter"),
         ("Stack", "spec.retryPolicy.transient.maxSeconds"),
         ("Stack", "spec.suspend"),
+        ("Stack", "spec.updateTemplate.spec.plan"),
+        ("Stack", "spec.updateTemplate.spec.previewOnly"),
+        ("Stack", "spec.updateTemplate.spec.savePlan"),
+        ("Stack", "spec.updateTemplate.status.changes"),
+        ("Stack", "spec.updateTemplate.status.changes[]"),
+        ("Stack", "spec.updateTemplate.status.changes[].op"),
+        ("Stack", "spec.updateTemplate.status.changes[].paths"),
+        ("Stack", "spec.updateTemplate.status.changes[].paths[]"),
+        ("Stack", "spec.updateTemplate.status.changes[].type"),
+        ("Stack", "spec.updateTemplate.status.changes[].urn"),
         ("Stack", "spec.updateTemplate.status.resourceChanges"),
         ("Stack", "spec.updateTemplate.status.resourceChanges{}"),
         ("Stack", "status.lastFailure"),
@@ -357,6 +369,16 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Stack", "status.lastFailure.updateName"),
         ("Stack", "status.nextRetryTime"),
         ("Stack", "status.resourceCount"),
+        ("Update", "spec.plan"),
+        ("Update", "spec.previewOnly"),
+        ("Update", "spec.savePlan"),
+        ("Update", "status.changes"),
+        ("Update", "status.changes[]"),
+        ("Update", "status.changes[].op"),
+        ("Update", "status.changes[].paths"),
+        ("Update", "status.changes[].paths[]"),
+        ("Update", "status.changes[].type"),
+        ("Update", "status.changes[].urn"),
         ("Update", "status.resourceChanges"),
         ("Update", "status.resourceChanges{}"),
     ]
