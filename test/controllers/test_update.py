@@ -13,6 +13,7 @@ import base64
 import json
 import signal
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -279,6 +280,54 @@ async def test_program_error_fails_with_the_message(env: Env) -> None:
     assert condition(update, "Complete")["reason"] == "Updated"
     events = await env.events_for(update["metadata"]["name"], reason="UpdateFailed")
     assert [(e["type"], e["reason"]) for e in events] == [("Warning", "UpdateFailed")]
+
+
+DRIFT_PROGRAM = """\
+name: drift
+runtime: yaml
+resources:
+  thing:
+    type: test:index:Drift
+    properties:
+      path: {path}
+"""
+
+
+async def test_a_preview_only_refresh_records_the_drift_and_plans_reach_the_agent(
+    env: Env, tmp_path: Path
+) -> None:
+    """Issue 29's building blocks through the operator: ``previewOnly`` reaches the agent and the
+    drifted resource lands in ``status.changes`` (state untouched, so a second check finds it too);
+    ``savePlan`` and ``plan`` reach it too. The stand-in CLI saves no plan (the real engine's plans
+    are tested in test/agent/test_update_plans.py), so the up ends ``PlanNotFound`` in the agent's
+    words, which name the preview's operation id: the name was resolved to that uid."""
+    cloud = tmp_path / "cloud-value"  # the "cloud" side of a test:index:Drift resource
+    cloud.write_text("v1")
+    ws = await env.workspace("drift", DRIFT_PROGRAM.format(path=cloud))
+    assert_succeeded(await env.wait_complete(await env.create_update(ws, "up")))
+    cloud.write_text("v2")  # changed out of band
+    drifted = [
+        {
+            "urn": "urn:pulumi:dev::drift::test:index:Drift::thing",
+            "type": "test:index:Drift",
+            "op": "update",
+            "paths": ["value"],
+        }
+    ]
+    for _ in range(2):
+        check = await env.wait_complete(await env.create_update(ws, "refresh", previewOnly=True))
+        assert_succeeded(check)
+        assert check["status"]["changes"] == drifted, check["status"]
+
+    preview = await env.wait_complete(await env.create_update(ws, "preview", savePlan=True))
+    assert_succeeded(preview)
+    up = await env.wait_complete(await env.create_update(ws, "up", plan=preview["metadata"]["name"]))
+    failed = condition(up, "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "PlanNotFound"), up["status"]
+    assert repr(preview["metadata"]["uid"]) in up["status"]["message"], up["status"]
+    nameless = await env.wait_complete(await env.create_update(ws, "up", plan="no-such-preview"))
+    assert condition(nameless, "Failed")["reason"] == "PlanNotFound"
+    assert nameless["status"]["message"] == "the plan's preview Update 'no-such-preview' was not found"
 
 
 async def test_orphaned_update_is_canceled(env: Env) -> None:

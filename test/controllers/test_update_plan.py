@@ -483,3 +483,33 @@ def test_a_stack_missing_from_the_backend_ends_the_update_stack_not_found() -> N
     plan = refused(observed(update), write, failure, NOW)
     assert plan is not None
     assert_ended(plan, us.REASON_STACK_NOT_FOUND, message)
+
+
+# --- update plans (issue 29) -------------------------------------------------------------------------
+
+
+def _saved_preview() -> dict[str, Any]:
+    preview = make_update(type="preview", savePlan=True)
+    preview["metadata"].update(name="s-17e", uid="uid-of-s-17e")
+    preview["status"] = us.result_status(preview, succeeded(), None, NOW)
+    return preview
+
+
+def test_an_up_with_a_plan_applies_the_named_previews_plan_by_its_uid() -> None:
+    update = make_update(plan="s-17e")
+    plan = decide(observed(update, plan_source=_saved_preview()))
+    (start,) = plan.writes
+    assert isinstance(start, SelectAndStart) and start.request.up is not None
+    assert start.request.up.plan == "uid-of-s-17e"
+    assert start.request == us.operation_request(update, "uid-of-s-17e")
+
+
+def test_an_up_whose_plan_preview_is_gone_ends_plan_not_found() -> None:
+    plan = decide(observed(make_update(plan="s-17e"), plan_source=None))
+    assert_ended(plan, us.REASON_PLAN_NOT_FOUND, "the plan's preview Update 's-17e' was not found")
+
+
+def test_a_plan_is_only_resolved_for_an_up() -> None:
+    preview = make_update(type="preview", plan="s-17e")
+    (start,) = decide(observed(preview)).writes
+    assert isinstance(start, SelectAndStart) and start.request.preview is not None

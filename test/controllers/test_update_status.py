@@ -228,3 +228,61 @@ async def test_watch_registry_one_task_per_update() -> None:
         await runner
     assert len(watches) == 0
     assert not watches.start("ns/c", "uid3", follow)
+
+
+def test_operation_request_passes_the_plan_options_on() -> None:
+    """Issue 29: a preview saves its plan, an up applies the one of the preview it names (by that
+    preview's operation id, its uid), a refresh only previews."""
+    preview = us.operation_request(make_update(type="preview", savePlan=True)).preview
+    assert preview is not None and preview.save_plan is True
+    up = us.operation_request(make_update(plan="s-17e"), "uid-of-s-17e").up
+    assert up is not None and up.plan == "uid-of-s-17e"
+    refresh = us.operation_request(make_update(type="refresh", previewOnly=True)).refresh
+    assert refresh is not None and refresh.preview_only is True
+    plain = us.operation_request(make_update())
+    assert plain.up is not None and plain.up.plan is None
+    # An option of another type is not passed on.
+    assert us.operation_request(
+        make_update(type="preview", plan="x", previewOnly=True)
+    ).preview == pb.PreviewRequest(operation_id=make_update()["metadata"]["uid"])
+
+
+def test_result_status_records_the_change_set() -> None:
+    result = succeeded(
+        changes=[
+            pb.ResourceChange(urn="urn:a", type="t:a", op="update", paths=["spec.replicas"]),
+            pb.ResourceChange(urn="urn:b", type="t:b", op="delete"),
+        ]
+    )
+    status = us.result_status(make_update(), result, None, NOW)
+    assert status["changes"] == [
+        {"urn": "urn:a", "type": "t:a", "op": "update", "paths": ["spec.replicas"]},
+        {"urn": "urn:b", "type": "t:b", "op": "delete"},
+    ]
+    assert "changes" not in us.result_status(make_update(), succeeded(), None, NOW)
+    assert "changes" in us.STATUS_FIELDS
+
+
+def _preview(**spec: Any) -> dict[str, Any]:
+    preview = make_update(**{"type": "preview", "savePlan": True, **spec})
+    preview["metadata"].update(name="s-17e", uid="uid-of-s-17e")
+    preview["status"] = us.result_status(preview, succeeded(), None, NOW)
+    return preview
+
+
+def test_plan_problem_names_why_a_preview_saved_no_plan() -> None:
+    up = make_update(plan="s-17e")
+    assert us.plan_problem(up, _preview()) is None
+    assert us.plan_problem(up, None) == "the plan's preview Update 's-17e' was not found"
+    not_saved = _preview(savePlan=False)
+    assert "is not a preview that saves its plan" in (us.plan_problem(up, not_saved) or "")
+    other_ws = _preview(workspaceName="t")
+    assert us.plan_problem(up, other_ws) == "preview 's-17e' ran with workspaceName 't', this up has 's'"
+    failed_preview = _preview()
+    failed_preview["status"] = us.result_status(
+        failed_preview, failed("ProgramError", message="x"), None, NOW
+    )
+    assert us.plan_problem(up, failed_preview) == "preview 's-17e' has not succeeded, so it saved no plan"
+    running = _preview()
+    running["status"] = us.started_status(running, NOW)
+    assert "has not succeeded" in (us.plan_problem(up, running) or "")

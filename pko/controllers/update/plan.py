@@ -90,7 +90,8 @@ class Observed:
     """What one reconcile of ``key`` read: the Update from the cache (None when it is gone, then
     ``last``: the Update as its watch task last saw it, if one ran), its Workspace from the cache,
     the outcome waiting to be written for ``key``, whether the Stack that created the Update has
-    recorded it (or is gone), whether a watch task follows this incarnation, and the time."""
+    recorded it (or is gone), whether a watch task follows this incarnation, the time, and for an
+    up with ``spec.plan`` the Update it names (``plan_source``, None when it is not there)."""
 
     key: str
     update: Obj | None
@@ -100,6 +101,7 @@ class Observed:
     outcome: Outcome | None = None
     stack_recorded: bool = True
     watch_running: bool = False
+    plan_source: Obj | None = None
 
 
 def key_of(obj: Obj) -> str:
@@ -312,7 +314,7 @@ def _not_complete(observed: Observed, update: Obj) -> Plan:
         )
     if controller_of(update) is None:
         return plan_end(update, us.REASON_CANCELED, "the Update has no controlling owner (orphaned)", now)
-    return _start(update, observed.workspace, now)
+    return _start(update, observed.workspace, now, observed.plan_source)
 
 
 def _wait(update: Obj, reason: str, message: str, now: datetime, requeue: float | None = None) -> Plan:
@@ -321,15 +323,23 @@ def _wait(update: Obj, reason: str, message: str, now: datetime, requeue: float 
     return Plan([WriteStatus(us.waiting_status(update, reason, message, now))], result)
 
 
-def _start(update: Obj, workspace: Obj | None, now: datetime) -> Plan:
+def _start(update: Obj, workspace: Obj | None, now: datetime, plan_source: Obj | None = None) -> Plan:
     spec = update.get("spec") or {}
     ws_name = spec.get("workspaceName")
     if workspace is None:
         return _wait(update, us.REASON_WORKSPACE_NOT_FOUND, f"workspace {ws_name!r} not found", now)
     if not is_true((workspace.get("status") or {}).get("conditions"), "Ready"):
         return _wait(update, us.REASON_WORKSPACE_NOT_READY, f"workspace {ws_name!r} is not ready", now)
+    plan_id: str | None = None
+    if spec.get("type") == "up" and spec.get("plan"):
+        # The agent knows plans by the preview's operation id, its uid; a preview that cannot have
+        # saved one ends the up as the agent would, PlanNotFound (the Stack previews again).
+        problem = us.plan_problem(update, plan_source)
+        if problem is not None:
+            return plan_end(update, us.REASON_PLAN_NOT_FOUND, problem, now)
+        plan_id = uid_of(plan_source) if plan_source is not None else None
     try:
-        request = us.operation_request(update)
+        request = us.operation_request(update, plan_id)
     except ValueError as exc:
         return plan_end(update, us.REASON_UPDATE_FAILED, str(exc), now)
     stack_name = str(spec.get("stackName") or "")

@@ -217,6 +217,11 @@ class UpdateReconciler:
         )
         owner = stack_owner(update)
         stack = self.stacks.indexer.get_by_key(object_key(namespace, owner)) if owner is not None else None
+        spec = update.get("spec") or {}
+        plan_name = spec.get("plan") if spec.get("type") == "up" else None
+        plan_source = (
+            self.updates.indexer.get_by_key(object_key(namespace, str(plan_name))) if plan_name else None
+        )
         return Observed(
             key,
             update,
@@ -225,6 +230,7 @@ class UpdateReconciler:
             outcome=self._outcomes.get(key),
             stack_recorded=stack_recorded(update, stack),
             watch_running=self.watches.running(key, uid_of(update)),
+            plan_source=plan_source,
         )
 
     # --- acting: the one place an Update reconcile writes ----------------------------------------

@@ -35,6 +35,7 @@ __all__ = [
     "REASON_COMPLETE",
     "REASON_FAILED",
     "REASON_OPERATION_LOST",
+    "REASON_PLAN_NOT_FOUND",
     "REASON_PROGRESSING",
     "REASON_STACK_NOT_FOUND",
     "REASON_TRANSIENT_FAILURE",
@@ -51,10 +52,12 @@ __all__ = [
     "operation_request",
     "outputs_secret",
     "outputs_secret_name",
+    "plan_problem",
     "result_message",
     "result_status",
     "sanitize_output_key",
     "started_status",
+    "status_changes",
     "waiting_status",
 ]
 
@@ -77,6 +80,8 @@ REASON_STACK_NOT_FOUND: Final = "StackNotFound"
 REASON_OPERATION_LOST: Final = "OperationLost"
 # The agent could not be reached for longer than the controller waits.
 REASON_UNREACHABLE: Final = "AgentUnreachable"
+# An up's ``plan`` names no preview that saved one (the agent says the same when its pod lacks it).
+REASON_PLAN_NOT_FOUND: Final = "PlanNotFound"
 
 # The agent says "Cancelled"; the Go operator's reason is "Canceled".
 _REASON_ALIASES: Final = {"Cancelled": REASON_CANCELED}
@@ -211,6 +216,7 @@ STATUS_FIELDS: Final = (
     "outputs",
     "projectInfo",
     "resourceChanges",
+    "changes",
 )
 
 
@@ -284,6 +290,8 @@ def result_status(
         status["projectInfo"] = {"name": info.name, "runtime": info.runtime}
     if result.change_summary:
         status["resourceChanges"] = {k: int(v) for k, v in sorted(result.change_summary.items())}
+    if result.changes:
+        status["changes"] = status_changes(result.changes)
     reason = failed_reason(result)
     succeeded = result.state == pb.OperationState.SUCCEEDED
     failed_message = "" if succeeded else (message.splitlines()[0] if message else "")
@@ -296,6 +304,17 @@ def result_status(
         (CONDITION_FAILED, "False" if succeeded else "True", reason, failed_message),
     )
     return status
+
+
+def status_changes(items: list[pb.ResourceChange]) -> list[Obj]:
+    """``status.changes``: the agent's change set as the CRD spells it (``paths`` only when known)."""
+    out: list[Obj] = []
+    for item in items:
+        entry: Obj = {"urn": item.urn, "type": item.type, "op": item.op}
+        if item.paths:
+            entry["paths"] = list(item.paths)
+        out.append(entry)
+    return out
 
 
 def ended_status(update: Obj, reason: str, message: str, now: datetime | None = None) -> Obj:
@@ -315,8 +334,30 @@ def ended_status(update: Obj, reason: str, message: str, now: datetime | None = 
     return status
 
 
-def operation_request(update: Obj) -> pb.StartOperationRequest:
-    """``StartOperation`` for ``update``: its uid is the operation id, every spec option is passed on.
+def plan_problem(update: Obj, source: Obj | None) -> str | None:
+    """Why ``source``, the Update an up's ``spec.plan`` names, cannot have saved the plan it asks
+    for (None: it can): it must be a preview with ``savePlan`` of the same workspace and stack that
+    succeeded. Whether its pod still holds the plan only the agent knows."""
+    spec: Obj = update.get("spec") or {}
+    name = str(spec.get("plan") or "")
+    if source is None:
+        return f"the plan's preview Update {name!r} was not found"
+    other: Obj = source.get("spec") or {}
+    if other.get("type") != "preview" or other.get("savePlan") is not True:
+        return f"Update {name!r} is not a preview that saves its plan (type preview, savePlan true)"
+    for field in ("workspaceName", "stackName"):
+        if other.get(field) != spec.get(field):
+            return f"preview {name!r} ran with {field} {other.get(field)!r}, this up has {spec.get(field)!r}"
+    conditions = (source.get("status") or {}).get("conditions")
+    failed = get_condition(conditions, CONDITION_FAILED) or {}
+    if not is_complete(source) or failed.get("status") != "False":
+        return f"preview {name!r} has not succeeded, so it saved no plan"
+    return None
+
+
+def operation_request(update: Obj, plan_id: str | None = None) -> pb.StartOperationRequest:
+    """``StartOperation`` for ``update``: its uid is the operation id, every spec option is passed on;
+    ``plan_id``: for an up with ``spec.plan``, the operation id (uid) of the preview it names.
 
     Raises ValueError for an Update without a known type (the CRD normally refuses it).
     """
@@ -339,6 +380,7 @@ def operation_request(update: Obj) -> pb.StartOperationRequest:
                 target=target,
                 target_dependents=spec.get("targetDependents"),
                 refresh=spec.get("refresh"),
+                save_plan=spec.get("savePlan"),
             )
         )
     if type_ == "up":
@@ -351,6 +393,7 @@ def operation_request(update: Obj) -> pb.StartOperationRequest:
                 target_dependents=spec.get("targetDependents"),
                 refresh=spec.get("refresh"),
                 continue_on_error=spec.get("continueOnError"),
+                plan=plan_id,
             )
         )
     if type_ == "refresh":
@@ -360,6 +403,7 @@ def operation_request(update: Obj) -> pb.StartOperationRequest:
                 expect_no_changes=spec.get("expectNoChanges"),
                 target=target,
                 run_program=spec.get("runProgram"),
+                preview_only=spec.get("previewOnly"),
             )
         )
     if type_ == "destroy":
