@@ -589,7 +589,7 @@ def test_the_sample_deploys_kubernetes_objects_and_its_state_survives_pod_deleti
     the PersistentVolumeClaim outlives the workspace pod and the operator pod: the recreated pod finds
     the stack with every resource, and the next update changes nothing."""
     k = kube
-    k.run("apply", "--server-side", "-n", "default", "-k", str(SAMPLES))
+    k.apply(k.run("kustomize", str(SAMPLES)))
     s = ready(k, "hello")
     outputs = s["status"]["outputs"]
     assert outputs == {"configMap": "hello-page", "deployment": "hello", "greeting": "[secret]"}, outputs

@@ -9,8 +9,9 @@ Both operators serve the same CRD groups, so each is installed (`kubectl apply -
 operator's `config/quickstart`, pko's `config/local`), measured and removed with its CRDs before the
 other; pko is left installed at the end (without the sample). Both run the same workspace image
 (`pko-workspace:dev`: the same CLI, hosts and providers), their own agents, in a namespace of the
-bench's own (not under the `restricted` profile: the Go operator's workspace pods do not declare what
-it requires), with a ServiceAccount bound to `system:auth-delegator` and allowed ConfigMaps.
+bench's own (no Pod Security label; both operators' workspace pods satisfy `restricted`, as the
+conformance lane shows: docs/differences.md), with a ServiceAccount bound to `system:auth-delegator` and
+allowed ConfigMaps.
 
 The Stack: a Program (Pulumi YAML) creating one ConfigMap from a config value, state on a claim.
 Rows, from the same run (median of each operator's rounds):
