@@ -73,6 +73,7 @@ from fakepulumi.fixtures import FakePulumi, make_fake_pulumi
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
 
+from pko.machinery.quantity import parse_quantity
 from pko.machinery.resource import CONFIGMAPS, PODS, SECRETS, ResourceClient
 
 __all__ = [
@@ -170,35 +171,6 @@ def expand_vars(text: str, env: Mapping[str, str]) -> str:
         return env[name] if name in env else m.group(0)
 
     return _VAR_REF.sub(sub, text)
-
-
-_QUANTITY = re.compile(
-    r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?)$"
-)
-_SUFFIXES: dict[str, Decimal] = {
-    "": Decimal(1),
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-    **{s: Decimal(2 ** (10 * (i + 1))) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
-}
-
-
-def parse_quantity(text: str | int | float) -> Decimal:
-    """A Kubernetes resource quantity (``64Mi``, ``100m``, ``1e3``) as a number."""
-    m = _QUANTITY.match(str(text).strip())
-    if m is None:
-        raise ValueError(f"invalid quantity {text!r}")
-    value = Decimal(m.group(1))
-    if m.group(2):
-        return value * Decimal(10) ** int(m.group(2)[1:])
-    return value * _SUFFIXES[m.group(3) or ""]
 
 
 def normalize_image(image: str) -> str:

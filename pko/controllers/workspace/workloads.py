@@ -38,10 +38,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Final
 
 from pydantic import ValidationError
@@ -52,6 +51,7 @@ from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import WORKSPACE_COMPONENT, WORKSPACE_COMPONENT_LABEL, WORKSPACE_NAME_LABEL
 from pko.controllers.strategicmerge import strategic_merge
 from pko.machinery.objects import set_controller_reference
+from pko.machinery.quantity import parse_quantity
 from pko.machinery.writes import ANNOTATION_APPLIED_DIGEST, stamp
 from pko.machinery.writes import digest as applied_digest
 
@@ -134,23 +134,6 @@ EPHEMERAL_STORAGE: Final = "ephemeral-storage"
 # spec.podTemplate (the Stack's workspaceTemplate sets both).
 DEFAULT_EPHEMERAL_STORAGE_REQUEST: Final = "1Gi"
 DEFAULT_EPHEMERAL_STORAGE_LIMIT: Final = "4Gi"
-# A quantity: a decimal number, then an exponent or a binary or decimal suffix (or nothing).
-_QUANTITY: Final = re.compile(
-    r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$"
-)
-_QUANTITY_SUFFIXES: Final[dict[str, Decimal]] = {
-    "": Decimal(1),
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-    **{s: Decimal(2 ** (10 * (i + 1))) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
-}
 
 
 class SpecInvalid(ValueError):
@@ -362,16 +345,12 @@ def _restrict(pod_spec: Obj) -> None:
 def _quantity(value: Any) -> Decimal | None:
     """A Kubernetes resource quantity (``1Gi``, ``500M``, ``1e9``) as a number; None when it is not one
     (the API server then refuses the pod, naming it: nothing here second-guesses it)."""
-    match = _QUANTITY.match(str(value).strip()) if isinstance(value, str | int | float) else None
-    if match is None:
+    if not isinstance(value, str | int | float):
         return None
     try:
-        number = Decimal(match.group(1))
-    except InvalidOperation:
+        return parse_quantity(value)
+    except ValueError:
         return None
-    if match.group(2):
-        return number * Decimal(10) ** int(match.group(2)[1:])
-    return number * _QUANTITY_SUFFIXES[match.group(3) or ""]
 
 
 def _unset(value: Any) -> bool:
