@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from .conftest import Kube
+from .test_walkthrough import gone, ready
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -37,20 +38,6 @@ BUCKET = "pulumi-state"
 FILER = "http://127.0.0.1:8888"
 STACKS_DIR = f"/buckets/{BUCKET}/.pulumi/stacks/{NAME}/"
 CHECKPOINT = f"{STACKS_DIR}dev.json"
-
-
-def ready(k: Kube, name: str, within: float = 600) -> dict[str, Any]:
-    def probe() -> dict[str, Any] | None:
-        s = k.get("stack", name)
-        c = k.condition(s, "Ready")
-        return s if c.get("status") == "True" and c.get("reason") == "ProcessingCompleted" else None
-
-    result: dict[str, Any] = k.until(f"stack {name} Ready", probe, within)
-    return result
-
-
-def gone(k: Kube, kind: str, name: str, within: float = 300) -> None:
-    k.until(f"{kind} {name} deleted", lambda: k.get(kind, name) is None, within)
 
 
 def in_seaweedfs(k: Kube, *command: str) -> str:
