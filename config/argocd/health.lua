@@ -11,6 +11,7 @@
 --   Stalled=True (spec invalid, failure budget spent...)  Degraded, the Stalled message
 --   Suspended=True (spec.suspend)                         Suspended
 --   Ready=False reason AwaitingApproval (status.plan)     Suspended, the plan's summary and digest
+--   Ready=False reason Cancelled (pulumi.com/cancel-request) Suspended: it waits for a person too
 --   Reconciling=True reason RetryingAfterFailure or
 --     PreviewFailed, after a failure that needs a fix     Degraded, the failure and the next retry
 --   ... after a transient failure (lock, network, 5xx)    Progressing, the failure and the next retry
@@ -29,8 +30,9 @@
 -- someone runs an update; the message names the drift, so it shows in the UI and in
 -- notifications on the health message, and the operator's own drift handling stays in charge.
 --
--- Suspended (the plan awaits approval, or spec.suspend) holds a sync's wave: Argo CD waits for
--- Healthy or Degraded before the next wave, so resources after an unapproved Stack wait for it.
+-- Suspended (the plan awaits approval, an update was cancelled, or spec.suspend) holds a sync's
+-- wave: Argo CD waits for Healthy or Degraded before the next wave, so resources after an
+-- unapproved Stack wait for it.
 
 local hs = {}
 
@@ -102,6 +104,13 @@ if ready ~= nil and ready.status == "False" and ready.reason == "AwaitingApprova
     hs.message = hs.message .. " (preview Update " .. tostring(plan.update) .. ")"
   end
   hs.message = hs.message .. ". Run the approve action, or annotate pulumi.com/approved-plan=" .. digest
+  return hs
+end
+
+if ready ~= nil and ready.status == "False" and ready.reason == "Cancelled" then
+  hs.status = "Suspended"
+  hs.message = text(ready.message, "the update was cancelled on request")
+    .. ". Nothing runs until the next change; run the retry action to run it again"
   return hs
 end
 

@@ -185,3 +185,15 @@ def test_ready_false_for_a_reason_it_does_not_know_is_progressing_with_that_mess
 
 def test_conditions_not_written_yet_are_progressing() -> None:
     assert check(stack()) == Health("Progressing", "Waiting for the stack to be reconciled")
+
+
+def test_an_update_cancelled_on_request_is_suspended_until_someone_runs_it_again() -> None:
+    message = "Update s-9 was cancelled on request 't1' (pulumi.com/cancel-request)"
+    obj = stack(
+        cond("Ready", "False", "Cancelled", message),
+        lastUpdate={"state": "failed", "type": "up", "failures": 0},
+        lastFailure={"reason": "Cancelled", "message": message, "transient": False, "countedFailures": 0},
+    )
+    assert check(obj) == Health(
+        "Suspended", f"{message}. Nothing runs until the next change; run the retry action to run it again"
+    )
