@@ -47,6 +47,12 @@ NAME_TOO_LONG_MESSAGE: Final = (
 """The Go operator's message for its CEL rule ``size(self.metadata.name) <= 42`` (users search for it)."""
 
 RECONCILE_REQUEST_ANNOTATION: Final = "pulumi.com/reconciliation-request"
+APPROVED_PLAN_ANNOTATION: Final = "pulumi.com/approved-plan"
+"""Set to ``status.plan.digest`` to let the operator apply that plan (``spec.approval``)."""
+REFRESH_REQUEST_ANNOTATION: Final = "pulumi.com/refresh-request"
+"""Any new token runs one ``refresh``; ``status.observedRefreshRequest`` holds it once it ran."""
+CANCEL_REQUEST_ANNOTATION: Final = "pulumi.com/cancel-request"
+"""Any new token cancels the Stack's running Update; ``status.observedCancelRequest`` holds it."""
 
 CONDITION_READY: Final = "Ready"
 CONDITION_STALLED: Final = "Stalled"
@@ -298,6 +304,29 @@ class RetryPolicy(KubeModel):
     pending operations)."""
 
 
+ApprovalMode = Literal["Never", "Always", "OnDestructive"]
+
+
+class ApprovalSpec(KubeModel):
+    """(pko extension) Whether an up waits for a person to approve its previewed plan."""
+
+    mode: ApprovalMode = "Never"
+    """Mode: Never (default: apply at once), Always (every up waits for approval of its plan), or
+    OnDestructive (apply at once unless the preview deletes or replaces a resource). A plan waiting
+    is in status.plan; approve it with the annotation pulumi.com/approved-plan set to its digest.
+    The up then applies exactly that plan (the engine refuses any other change)."""
+
+
+class DriftDetectionSpec(KubeModel):
+    """(pko extension) Periodic read-only refreshes that report resources changed out of band."""
+
+    interval_seconds: Annotated[int, Format("int64"), Field(ge=60)]
+    """IntervalSeconds between two drift checks (at least 60)."""
+    remediate: bool = False
+    """Remediate runs an up (with refresh, through spec.approval) when drift is found, putting the
+    resources back as the program declares them. Default false: drift is only reported."""
+
+
 WorkspaceApplyConfiguration = Annotated[dict[str, Any], ApplyConfigurationOf(workspace_api.Workspace)]
 UpdateApplyConfiguration = Annotated[dict[str, Any], ApplyConfigurationOf(update_api.Update)]
 
@@ -455,6 +484,11 @@ class StackSpec(KubeModel):
     """(pko extension) RetryPolicy tunes the backoff of failed operations (bases, factors, the
     transient cap and jitter); omitted fields take the operator's settings. The longest wait of any
     retry stays retryMaxBackoffDurationSeconds."""
+    approval: Annotated[ApprovalSpec, Extension("issue29: an approval gate on ups")] | None = None
+    """(pko extension) Approval makes ups wait for a person to approve the previewed plan."""
+    drift_detection: Annotated[DriftDetectionSpec, Extension("issue29: drift detection")] | None = None
+    """(pko extension) DriftDetection checks the stack for resources changed out of band every
+    intervalSeconds (a read-only refresh), reports them in status.drift and optionally remediates."""
 
     def resync_frequency(self) -> int:
         """Effective resync period in seconds: the field, but never less than 60 (the Go rule)."""
@@ -520,6 +554,15 @@ class CurrentStackUpdate(KubeModel):
     """Name is the name of the Update object."""
     commit: str | None = None
     """Commit is the commit SHA of the planned update."""
+    kind: (
+        Annotated[Literal["plan", "apply", "refresh", "drift"], Extension("issue29: approval, drift")] | None
+    ) = None
+    """(pko extension) Kind says what the update is for when it is not the operation the spec calls
+    for: plan (a preview saving a plan to approve), apply (the up of an approved plan), refresh (on
+    request) or drift (a read-only drift check)."""
+    cancel_request: Annotated[str, Extension("issue29: cancel on request")] | None = None
+    """(pko extension) CancelRequest is the pulumi.com/cancel-request token that cancelled this
+    update (it is being cancelled)."""
 
 
 FailureReason = Literal[
@@ -535,6 +578,7 @@ FailureReason = Literal[
     "UpdateLost",
     "OperationFailed",
     "StackNotFound",
+    "Cancelled",
 ]
 """The closed set of failure classes in ``status.lastFailure.reason``."""
 
@@ -546,7 +590,8 @@ class StackFailure(KubeModel):
     """Reason classifies the failure: ProgramError, ResourceOperationFailed, ConfigInvalid,
     InstallFailed, AuthFailed, PendingOperations (deterministic: retried slowly, then Stalled),
     StackNotFound (the stack, or the resources the Stack deployed, are not in the backend: Stalled at
-    once, never retried by itself) or StackLocked, UpdateConflict, Transient, UpdateLost (transient:
+    once, never retried by itself), Cancelled (cancelled on request: not retried until the next
+    change) or StackLocked, UpdateConflict, Transient, UpdateLost (transient:
     retried quickly)."""
     message: str
     """Message holds the last lines of the error."""
@@ -562,6 +607,64 @@ class StackFailure(KubeModel):
     pending_operations: Annotated[list[str], ListAtomic()] | None = None
     """PendingOperations lists the URNs of operations Pulumi started but did not finish (PendingOperations):
     resolve them (pulumi refresh --clear-pending-creates, or stack export/import) before the next update."""
+
+
+class PlanSummary(KubeModel):
+    """How many resources a plan creates, updates, deletes and replaces."""
+
+    create: NonNegativeInt64 = 0
+    """Create counts the resources created."""
+    update: NonNegativeInt64 = 0
+    """Update counts the resources updated in place."""
+    delete: NonNegativeInt64 = 0
+    """Delete counts the resources deleted."""
+    replace: NonNegativeInt64 = 0
+    """Replace counts the resources replaced (deleted and created again)."""
+
+
+class StackPlan(KubeModel):
+    """(pko extension) The previewed plan an up waits to apply (spec.approval)."""
+
+    digest: str
+    """Digest (sha256) of the source revision, config, environment and the preview's change set:
+    the value of the pulumi.com/approved-plan annotation that approves this plan."""
+    update: str
+    """Update is the preview Update that saved the plan."""
+    summary: PlanSummary
+    """Summary counts the plan's changes."""
+    time: Time
+    """Time the plan was recorded."""
+    inputs: str
+    """Inputs is the digest of the revision, config and environment alone: a plan is applied only
+    while they are unchanged."""
+    commit: str | None = None
+    """Commit is the source revision the plan was previewed at."""
+
+
+class DriftedResource(KubeModel):
+    """A resource that differs from the stack's state."""
+
+    urn: str
+    """URN of the resource."""
+    type: str
+    """Type of the resource."""
+    paths: Annotated[list[str], ListAtomic()] | None = None
+    """Paths are the property paths that differ (absent: the resource is gone)."""
+    first_seen: Time
+    """FirstSeen is the first check that found this resource drifted (kept while it stays drifted)."""
+
+
+class StackDrift(KubeModel):
+    """(pko extension) The result of the last drift check (spec.driftDetection)."""
+
+    last_check_time: Time | None = None
+    """LastCheckTime is when the last check completed."""
+    detected: bool = False
+    """Detected is true when the last check found drift."""
+    resources: Annotated[list[DriftedResource], ListAtomic()] | None = None
+    """Resources lists the drifted resources, by urn."""
+    message: str | None = None
+    """Message says why the last check failed, if it did."""
 
 
 class StackStatus(KubeModel):
@@ -596,6 +699,15 @@ class StackStatus(KubeModel):
     """(pko extension) ResourceCount is how many resources the stack held after its last successful
     up, refresh or destroy: what a destroy is expected to delete. A destroy that deletes none of
     them (the stack's state was lost) does not release the Stack."""
+    plan: Annotated[StackPlan, Extension("issue29: an approval gate on ups")] | None = None
+    """(pko extension) Plan is the previewed plan waiting for approval (spec.approval)."""
+    drift: Annotated[StackDrift, Extension("issue29: drift detection")] | None = None
+    """(pko extension) Drift is the result of the last drift check (spec.driftDetection)."""
+    observed_refresh_request: Annotated[str, Extension("issue29: one-off refresh on request")] | None = None
+    """(pko extension) ObservedRefreshRequest is the pulumi.com/refresh-request token whose refresh
+    last completed."""
+    observed_cancel_request: Annotated[str, Extension("issue29: cancel on request")] | None = None
+    """(pko extension) ObservedCancelRequest is the pulumi.com/cancel-request token last acted on."""
 
 
 @Rule(f"size(self.metadata.name) <= {MAX_NAME_LENGTH}", NAME_TOO_LONG_MESSAGE, field_path=".metadata.name")
@@ -611,6 +723,8 @@ class Stack(KubeModel):
 
 __all__ = [
     "API_VERSION",
+    "APPROVED_PLAN_ANNOTATION",
+    "CANCEL_REQUEST_ANNOTATION",
     "CONDITION_READY",
     "CONDITION_RECONCILING",
     "CONDITION_STALLED",
@@ -622,11 +736,16 @@ __all__ = [
     "NAME_TOO_LONG_MESSAGE",
     "PLURAL",
     "RECONCILE_REQUEST_ANNOTATION",
+    "REFRESH_REQUEST_ANNOTATION",
     "VERSION",
+    "ApprovalMode",
+    "ApprovalSpec",
     "BasicAuth",
     "ConfigMapRef",
     "CurrentStackUpdate",
     "DeterministicRetry",
+    "DriftDetectionSpec",
+    "DriftedResource",
     "EnvSelector",
     "FSSelector",
     "FailureReason",
@@ -635,6 +754,7 @@ __all__ = [
     "GitAuthConfig",
     "GitHubAppAuth",
     "LiteralRef",
+    "PlanSummary",
     "PrerequisiteRef",
     "ProgramReference",
     "ProjectInfo",
@@ -647,7 +767,9 @@ __all__ = [
     "SSHAuth",
     "SecretSelector",
     "Stack",
+    "StackDrift",
     "StackFailure",
+    "StackPlan",
     "StackSpec",
     "StackStatus",
     "StackUpdateState",

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import Final
 
+# The request annotations (issue 29) are declared with the Stack API; named here too, beside the others.
+from pko.api.stack import APPROVED_PLAN_ANNOTATION as APPROVED_PLAN_ANNOTATION
+from pko.api.stack import CANCEL_REQUEST_ANNOTATION as CANCEL_REQUEST_ANNOTATION
+from pko.api.stack import REFRESH_REQUEST_ANNOTATION as REFRESH_REQUEST_ANNOTATION
 from pko.machinery.resource import Resource
 
 STACKS: Final = Resource("pulumi.com", "v1", "stacks", "Stack")

@@ -68,6 +68,8 @@ def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]
             "runProgram": True,
             "retryOnUpdateConflict": True,
             "useLocalStackOnly": True,
+            "approval": {"mode": "OnDestructive"},
+            "driftDetection": {"intervalSeconds": 600, "remediate": True},
             "resyncFrequencySeconds": 300,
             "serviceAccountName": "pulumi",
             "workspaceTemplate": {
@@ -216,7 +218,32 @@ def full_stack_status() -> dict[str, Any]:
             "reconcileRequest": "r",
             "name": "random-yaml-abc",
             "commit": "abc",
+            "kind": "apply",
+            "cancelRequest": "c1",
         },
+        "plan": {
+            "digest": "sha256:" + "ab" * 32,
+            "update": "random-yaml-18f",
+            "summary": {"create": 1, "update": 2, "delete": 0, "replace": 1},
+            "time": "2024-10-17T20:40:00Z",
+            "inputs": "sha256:" + "cd" * 32,
+            "commit": "abc",
+        },
+        "drift": {
+            "lastCheckTime": "2024-10-17T20:45:00Z",
+            "detected": True,
+            "resources": [
+                {
+                    "urn": "urn:pulumi:dev::random::kubernetes:core/v1:ConfigMap::cm",
+                    "type": "kubernetes:core/v1:ConfigMap",
+                    "paths": ["data.greeting"],
+                    "firstSeen": "2024-10-17T20:44:00Z",
+                }
+            ],
+            "message": "the last check failed",
+        },
+        "observedRefreshRequest": "r1",
+        "observedCancelRequest": "c1",
         "projectInfo": {"name": "random", "runtime": "yaml"},
         "nextRetryTime": "2024-10-17T21:00:00Z",
         "lastFailure": {

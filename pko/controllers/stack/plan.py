@@ -22,11 +22,32 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from pko.api.meta import parse_go_duration
-from pko.api.stack import Stack
+from pko.api.stack import DriftDetectionSpec, Stack
 from pko.api.validation import deprecation_warnings, format_errors, parse_stack
-from pko.controllers.resources import STACK_FINALIZER
+from pko.controllers.resources import (
+    APPROVED_PLAN_ANNOTATION,
+    CANCEL_REQUEST_ANNOTATION,
+    REFRESH_REQUEST_ANNOTATION,
+    STACK_FINALIZER,
+)
 from pko.controllers.retrysettings import RetrySettings
+from pko.controllers.stack.approval import (
+    PLAN_INPUTS_ANNOTATION,
+    Apply,
+    Preview,
+    gate,
+    mark_awaiting_approval,
+    plan_inputs,
+    record_plan,
+)
 from pko.controllers.stack.backend import EPHEMERAL_BACKEND_REASON, ephemeral_backend
+from pko.controllers.stack.drift import (
+    clear_drift,
+    drift_due_in,
+    record_drift,
+    record_drift_failure,
+    remediation_due,
+)
 from pko.controllers.stack.status import (
     MSG_UPDATE,
     MSG_WORKSPACE,
@@ -41,14 +62,16 @@ from pko.controllers.stack.status import (
     mark_suspended,
     plan_sync,
     reconcile_request,
+    record_cancelled,
     record_destroyed_nothing,
     record_failed,
     record_lost,
     record_succeeded,
     release_command,
     requirement_error,
+    resources_after,
 )
-from pko.controllers.stack.updateobject import build_update, update_type_for
+from pko.controllers.stack.updateobject import Run, build_update, kind_of, update_type_for
 from pko.controllers.stack.watches import update_complete, workspace_ready, workspace_stalled
 from pko.controllers.stack.workspaceobject import ProjectInfoRevision, ResolvedSource, build_workspace
 from pko.machinery.conditions import get_condition, is_true
@@ -63,6 +86,7 @@ __all__ = [
     "SOURCE_UNAVAILABLE_REQUEUE",
     "AddFinalizer",
     "ApplyWorkspace",
+    "CancelUpdate",
     "CreateUpdate",
     "DeleteWorkspace",
     "Emit",
@@ -134,6 +158,15 @@ class CreateUpdate:
 
 
 @dataclass(frozen=True, slots=True)
+class CancelUpdate:
+    """Delete the running Update ``name`` (``uid``): the Update reconciler cancels its operation
+    (the Stack's finalizer keeps the Update until the Stack has recorded how it ended)."""
+
+    name: str
+    uid: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteWorkspace:
     """Delete the Stack's Workspace (reclaim policy ``Delete``), with a ``WorkspaceDeleted`` Event."""
 
@@ -168,6 +201,7 @@ Write = (
     | Emit
     | ApplyWorkspace
     | CreateUpdate
+    | CancelUpdate
     | DeleteWorkspace
     | ReleaseUpdate
     | PruneHistory
@@ -220,14 +254,15 @@ def plan_update(
     status: Obj,
     workspace: Obj,
     *,
-    message: str,
+    run: Run,
     commit: str,
     now: datetime,
     created: datetime,
     deleting: bool,
 ) -> Plan:
-    """The Workspace is applied: start one Update once it is ready, or report why it cannot be.
-    ``created`` names the Update (milliseconds: two Updates of one Stack may start in a second)."""
+    """The Workspace is applied: start the Update ``run`` describes once it is ready, or report why
+    it cannot be. ``created`` names the Update (milliseconds: two Updates of one Stack may start in
+    a second). A drift check leaves the conditions alone (a periodic read must not flap Ready)."""
     generation = int((obj.get("metadata") or {}).get("generation") or 0)
     if not workspace_ready(workspace):
         stalled = get_condition((workspace.get("status") or {}).get("conditions"), "Stalled")
@@ -239,19 +274,22 @@ def plan_update(
         reason = "PulumiVersionTooLow" if ws_reason == "IncompatibleConfiguration" else "WorkspaceFailed"
         mark_stalled(status, reason, f"{ws_reason}: {stalled.get('message', '')}", generation, now)
         return Plan([write_status(status)], Result.done(), status)
-    update = build_update(stack, workspace, update_type_for(stack, deleting=deleting), message, now=created)
+    update = build_update(stack, workspace, run.type, run.message, now=created, run=run)
     status["currentUpdate"] = {
         "generation": generation,
         "reconcileRequest": reconcile_request(obj),
         "name": update["metadata"]["name"],
         "commit": commit,
     }
-    mark_reconciling(status, "StackProcessing", MSG_UPDATE, generation, now)
-    writes: list[Write] = [
-        write_status(status),
-        Emit("Normal", "StackUpdateDetected", message),
-        CreateUpdate(update),
-    ]
+    if run.kind != "sync":
+        status["currentUpdate"]["kind"] = run.kind
+    if run.kind == "drift":
+        fields = {"stack": (obj.get("metadata") or {}).get("name"), "update": update["metadata"]["name"]}
+        said: Write = Log("drift check started", fields)
+    else:
+        mark_reconciling(status, "StackProcessing", MSG_UPDATE, generation, now)
+        said = Emit("Normal", "StackUpdateDetected", run.message)
+    writes: list[Write] = [write_status(status), said, CreateUpdate(update)]
     return Plan(writes, Result.done(), status)
 
 
@@ -370,6 +408,10 @@ def decide(observed: Observed) -> Plan:
     return _decide_stack(observed, stack, status, writes)
 
 
+def _annotation(obj: Obj, name: str) -> str:
+    return str(((obj.get("metadata") or {}).get("annotations") or {}).get(name) or "")
+
+
 def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Write]) -> Plan:
     obj, now = observed.obj, observed.now
     meta = obj.get("metadata") or {}
@@ -378,6 +420,11 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
     spec = stack.spec
     recorded: Obj | None = None
 
+    # 0. a cancel request: the Update in flight is deleted (its reconciler cancels the operation)
+    cancelling = cancel_requested(observed, status, generation)
+    if cancelling is not None:
+        return Plan([*writes, *cancelling.writes], cancelling.result, status)
+
     # 1. absorb the result of the Update in flight
     current = status.get("currentUpdate")
     if current:
@@ -385,13 +432,17 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
         if update is None:
             fields = {"stack": meta.get("name"), "update": current.get("name")}
             writes.append(Log("current update is gone; moving on", fields))
-            record_lost(status, current, now)
+            if current.get("kind") in (None, "apply"):
+                record_lost(status, current, now)
+            if current.get("kind") in ("plan", "apply"):
+                status.pop("plan", None)
             status.pop("currentUpdate", None)
         elif not update_complete(update):
-            mark_reconciling(status, "StackProcessing", MSG_UPDATE, generation, now)
+            if current.get("kind") != "drift" and not current.get("cancelRequest"):
+                mark_reconciling(status, "StackProcessing", MSG_UPDATE, generation, now)
             return Plan([*writes, write_status(status)], Result.done(), status)
         else:
-            writes += record_update(status, current, update, observed.outputs, now)
+            writes += absorb(status, current, update, observed.outputs, generation, now)
             status.pop("currentUpdate", None)
             recorded = update
 
@@ -425,16 +476,46 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
     polls_branch = bool(spec.project_repo and spec.branch)
     decision = plan_sync(obj, spec, status, commit, now, retry, polls_branch=polls_branch)
     mark_suspended(status, spec.suspend and not deleting, generation, now)
+    drift_spec = spec.drift_detection if not spec.preview else None
+    if drift_spec is None and (status.get("drift") or get_condition(status.get("conditions"), "Drifted")):
+        clear_drift(status)
+    if not deleting and spec.approval is None and status.get("plan"):
+        status.pop("plan", None)  # approval switched off: the plan waits for nothing
+    active = not deleting and not spec.suspend
+    run = requested_refresh(obj, status) if active else None
+    remediate = active and run is None and remediation_due(drift_spec, status)
     if decision.synced:
         mark_result(status, spec, retry, generation, now, stack=stack_ref(obj))
         mark_suspended(status, spec.suspend and not deleting, generation, now)
-        plan = plan_synced(stack, status, decision.requeue_after, recorded, deleting=deleting)
-        return Plan([*writes, *plan.writes], plan.result, status)
-    if spec.suspend and not deleting:
+    if run is None and decision.synced and not remediate:
+        status.pop("plan", None)  # nothing to apply: a recorded plan is moot
+        due = drift_due_in(drift_spec, status, now) if active else None
+        if due == 0:
+            run = Run("refresh", "Drift check", "drift")
+        else:
+            requeue = decision.requeue_after
+            if due is not None:
+                requeue = min(requeue, due) if requeue is not None else due
+            plan = plan_synced(stack, status, requeue, recorded, deleting=deleting)
+            return Plan([*writes, *plan.writes], plan.result, status)
+    if run is None and spec.suspend and not deleting:
         return Plan([*writes, write_status(status, recorded)], Result.done(), status)
+    if run is None:
+        refresh = remediation_up(drift_spec, status)
+        message = "Drift detected: remediating" if decision.synced else decision.message
+        chosen = gated_run(obj, stack, status, commit, message, refresh=refresh, deleting=deleting)
+        if isinstance(chosen, str):
+            mark_awaiting_approval(status, chosen, generation, now)
+            plan_now = status.get("plan") or {}
+            if observed_plan_recorded(writes, plan_now):
+                writes.append(Emit("Normal", "AwaitingApproval", chosen))
+            wait = float(spec.resync_frequency()) if polls_branch else None
+            return Plan([*writes, write_status(status, recorded)], _after(wait), status)
+        run = chosen
 
-    # 4. prerequisites (not when deleting: a missing prerequisite must not block deletion)
-    if not deleting:
+    # 4. prerequisites (not when deleting: a missing prerequisite must not block deletion; not for
+    # a refresh or a drift check, which change nothing the program deploys)
+    if not deleting and run.kind not in ("refresh", "drift"):
         unmet, requests = prerequisites_unmet(obj, stack, observed.prerequisites, now)
         writes += requests
         if unmet is not None:
@@ -448,14 +529,15 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
             stack,
             status,
             workspace,
-            message=decision.message,
+            run=run,
             commit=commit,
             now=now,
             created=observed.created,
             deleting=deleting,
         )
 
-    mark_reconciling(status, "StackProcessing", note or MSG_WORKSPACE, generation, now)
+    if run.kind != "drift":
+        mark_reconciling(status, "StackProcessing", note or MSG_WORKSPACE, generation, now)
     if note is not None:
         writes.append(Emit("Warning", "DestroyFromProjectInfo", note))
     if kept is not None:
@@ -469,6 +551,139 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
         return Plan([*writes, write_status(status, recorded)], Result.done(), status)
     writes += [write_status(status, recorded), ApplyWorkspace(body)]
     return Plan(writes, Result.done(), status, then)
+
+
+# --- the issue-29 operations: cancel, refresh on request, approval, drift --------------------
+
+
+def cancel_requested(observed: Observed, status: Obj, generation: int) -> Plan | None:
+    """A new ``pulumi.com/cancel-request`` token: delete the Update in flight (its reconciler
+    cancels the operation; the Stack records it as ``Cancelled`` once it ends) and record the
+    token. None when there is no new token, or nothing runs (the token is recorded and the
+    reconcile goes on)."""
+    obj, now = observed.obj, observed.now
+    token = _annotation(obj, CANCEL_REQUEST_ANNOTATION)
+    if not token or token == (obj.get("status") or {}).get("observedCancelRequest"):
+        return None
+    status["observedCancelRequest"] = token
+    current = status.get("currentUpdate") or {}
+    update = observed.current_update
+    if not current or update is None or update_complete(update) or current.get("cancelRequest"):
+        return None
+    name = str(current.get("name") or "")
+    status["currentUpdate"] = {**current, "cancelRequest": token}
+    message = f"cancelling Update {name} on request {token!r}"
+    mark_reconciling(status, "Cancelling", message, generation, now)
+    uid = (update.get("metadata") or {}).get("uid")
+    writes: list[Write] = [
+        write_status(status),
+        Emit("Normal", "Cancelling", message),
+        CancelUpdate(name, str(uid) if uid else None),
+    ]
+    return Plan(writes, Result.done(), status)
+
+
+def requested_refresh(obj: Obj, status: Obj) -> Run | None:
+    """A ``refresh`` to run for a new ``pulumi.com/refresh-request`` token (recorded in
+    ``status.observedRefreshRequest`` once it ran)."""
+    token = _annotation(obj, REFRESH_REQUEST_ANNOTATION)
+    if not token or token == status.get("observedRefreshRequest"):
+        return None
+    return Run(
+        "refresh", f'Refresh request: "{token}"', "refresh", annotations={REFRESH_REQUEST_ANNOTATION: token}
+    )
+
+
+def remediation_up(drift_spec: DriftDetectionSpec | None, status: Obj) -> bool:
+    """Whether ups refresh first to put drift right (``remediate`` and drift found)."""
+    remediate = drift_spec is not None and drift_spec.remediate
+    return remediate and bool((status.get("drift") or {}).get("detected"))
+
+
+def gated_run(
+    obj: Obj, stack: Stack, status: Obj, commit: str, message: str, *, refresh: bool, deleting: bool
+) -> Run | str:
+    """The Update an operation that is due runs as, through the approval gate for an up; a str is
+    why it waits for approval (the condition's message)."""
+    type_ = update_type_for(stack, deleting=deleting)
+    mode = stack.spec.approval.mode if stack.spec.approval is not None else "Never"
+    effective_refresh = stack.spec.refresh or refresh
+    if type_ != "up" or mode == "Never":
+        return Run(type_, message, "sync", refresh=True if refresh and type_ != "destroy" else None)
+    meta = obj.get("metadata") or {}
+    inputs = plan_inputs(obj.get("spec") or {}, commit, refresh=effective_refresh)
+    chosen = gate(
+        mode,
+        status.get("plan"),
+        _annotation(obj, APPROVED_PLAN_ANNOTATION),
+        inputs,
+        str(meta.get("name") or ""),
+        str(meta.get("namespace") or ""),
+    )
+    if isinstance(chosen, Preview):
+        status.pop("plan", None)
+        annotations = {PLAN_INPUTS_ANNOTATION: inputs}
+        return Run("preview", chosen.message, "plan", refresh=effective_refresh, annotations=annotations)
+    if isinstance(chosen, Apply):
+        return Run("up", chosen.message, "apply", refresh=effective_refresh, plan=chosen.plan)
+    return chosen.message
+
+
+def observed_plan_recorded(writes: list[Write], plan: Obj) -> bool:
+    """Whether this reconcile recorded ``plan`` (its Event goes out once, with the plan)."""
+    return bool(plan) and any(isinstance(w, Emit) and w.reason == "PlanRecorded" for w in writes)
+
+
+_PLAN_GONE: Final = frozenset({"PlanMismatch", "PlanNotFound"})
+
+
+def absorb(
+    status: Obj, current: Obj, update: Obj, outputs: Obj | None, generation: int, now: datetime
+) -> list[Write]:
+    """Record a completed Update by what it was for (``currentUpdate.kind``); the Events."""
+    kind = current.get("kind") or kind_of(update)
+    upd_status = update.get("status") or {}
+    failed = is_true(upd_status.get("conditions"), "Failed")
+    token = current.get("cancelRequest")
+    if kind == "refresh":
+        refresh_token = _annotation(update, REFRESH_REQUEST_ANNOTATION)
+        if refresh_token:
+            status["observedRefreshRequest"] = refresh_token
+    if token:
+        if kind in ("plan", "apply"):
+            status.pop("plan", None)
+        record_cancelled(status, current, update, str(token), now)
+        message = f"Update {current.get('name')} was cancelled on request {token!r}"
+        return [Emit("Warning", "StackUpdateCancelled", message)]
+    if kind == "plan":
+        if failed:
+            status.pop("plan", None)
+            return record_update(status, current, update, outputs, now)
+        plan = record_plan(status, update, now, str(current.get("commit") or ""))
+        summary = plan["summary"]
+        text = ", ".join(f"{summary[k]} to {k}" for k in ("create", "update", "delete", "replace"))
+        return [Emit("Normal", "PlanRecorded", f"plan {plan['digest']} recorded: {text}")]
+    if kind == "apply":
+        status.pop("plan", None)  # applied or not, a plan is used once
+        reason = (get_condition(upd_status.get("conditions"), "Failed") or {}).get("reason")
+        if failed and reason in _PLAN_GONE:
+            message = f"the plan could not be applied ({reason}): previewing again for a new approval"
+            return [Emit("Warning", "PlanOutdated", f"{message}: {upd_status.get('message') or ''}")]
+        return record_update(status, current, update, outputs, now)
+    if kind == "refresh":
+        if failed:
+            return [
+                Emit("Warning", "StackRefreshFailed", f"refresh failed: {upd_status.get('message') or ''}")
+            ]
+        count = resources_after(update)
+        if count is not None:
+            status["resourceCount"] = count
+        return [Emit("Normal", "StackRefreshed", "Successfully refreshed stack")]
+    if kind == "drift":
+        if failed:
+            return [record_drift_failure(status, update, now)]
+        return list(record_drift(status, update, generation, now).events)
+    return record_update(status, current, update, outputs, now)
 
 
 def record_update(status: Obj, current: Obj, update: Obj, outputs: Obj | None, now: datetime) -> list[Write]:

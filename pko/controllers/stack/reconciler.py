@@ -58,6 +58,7 @@ from pko.controllers.stack.branchpoll import BranchResolver
 from pko.controllers.stack.plan import (
     AddFinalizer,
     ApplyWorkspace,
+    CancelUpdate,
     CreateUpdate,
     DeleteWorkspace,
     Emit,
@@ -152,6 +153,10 @@ OWNED_STATUS: Final = (
     "nextRetryTime",
     "lastFailure",
     "resourceCount",
+    "plan",
+    "drift",
+    "observedRefreshRequest",
+    "observedCancelRequest",
 )
 
 
@@ -293,6 +298,8 @@ class StackReconciler:
         elif isinstance(write, CreateUpdate):
             # The Update carries the Stack's finalizer from birth: its manager is upstream's name for it.
             await self._update_client.create(write.body, field_manager=FIELD_MANAGER_STACK_FINALIZER)
+        elif isinstance(write, CancelUpdate):
+            await self._cancel_update(namespace_of(obj), write.name, write.uid)
         elif isinstance(write, DeleteWorkspace):
             if await self._delete_workspace(obj):
                 self.events.event(obj, "Normal", "WorkspaceDeleted", "Workspace deleted per reclaim policy")
@@ -326,6 +333,14 @@ class StackReconciler:
             },
             field_manager=FIELD_MANAGER_PREREQUISITE,
         )
+
+    async def _cancel_update(self, namespace: str | None, name: str, uid: str | None) -> None:
+        """Delete the running Update: the Update reconciler cancels its operation (gone: nothing runs)."""
+        try:
+            await self._update_client.delete(name, namespace, uid=uid)
+        except ApiException as exc:
+            if api_error_status(exc) not in (404, 409):
+                raise
 
     async def _delete_workspace(self, obj: Obj) -> bool:
         name = str(metadata_of(obj).get("name"))

@@ -81,8 +81,8 @@ _REASONS: Final[dict[str, FailureReason]] = {
 TRANSIENT_REASONS: Final[frozenset[FailureReason]] = frozenset(
     {"StackLocked", "UpdateConflict", "Transient", "UpdateLost"}
 )
-# Failures no retry can mend: only the user can (the Stack is Stalled at once).
-STALL_AT_ONCE: Final[frozenset[FailureReason]] = frozenset({"StackNotFound"})
+# Failures no retry can mend: only the user can (the Stack waits at once: Stalled, or Cancelled).
+STALL_AT_ONCE: Final[frozenset[FailureReason]] = frozenset({"StackNotFound", "Cancelled"})
 
 # Error text that means "try again later", whatever reason the Update gave.
 _TRANSIENT_TEXT: Final = re.compile(

@@ -53,6 +53,7 @@ __all__ = [
     "destroy_from_project_message",
     "destroyed_nothing",
     "go_duration",
+    "mark_cancelled",
     "mark_ephemeral_backend",
     "mark_ready",
     "mark_reconciling",
@@ -62,6 +63,7 @@ __all__ = [
     "parse_time",
     "plan_sync",
     "reconcile_request",
+    "record_cancelled",
     "record_destroyed_nothing",
     "record_failed",
     "record_succeeded",
@@ -238,6 +240,33 @@ def record_failed(status: Obj, current: Mapping[str, Any], update: Mapping[str, 
     if kind.pending_operations:
         failure["pendingOperations"] = list(kind.pending_operations)
     status["lastFailure"] = failure
+
+
+CANCELLED: Final = "Cancelled"
+
+
+def record_cancelled(
+    status: Obj, current: Mapping[str, Any], update: Mapping[str, Any], token: str, now: datetime
+) -> None:
+    """Record an Update cancelled on request (``pulumi.com/cancel-request`` = ``token``) as failed
+    with reason ``Cancelled``: not retried until the next change (spec, source or a request)."""
+    record_failed(status, current, update, now)
+    name = (update.get("metadata") or {}).get("name")
+    status["lastUpdate"]["message"] = f"cancelled on request {token!r}"
+    status["lastFailure"] = {
+        "reason": CANCELLED,
+        "message": f"Update {name} was cancelled on request {token!r} (pulumi.com/cancel-request)",
+        "transient": False,
+        "updateName": name,
+        "countedFailures": 0,
+    }
+
+
+def mark_cancelled(status: Obj, message: str, generation: int | None, now: datetime) -> None:
+    """Ready=False ``Cancelled``: a person stopped the operation; nothing runs until the next change
+    (neither Reconciling nor Stalled: nothing failed)."""
+    conditions = remove_condition(remove_condition(_conditions(status), RECONCILING), STALLED)
+    status["conditions"] = set_condition(conditions, READY, "False", CANCELLED, message, generation, now)
 
 
 def record_lost(status: Obj, current: Mapping[str, Any], now: datetime) -> None:
@@ -471,7 +500,12 @@ def mark_result(
     failures = int(last.get("failures") or 0)
     type_ = str(last.get("type") or "up")
     reason = (status.get("lastFailure") or {}).get("reason")
-    if schedule is not None and schedule.stalled and reason == STACK_NOT_FOUND:
+    if schedule is not None and schedule.stalled and reason == CANCELLED:
+        message = str((status.get("lastFailure") or {}).get("message") or "cancelled on request")
+        mark_cancelled(
+            status, f"{message}; nothing runs until the spec, source or a request changes", generation, now
+        )
+    elif schedule is not None and schedule.stalled and reason == STACK_NOT_FOUND:
         mark_stalled(status, STACK_NOT_FOUND, stack_not_found_message(status, stack, type_), generation, now)
     elif schedule is not None and schedule.stalled:
         message = f"{type_} failed {max(failures, 1)} times; not retrying until the spec or source changes"

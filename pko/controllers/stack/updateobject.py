@@ -9,8 +9,9 @@ result; it is part of the created object, so no second write is needed to add it
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from pko.api.stack import Stack
 from pko.api.update import API_VERSION as UPDATE_API_VERSION
@@ -20,7 +21,15 @@ from pko.controllers.resources import STACK_FINALIZER
 from pko.controllers.stack.workspaceobject import stack_labels, stack_owner_reference
 from pko.controllers.strategicmerge import strategic_merge
 
-__all__ = ["TTL_AFTER_COMPLETED", "build_update", "update_name", "update_type_for"]
+__all__ = [
+    "TTL_AFTER_COMPLETED",
+    "Run",
+    "RunKind",
+    "build_update",
+    "kind_of",
+    "update_name",
+    "update_type_for",
+]
 
 TTL_AFTER_COMPLETED: Final = "24h0m0s"
 """Go's ``metav1.Duration{24h}`` as it serialises."""
@@ -39,6 +48,37 @@ def update_type_for(stack: Stack, *, deleting: bool) -> UpdateType:
     if deleting:
         return "destroy"
     return "preview" if stack.spec.preview else "up"
+
+
+RunKind = Literal["sync", "plan", "apply", "refresh", "drift"]
+"""What an Update is to its Stack: ``sync`` the operation its spec calls for (up, preview,
+destroy), ``plan`` a preview saving a plan to approve, ``apply`` an up of an approved plan,
+``refresh`` a refresh on request, ``drift`` a read-only refresh that checks for drift."""
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """The Update to start once the Workspace is ready (see :func:`build_update`)."""
+
+    type: UpdateType
+    message: str
+    kind: RunKind = "sync"
+    refresh: bool | None = None
+    plan: str | None = None
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+def kind_of(update: Obj) -> RunKind:
+    """What ``update`` (one this Stack created) is for, read from its spec."""
+    spec = update.get("spec") or {}
+    type_ = spec.get("type")
+    if type_ == "preview" and spec.get("savePlan"):
+        return "plan"
+    if type_ == "up" and spec.get("plan"):
+        return "apply"
+    if type_ == "refresh":
+        return "drift" if spec.get("previewOnly") else "refresh"
+    return "sync"
 
 
 def _workspace_controller_reference(workspace: Obj) -> Obj:
@@ -62,8 +102,10 @@ def build_update(
     message: str,
     *,
     now: datetime | None = None,
+    run: Run | None = None,
 ) -> Obj:
-    """The Update to create for ``stack`` in ``workspace`` (both as read from or written to the API)."""
+    """The Update to create for ``stack`` in ``workspace`` (both as read from or written to the API);
+    ``run`` adds what its kind needs (a saved plan, the plan to apply, a read-only refresh)."""
     spec = stack.spec
     name = stack.metadata.name or ""
     update_spec: Obj = {
@@ -101,4 +143,24 @@ def build_update(
         stack_owner_reference(stack, controller=False),
     ]
     meta["finalizers"] = [STACK_FINALIZER]
+    if run is not None:
+        _shape(update, run)
     return update
+
+
+def _shape(update: Obj, run: Run) -> None:
+    spec = update["spec"]
+    if run.refresh is not None and run.type in ("preview", "up"):
+        spec["refresh"] = run.refresh
+    if run.kind == "plan":
+        spec["savePlan"] = True
+    elif run.kind == "apply":
+        spec["plan"] = run.plan
+    elif run.kind == "drift":
+        spec["previewOnly"] = True
+    if run.type == "refresh":
+        spec.pop("refresh", None)
+        spec.pop("targetDependents", None)
+    if run.annotations:
+        meta = update["metadata"]
+        meta["annotations"] = {**(meta.get("annotations") or {}), **run.annotations}

@@ -15,7 +15,14 @@ from typing import Any, Final
 
 from prometheus_client import Gauge
 
-from pko.controllers.resources import RECONCILIATION_REQUEST_ANNOTATION, STACK_FINALIZER, STACK_NAME_LABEL
+from pko.controllers.resources import (
+    APPROVED_PLAN_ANNOTATION,
+    CANCEL_REQUEST_ANNOTATION,
+    RECONCILIATION_REQUEST_ANNOTATION,
+    REFRESH_REQUEST_ANNOTATION,
+    STACK_FINALIZER,
+    STACK_NAME_LABEL,
+)
 from pko.controllers.stack.status import reconcile_request
 from pko.machinery.conditions import is_true
 from pko.machinery.manager import Manager
@@ -127,6 +134,9 @@ def _generation_changed(old: Obj | None, new: Obj | None) -> bool:
 STACK_PREDICATE: Final = or_(
     and_(_generation_changed, not_(_finalizer_added)),
     annotation_changed(RECONCILIATION_REQUEST_ANNOTATION),
+    annotation_changed(APPROVED_PLAN_ANNOTATION),
+    annotation_changed(REFRESH_REQUEST_ANNOTATION),
+    annotation_changed(CANCEL_REQUEST_ANNOTATION),
     deletion_started,
 )
 
@@ -215,8 +225,9 @@ def stack_became_ready(old: Obj | None, new: Obj | None) -> bool:
 
 
 class StackMetrics:
-    """``stacks_active``, ``stacks_failing``, ``stacks_reconciling`` (as upstream names them) and the
-    next retry time of each failing stack, kept from the Stack informer's events."""
+    """``stacks_active``, ``stacks_failing``, ``stacks_reconciling`` (as upstream names them), the
+    next retry time of each failing stack, and (drift detection) each stack's drifted resources
+    and last drift check, kept from the Stack informer's events."""
 
     def __init__(self, manager: Manager) -> None:
         registry = manager.registry
@@ -243,6 +254,18 @@ class StackMetrics:
             ["namespace", "name"],
             registry=registry,
         )
+        self.drift_resources = Gauge(
+            "pko_stack_drift_resources",
+            "Resources the last drift check found differing from the stack's state (absent: no check yet)",
+            ["namespace", "name"],
+            registry=registry,
+        )
+        self.last_drift_check = Gauge(
+            "pko_stack_last_drift_check_timestamp_seconds",
+            "When the stack's last drift check completed (unix seconds); absent before the first",
+            ["namespace", "name"],
+            registry=registry,
+        )
         self._keys: set[str] = set()
 
     def observe(self, obj: Obj) -> None:
@@ -263,6 +286,15 @@ class StackMetrics:
             self.next_retry.labels(**labels).set(when.timestamp())
         else:
             self._remove(self.next_retry, labels)
+        drift = status.get("drift") or {}
+        checked = drift.get("lastCheckTime")
+        if checked:
+            self.drift_resources.labels(**labels).set(len(drift.get("resources") or []))
+            when = datetime.fromisoformat(str(checked).replace("Z", "+00:00"))
+            self.last_drift_check.labels(**labels).set(when.timestamp())
+        else:
+            self._remove(self.drift_resources, labels)
+            self._remove(self.last_drift_check, labels)
 
     def forget(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         if isinstance(obj, DeletedFinalStateUnknown):
@@ -275,6 +307,8 @@ class StackMetrics:
         self.failing.labels(**labels).set(0)
         self.reconciling.labels(**labels).set(0)
         self._remove(self.next_retry, labels)
+        self._remove(self.drift_resources, labels)
+        self._remove(self.last_drift_check, labels)
 
     @staticmethod
     def _remove(gauge: Gauge, labels: dict[str, str]) -> None:

@@ -1,0 +1,222 @@
+"""The approval gate of a Stack's ups (``spec.approval``, issue 29), pure.
+
+An up that may need approval runs as two Updates: a ``preview`` with ``savePlan`` whose change set
+the Stack records in ``status.plan`` under a digest, then an ``up`` whose ``spec.plan`` names that
+preview, so the engine applies the plan and nothing else (anything else fails ``PlanMismatch``).
+Between the two the Stack waits (Ready=False ``AwaitingApproval``) until the
+``pulumi.com/approved-plan`` annotation holds the recorded digest; ``OnDestructive`` applies a
+plan that deletes and replaces nothing at once.
+
+Invariants:
+
+* an up runs only for a recorded plan whose ``inputs`` (revision, config, environment: the
+  digest of :func:`plan_inputs`) equal the current ones; when they moved, the Stack previews again
+  and waits again;
+* a plan applies once: ``status.plan`` is dropped when its up ends, whatever the end, and the
+  digest covers the Update the stack's state last came from (``base``), so the same change
+  proposed again after an up has a new digest and needs a new approval.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from pko.machinery.conditions import format_time, remove_condition, set_condition
+
+__all__ = [
+    "AWAITING_APPROVAL",
+    "PLAN_INPUTS_ANNOTATION",
+    "Apply",
+    "Preview",
+    "Wait",
+    "canonical_json",
+    "destructive",
+    "gate",
+    "mark_awaiting_approval",
+    "plan_digest",
+    "plan_inputs",
+    "plan_recorded_message",
+    "record_plan",
+    "summarize",
+]
+
+Obj = dict[str, Any]
+
+AWAITING_APPROVAL: Final = "AwaitingApproval"
+PLAN_INPUTS_ANNOTATION: Final = "pulumi.com/plan-inputs"
+"""On a plan's preview Update: the digest of the inputs it previewed (:func:`plan_inputs`)."""
+
+# The Stack fields that decide what an up does, besides the program at the revision.
+_INPUT_FIELDS: Final = (
+    "stack",
+    "config",
+    "configRef",
+    "secrets",
+    "secretsRef",
+    "secretsProvider",
+    "envRefs",
+    "envs",
+    "envSecrets",
+    "environment",
+    "targets",
+    "targetDependents",
+)
+_REPLACE_OPS: Final = frozenset({"replace", "create-replacement", "delete-replaced"})
+_CREATE_OPS: Final = frozenset({"create", "import"})
+_DELETE_OPS: Final = frozenset({"delete", "discard"})
+
+
+def canonical_json(value: Any) -> str:
+    """One spelling per value: sorted keys, no spaces, UTF-8 kept (what the digests hash)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _sha256(value: Any) -> str:
+    return "sha256:" + hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+def plan_inputs(spec: Mapping[str, Any], commit: str, *, refresh: bool) -> str:
+    """The digest of what an up runs with: the source revision, the config and environment
+    fields of ``spec`` (the Stack's wire spec) and whether it refreshes first."""
+    fields = {k: spec[k] for k in _INPUT_FIELDS if spec.get(k) not in (None, "", [], {})}
+    return _sha256({"revision": commit, "spec": fields, "refresh": refresh})
+
+
+def _change_entries(changes: Iterable[Mapping[str, Any]]) -> list[Obj]:
+    entries = [
+        {
+            "urn": str(c.get("urn") or ""),
+            "type": str(c.get("type") or ""),
+            "op": str(c.get("op") or ""),
+            "paths": sorted(str(p) for p in c.get("paths") or []),
+        }
+        for c in changes
+    ]
+    return sorted(entries, key=lambda e: (e["urn"], e["op"]))
+
+
+def plan_digest(inputs: str, base: str, changes: Iterable[Mapping[str, Any]]) -> str:
+    """The digest a user approves: the inputs, the Update the state came from and the change set."""
+    return _sha256({"inputs": inputs, "base": base, "changes": _change_entries(changes)})
+
+
+def summarize(changes: Iterable[Mapping[str, Any]]) -> Obj:
+    """Resources by what the plan does to them, each counted once (a replacement is one
+    ``replace`` however many steps the engine reports for it)."""
+    ops: dict[str, set[str]] = {}
+    for change in changes:
+        ops.setdefault(str(change.get("urn") or ""), set()).add(str(change.get("op") or ""))
+    summary = {"create": 0, "update": 0, "delete": 0, "replace": 0}
+    for steps in ops.values():
+        if steps & _REPLACE_OPS:
+            summary["replace"] += 1
+        elif steps & _CREATE_OPS:
+            summary["create"] += 1
+        elif steps & _DELETE_OPS:
+            summary["delete"] += 1
+        elif "update" in steps:
+            summary["update"] += 1
+    return summary
+
+
+def destructive(summary: Mapping[str, Any]) -> bool:
+    """Whether a plan deletes or replaces anything."""
+    return int(summary.get("delete") or 0) > 0 or int(summary.get("replace") or 0) > 0
+
+
+def _summary_text(summary: Mapping[str, Any]) -> str:
+    return ", ".join(f"{int(summary.get(k) or 0)} to {k}" for k in ("create", "update", "delete", "replace"))
+
+
+def record_plan(status: Obj, update: Mapping[str, Any], now: datetime, commit: str) -> Obj:
+    """Record the plan a succeeded preview Update saved in ``status.plan`` (digest over the inputs
+    it previewed, the Update the state came from, and its change set); the plan as recorded."""
+    meta = update.get("metadata") or {}
+    inputs = str((meta.get("annotations") or {}).get(PLAN_INPUTS_ANNOTATION) or "")
+    changes = list((update.get("status") or {}).get("changes") or [])
+    base = str((status.get("lastUpdate") or {}).get("name") or "")
+    plan: Obj = {
+        "digest": plan_digest(inputs, base, changes),
+        "update": str(meta.get("name") or ""),
+        "summary": summarize(changes),
+        "time": format_time(now),
+        "inputs": inputs,
+    }
+    if commit:
+        plan["commit"] = commit
+    status["plan"] = plan
+    return plan
+
+
+def approve_command(name: str, namespace: str, digest: str) -> str:
+    return f"kubectl annotate stack {name} -n {namespace} --overwrite pulumi.com/approved-plan={digest}"
+
+
+def plan_recorded_message(plan: Mapping[str, Any], name: str, namespace: str) -> str:
+    """The Event and condition message of a plan waiting: its summary, how to approve it."""
+    digest = str(plan.get("digest") or "")
+    return (
+        f"plan {digest} ({_summary_text(plan.get('summary') or {})}) from preview "
+        f"{plan.get('update')} awaits approval: {approve_command(name, namespace, digest)}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Preview:
+    """Preview and save a plan first (none is recorded, or it is for other inputs)."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Apply:
+    """Run the up with the recorded plan of the preview Update ``plan``."""
+
+    plan: str
+    digest: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Nothing may run until a person approves the recorded plan."""
+
+    message: str
+
+
+def gate(
+    mode: str, plan: Mapping[str, Any] | None, approved: str, inputs: str, name: str, namespace: str
+) -> Preview | Apply | Wait:
+    """What an up that is due does under approval ``mode`` (Always or OnDestructive), given the
+    recorded ``plan``, the ``approved`` digest (the annotation, "" when absent) and the digest of
+    the current ``inputs``."""
+    if not plan:
+        return Preview("Previewing a plan for approval")
+    if plan.get("inputs") != inputs:
+        return Preview("The revision or config changed since the plan was recorded: previewing again")
+    digest = str(plan.get("digest") or "")
+    if mode == "OnDestructive" and not destructive(plan.get("summary") or {}):
+        return Apply(
+            str(plan.get("update")), digest, f"Applying plan {digest}: nothing is deleted or replaced"
+        )
+    if approved and approved == digest:
+        return Apply(str(plan.get("update")), digest, f"Applying approved plan {digest}")
+    waiting = plan_recorded_message(plan, name, namespace)
+    if approved:
+        return Wait(f"the approved digest {approved} is not the recorded plan's {digest}; {waiting}")
+    return Wait(waiting)
+
+
+def mark_awaiting_approval(status: Obj, message: str, generation: int | None, now: datetime) -> None:
+    """Ready=False ``AwaitingApproval``: not Reconciling (nothing runs) and not Stalled (no error)."""
+    conditions = remove_condition(
+        remove_condition(list(status.get("conditions") or []), "Reconciling"), "Stalled"
+    )
+    status["conditions"] = set_condition(
+        conditions, "Ready", "False", AWAITING_APPROVAL, message, generation, now
+    )
