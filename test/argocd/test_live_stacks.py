@@ -163,3 +163,51 @@ async def test_the_refresh_action_stores_its_request_on_the_live_stack(env: Env)
     assert patch == {"metadata": {"annotations": {"pulumi.com/refresh-request": token}}}
     stored = await env.stack("refreshed")
     assert stored["metadata"]["annotations"]["pulumi.com/refresh-request"] == token
+
+
+async def test_a_plan_awaiting_approval_is_suspended_and_the_approve_action_applies_it(env: Env) -> None:
+    seen: set[str] = set()
+    preview = await first_update(env, "gated", {"approval": {"mode": "Always"}}, seen)
+    assert preview["spec"]["type"] == "preview" and preview["spec"]["savePlan"] is True
+    urn = "urn:pulumi:dev::proj::random:index/randomPassword:RandomPassword::pw"
+    await env.updates.apply_status(
+        {
+            "apiVersion": "auto.pulumi.com/v1alpha1",
+            "kind": "Update",
+            "metadata": {"name": preview["metadata"]["name"], "namespace": env.ns},
+            "status": {
+                "changes": [
+                    {"urn": urn, "type": "random:index/randomPassword:RandomPassword", "op": "create"}
+                ]
+            },
+        },
+        field_manager="test-update-changes",
+    )
+    await env.complete(preview)
+    await wait_until("the plan awaiting approval", lambda: _awaiting(env, "gated"), within=30.0)
+    stack = await env.stack("gated")
+    digest = stack["status"]["plan"]["digest"]
+    got = health(stack, SCRIPTS)
+    assert got == Health(
+        "Suspended",
+        f"Plan {digest} awaits approval: 1 to create, 0 to update, 0 to delete, 0 to replace "
+        f"(preview Update {preview['metadata']['name']}). Run the approve action, or annotate "
+        f"pulumi.com/approved-plan={digest}",
+    )
+    assert enabled(stack) == {"approve", "refresh"}
+
+    patch = await act(env, "gated", "approve")
+    assert patch == {"metadata": {"annotations": {"pulumi.com/approved-plan": digest}}}
+    up = await env.next_update("gated", seen)
+    assert up["spec"]["type"] == "up" and up["spec"]["plan"] == preview["metadata"]["name"]
+    assert "approve" not in enabled(await env.stack("gated"))
+    await env.complete(up)
+    await env.wait_condition("gated", "Ready", "ProcessingCompleted")
+    assert await health_of(env, "gated") == Health("Healthy", READY_MESSAGE)
+
+
+async def _awaiting(env: Env, name: str) -> bool:
+    for c in ((await env.stack(name)).get("status") or {}).get("conditions") or []:
+        if c["type"] == "Ready" and c["reason"] == "AwaitingApproval":
+            return True
+    return False
