@@ -155,7 +155,8 @@ async def test_a_suspended_stack_is_suspended_and_offers_no_action(env: Env) -> 
 
 
 async def test_the_refresh_action_stores_its_request_on_the_live_stack(env: Env) -> None:
-    update = await first_update(env, "refreshed", {}, set())
+    seen: set[str] = set()
+    update = await first_update(env, "refreshed", {}, seen)
     await env.complete(update)
     await env.wait_condition("refreshed", "Ready", "ProcessingCompleted")
     patch = await act(env, "refreshed", "refresh")
@@ -163,6 +164,48 @@ async def test_the_refresh_action_stores_its_request_on_the_live_stack(env: Env)
     assert patch == {"metadata": {"annotations": {"pulumi.com/refresh-request": token}}}
     stored = await env.stack("refreshed")
     assert stored["metadata"]["annotations"]["pulumi.com/refresh-request"] == token
+    refresh = await env.next_update("refreshed", seen)  # the reconciler runs the one refresh asked for
+    assert refresh["spec"]["type"] == "refresh"
+    await env.complete(refresh)
+
+    async def observed() -> bool:
+        return (await env.stack("refreshed"))["status"].get("observedRefreshRequest") == token
+
+    await wait_until("the refresh request observed", observed, within=30.0)
+    assert await health_of(env, "refreshed") == Health("Healthy", READY_MESSAGE)
+
+
+async def test_a_drifted_stack_stays_healthy_and_names_the_drift(env: Env) -> None:
+    seen: set[str] = set()
+    update = await first_update(env, "drifty", {"driftDetection": {"intervalSeconds": 3600}}, seen)
+    await env.complete(update)
+    check = await env.next_update("drifty", seen)  # the first check runs once something is deployed
+    assert check["spec"]["type"] == "refresh" and check["spec"]["previewOnly"] is True
+    urn = "urn:pulumi:dev::proj::kubernetes:core/v1:ConfigMap::settings"
+    await env.updates.apply_status(
+        {
+            "apiVersion": "auto.pulumi.com/v1alpha1",
+            "kind": "Update",
+            "metadata": {"name": check["metadata"]["name"], "namespace": env.ns},
+            "status": {
+                "changes": [
+                    {
+                        "urn": urn,
+                        "type": "kubernetes:core/v1:ConfigMap",
+                        "op": "update",
+                        "paths": ["data.greeting"],
+                    }
+                ]
+            },
+        },
+        field_manager="test-update-changes",
+    )
+    await env.complete(check)
+    conditions = await env.wait_condition("drifty", "Drifted", "DriftDetected")
+    assert conditions["Ready"][0] == "True"
+    assert await health_of(env, "drifty") == Health(
+        "Healthy", f"{READY_MESSAGE}; drift detected: {conditions['Drifted'][2]}"
+    )
 
 
 async def test_a_plan_awaiting_approval_is_suspended_and_the_approve_action_applies_it(env: Env) -> None:
