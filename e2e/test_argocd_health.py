@@ -68,8 +68,11 @@ def test_every_stack_on_the_node_has_a_health_argo_cd_accepts_and_one_that_agree
             if not observed or item["metadata"].get("deletionTimestamp"):
                 continue
             if _condition(item, "Stalled").get("status") == "True":
-                assert got == Health("Degraded", _condition(item, "Stalled").get("message")), where
-            elif _condition(item, "Ready").get("status") == "True" and not _condition(item, "Suspended"):
+                assert got == Health("Degraded", str(_condition(item, "Stalled").get("message"))), where
+            elif (
+                _condition(item, "Ready").get("status") == "True"
+                and _condition(item, "Suspended").get("status") != "True"
+            ):
                 assert got.status == "Healthy", (where, got)
             assert set(discover(item, SCRIPTS)) == {"approve", "refresh", "retry"}, where
     finally:

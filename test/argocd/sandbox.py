@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
-from lupa import lua51
+from lupa import lua51  # type: ignore[import-untyped]
 
 REPO: Final = Path(__file__).resolve().parents[2]
 CONFIGMAP: Final = REPO / "config" / "argocd" / "argocd-cm.yaml"

@@ -169,7 +169,7 @@ async def test_the_refresh_action_stores_its_request_on_the_live_stack(env: Env)
     await env.complete(refresh)
 
     async def observed() -> bool:
-        return (await env.stack("refreshed"))["status"].get("observedRefreshRequest") == token
+        return bool((await env.stack("refreshed"))["status"].get("observedRefreshRequest") == token)
 
     await wait_until("the refresh request observed", observed, within=30.0)
     assert await health_of(env, "refreshed") == Health("Healthy", READY_MESSAGE)
