@@ -3,8 +3,9 @@ scripts as Argo CD runs them (argo-cd ``util/lua/lua.go`` and ``oslib_safe.go``)
 
 What Argo CD does, and what this module does in its place:
 
-* gopher-lua, a Lua 5.1: here lupa's ``lua51`` runtime (the C Lua 5.1), the same language; never
-  lupa's default LuaJIT or 5.4, whose integers, ``goto`` and integer division 5.1 lacks.
+* gopher-lua, a Lua 5.1: here lupa's ``lua51`` runtime (the C Lua 5.1), the same language; not
+  lupa's default runtime (Lua 5.5 in lupa 2.8) nor 5.3/5.4, whose integer subtype prints ``3.0``
+  for a float and whose ``//``, ``goto`` and ``&`` gopher-lua would refuse, nor LuaJIT (``goto``).
 * a script from ``argocd-cm`` (``useOpenLibs`` unset) gets only the base, table and package
   libraries and a "safe" ``os`` with ``time`` and ``date``: here every other library is removed,
   with the string metatable's ``__index`` (gopher-lua sets string methods up only with its
