@@ -68,3 +68,9 @@ def test_empty_maps_come_back_as_maps_even_one_the_action_emptied() -> None:
     )
     new = run_action("x", {"spec": {"gone": 1, "config": {}}, "keep": {"a": 1}, "l": [{"m": {}}]}, scripts)
     assert new == {"spec": {"config": {}}, "keep": {"a": 1}, "l": [{"m": {}}]}
+
+
+@pytest.mark.parametrize("chunk", ["local x = 7 // 2", "goto done ::done::", "local x = 6 & 3"])
+def test_syntax_newer_than_lua_5_1_is_refused_as_gopher_lua_refuses_it(chunk: str) -> None:
+    with pytest.raises(LuaScriptError):
+        run(f"{chunk}\nreturn {{}}", {})
