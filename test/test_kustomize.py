@@ -90,7 +90,14 @@ def test_overlay_builds(overlay: str) -> None:
 def test_default_puts_every_namespaced_object_in_the_operator_namespace(
     default_objs: list[dict[str, Any]],
 ) -> None:
-    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    cluster_scoped = {
+        "Namespace",
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
     for o in default_objs:
         if o["kind"] in cluster_scoped:
             assert "namespace" not in o["metadata"], o["metadata"]
@@ -111,6 +118,46 @@ def test_default_includes_the_crds_rbac_and_manager(default_objs: list[dict[str,
     find(default_objs, "ClusterRole", "pulumi-kubernetes-operator-controller-manager")
     find(default_objs, "Role", "leader-election-role")
     find(default_objs, "Deployment", "controller-manager")
+    find(default_objs, "ValidatingAdmissionPolicy", "pulumi-kubernetes-operator-plan-approval")
+    find(default_objs, "ValidatingAdmissionPolicyBinding", "pulumi-kubernetes-operator-plan-approval")
+
+
+def test_plan_approval_is_enforced_by_a_policy_not_a_webhook(default_objs: list[dict[str, Any]]) -> None:
+    policy = find(default_objs, "ValidatingAdmissionPolicy", "pulumi-kubernetes-operator-plan-approval")
+    binding = find(
+        default_objs, "ValidatingAdmissionPolicyBinding", "pulumi-kubernetes-operator-plan-approval"
+    )
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert (rule["apiGroups"], rule["resources"], rule["operations"]) == (
+        ["pulumi.com"],
+        ["stacks"],
+        ["CREATE", "UPDATE"],
+    )
+    (validation,) = policy["spec"]["validations"]
+    assert validation["reason"] == "Forbidden"  # 403, as RBAC refuses
+    assert ".check('approve').allowed()" in validation["expression"]
+    assert not [o for o in default_objs if o["kind"].startswith("ValidatingWebhook")]
+
+
+def test_approving_is_granted_on_purpose(default_objs: list[dict[str, Any]]) -> None:
+    def approves(role: dict[str, Any]) -> bool:
+        return any(
+            "approve" in r.get("verbs", []) and "stacks" in r.get("resources", [])
+            for r in role.get("rules") or []
+        )
+
+    roles = {o["metadata"]["name"]: o for o in default_objs if o["kind"] == "ClusterRole"}
+    assert {name for name, role in roles.items() if approves(role)} == {
+        "pko-stack-approver",
+        "pulumi-kubernetes-operator-approve",
+    }
+    aggregated = roles["pulumi-kubernetes-operator-approve"]["metadata"]["labels"]
+    assert aggregated.get("rbac.authorization.k8s.io/aggregate-to-admin") == "true"
+    assert "rbac.authorization.k8s.io/aggregate-to-edit" not in aggregated
+    standalone = roles["pko-stack-approver"]["metadata"]["labels"]
+    assert not [k for k in standalone if k.startswith("rbac.authorization.k8s.io/aggregate-to")]
 
 
 def test_every_binding_names_the_operator_service_account(default_objs: list[dict[str, Any]]) -> None:
@@ -324,7 +371,7 @@ def installed(cluster: Any, crds: list[str]) -> Iterator[Path]:
         yield kubeconfig
     finally:
         # Not `delete -k config/default`: that would remove the CRDs the rest of the session uses.
-        for part in ("manager", "rbac"):
+        for part in ("admission", "manager", "rbac"):
             run_kubectl(
                 "delete",
                 "--ignore-not-found",
@@ -457,6 +504,8 @@ OPERATOR_MAY_NOT = [
     Access("create", "serviceaccounts", "", "token", "default", NAMESPACE),
     Access("create", "clusterrolebindings", "rbac.authorization.k8s.io"),
     Access("delete", "namespaces"),
+    # Approving a Stack's plan is a person's act (config/admission); the operator never sets it.
+    Access("approve", "stacks", "pulumi.com"),
 ]
 
 
