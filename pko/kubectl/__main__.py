@@ -42,11 +42,29 @@ async def run(options: Options, out: TextIO, err: TextIO, *, now: Callable[[], d
         err.write(f"error: {exc.message}\n")
         return int(exc.code)
     except ApiException as exc:
+        if exc.status == 403:
+            # RBAC's or an admission policy's refusal: its message says what is missing.
+            err.write(f"error: forbidden: {_status_message(exc)}\n")
+            return int(ExitCode.FORBIDDEN)
         err.write(f"error: the apiserver refused the request: {exc.status} {exc.reason}\n")
         return int(ExitCode.API_ERROR)
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         err.write(f"error: cannot reach the apiserver: {exc or type(exc).__name__}\n")
         return int(ExitCode.API_ERROR)
+
+
+def _status_message(exc: Exception) -> str:
+    """The message of the apiserver's Status body (else the exception's reason)."""
+    import json
+
+    body = getattr(exc, "body", None)
+    try:
+        data = json.loads(body) if isinstance(body, str | bytes) else None
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and data.get("message"):
+        return str(data["message"])
+    return str(getattr(exc, "reason", "") or exc)
 
 
 def main(

@@ -1,66 +1,94 @@
-"""``retry``, ``refresh``, ``cancel``, ``approve`` (pure): what each may ask of the operator.
+"""``retry``, ``refresh``, ``cancel`` (pure): the one-off requests a user makes of the operator,
+each a fresh token in an annotation of the Stack, as ``kubectl annotate`` would set it.
 
-The operator takes one request from users: a new value of the ``pulumi.com/reconciliation-request``
-annotation (README: When ``pulumi up`` runs). It starts an Update at once (``Sync request:
-"<value>"``), and a new request resets the failure count and the backoff, also of a Stalled
-Stack (README: Failures and retries). ``retry`` is exactly that, as ``kubectl annotate`` does it.
+* ``retry``: ``pulumi.com/reconciliation-request``. The operator starts an Update at once
+  (``Sync request: "<token>"``), and a new request resets the failure count and the backoff, also
+  of a Stalled Stack (README: When ``pulumi up`` runs; Failures and retries).
+* ``refresh``: ``pulumi.com/refresh-request``. The operator runs one ``refresh`` (after the Update
+  in flight, not while ``spec.suspend`` is set or the Stack is being deleted), then records the
+  token in ``status.observedRefreshRequest``.
+* ``cancel``: ``pulumi.com/cancel-request``. The operator records the token in
+  ``status.observedCancelRequest`` at once and cancels the Update in flight (it marks it with
+  ``currentUpdate.cancelRequest`` until it has ended, then records a ``Cancelled`` failure,
+  which is not retried until the next change or request); with nothing in flight it cancels nothing.
 
-The others have no mechanism in the operator, and the plugin does not invent one; each command
-fails with exit code 4 and says what does exist:
-
-* ``refresh``: a Stack runs ``up`` (or ``preview``) and, when deleted, ``destroy``; never a
-  ``refresh`` alone. ``spec.refresh: true`` refreshes before every ``up``.
-* ``cancel``: deleting a running Update cancels its operation, but the Stack records that as a
-  transient failure and starts a new Update about 5 s later; only ``spec.suspend: true`` keeps it
-  from starting one.
-* ``approve``: no approval gate exists yet (``status.plan`` and its digest annotation).
+A token is the time to the microsecond: readable, and never equal to the one in place (an equal
+value requests nothing). ``--wait`` waits until the Stack's status says the request was carried out
+(:func:`done`); :func:`outcome` says how it ended.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from pko.kubectl.stackview import deleting, status_of, suspended
 
 __all__ = [
+    "CANCEL_REQUEST_ANNOTATION",
     "RECONCILE_REQUEST_ANNOTATION",
-    "approve_unsupported",
-    "cancel_unsupported",
+    "REFRESH_REQUEST_ANNOTATION",
+    "REQUESTS",
+    "Outcome",
+    "Request",
+    "annotation",
     "current_request",
-    "refresh_unsupported",
+    "done",
+    "notes",
+    "outcome",
     "retry_notes",
     "retry_value",
 ]
 
 RECONCILE_REQUEST_ANNOTATION: Final = "pulumi.com/reconciliation-request"
-"""Also pko.api.stack.RECONCILE_REQUEST_ANNOTATION (which loads pydantic); a test keeps them equal."""
+REFRESH_REQUEST_ANNOTATION: Final = "pulumi.com/refresh-request"
+CANCEL_REQUEST_ANNOTATION: Final = "pulumi.com/cancel-request"
+"""Also in pko.api.stack (which loads pydantic); a test keeps them equal."""
 
 
-def _names(stack: Mapping[str, Any]) -> tuple[str, str]:
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A one-off request: its annotation and the status field that records it carried out."""
+
+    command: str
+    annotation: str
+    observed: str
+
+
+REQUESTS: Final = {
+    "retry": Request("retry", RECONCILE_REQUEST_ANNOTATION, "observedReconcileRequest"),
+    "refresh": Request("refresh", REFRESH_REQUEST_ANNOTATION, "observedRefreshRequest"),
+    "cancel": Request("cancel", CANCEL_REQUEST_ANNOTATION, "observedCancelRequest"),
+}
+
+
+def annotation(stack: Mapping[str, Any], key: str) -> str:
     meta = stack.get("metadata") or {}
-    return str(meta.get("name", "")), str(meta.get("namespace", ""))
+    return str((meta.get("annotations") or {}).get(key) or "")
 
 
 def current_request(stack: Mapping[str, Any]) -> str:
-    meta = stack.get("metadata") or {}
-    return str((meta.get("annotations") or {}).get(RECONCILE_REQUEST_ANNOTATION) or "")
+    return annotation(stack, RECONCILE_REQUEST_ANNOTATION)
 
 
 def retry_value(now: datetime, current: str) -> str:
-    """A fresh request value: the time to the microsecond (readable in the Update's message
+    """A fresh request token: the time to the microsecond (readable in the Update's message
     ``Sync request: "..."``), never equal to ``current`` (an equal value requests nothing)."""
     value = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return value if value != current else value + "-1"
 
 
+def _running(stack: Mapping[str, Any]) -> str:
+    return str((status_of(stack).get("currentUpdate") or {}).get("name") or "")
+
+
 def retry_notes(stack: Mapping[str, Any]) -> list[str]:
     """What the user should know after asking for a retry: when it will, or will not, run."""
     notes: list[str] = []
-    current = (status_of(stack).get("currentUpdate") or {}).get("name")
-    if current:
-        notes.append(f"Update {current} is running: the retry starts once it ends.")
+    if _running(stack):
+        notes.append(f"Update {_running(stack)} is running: the retry starts once it ends.")
     if suspended(stack):
         notes.append("spec.suspend is set: nothing runs until it is cleared.")
     if deleting(stack):
@@ -68,36 +96,66 @@ def retry_notes(stack: Mapping[str, Any]) -> list[str]:
     return notes
 
 
-def refresh_unsupported(stack: Mapping[str, Any]) -> str:
-    name, namespace = _names(stack)
-    retry = f"kubectl pko retry {name} -n {namespace}"
-    base = (
-        "refresh is not supported: the operator has no request for a one-off `pulumi refresh` of a "
-        "Stack (a Stack runs up or preview, and destroy when deleted)."
-    )
-    if (stack.get("spec") or {}).get("refresh"):
-        return f"{base} This Stack has spec.refresh: true, so every up refreshes first: {retry} runs one."
-    patch = f"""kubectl patch stack {name} -n {namespace} --type=merge -p '{{"spec":{{"refresh":true}}}}'"""
-    return f"{base} To refresh before every up, set spec.refresh: true ({patch}), then {retry}."
+def notes(command: str, stack: Mapping[str, Any]) -> list[str]:
+    """What the user should know after a request: when it will, or will not, be carried out."""
+    if command == "retry":
+        return retry_notes(stack)
+    running = _running(stack)
+    if command == "refresh":
+        found: list[str] = []
+        if deleting(stack):
+            found.append("The Stack is being deleted: no refresh runs.")
+        elif suspended(stack):
+            found.append("spec.suspend is set: the refresh runs once it is cleared.")
+        elif running:
+            found.append(f"Update {running} is running: the refresh starts once it ends.")
+        return found
+    if not running:
+        return ["No Update is running: the operator records the request and cancels nothing."]
+    return []
 
 
-def cancel_unsupported(stack: Mapping[str, Any]) -> str:
-    name, namespace = _names(stack)
-    base = "cancel is not supported: the operator has no request to cancel a Stack's operation."
-    current = (status_of(stack).get("currentUpdate") or {}).get("name")
-    if not current:
-        return f"{base} Stack {namespace}/{name} has no Update running."
-    suspend = f"""kubectl patch stack {name} -n {namespace} --type=merge -p '{{"spec":{{"suspend":true}}}}'"""
-    return (
-        f"{base} Deleting the running Update (kubectl delete update {current} -n {namespace}) cancels "
-        "its operation, but the Stack records that as a transient failure and starts a new Update "
-        f"about 5 s later, unless spec.suspend is set first ({suspend})."
-    )
+def done(command: str, stack: Mapping[str, Any], token: str) -> bool:
+    """Whether the operator has carried out the request ``token``: recorded it, and for a cancel
+    also seen the cancelled Update end."""
+    status = status_of(stack)
+    if status.get(REQUESTS[command].observed) != token:
+        return False
+    if command == "cancel":
+        return (status.get("currentUpdate") or {}).get("cancelRequest") != token
+    return True
 
 
-def approve_unsupported(stack: Mapping[str, Any]) -> str:
-    name, namespace = _names(stack)
-    return (
-        f"approve is not supported yet: the operator has no approval gate (no status.plan to approve "
-        f"on Stack {namespace}/{name})."
-    )
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a carried-out request ended, for a person; ``failed``: the operation it ran failed."""
+
+    text: str
+    failed: bool = False
+
+
+def outcome(command: str, stack: Mapping[str, Any], token: str, before: Mapping[str, Any]) -> Outcome:
+    """What ``--wait`` reports once :func:`done`: the refresh's Update and result, or what became
+    of the Update that was running when the cancel was requested (``before``: the Stack as read
+    then)."""
+    status = status_of(stack)
+    last = status.get("lastUpdate") or {}
+    if command == "refresh":
+        if last.get("type") != "refresh":
+            return Outcome(f"refresh {token} done.")
+        state = str(last.get("state") or "")
+        text = f"refresh {token} done: Update {last.get('name')} {state or 'ended'}."
+        if state == "failed" and last.get("message"):
+            text += f" {' '.join(str(last['message']).split())[-300:]}"
+        return Outcome(text, failed=state == "failed")
+    if command == "cancel":
+        running = _running(before)
+        if not running:
+            return Outcome(f"cancel {token} done: no Update was running.")
+        failure = status.get("lastFailure") or {}
+        if failure.get("reason") == "Cancelled" and failure.get("updateName") in (None, running):
+            return Outcome(f"cancel {token} done: Update {running} cancelled.")
+        if last.get("name") == running:
+            return Outcome(f"cancel {token} done: Update {running} had ended ({last.get('state')}) first.")
+        return Outcome(f"cancel {token} done: Update {running} is no longer running.")
+    return Outcome(f"{command} {token} done.")

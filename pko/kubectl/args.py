@@ -6,18 +6,19 @@ itself: ``-n``/``--namespace``, ``-A``/``--all-namespaces``, ``--context``, ``--
 This module imports only ``argparse``: ``--help`` and usage errors answer before the Kubernetes
 client is loaded.
 
-A command is one :class:`CommandSpec` here and one runner in :mod:`pko.kubectl.commands`; that
-is all ``approve`` will need besides its own pure module.
+A command is one :class:`CommandSpec` here and one runner in :mod:`pko.kubectl.commands`, with its
+decisions in a pure module of its own.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-__all__ = ["COMMANDS", "CommandSpec", "Options", "build_parser", "parse"]
+__all__ = ["COMMANDS", "DEFAULT_TIMEOUT", "CommandSpec", "Options", "build_parser", "duration", "parse"]
 
 Output = Literal["", "json", "yaml"]
 NameArg = Literal["required", "optional"]
@@ -25,7 +26,7 @@ NameArg = Literal["required", "optional"]
 
 @dataclass(frozen=True, slots=True)
 class CommandSpec:
-    """A subcommand: whether it takes a Stack name, ``-A``, ``-o``, and its one extra flag."""
+    """A subcommand: whether it takes a Stack name, ``-A``, ``-o``, and its own flags."""
 
     name: str
     help: str
@@ -33,6 +34,8 @@ class CommandSpec:
     all_namespaces: bool = False
     output: bool = False
     update_flag: bool = False
+    digest_flag: bool = False
+    wait_flag: bool = False
 
 
 COMMANDS: Final[tuple[CommandSpec, ...]] = (
@@ -52,18 +55,36 @@ COMMANDS: Final[tuple[CommandSpec, ...]] = (
         update_flag=True,
     ),
     CommandSpec("retry", "run the Stack again now: a new reconciliation request, which resets the backoff"),
-    CommandSpec("refresh", "a one-off pulumi refresh (not supported by the operator: exit 4)"),
-    CommandSpec("cancel", "cancel the Stack's running Update (not supported by the operator: exit 4)"),
-    CommandSpec("approve", "approve a Stack's recorded plan (no approval gate in the operator yet: exit 4)"),
+    CommandSpec(
+        "refresh",
+        "run one pulumi refresh of the Stack (a new pulumi.com/refresh-request); --wait until it ran",
+        wait_flag=True,
+    ),
+    CommandSpec(
+        "cancel",
+        "cancel the Stack's running Update (a new pulumi.com/cancel-request); --wait until it ended",
+        wait_flag=True,
+    ),
+    CommandSpec(
+        "approve",
+        "show the plan the Stack awaits approval for and approve it (pulumi.com/approved-plan set to "
+        "its digest; needs the verb approve on stacks.pulumi.com)",
+        digest_flag=True,
+    ),
 )
+
+DEFAULT_TIMEOUT: Final = 600.0
+"""``--wait``'s default limit, in seconds (a refresh of a large stack takes minutes)."""
 
 EXIT_CODES: Final = """exit codes:
   0  done; status/why: every Stack shown is Ready
-  1  status/why: a Stack shown is not Ready
+  1  status/why: a Stack shown is not Ready; refresh --wait: the refresh failed
   2  usage error (bad arguments, unknown context)
   3  not found (the Stack, the Update, any engine output)
-  4  not supported by the operator (cancel, refresh, approve)
-  5  no usable kubeconfig, the apiserver unreachable, or the request refused"""
+  4  refused, nothing written: approve without a plan awaiting approval, or --digest not the recorded one
+  5  no usable kubeconfig, the apiserver unreachable, or the request failed (401, 5xx)
+  6  forbidden (403) by RBAC or an admission policy, e.g. approve without the verb approve
+  7  --wait: not done within --timeout"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +99,29 @@ class Options:
     kubeconfig: str | None = None
     output: Output = ""
     update: str | None = None
+    digest: str | None = None
+    wait: bool = False
+    timeout: float = DEFAULT_TIMEOUT
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
+_UNIT_SECONDS: Final = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def duration(text: str) -> float:
+    """A kubectl (Go) duration in seconds: ``90s``, ``5m``, ``1h30m``, ``2.5m``; a bare number is
+    seconds. Positive only."""
+    text = text.strip()
+    if re.fullmatch(r"\d+(?:\.\d+)?", text):
+        seconds = float(text)
+    else:
+        parts = _DURATION.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise argparse.ArgumentTypeError(f"invalid duration {text!r} (e.g. 90s, 5m, 1h30m)")
+        seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must be positive")
+    return seconds
 
 
 def _add_connection_flags(parser: argparse.ArgumentParser, *, on_command: bool) -> None:
@@ -119,6 +163,22 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("-o", "--output", choices=["json", "yaml"], help="machine-readable output")
         if spec.update_flag:
             sub.add_argument("--update", metavar="UPDATE", help="this Update of the Stack instead")
+        if spec.digest_flag:
+            sub.add_argument(
+                "--digest",
+                metavar="DIGEST",
+                help="approve only if this is the recorded plan's digest (the one you reviewed)",
+            )
+        if spec.wait_flag:
+            sub.add_argument(
+                "--wait", action="store_true", help="wait until the operator has carried out the request"
+            )
+            sub.add_argument(
+                "--timeout",
+                type=duration,
+                metavar="DURATION",
+                help="how long --wait waits (default 10m; e.g. 90s, 5m, 1h)",
+            )
     return parser
 
 
@@ -135,7 +195,12 @@ def parse(argv: Sequence[str]) -> Options:
         kubeconfig=getattr(ns, "kubeconfig", None),
         output=getattr(ns, "output", None) or "",
         update=getattr(ns, "update", None),
+        digest=getattr(ns, "digest", None),
+        wait=bool(getattr(ns, "wait", False)),
+        timeout=getattr(ns, "timeout", None) or DEFAULT_TIMEOUT,
     )
+    if getattr(ns, "timeout", None) is not None and not options.wait:
+        parser.error("--timeout is how long --wait waits: add --wait")
     if options.all_namespaces and options.name:
         parser.error("a Stack cannot be named across all namespaces: drop -A or NAME")
     return options

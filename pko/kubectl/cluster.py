@@ -1,26 +1,31 @@
 """The plugin's one edge to the apiserver: the few reads and the one write its commands make.
 
 Every read is a plain-JSON GET or LIST through :class:`pko.machinery.resource.ResourceClient`
-(no generated models: faster to load and to parse). The only write is the merge patch of the
-reconciliation-request annotation, filed in ``managedFields`` under :data:`FIELD_MANAGER`, as
-``kubectl annotate`` files its own under ``kubectl-annotate``.
+(no generated models: faster to load and to parse). The only write is a merge patch of one
+annotation of a Stack (a request, or an approval), filed in ``managedFields`` under
+:data:`FIELD_MANAGER`, as ``kubectl annotate`` files its own under ``kubectl-annotate``. Waiting for
+the operator to carry out a request is a watch of that one Stack (:meth:`Cluster.wait_stack`).
 
 A 404 on a single read is ``None``; any other refusal raises ``ApiException`` and the command
-exits 5 (:mod:`pko.kubectl.__main__`), except the workspace pod's log, whose absence the caller
-works around (:meth:`Cluster.pod_log` says why it is unavailable instead of raising).
+exits 6 (403) or 5 (:mod:`pko.kubectl.__main__`), except the workspace pod's log, whose absence the
+caller works around (:meth:`Cluster.pod_log` says why it is unavailable instead of raising).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client import ApiClient, ApiException
 
+from pko.kubectl.exitcodes import ExitCode, PluginError
 from pko.machinery.apiclient import new_api_client
-from pko.machinery.resource import PODS, Obj, Resource, ResourceClient
+from pko.machinery.resource import PODS, Obj, Resource, ResourceClient, api_error_status
 from pko.version import user_agent
 
 __all__ = [
@@ -94,10 +99,56 @@ class Cluster:
     async def workspace(self, namespace: str, name: str) -> Obj | None:
         return await self._client(WORKSPACES).get_or_none(name, namespace)
 
-    async def request_reconcile(self, namespace: str, name: str, annotation: str, value: str) -> Obj:
+    async def annotate(self, namespace: str, name: str, annotation: str, value: str) -> Obj:
         """Set ``annotation`` to ``value`` on the Stack (a merge patch: other annotations stay)."""
         body: Obj = {"metadata": {"annotations": {annotation: value}}}
         return await self._client(STACKS).patch(name, body, namespace=namespace)
+
+    async def wait_stack(self, start: Obj, done: Callable[[Obj], bool], within: float) -> tuple[Obj, bool]:
+        """Watch the Stack ``start`` (as last read) until ``done`` holds for it or ``within``
+        seconds pass: (the Stack as last seen, whether ``done``). A Stack deleted meanwhile raises
+        404; a watch the server ends or expires (410) is resumed from a fresh read."""
+        meta = start.get("metadata") or {}
+        name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+        client = ResourceClient(self.api, STACKS, namespace, request_timeout=REQUEST_TIMEOUT)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        current, version = start, str(meta.get("resourceVersion") or "")
+        while not done(current):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return current, False
+            limit = asyncio.timeout(remaining)
+            try:
+                async with limit:
+                    stream = client.watch(
+                        resource_version=version,
+                        timeout_seconds=max(1, math.ceil(remaining)),
+                        field_selector=f"metadata.name={name}",
+                    )
+                    async with stream as events:
+                        async for event in events:
+                            version = str(
+                                (event.object.get("metadata") or {}).get("resourceVersion") or version
+                            )
+                            if event.type == "DELETED":
+                                raise PluginError(ExitCode.NOT_FOUND, f"stack {namespace}/{name} was deleted")
+                            if event.type in ("ADDED", "MODIFIED"):
+                                current = event.object
+                                if done(current):
+                                    return current, True
+            except TimeoutError:
+                if limit.expired():
+                    return current, False
+                raise
+            except ApiException as exc:
+                if api_error_status(exc) != 410:
+                    raise
+                fresh = await client.get_or_none(name)
+                if fresh is None:
+                    raise PluginError(ExitCode.NOT_FOUND, f"stack {namespace}/{name} was deleted") from None
+                current, version = fresh, str(fresh["metadata"].get("resourceVersion") or "")
+        return current, True
 
     async def pod_log(self, namespace: str, pod: str, container: str, *, previous: bool = False) -> LogRead:
         """The log of ``container`` (of its previous instance with ``previous``)."""

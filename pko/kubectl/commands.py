@@ -2,18 +2,18 @@
 the command's pure module, print, and return the exit code.
 
 :data:`RUNNERS` maps a command name (:data:`pko.kubectl.args.COMMANDS`) to its runner; a new
-command (``approve``) is a runner here and a :class:`~pko.kubectl.args.CommandSpec` there.
+command is a runner here and a :class:`~pko.kubectl.args.CommandSpec` there.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, TextIO
 
-from pko.kubectl import actions, status, why
+from pko.kubectl import actions, approval, status, why
 from pko.kubectl.args import Options
 from pko.kubectl.cluster import Cluster
 from pko.kubectl.exitcodes import ExitCode, PluginError
@@ -132,36 +132,56 @@ async def run_logs(options: Options, ctx: Context) -> ExitCode:
     return ExitCode.OK
 
 
-async def run_retry(options: Options, ctx: Context) -> ExitCode:
-    stack = await _stack(options, ctx)
-    value = actions.retry_value(ctx.now(), actions.current_request(stack))
-    await ctx.cluster.request_reconcile(
-        ctx.namespace, str(options.name), actions.RECONCILE_REQUEST_ANNOTATION, value
-    )
-    ctx.out.write(
-        f"stack.pulumi.com/{options.name} retry requested ({actions.RECONCILE_REQUEST_ANNOTATION}={value})\n"
-    )
-    for note in actions.retry_notes(stack):
-        ctx.err.write(note + "\n")
-    return ExitCode.OK
-
-
-def _unsupported(explain: Callable[[Mapping[str, Any]], str]) -> Runner:
-    """A command the operator has no mechanism for: the Stack must exist (exit 3), then exit 4
-    with what does exist."""
+def _request_runner(command: str) -> Runner:
+    """``retry``, ``refresh``, ``cancel``: a fresh token in the request's annotation, what to know
+    about when it runs, and with ``--wait`` (refresh, cancel) the wait until it was carried out."""
+    request = actions.REQUESTS[command]
 
     async def run(options: Options, ctx: Context) -> ExitCode:
-        raise PluginError(ExitCode.UNSUPPORTED, explain(await _stack(options, ctx)))
+        stack = await _stack(options, ctx)
+        token = actions.retry_value(ctx.now(), actions.annotation(stack, request.annotation))
+        patched = await ctx.cluster.annotate(ctx.namespace, str(options.name), request.annotation, token)
+        ctx.out.write(f"stack.pulumi.com/{options.name} {command} requested ({request.annotation}={token})\n")
+        for note in actions.notes(command, stack):
+            ctx.err.write(note + "\n")
+        if not options.wait:
+            return ExitCode.OK
+        final, done = await ctx.cluster.wait_stack(
+            patched, lambda s: actions.done(command, s, token), options.timeout
+        )
+        if not done:
+            observed = status_of(final).get(request.observed) or "unset"
+            raise PluginError(
+                ExitCode.TIMEOUT,
+                f"timed out after {options.timeout:g}s waiting for the operator to carry out "
+                f"{request.annotation}={token} (status.{request.observed} is {observed})",
+            )
+        said = actions.outcome(command, final, token, stack)
+        ctx.out.write(said.text + "\n")
+        return ExitCode.NOT_READY if said.failed else ExitCode.OK
 
     return run
+
+
+async def run_approve(options: Options, ctx: Context) -> ExitCode:
+    stack = await _stack(options, ctx)
+    plan = approval.check_approvable(stack, options.digest)
+    ctx.out.write(approval.describe(plan, ctx.now()) + "\n")
+    annotation = approval.APPROVED_PLAN_ANNOTATION
+    if approval.approved_digest(stack) == plan.digest:
+        ctx.out.write(f"stack.pulumi.com/{options.name} plan already approved ({annotation}={plan.digest})\n")
+        return ExitCode.OK
+    await ctx.cluster.annotate(ctx.namespace, str(options.name), annotation, plan.digest)
+    ctx.out.write(f"stack.pulumi.com/{options.name} plan approved ({annotation}={plan.digest})\n")
+    return ExitCode.OK
 
 
 RUNNERS: Final[dict[str, Runner]] = {
     "status": run_status,
     "why": run_why,
     "logs": run_logs,
-    "retry": run_retry,
-    "refresh": _unsupported(actions.refresh_unsupported),
-    "cancel": _unsupported(actions.cancel_unsupported),
-    "approve": _unsupported(actions.approve_unsupported),
+    "retry": _request_runner("retry"),
+    "refresh": _request_runner("refresh"),
+    "cancel": _request_runner("cancel"),
+    "approve": run_approve,
 }

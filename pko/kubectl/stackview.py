@@ -17,6 +17,7 @@ from typing import Any, Final
 from pko.machinery.conditions import get_condition
 
 __all__ = [
+    "AWAITING_APPROVAL",
     "SECRET_MASK",
     "Obj",
     "Readiness",
@@ -35,6 +36,8 @@ __all__ = [
 
 Obj = dict[str, Any]
 
+AWAITING_APPROVAL: Final = "AwaitingApproval"
+"""The Ready condition's reason while a plan waits for approval (pko.controllers.stack.approval)."""
 SECRET_MASK: Final = "[secret]"
 """What the operator writes for a secret output (``status.outputs``), and what the plugin shows."""
 # A Pulumi secret value in its wire form: {SIG_KEY: SECRET_SIG, "value": ...}.
@@ -44,8 +47,9 @@ _SECRET_SIG: Final = "1b47061264138c4ac30d75fd1eb44270"
 
 @dataclass(frozen=True, slots=True)
 class Readiness:
-    """``state`` is one of ``Ready``, ``Reconciling``, ``Stalled``, ``Suspended``, ``NotReady``,
-    ``Pending`` (the operator has not reported on this generation); ``reason`` and ``message``
+    """``state`` is one of ``Ready``, ``Reconciling``, ``Stalled``, ``Suspended``,
+    ``AwaitingApproval`` (a plan waits for a person), ``NotReady``, ``Pending`` (the operator has
+    not reported on this generation); ``reason`` and ``message``
     are those of the condition that decided it."""
 
     ready: bool
@@ -104,6 +108,8 @@ def readiness(stack: Mapping[str, Any]) -> Readiness:
         return Readiness(True, "Ready", reason, message)
     if _is(get_condition(conds, "Suspended")):
         return Readiness(False, "Suspended", reason or "Suspended", message)
+    if reason == AWAITING_APPROVAL:
+        return Readiness(False, AWAITING_APPROVAL, reason, message)
     return Readiness(False, "NotReady", reason, message)
 
 

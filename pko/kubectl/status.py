@@ -2,9 +2,10 @@
 
 The document (``-o json|yaml``) is a summary for scripts, not the Stack itself (``kubectl get -o
 yaml`` gives that): readiness as :mod:`pko.kubectl.stackview` decides it, the status fields a
-person asks about, and outputs with every secret masked. ``status.plan`` and ``status.drift`` are
-shown when the operator writes them (the approval gate and drift detection of issue 29 will) and
-not mentioned otherwise; they are rendered as they are, whatever their shape.
+person asks about, and outputs with every secret masked. The fields of issue 29 are shown when the
+operator writes them and not mentioned otherwise: ``status.plan`` (the plan awaiting approval, its
+counts and digest, and how to approve it), ``status.drift`` (the last drift check, each drifted
+resource with its paths) and the refresh and cancel requests still pending.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any, Final
 
 import yaml
 
+from pko.kubectl.actions import REQUESTS, annotation
+from pko.kubectl.approval import approved_digest, awaiting_approval, plan_of, summary_text
 from pko.kubectl.exitcodes import ExitCode
 from pko.kubectl.stackview import (
     Obj,
@@ -31,8 +34,8 @@ from pko.kubectl.stackview import (
 
 __all__ = ["OPTIONAL_FIELDS", "details", "document", "exit_code", "summary", "table"]
 
-OPTIONAL_FIELDS: Final = ("plan", "drift")
-"""Status fields shown only when present."""
+OPTIONAL_FIELDS: Final = ("plan", "drift", "observedRefreshRequest", "observedCancelRequest")
+"""Status fields in the document only when present."""
 _VALUE_COLUMN: Final = 17
 
 
@@ -69,6 +72,8 @@ def summary(stack: Mapping[str, Any], update: Mapping[str, Any] | None = None) -
     for field in OPTIONAL_FIELDS:
         if status.get(field) is not None:
             doc[field] = masked(status[field])
+    if approved_digest(stack):
+        doc["approvedPlan"] = approved_digest(stack)
     return doc
 
 
@@ -110,7 +115,9 @@ def table(stacks: Sequence[Mapping[str, Any]], now: datetime, *, all_namespaces:
         row = [
             str(meta.get("name", "")),
             str((stack.get("spec") or {}).get("stack") or ""),
-            state.state + (" (deleting)" if deleting(stack) else ""),
+            state.state
+            + (" (deleting)" if deleting(stack) else "")
+            + (" (drifted)" if _drifted(stack) else ""),
             state.reason,
             _last_update(stack) + (" (running)" if status_of(stack).get("currentUpdate") else ""),
             time_since(last.get("lastResyncTime"), now) or "<none>",
@@ -126,12 +133,6 @@ def _field(label: str, value: str, indent: int = 0) -> str:
     return "".join([head + lines[0] + "\n", *(" " * len(head) + line + "\n" for line in lines[1:])])
 
 
-def _block(label: str, value: Any) -> str:
-    """A nested value (outputs, plan, drift) under its label, as YAML indented by two."""
-    text = str(yaml.safe_dump(value, sort_keys=False, default_flow_style=False)).rstrip("\n")
-    return f"{label}:\n" + "".join(f"  {line}\n" for line in text.splitlines())
-
-
 def _scalar(value: Any) -> str:
     """A string as it is (``[secret]`` unquoted), anything else as compact JSON."""
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
@@ -141,9 +142,85 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" + ("" if count == 1 else "s")
 
 
+def _drifted(stack: Mapping[str, Any]) -> bool:
+    drift = status_of(stack).get("drift")
+    return isinstance(drift, Mapping) and bool(drift.get("detected"))
+
+
+def _at(when: Any, now: datetime) -> str:
+    """``<time> (5m ago)``."""
+    ago = time_since(when, now)
+    return f"{when} ({ago} ago)" if ago else str(when)
+
+
+def _plan(stack: Mapping[str, Any], now: datetime) -> str:
+    """The recorded plan: its digest, preview Update, counts, and whether (and how) to approve it."""
+    plan = plan_of(stack)
+    if plan is None:
+        return ""
+    meta = stack.get("metadata") or {}
+    approved = approved_digest(stack)
+    out = [
+        _field("Plan", plan.digest),
+        _field("Changes", summary_text(plan.summary), 2),
+        _field("Update", plan.update or "<none>", 2),
+    ]
+    if plan.time:
+        out.append(_field("Recorded", _at(plan.time, now), 2))
+    if plan.commit:
+        out.append(_field("Commit", plan.commit, 2))
+    if approved == plan.digest:
+        approval = "approved: the operator applies this plan"
+    elif awaiting_approval(stack):
+        approval = f"awaiting approval: kubectl pko approve {meta.get('name')} -n {meta.get('namespace')}"
+        if approved:
+            approval += f"\n(the approved digest {approved} is another plan's)"
+    else:
+        approval = "not awaiting approval"
+    out.append(_field("Approval", approval, 2))
+    return "".join(out)
+
+
+def _drift(stack: Mapping[str, Any], now: datetime) -> str:
+    """The last drift check: when, what it found, each drifted resource with its paths."""
+    drift = status_of(stack).get("drift")
+    if not isinstance(drift, Mapping):
+        return ""
+    resources = [r for r in drift.get("resources") or [] if isinstance(r, Mapping)]
+    ago = time_since(drift.get("lastCheckTime"), now)
+    checked = f" (checked {ago} ago)" if ago else ""
+    if drift.get("detected"):
+        head = f"detected in {_plural(len(resources), 'resource')}{checked}"
+    elif drift.get("lastCheckTime"):
+        head = f"none{checked}"
+    else:
+        head = "not checked yet"
+    out = [_field("Drift", head)]
+    if drift.get("message"):
+        out.append(_field("Message", str(drift["message"]), 2))
+    for resource in resources:
+        out.append(f"  {resource.get('urn', '')}\n")
+        out.append(_field("Type", str(resource.get("type") or ""), 4))
+        paths = [str(p) for p in resource.get("paths") or []]
+        out.append(_field("Paths", ", ".join(paths) if paths else "(none: the resource is gone)", 4))
+        if resource.get("firstSeen"):
+            out.append(_field("First seen", _at(resource["firstSeen"], now), 4))
+    return "".join(out)
+
+
+def _requests(stack: Mapping[str, Any]) -> str:
+    """Refresh and cancel requests the operator has not carried out yet."""
+    out: list[str] = []
+    for request in (REQUESTS["refresh"], REQUESTS["cancel"]):
+        token = annotation(stack, request.annotation)
+        if token and token != status_of(stack).get(request.observed):
+            out.append(_field(f"{request.command.capitalize()} request", f"{token} (pending)"))
+    return "".join(out)
+
+
 def details(stack: Mapping[str, Any], update: Mapping[str, Any] | None, now: datetime) -> str:
     """One Stack for a person: readiness, conditions, the last and current Update, the failure and
-    its retry, outputs, and plan and drift when the status has them."""
+    its retry, outputs, and the plan, drift and pending requests when there are any."""
     meta = stack.get("metadata") or {}
     status = status_of(stack)
     state = readiness(stack)
@@ -151,7 +228,10 @@ def details(stack: Mapping[str, Any], update: Mapping[str, Any] | None, now: dat
         _field("Name", str(meta.get("name", ""))),
         _field("Namespace", str(meta.get("namespace", ""))),
         _field("Stack", str((stack.get("spec") or {}).get("stack") or "")),
-        _field("State", f"{state.state} ({state.reason})" if state.reason else state.state),
+        _field(
+            "State",
+            f"{state.state} ({state.reason})" if state.reason not in ("", state.state) else state.state,
+        ),
     ]
     if state.message:
         out.append(_field("Message", state.message))
@@ -189,9 +269,14 @@ def details(stack: Mapping[str, Any], update: Mapping[str, Any] | None, now: dat
     current = status.get("currentUpdate") or {}
     if current.get("name"):
         extra = ", ".join(
-            f"{k} {current[k]}" for k in ("generation", "commit", "reconcileRequest") if current.get(k)
+            f"{k} {current[k]}"
+            for k in ("kind", "generation", "commit", "reconcileRequest")
+            if current.get(k)
         )
-        out.append(_field("Current update", f"{current['name']} (running{', ' + extra if extra else ''})"))
+        doing = (
+            f"cancelling on request {current['cancelRequest']}" if current.get("cancelRequest") else "running"
+        )
+        out.append(_field("Current update", f"{current['name']} ({doing}{', ' + extra if extra else ''})"))
     failure = status.get("lastFailure") or {}
     if failure:
         kind = "transient" if failure.get("transient") else "deterministic"
@@ -210,7 +295,5 @@ def details(stack: Mapping[str, Any], update: Mapping[str, Any] | None, now: dat
     outputs = masked(status.get("outputs") or {})
     if isinstance(outputs, Mapping) and outputs:
         out.append("Outputs:\n" + "".join(f"  {k}: {_scalar(v)}\n" for k, v in outputs.items()))
-    for field in OPTIONAL_FIELDS:
-        if status.get(field) is not None:
-            out.append(_block(field.capitalize(), masked(status[field])))
+    out += [_plan(stack, now), _drift(stack, now), _requests(stack)]
     return "".join(out)

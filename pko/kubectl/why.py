@@ -3,9 +3,10 @@
 The paragraph is built from what the operator already records: the Stack's deciding condition
 (:func:`pko.kubectl.stackview.readiness`), ``lastFailure``, ``nextRetryTime``, ``currentUpdate``,
 the Workspace's ``Ready`` condition and the last (or running) Update's ``Progressing``/``Failed``
-condition and message. Each part is one sentence; the last one starts ``Fix:`` and gives the
-command to run when there is one. The texts of the hints follow the README's tables of
-reasons (Status and conditions, Failures and retries, Workspaces and Updates).
+condition and message; ``status.plan`` while a plan awaits approval, and ``status.drift``. Each
+part is one sentence; the last one starts ``Fix:`` and gives the command to run when there is one.
+The texts of the hints follow the README's tables of reasons (Status and conditions, Failures and
+retries, Workspaces and Updates).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from pko.kubectl.approval import approved_digest, plan_of, summary_text
 from pko.kubectl.stackview import (
+    AWAITING_APPROVAL,
     conditions,
     deleting,
     readiness,
@@ -52,6 +55,42 @@ class _Names:
 
     def logs(self) -> str:
         return f"kubectl pko logs {self.flags}"
+
+    def status(self) -> str:
+        return f"kubectl pko status {self.flags}"
+
+
+def _drift_sentence(stack: Mapping[str, Any], names: _Names, now: datetime) -> str:
+    """What the last drift check found ("" when it found nothing)."""
+    drift = status_of(stack).get("drift") or {}
+    if not drift.get("detected"):
+        return ""
+    count = len(drift.get("resources") or [])
+    found = f"{count} resource{'s differ' if count != 1 else ' differs'}" if count else "resources differ"
+    ago = time_since(drift.get("lastCheckTime"), now)
+    checked = f"checked {ago} ago; " if ago else ""
+    return f"Drift: {found} from the stack's state ({checked}{names.status()} lists them)."
+
+
+def _awaiting_sentence(stack: Mapping[str, Any], names: _Names, now: datetime) -> tuple[str, str]:
+    """(the plan waiting, the fix) for a Stack AwaitingApproval."""
+    plan = plan_of(stack)
+    approve = f"kubectl pko approve {names.flags}"
+    if plan is None:
+        return (
+            "AwaitingApproval.",
+            f"wait for the plan to be recorded, then review it ({names.status()}) and {approve}",
+        )
+    ago = time_since(plan.time, now)
+    recorded = f", recorded {ago} ago" if ago else ""
+    said = (
+        f"AwaitingApproval: plan {plan.digest} (preview Update {plan.update}{recorded}) has "
+        f"{summary_text(plan.summary)}."
+    )
+    approved = approved_digest(stack)
+    if approved and approved != plan.digest:
+        said += f" The approved digest {approved} is another plan's."
+    return said, f"review the plan ({names.status()}; {names.logs()} --update {plan.update}), then {approve}"
 
 
 def _tail(text: Any, lines: int = _MESSAGE_LINES) -> str:
@@ -180,7 +219,8 @@ def explain(
         text = f"Ready: {state.reason}: {_sentence(state.message)}" + (ran if last.get("name") else "")
         if suspended(stack):
             text += " spec.suspend is set: no new operation starts until it is cleared."
-        return Explanation(True, text)
+        drift = _drift_sentence(stack, names, now)
+        return Explanation(True, f"{text} {drift}" if drift else text)
 
     parts.append(_sentence(f"{state.state}: {state.reason}: {state.message}".replace(": : ", ": ")))
     if deleting(stack):
@@ -197,6 +237,9 @@ def explain(
             "check that the operator is running and watches this namespace (its Deployment and log, "
             "in namespace pulumi-kubernetes-operator by default)"
         )
+    elif state.state == AWAITING_APPROVAL:
+        said, fix = _awaiting_sentence(stack, names, now)
+        parts[0] = said  # instead of the condition's message, which says the same less exactly
     elif state.state == "Suspended":
         fix = f"""kubectl patch stack {names.flags} --type=merge -p '{{"spec":{{"suspend":false}}}}'"""
     elif state.state == "Reconciling" and state.reason == "PrerequisiteNotSatisfied":
@@ -231,6 +274,7 @@ def explain(
             fix = _rerun(_failure_fix(failure, names), failure, names, stalled=state.state == "Stalled")
         if not fix and state.state == "Reconciling":
             fix = f"nothing: wait for the operation ({names.logs()} shows its engine output)"
+    parts.append(_drift_sentence(stack, names, now))
     if fix:
         parts.append(_sentence(f"Fix: {fix}"))
     return Explanation(False, " ".join(p for p in parts if p))

@@ -143,3 +143,55 @@ def workspace(
         "spec": {"image": "pulumi/pulumi:latest-nonroot"},
         "status": {"conditions": [cond("Ready", ready, reason, message)]},
     }
+
+
+DIGEST = "sha256:" + "ab12" * 16
+
+
+def plan(digest: str = DIGEST, update: str = "web-preview-1") -> Obj:
+    return {
+        "digest": digest,
+        "update": update,
+        "summary": {"create": 1, "update": 2, "delete": 0, "replace": 1},
+        "time": EARLIER,
+        "inputs": "sha256:inputs",
+        "commit": "abc123",
+    }
+
+
+def awaiting_status(digest: str = DIGEST, update: str = "web-preview-1") -> Obj:
+    """Ready=False AwaitingApproval with the plan recorded, as pko.controllers.stack.approval writes it
+    (Reconciling and Stalled removed)."""
+    message = (
+        f"plan {digest} (1 to create, 2 to update, 0 to delete, 1 to replace) from preview {update} "
+        f"awaits approval: kubectl annotate stack web -n ns --overwrite pulumi.com/approved-plan={digest}"
+    )
+    return {
+        "observedGeneration": 1,
+        "conditions": [cond("Ready", "False", "AwaitingApproval", message)],
+        "plan": plan(digest, update),
+    }
+
+
+def drift_status() -> Obj:
+    """Ready, with the last drift check finding two resources changed."""
+    status = ready_status()
+    status["conditions"].append(cond("Drifted", "True", "DriftDetected", "2 resources drifted"))
+    status["drift"] = {
+        "lastCheckTime": EARLIER,
+        "detected": True,
+        "resources": [
+            {
+                "urn": "urn:pulumi:dev::web::kubernetes:apps/v1:Deployment::web",
+                "type": "kubernetes:apps/v1:Deployment",
+                "paths": ["spec.replicas", "spec.template.spec.containers[0].image"],
+                "firstSeen": "2025-01-20T09:45:00Z",
+            },
+            {
+                "urn": "urn:pulumi:dev::web::kubernetes:core/v1:ConfigMap::page",
+                "type": "kubernetes:core/v1:ConfigMap",
+                "firstSeen": EARLIER,
+            },
+        ],
+    }
+    return status

@@ -1,4 +1,4 @@
-"""``retry``, ``refresh``, ``cancel``, ``approve`` and ``logs`` (pure)."""
+"""``retry``, ``refresh``, ``cancel`` and ``logs`` (pure)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,13 @@ import json
 from datetime import UTC, datetime
 
 from pko.kubectl.actions import (
-    cancel_unsupported,
+    CANCEL_REQUEST_ANNOTATION,
+    REFRESH_REQUEST_ANNOTATION,
+    annotation,
     current_request,
-    refresh_unsupported,
+    done,
+    notes,
+    outcome,
     retry_notes,
     retry_value,
 )
@@ -23,8 +27,12 @@ def test_retry_value_is_fresh() -> None:
     later = datetime(2025, 1, 20, 10, 45, 0, 1, tzinfo=UTC)
     assert retry_value(later, retry_value(NOW, "")) != retry_value(NOW, "")
     annotated = stack()
-    annotated["metadata"]["annotations"] = {"pulumi.com/reconciliation-request": "x"}
+    annotated["metadata"]["annotations"] = {
+        "pulumi.com/reconciliation-request": "x",
+        REFRESH_REQUEST_ANNOTATION: "r",
+    }
     assert current_request(annotated) == "x" and current_request(stack()) == ""
+    assert annotation(annotated, REFRESH_REQUEST_ANNOTATION) == "r"
 
 
 def test_retry_notes() -> None:
@@ -35,21 +43,85 @@ def test_retry_notes() -> None:
         "Update web-3 is running: the retry starts once it ends.",
         "spec.suspend is set: nothing runs until it is cleared.",
     ]
+    assert notes("retry", stack(status=busy)) == retry_notes(stack(status=busy))
 
 
-def test_refresh_says_what_exists() -> None:
-    assert "set spec.refresh: true (kubectl patch stack web -n ns" in refresh_unsupported(stack())
-    assert "every up refreshes first: kubectl pko retry web -n ns runs one" in refresh_unsupported(
-        stack(refresh=True)
+def test_refresh_notes_say_when_it_runs() -> None:
+    assert notes("refresh", stack(status=ready_status())) == []
+    busy = ready_status()
+    busy["currentUpdate"] = {"name": "web-3"}
+    assert notes("refresh", stack(status=busy)) == [
+        "Update web-3 is running: the refresh starts once it ends."
+    ]
+    assert notes("refresh", stack(status=busy, suspend=True)) == [
+        "spec.suspend is set: the refresh runs once it is cleared."
+    ]
+    deleted = stack(status=ready_status())
+    deleted["metadata"]["deletionTimestamp"] = "2025-01-20T10:44:00Z"
+    assert notes("refresh", deleted) == ["The Stack is being deleted: no refresh runs."]
+
+
+def test_cancel_notes_say_when_nothing_runs() -> None:
+    assert notes("cancel", stack(status=ready_status())) == [
+        "No Update is running: the operator records the request and cancels nothing."
+    ]
+    busy = ready_status()
+    busy["currentUpdate"] = {"name": "web-3"}
+    assert notes("cancel", stack(status=busy)) == []
+
+
+def test_a_refresh_is_done_once_recorded_and_says_how_it_ended() -> None:
+    status = ready_status()
+    assert not done("refresh", stack(status=status), "t1")
+    status["observedRefreshRequest"] = "t0"
+    assert not done("refresh", stack(status=status), "t1")
+    status["observedRefreshRequest"] = "t1"
+    status["lastUpdate"].update(name="web-r", type="refresh", state="succeeded")
+    ran = stack(status=status)
+    assert done("refresh", ran, "t1")
+    said = outcome("refresh", ran, "t1", ran)
+    assert (said.text, said.failed) == ("refresh t1 done: Update web-r succeeded.", False)
+    status["lastUpdate"].update(state="failed", message="error: 403\n  getting   the pod")
+    said = outcome("refresh", stack(status=status), "t1", ran)
+    assert (said.text, said.failed) == (
+        "refresh t1 done: Update web-r failed. error: 403 getting the pod",
+        True,
     )
 
 
-def test_cancel_says_what_exists() -> None:
-    assert cancel_unsupported(stack(status=ready_status())).endswith("Stack ns/web has no Update running.")
-    busy = retrying_status()
-    busy["currentUpdate"] = {"name": "web-3"}
-    text = cancel_unsupported(stack(status=busy))
-    assert "kubectl delete update web-3 -n ns" in text and "starts a new Update about 5 s later" in text
+def test_a_cancel_is_done_once_the_cancelled_update_ended() -> None:
+    running = ready_status()
+    running["currentUpdate"] = {"name": "web-3"}
+    before = stack(status=running)
+    assert not done("cancel", before, "c1")
+    # Recorded, the Update marked, still in flight: not done yet.
+    marked = ready_status()
+    marked["observedCancelRequest"] = "c1"
+    marked["currentUpdate"] = {"name": "web-3", "cancelRequest": "c1"}
+    assert not done("cancel", stack(status=marked), "c1")
+    ended = retrying_status()
+    ended["observedCancelRequest"] = "c1"
+    ended["lastFailure"].update(reason="Cancelled", updateName="web-3")
+    assert done("cancel", stack(status=ended), "c1")
+    assert (
+        outcome("cancel", stack(status=ended), "c1", before).text == "cancel c1 done: Update web-3 cancelled."
+    )
+    # Nothing was running when it was asked.
+    idle = ready_status()
+    idle["observedCancelRequest"] = "c2"
+    assert done("cancel", stack(status=idle), "c2")
+    assert (
+        outcome("cancel", stack(status=idle), "c2", stack(status=ready_status())).text
+        == "cancel c2 done: no Update was running."
+    )
+    # The Update ended by itself before the cancel reached it.
+    finished = ready_status()
+    finished["observedCancelRequest"] = "c1"
+    finished["lastUpdate"]["name"] = "web-3"
+    assert outcome("cancel", stack(status=finished), "c1", before).text == (
+        "cancel c1 done: Update web-3 had ended (succeeded) first."
+    )
+    assert CANCEL_REQUEST_ANNOTATION == "pulumi.com/cancel-request"
 
 
 def test_chosen_update_running_then_last() -> None:

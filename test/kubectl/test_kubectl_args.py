@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pko.kubectl.__main__ import main
-from pko.kubectl.args import COMMANDS, Options, parse
+from pko.kubectl.args import COMMANDS, DEFAULT_TIMEOUT, Options, duration, parse
 from pko.kubectl.commands import RUNNERS
 
 
@@ -41,6 +41,12 @@ def test_status_lists_without_a_name_and_across_namespaces() -> None:
         ["status", "-o", "wide"],
         ["retry", "web", "-A"],  # -A is only for status
         ["retry", "web", "-o", "json"],
+        ["retry", "web", "--wait"],  # only refresh and cancel wait
+        ["approve", "web", "--wait"],
+        ["refresh", "web", "--digest", "d"],
+        ["refresh", "web", "--timeout", "5m"],  # --timeout without --wait
+        ["cancel", "web", "--wait", "--timeout", "soon"],
+        ["cancel", "web", "--wait", "--timeout", "0s"],
     ],
 )
 def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,3 +61,21 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_every_command_has_a_runner() -> None:
     assert {c.name for c in COMMANDS} == set(RUNNERS)
+
+
+def test_approve_refresh_and_cancel_flags() -> None:
+    assert parse(["approve", "web", "--digest", "sha256:ab"]) == Options(
+        command="approve", name="web", digest="sha256:ab"
+    )
+    assert parse(["refresh", "web"]) == Options(command="refresh", name="web")
+    assert parse(["refresh", "web", "--wait"]).timeout == DEFAULT_TIMEOUT == 600
+    waiting = parse(["cancel", "web", "--wait", "--timeout", "90s"])
+    assert (waiting.wait, waiting.timeout) == (True, 90)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90s", 90), ("5m", 300), ("1h30m", 5400), ("2.5m", 150), ("45", 45), ("500ms", 0.5)],
+)
+def test_durations_as_kubectl_writes_them(text: str, seconds: float) -> None:
+    assert duration(text) == seconds

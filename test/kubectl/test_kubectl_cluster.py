@@ -15,7 +15,6 @@ import ssl
 import subprocess
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,78 +24,14 @@ from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 
 from pko.kubectl.__main__ import main
-from pko.kubectl.cluster import STACKS, UPDATES, WORKSPACES
 from pko.machinery.resource import PODS, Resource, ResourceClient
 
 from . import stacks as fx
+from .plugin import Env, kubeconfig_for
 
 pytestmark = [pytest.mark.cluster]
 
-Obj = dict[str, Any]
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
-_RESOURCES = {"stacks": STACKS, "updates": UPDATES, "workspaces": WORKSPACES}
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-
-@dataclass
-class Env:
-    api: ApiClient
-    ns: str
-    kubeconfig: Path
-    kubelet_logs: dict[tuple[str, bool], str] = field(default_factory=dict)
-
-    async def pko(self, *argv: str, kubeconfig: Path | None = None) -> Result:
-        """``kubectl pko ARGV`` run as the console script runs it (its own event loop, in a thread)."""
-        out, err = io.StringIO(), io.StringIO()
-        args = ["--kubeconfig", str(kubeconfig or self.kubeconfig), *argv]
-        code = await asyncio.to_thread(main, args, stdout=out, stderr=err)
-        return Result(code, out.getvalue(), err.getvalue())
-
-    def client(self, plural: str) -> ResourceClient:
-        return ResourceClient(self.api, _RESOURCES[plural], self.ns)
-
-    async def put(self, plural: str, obj: Obj) -> Obj:
-        """Create ``obj`` in the namespace, then write its status as the operator would."""
-        body = {k: v for k, v in obj.items() if k != "status"}
-        body["metadata"] = {**obj["metadata"], "namespace": self.ns}
-        created = await self.client(plural).create(body)
-        if obj.get("status") is not None:
-            created = await self.client(plural).patch(
-                obj["metadata"]["name"], {"status": obj["status"]}, subresource="status"
-            )
-        return created
-
-
-def _kubeconfig(
-    source: Path, dest: Path, namespace: str, *, server: str | None = None, token: str | None = None
-) -> Path:
-    """The test cluster's kubeconfig with contexts ``pko-test`` (current, namespace ``namespace``)
-    and ``elsewhere`` (another namespace); ``server``/``token`` replace the cluster's."""
-    config = yaml.safe_load(source.read_text())
-    cluster, user = config["clusters"][0], config["users"][0]
-    if server:
-        cluster["cluster"]["server"] = server
-    if token:
-        user["user"] = {"token": token}
-    config["contexts"] = [
-        {
-            "name": "pko-test",
-            "context": {"cluster": cluster["name"], "user": user["name"], "namespace": namespace},
-        },
-        {
-            "name": "elsewhere",
-            "context": {"cluster": cluster["name"], "user": user["name"], "namespace": "elsewhere"},
-        },
-    ]
-    config["current-context"] = "pko-test"
-    dest.write_text(yaml.safe_dump(config))
-    return dest
 
 
 def _self_signed(directory: Path) -> ssl.SSLContext:
@@ -133,7 +68,7 @@ async def env(
     api_client: ApiClient, cluster: Any, namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Env]:
     tmp = tmp_path_factory.mktemp("kubectl-pko")
-    e = Env(api_client, namespace, _kubeconfig(Path(cluster.kubeconfig), tmp / "kubeconfig", namespace))
+    e = Env(api_client, namespace, kubeconfig_for(Path(cluster.kubeconfig), tmp / "kubeconfig", namespace))
     await e.put("stacks", fx.stack("web", status=fx.ready_status("web-1")))
     await e.put("updates", fx.update("web-1", failed=None))
     await e.put("stacks", fx.stack("broken", status=fx.stalled_status()))
@@ -272,19 +207,7 @@ async def test_retry_sets_a_fresh_reconciliation_request(env: Env) -> None:
     assert stack["metadata"]["annotations"]["pulumi.com/reconciliation-request"] != value
 
 
-async def test_refresh_cancel_and_approve_are_not_supported(env: Env) -> None:
-    for command, says in [
-        ("refresh", "no request for a one-off `pulumi refresh`"),
-        ("cancel", "no request to cancel a Stack's operation"),
-        ("approve", "no approval gate"),
-    ]:
-        result = await env.pko(command, "web")
-        assert result.code == 4, (command, result.err)
-        assert result.err.startswith("error: ") and says in result.err
-        assert (await env.pko(command, "nope")).code == 3
-
-
-@pytest.mark.parametrize("command", ["status", "why", "logs", "retry"])
+@pytest.mark.parametrize("command", ["status", "why", "logs", "retry", "refresh", "cancel", "approve"])
 async def test_a_missing_stack_exits_3(env: Env, command: str) -> None:
     result = await env.pko(command, "nope")
     assert result.code == 3
@@ -332,11 +255,11 @@ async def test_contexts_namespaces_and_kubeconfig_env(env: Env, monkeypatch: pyt
 
 async def test_api_errors_exit_5(env: Env, tmp_path: Path) -> None:
     refused = await env.pko(
-        "status", kubeconfig=_kubeconfig(env.kubeconfig, tmp_path / "bad-token", env.ns, token="nope")
+        "status", kubeconfig=kubeconfig_for(env.kubeconfig, tmp_path / "bad-token", env.ns, token="nope")
     )
     assert refused.code == 5 and "401" in refused.err
     down = await env.pko(
         "status",
-        kubeconfig=_kubeconfig(env.kubeconfig, tmp_path / "down", env.ns, server="https://127.0.0.1:1"),
+        kubeconfig=kubeconfig_for(env.kubeconfig, tmp_path / "down", env.ns, server="https://127.0.0.1:1"),
     )
     assert down.code == 5 and down.err.startswith("error: cannot reach the apiserver")

@@ -5,11 +5,17 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from pko.api.stack import RECONCILE_REQUEST_ANNOTATION
+from pko.api.stack import (
+    APPROVED_PLAN_ANNOTATION,
+    CANCEL_REQUEST_ANNOTATION,
+    RECONCILE_REQUEST_ANNOTATION,
+    REFRESH_REQUEST_ANNOTATION,
+)
 
 from pko.controllers import resources
+from pko.controllers.stack.approval import AWAITING_APPROVAL
 from pko.controllers.workspace.workloads import PULUMI_CONTAINER, pod_name
-from pko.kubectl import actions, cluster, logs
+from pko.kubectl import actions, approval, cluster, logs, stackview
 
 from .stacks import update
 
@@ -21,6 +27,10 @@ def test_resources_annotation_and_workspace_names_agree() -> None:
         resources.WORKSPACES,
     )
     assert actions.RECONCILE_REQUEST_ANNOTATION == RECONCILE_REQUEST_ANNOTATION
+    assert actions.REFRESH_REQUEST_ANNOTATION == REFRESH_REQUEST_ANNOTATION
+    assert actions.CANCEL_REQUEST_ANNOTATION == CANCEL_REQUEST_ANNOTATION
+    assert approval.APPROVED_PLAN_ANNOTATION == APPROVED_PLAN_ANNOTATION
+    assert stackview.AWAITING_APPROVAL == AWAITING_APPROVAL
     assert logs.PULUMI_CONTAINER == PULUMI_CONTAINER
     assert logs.workspace_pod(update(), "web")[1] == pod_name("web")
 

@@ -11,7 +11,20 @@ from pko.kubectl.exitcodes import ExitCode
 from pko.kubectl.stackview import age, masked, readiness, time_until
 from pko.kubectl.status import details, document, exit_code, summary, table
 
-from .stacks import NOW, SECRET_WIRE, cond, ready_status, retrying_status, stack, stalled_status, update
+from .stacks import (
+    DIGEST,
+    EARLIER,
+    NOW,
+    SECRET_WIRE,
+    awaiting_status,
+    cond,
+    drift_status,
+    ready_status,
+    retrying_status,
+    stack,
+    stalled_status,
+    update,
+)
 
 
 def test_readiness_follows_the_deciding_condition() -> None:
@@ -81,17 +94,78 @@ def test_summary_document() -> None:
     assert yaml.safe_load(document([doc, doc], single=False, fmt="yaml"))["items"][1]["name"] == "web"
 
 
-def test_plan_and_drift_are_shown_when_present() -> None:
-    status = {
-        **ready_status(),
-        "plan": {"digest": "sha256:ab", "changes": {"create": 1}},
-        "drift": {"update": 2},
+def test_a_plan_awaiting_approval() -> None:
+    waiting = stack(status=awaiting_status())
+    state = readiness(waiting)
+    assert (state.ready, state.state, state.reason) == (False, "AwaitingApproval", "AwaitingApproval")
+    text = details(waiting, None, NOW)
+    assert "State:           AwaitingApproval\n" in text
+    assert (
+        f"Plan:            {DIGEST}\n"
+        "  Changes:       1 to create, 2 to update, 0 to delete, 1 to replace\n"
+        "  Update:        web-preview-1\n"
+        "  Recorded:      2025-01-20T10:40:00Z (5m ago)\n"
+        "  Commit:        abc123\n"
+        "  Approval:      awaiting approval: kubectl pko approve web -n ns\n"
+    ) in text
+    doc = summary(waiting)
+    assert (doc["state"], doc["plan"]["digest"], doc["plan"]["summary"]["replace"]) == (
+        "AwaitingApproval",
+        DIGEST,
+        1,
+    )
+    assert "approvedPlan" not in doc
+    assert exit_code([waiting]) == ExitCode.NOT_READY
+
+    waiting["metadata"]["annotations"] = {"pulumi.com/approved-plan": "sha256:old"}
+    assert "  Approval:      awaiting approval: kubectl pko approve web -n ns\n" in details(
+        waiting, None, NOW
+    )
+    assert "(the approved digest sha256:old is another plan's)" in details(waiting, None, NOW)
+    assert summary(waiting)["approvedPlan"] == "sha256:old"
+    waiting["metadata"]["annotations"] = {"pulumi.com/approved-plan": DIGEST}
+    assert "  Approval:      approved: the operator applies this plan\n" in details(waiting, None, NOW)
+
+
+def test_drift_with_each_resource_and_its_paths() -> None:
+    drifted = stack(status=drift_status())
+    text = details(drifted, None, NOW)
+    assert (
+        "Drift:           detected in 2 resources (checked 5m ago)\n"
+        "  urn:pulumi:dev::web::kubernetes:apps/v1:Deployment::web\n"
+        "    Type:        kubernetes:apps/v1:Deployment\n"
+        "    Paths:       spec.replicas, spec.template.spec.containers[0].image\n"
+        "    First seen:  2025-01-20T09:45:00Z (60m ago)\n"
+        "  urn:pulumi:dev::web::kubernetes:core/v1:ConfigMap::page\n"
+        "    Type:        kubernetes:core/v1:ConfigMap\n"
+        "    Paths:       (none: the resource is gone)\n"
+    ) in text
+    assert summary(drifted)["drift"]["resources"][0]["paths"][0] == "spec.replicas"
+    assert table([drifted], NOW, all_namespaces=False).splitlines()[1].split()[2:4] == ["Ready", "(drifted)"]
+    assert readiness(drifted).ready  # drift is reported, it does not make the Stack not Ready
+
+    clean = ready_status()
+    clean["drift"] = {"lastCheckTime": EARLIER, "detected": False, "message": "refresh failed: 403"}
+    text = details(stack(status=clean), None, NOW)
+    assert "Drift:           none (checked 5m ago)\n  Message:       refresh failed: 403\n" in text
+    assert "(drifted)" not in table([stack(status=clean)], NOW, all_namespaces=False)
+
+
+def test_pending_requests() -> None:
+    status = ready_status()
+    status["observedCancelRequest"] = "c1"
+    requested = stack(status=status)
+    requested["metadata"]["annotations"] = {
+        "pulumi.com/refresh-request": "r1",
+        "pulumi.com/cancel-request": "c1",
     }
-    doc = summary(stack(status=status))
-    assert doc["plan"] == {"digest": "sha256:ab", "changes": {"create": 1}} and doc["drift"] == {"update": 2}
-    text = details(stack(status=status), None, NOW)
-    assert "Plan:\n  digest: sha256:ab\n  changes:\n    create: 1\n" in text
-    assert "Drift:\n  update: 2\n" in text
+    text = details(requested, None, NOW)
+    assert "Refresh request: r1 (pending)\n" in text and "Cancel request" not in text
+    assert summary(requested)["observedCancelRequest"] == "c1"
+    status["currentUpdate"] = {"name": "web-2", "kind": "refresh", "cancelRequest": "c1"}
+    assert "Current update:  web-2 (cancelling on request c1, kind refresh)\n" in details(
+        stack(status=status), None, NOW
+    )
 
 
 def test_table() -> None:

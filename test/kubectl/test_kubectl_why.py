@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from pko.kubectl.why import explain
 
-from .stacks import NOW, cond, ready_status, retrying_status, stack, stalled_status, update, workspace
+from .stacks import (
+    DIGEST,
+    NOW,
+    awaiting_status,
+    cond,
+    drift_status,
+    ready_status,
+    retrying_status,
+    stack,
+    stalled_status,
+    update,
+    workspace,
+)
 
 
 def test_ready() -> None:
@@ -161,3 +173,32 @@ def test_transient_failure_is_retried_by_itself() -> None:
         "Fix: nothing: a transient failure is retried by itself "
         "(or kubectl pko retry web -n ns to retry now)."
     )
+
+
+def test_awaiting_approval_names_the_plan_and_how_to_approve_it() -> None:
+    waiting = stack(status=awaiting_status())
+    said = explain(waiting, workspace=workspace(), last_update=None, current_update=None, now=NOW)
+    assert not said.ready
+    assert said.text == (
+        f"AwaitingApproval: plan {DIGEST} (preview Update web-preview-1, recorded 5m ago) has "
+        "1 to create, 2 to update, 0 to delete, 1 to replace. Fix: review the plan (kubectl pko status "
+        "web -n ns; kubectl pko logs web -n ns --update web-preview-1), then kubectl pko approve web -n ns."
+    )
+    waiting["metadata"]["annotations"] = {"pulumi.com/approved-plan": "sha256:old"}
+    text = explain(waiting, workspace=None, last_update=None, current_update=None, now=NOW).text
+    assert " The approved digest sha256:old is another plan's. Fix: " in text
+
+
+def test_drift_is_mentioned_ready_or_not() -> None:
+    said = explain(
+        stack(status=drift_status()), workspace=None, last_update=None, current_update=None, now=NOW
+    )
+    assert said.ready
+    assert said.text.endswith(
+        " succeeded 5m ago. Drift: 2 resources differ from the stack's state "
+        "(checked 5m ago; kubectl pko status web -n ns lists them)."
+    )
+    failing = retrying_status()
+    failing["drift"] = drift_status()["drift"]
+    text = explain(stack(status=failing), workspace=None, last_update=None, current_update=None, now=NOW).text
+    assert "Drift: 2 resources differ" in text and text.index("Drift:") < text.index("Fix:")
