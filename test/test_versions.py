@@ -57,6 +57,7 @@ def test_the_workspace_image_is_built_from_the_pinned_versions_only() -> None:
         "build-runtimes.sh",
         "build-peer.sh",
         "build-seaweedfs.sh",
+        "build-helm.sh",
     )
     for name in build_scripts:
         script = (REPO / "hack" / name).read_text()

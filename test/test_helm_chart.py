@@ -1,0 +1,437 @@
+"""charts/pko, the Helm chart generated from config/ (hack/gen_helm.py), checked with the real helm.
+
+helm is built from its Go module at the pinned version (hack/build-helm.sh, cached in the pko cache).
+Pure tests render the chart with `helm template` and compare it object by object with what
+`kubectl kustomize config/default` renders: with the default values they are the same objects (Helm's
+`app.kubernetes.io/managed-by: Helm` in place of kustomize's, and the Namespace only with
+namespace.create, since `helm install` needs the release namespace to exist first); with other values
+each lands where it belongs. The committed chart is what the generator writes, byte for byte, and
+`helm lint --strict` passes. The cluster test installs the chart with `helm install` into a namespace of
+the test apiserver and finds there every object `kubectl apply -k config/default` would create.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import gen_helm  # hack/gen_helm.py (hack/ is on sys.path: test/conftest.py)
+import pytest
+import yaml
+from kubetest import kubectl
+
+REPO = Path(__file__).resolve().parent.parent
+CHART = REPO / "charts" / "pko"
+CONFIG_DEFAULT = REPO / "config" / "default"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+TIMEOUT = 180
+
+# The first test that needs helm builds it when the cache has none (about 2 min cold on 2 cores, with an
+# empty Go module cache): more than the suite's 300 s default leaves for a slow machine.
+pytestmark = pytest.mark.timeout(900)
+
+Obj = dict[str, Any]
+Key = tuple[str, str, str | None]
+
+
+@functools.cache
+def helm_binary() -> str:
+    proc = subprocess.run(
+        ["bash", str(REPO / "hack" / "build-helm.sh")],
+        capture_output=True,
+        text=True,
+        timeout=840,
+        check=False,
+    )
+    assert proc.returncode == 0, f"hack/build-helm.sh failed:\n{proc.stderr}"
+    helm = Path(proc.stdout.strip().splitlines()[-1]) / "bin" / "helm"
+    assert os.access(helm, os.X_OK), f"hack/build-helm.sh printed no directory with bin/helm: {proc.stdout}"
+    return str(helm)
+
+
+@pytest.fixture(scope="module")
+def helm_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("helm-home")
+
+
+def helm(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """The pinned helm, with its cache, config and data under ``home`` (nothing of the user's)."""
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+    cmd = [helm_binary(), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}")
+    return proc
+
+
+def objects(text: str) -> list[Obj]:
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def key(obj: Obj) -> Key:
+    return obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace")
+
+
+def by_key(objs: list[Obj]) -> dict[Key, Obj]:
+    out = {key(o): o for o in objs}
+    assert len(out) == len(objs), "two objects with the same kind, name and namespace"
+    return out
+
+
+@functools.cache
+def kustomized() -> tuple[str, ...]:
+    """`kubectl kustomize config/default`, one YAML document per object (cached as text: callers get
+    their own copies)."""
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(CONFIG_DEFAULT)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=True,
+    ).stdout
+    return tuple(yaml.safe_dump(o) for o in objects(out))
+
+
+def config_default() -> list[Obj]:
+    return [yaml.safe_load(doc) for doc in kustomized()]
+
+
+def config_namespace() -> str:
+    return next(o["metadata"]["namespace"] for o in config_default() if "namespace" in o["metadata"])
+
+
+def as_helm_installs(obj: Obj) -> Obj:
+    """config/default's object with the one label the chart says differently."""
+    labels = obj["metadata"].get("labels") or {}
+    if labels.get(MANAGED_BY) == "kustomize":
+        labels[MANAGED_BY] = "Helm"
+    return obj
+
+
+def template(home: Path, *args: str, namespace: str | None = None) -> list[Obj]:
+    ns = namespace or config_namespace()
+    return objects(
+        helm(home, "template", "pko", str(CHART), "--namespace", ns, "--include-crds", *args).stdout
+    )
+
+
+def manager(objs: list[Obj]) -> tuple[Obj, Obj]:
+    deploy = next(o for o in objs if o["kind"] == "Deployment")
+    container = next(c for c in deploy["spec"]["template"]["spec"]["containers"] if c["name"] == "manager")
+    return deploy, container
+
+
+def env_of(container: Obj) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+# ---------------------------------------------------------------- the default values are config/default
+
+
+def test_default_values_render_config_default_object_for_object(helm_home: Path) -> None:
+    rendered = by_key(template(helm_home))
+    expected = by_key([as_helm_installs(o) for o in config_default()])
+    namespace_key = ("Namespace", config_namespace(), None)
+    # The release namespace exists before `helm install` creates anything: the chart renders it only
+    # with namespace.create (next test); every other object is config/default's, field for field.
+    assert set(expected) - set(rendered) == {namespace_key}
+    assert set(rendered) - set(expected) == set()
+    for k, obj in rendered.items():
+        assert obj == expected[k], f"{k} differs from config/default's"
+
+
+def test_namespace_create_renders_config_defaults_namespace_too(helm_home: Path) -> None:
+    rendered = by_key(template(helm_home, "--set", "namespace.create=true"))
+    expected = by_key([as_helm_installs(o) for o in config_default()])
+    assert rendered == expected
+
+
+def test_another_release_namespace_replaces_config_defaults_everywhere(helm_home: Path) -> None:
+    old = config_namespace()
+    objs = template(helm_home, "--set", "namespace.create=true", namespace="team-infra")
+    for obj in objs:
+        if obj["kind"] == "CustomResourceDefinition":
+            continue
+        if "namespace" in obj["metadata"]:
+            assert obj["metadata"]["namespace"] == "team-infra", key(obj)
+        for subject in obj.get("subjects", []):
+            if subject["kind"] == "ServiceAccount":
+                assert subject["namespace"] == "team-infra", key(obj)
+        assert f"system:serviceaccount:{old}:" not in json.dumps(obj), key(obj)
+    ns = next(o for o in objs if o["kind"] == "Namespace")
+    assert ns["metadata"]["name"] == "team-infra"
+    assert ns["metadata"]["labels"]["kubernetes.io/metadata.name"] == "team-infra"
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    namespaced = {o["kind"] for o in objs if "namespace" in o["metadata"]}
+    assert {"Deployment", "Service", "ServiceAccount", "Role", "RoleBinding"} <= namespaced
+
+
+# ---------------------------------------------------------------- each value lands where it belongs
+
+VALUES = {
+    "replicaCount": 3,
+    # A numeric tag, as YAML reads 20261127: Helm's float64 must still render the digits.
+    "image": {"registry": "registry.example:5000", "repository": "platform/pko", "tag": 20261127},
+    "agent": {
+        "image": {"repository": "platform/pko-agent", "digest": "sha256:" + "ab" * 32, "pullPolicy": "Always"}
+    },
+    "imagePullSecrets": [{"name": "registry-credentials"}],
+    "controller": {"logLevel": "debug", "logFormat": "console"},
+    "leaderElection": {"leaseDuration": "120s", "renewDeadline": "90s", "retryPeriod": "20s"},
+    "watchNamespace": "stacks",
+    "kubeAPI": {"timeout": "45s"},
+    "flux": {"maxUntarSizeBytes": 524288000},
+    "extraEnv": [
+        {"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"},
+        {"name": "PULUMI_ACCESS_TOKEN", "valueFrom": {"secretKeyRef": {"name": "pulumi", "key": "token"}}},
+    ],
+    "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+    "terminationGracePeriodSeconds": 300,
+    "deploymentAnnotations": {"example.com/owner": "platform"},
+    "podAnnotations": {"prometheus.io/scrape": "true"},
+    "podLabels": {"team": "platform"},
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ops", "effect": "NoSchedule"}],
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["ops"]}]}
+                ]
+            }
+        }
+    },
+    "serviceMonitor": {
+        "enabled": True,
+        "labels": {"release": "kube-prometheus"},
+        "interval": "30s",
+        "timeout": "10s",
+        "targetLabels": ["team"],
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def values_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("values") / "values.yaml"
+    path.write_text(yaml.safe_dump(VALUES))
+    return path
+
+
+@pytest.fixture(scope="module")
+def custom(helm_home: Path, values_file: Path) -> list[Obj]:
+    return template(helm_home, "--values", str(values_file), namespace="ops")
+
+
+def test_image_replicas_and_resources_land_on_the_manager(custom: list[Obj]) -> None:
+    deploy, container = manager(custom)
+    assert deploy["spec"]["replicas"] == 3
+    assert container["image"] == "registry.example:5000/platform/pko:20261127"
+    assert container["resources"] == VALUES["resources"]
+    assert deploy["metadata"]["annotations"] == {"example.com/owner": "platform"}
+    pod = deploy["spec"]["template"]
+    assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    assert pod["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] == "manager"
+    assert pod["metadata"]["labels"]["team"] == "platform"
+    # The selector is config's: pod labels add to the template, never to what the Deployment selects.
+    assert deploy["spec"]["selector"] == {"matchLabels": {"control-plane": "controller-manager"}}
+    spec = pod["spec"]
+    assert spec["terminationGracePeriodSeconds"] == 300
+    assert spec["imagePullSecrets"] == [{"name": "registry-credentials"}]
+    assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert spec["tolerations"] == VALUES["tolerations"]
+    assert spec["affinity"] == VALUES["affinity"]
+
+
+def test_environment_values_reach_the_operators_variables(custom: list[Obj]) -> None:
+    _, container = manager(custom)
+    env = env_of(container)
+    assert env["WATCH_NAMESPACE"] == "stacks"
+    assert env["LEADER_ELECTION_LEASE_DURATION"] == "120s"
+    assert env["LEADER_ELECTION_RENEW_DEADLINE"] == "90s"
+    assert env["LEADER_ELECTION_RETRY_PERIOD"] == "20s"
+    assert env["KUBE_API_TIMEOUT"] == "45s"
+    assert env["FLUX_MAX_UNTAR_SIZE_BYTES"] == "524288000"
+    assert env["AGENT_IMAGE"] == "platform/pko-agent@sha256:" + "ab" * 32
+    assert env["AGENT_IMAGE_PULL_POLICY"] == "Always"
+    assert env["HTTPS_PROXY"] == "http://proxy.example:3128"
+    assert env["PULUMI_ACCESS_TOKEN"] == {"secretKeyRef": {"name": "pulumi", "key": "token"}}
+    # extraEnv comes last, so a user's variable overrides the chart's of the same name.
+    assert [e["name"] for e in container["env"]][-2:] == ["HTTPS_PROXY", "PULUMI_ACCESS_TOKEN"]
+    assert "--leader-elect" in container["args"]
+    assert "--log-level=debug" in container["args"] and "--log-format=console" in container["args"]
+
+
+def test_the_operator_accepts_what_the_chart_configures(custom: list[Obj]) -> None:
+    """The manager's args and environment, as the chart renders them, parse into the settings meant."""
+    from pko.__main__ import parse_settings
+
+    _, container = manager(custom)
+    # What the kubelet gives the process: the literal variables, POD_NAMESPACE from the downward API.
+    env = {k: v for k, v in env_of(container).items() if isinstance(v, str)}
+    settings = parse_settings(container["args"], {**env, "POD_NAMESPACE": "ops"})
+    assert settings.leader_elect is True
+    assert (settings.lease_duration, settings.renew_deadline, settings.retry_period) == (120.0, 90.0, 20.0)
+    assert settings.watch_namespace == "stacks"
+    assert settings.kube_api_timeout == 45.0
+    assert settings.flux_max_untar_size_bytes == 524288000
+    assert settings.agent_image == "platform/pko-agent@sha256:" + "ab" * 32
+    assert settings.agent_image_pull_policy == "Always"
+    assert (settings.log_level, settings.log_format) == ("debug", "console")
+
+
+def test_service_monitor_scrapes_the_metrics_service(custom: list[Obj]) -> None:
+    monitor = next(o for o in custom if o["kind"] == "ServiceMonitor")
+    service = next(
+        o
+        for o in custom
+        if o["kind"] == "Service" and any(p["name"] == "http-metrics" for p in o["spec"]["ports"])
+    )
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["namespace"] == "ops"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["ops"]}
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"] == [
+        {
+            "port": "http-metrics",
+            "scheme": "http",
+            "path": "/metrics",
+            "interval": "30s",
+            "scrapeTimeout": "10s",
+        }
+    ]
+    assert monitor["spec"]["targetLabels"] == ["team"]
+
+
+def test_no_service_monitor_by_default(helm_home: Path) -> None:
+    assert not [o for o in template(helm_home) if o["kind"] == "ServiceMonitor"]
+
+
+def test_metrics_service_can_be_left_out(helm_home: Path) -> None:
+    objs = template(helm_home, "--set", "metrics.service.enabled=false")
+    ports = [p["name"] for o in objs if o["kind"] == "Service" for p in o["spec"]["ports"]]
+    assert ports == ["http-fileserver"]
+    refused = helm(
+        helm_home, "template", "pko", str(CHART), "--set", "metrics.service.enabled=false",
+        "--set", "serviceMonitor.enabled=true", check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "serviceMonitor.enabled needs metrics.service.enabled" in refused.stderr
+
+
+def test_leader_election_can_be_turned_off_for_one_replica_only(helm_home: Path) -> None:
+    _, container = manager(template(helm_home, "--set", "leaderElection.enabled=false"))
+    assert "--leader-elect" not in container["args"]
+    refused = helm(
+        helm_home, "template", "pko", str(CHART), "--set", "leaderElection.enabled=false",
+        "--set", "replicaCount=2", check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "replicaCount > 1 needs leaderElection.enabled" in refused.stderr
+
+
+def test_several_watched_namespaces_are_refused_with_the_reason(helm_home: Path) -> None:
+    refused = helm(helm_home, "template", "pko", str(CHART), "--set", "watchNamespace={a,b}", check=False)
+    assert refused.returncode != 0
+    assert "watchNamespace is one namespace name" in refused.stderr
+
+
+def test_helm_lint_passes_with_default_and_custom_values(helm_home: Path, values_file: Path) -> None:
+    helm(helm_home, "lint", "--strict", str(CHART))
+    helm(helm_home, "lint", "--strict", str(CHART), "--values", str(values_file))
+
+
+def test_the_committed_chart_is_what_the_generator_writes() -> None:
+    expected = gen_helm.expected_files("kubectl")
+    stale = gen_helm.stale_files(expected)
+    assert not stale, f"run hack/gen_helm.py: out of date: {[str(p.relative_to(REPO)) for p in stale]}"
+    for path, text in expected.items():
+        assert path.read_bytes() == text.encode(), path
+
+
+def test_chart_version_is_the_projects() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    from pko.version import VERSION
+
+    assert chart["version"] == chart["appVersion"] == VERSION
+
+
+# ---------------------------------------------------------------- helm install on the test apiserver
+
+
+@pytest.fixture
+def helm_release(cluster: Any, crds: list[str], helm_home: Path) -> Iterator[str]:
+    """A namespace for `helm install` (created here, as `--create-namespace` would), uninstalled and
+    deleted afterwards. The CRDs are the session's (conftest's `crds`): Helm skips CRDs that exist and
+    never deletes them, so the other tests keep theirs."""
+    namespace = "helm-pko"
+    kubectl(cluster, "create", "namespace", namespace)
+    try:
+        yield namespace
+    finally:
+        # The test uninstalls it itself; this is for a test that failed before.
+        helm(helm_home, "uninstall", "pko", "--namespace", namespace, "--kubeconfig", str(cluster.kubeconfig),
+             "--ignore-not-found", "--wait", "--timeout", "120s", check=False)  # fmt: skip
+        kubectl(cluster, "delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def resource_of(obj: Obj) -> str:
+    """kubectl's fully qualified resource name for the object's kind (``deployment.apps``)."""
+    group = obj["apiVersion"].rpartition("/")[0]
+    return f"{obj['kind'].lower()}.{group}" if group else obj["kind"].lower()
+
+
+@pytest.mark.cluster
+def test_helm_install_creates_what_config_default_creates(
+    cluster: Any, helm_home: Path, helm_release: str
+) -> None:
+    namespace = helm_release
+    kubeconfig = ["--kubeconfig", str(cluster.kubeconfig)]
+    helm(helm_home, "install", "pko", str(CHART), "--namespace", namespace, *kubeconfig)
+    for obj in config_default():
+        if obj["kind"] == "Namespace":
+            continue  # the release namespace, created before the install
+        args = ["get", resource_of(obj), obj["metadata"]["name"], "-o", "json"]
+        if "namespace" in obj["metadata"]:
+            args += ["--namespace", namespace]
+        live = json.loads(kubectl(cluster, *args).stdout)
+        if obj["kind"] == "CustomResourceDefinition":
+            continue  # the session's, from config/crd: Helm leaves CRDs that exist alone
+        annotations = live["metadata"].get("annotations") or {}
+        assert annotations.get("meta.helm.sh/release-name") == "pko", key(obj)
+        assert annotations.get("meta.helm.sh/release-namespace") == namespace, key(obj)
+        assert live["metadata"]["labels"] == as_helm_installs(obj)["metadata"]["labels"], key(obj)
+        for field in ("rules", "roleRef"):
+            assert live.get(field) == obj.get(field), (key(obj), field)
+        for subject in live.get("subjects", []):
+            if subject["kind"] == "ServiceAccount":
+                assert subject["namespace"] == namespace, key(obj)
+        if obj["kind"] == "Deployment":
+            assert live["spec"]["template"]["spec"]["containers"][0]["args"] == manager([obj])[1]["args"]
+    status = json.loads(
+        helm(helm_home, "status", "pko", "--namespace", namespace, *kubeconfig, "-o", "json").stdout
+    )
+    assert status["info"]["status"] == "deployed"
+
+    # Uninstalled, the release leaves nothing cluster-wide behind but the CRDs (and the namespace).
+    helm(helm_home, "uninstall", "pko", "--namespace", namespace, *kubeconfig, "--wait", "--timeout", "120s")
+    for obj in config_default():
+        if obj["kind"] == "Namespace":
+            continue
+        args = ["get", resource_of(obj), obj["metadata"]["name"], "--ignore-not-found", "-o", "name"]
+        if "namespace" in obj["metadata"]:
+            args += ["--namespace", namespace]
+        left = kubectl(cluster, *args).stdout.strip()
+        assert bool(left) == (obj["kind"] == "CustomResourceDefinition"), key(obj)
