@@ -29,6 +29,7 @@ __all__ = [
     "Plan",
     "approved_digest",
     "awaiting_approval",
+    "change_lines",
     "check_approvable",
     "describe",
     "plan_of",
@@ -38,6 +39,11 @@ __all__ = [
 APPROVED_PLAN_ANNOTATION: Final = "pulumi.com/approved-plan"
 """Also pko.api.stack.APPROVED_PLAN_ANNOTATION (which loads pydantic); a test keeps them equal."""
 _OPS: Final = ("create", "update", "delete", "replace")
+# The engine's steps, per resource, as the operator's summary counts them (pko.controllers.stack.approval).
+_REPLACE_STEPS: Final = frozenset({"replace", "create-replacement", "delete-replaced"})
+_CREATE_STEPS: Final = frozenset({"create", "import"})
+_DELETE_STEPS: Final = frozenset({"delete", "discard"})
+_SYMBOLS: Final = {"create": "+", "update": "~", "delete": "-", "replace": "+-"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +95,39 @@ def awaiting_approval(stack: Mapping[str, Any]) -> bool:
     """Ready=False with reason AwaitingApproval."""
     ready = get_condition(conditions(stack), "Ready")
     return ready is not None and ready.get("status") == "False" and ready.get("reason") == AWAITING_APPROVAL
+
+
+def change_lines(update: Mapping[str, Any] | None) -> list[str]:
+    """The plan's preview Update's change set (``status.changes``), one line per resource as
+    Pulumi marks it (``+`` create, ``~`` update, ``-`` delete, ``+-`` replace) with the changed
+    property paths; steps that change nothing (``read``) are left out."""
+    steps: dict[str, set[str]] = {}
+    types: dict[str, str] = {}
+    paths: dict[str, list[str]] = {}
+    for change in status_of(update).get("changes") or []:
+        if not isinstance(change, Mapping):
+            continue
+        urn = str(change.get("urn") or "")
+        steps.setdefault(urn, set()).add(str(change.get("op") or ""))
+        types[urn] = str(change.get("type") or "")
+        paths.setdefault(urn, [])
+        paths[urn] += [str(p) for p in change.get("paths") or [] if str(p) not in paths[urn]]
+    lines: list[str] = []
+    for urn, ops in steps.items():
+        if ops & _REPLACE_STEPS:
+            op = "replace"
+        elif ops & _CREATE_STEPS:
+            op = "create"
+        elif ops & _DELETE_STEPS:
+            op = "delete"
+        elif "update" in ops:
+            op = "update"
+        else:
+            continue
+        name = urn.rsplit("::", 1)[-1]
+        changed = f": {', '.join(paths[urn])}" if paths[urn] else ""
+        lines.append(f"  {_SYMBOLS[op]:<2} {op:<7} {name} ({types[urn]}){changed}")
+    return lines
 
 
 def _names(stack: Mapping[str, Any]) -> tuple[str, str]:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, TextIO
 
+from kubernetes_asyncio.client import ApiException
+
 from pko.kubectl import actions, approval, status, why
 from pko.kubectl.args import Options
 from pko.kubectl.cluster import Cluster
@@ -167,6 +169,15 @@ async def run_approve(options: Options, ctx: Context) -> ExitCode:
     stack = await _stack(options, ctx)
     plan = approval.check_approvable(stack, options.digest)
     ctx.out.write(approval.describe(plan, ctx.now()) + "\n")
+    if plan.update:
+        try:
+            preview = await ctx.cluster.update(ctx.namespace, plan.update)
+        except ApiException as exc:  # e.g. no read access to Updates: the counts must do
+            preview = None
+            ctx.err.write(
+                f"The plan's changes are not shown: reading Update {plan.update}: {exc.status} {exc.reason}\n"
+            )
+        ctx.out.write("".join(line + "\n" for line in approval.change_lines(preview)))
     annotation = approval.APPROVED_PLAN_ANNOTATION
     if approval.approved_digest(stack) == plan.digest:
         ctx.out.write(f"stack.pulumi.com/{options.name} plan already approved ({annotation}={plan.digest})\n")

@@ -195,3 +195,45 @@ def drift_status() -> Obj:
         ],
     }
     return status
+
+
+def preview(name: str = "web-preview-1", namespace: str = "ns") -> Obj:
+    """The succeeded savePlan preview Update of a plan, with the change set the agent reported."""
+    obj = update(name, namespace, failed=None)
+    obj["spec"].update(type="preview", savePlan=True)
+    obj["status"]["changes"] = [
+        {
+            "urn": "urn:pulumi:dev::web::random:index/randomPet:RandomPet::pet",
+            "type": "random:index/randomPet:RandomPet",
+            "op": "create",
+        },
+        {
+            "urn": "urn:pulumi:dev::web::kubernetes:apps/v1:Deployment::web",
+            "type": "kubernetes:apps/v1:Deployment",
+            "op": "update",
+            "paths": ["spec.replicas"],
+        },
+        {
+            "urn": "urn:pulumi:dev::web::kubernetes:core/v1:ConfigMap::page",
+            "type": "kubernetes:core/v1:ConfigMap",
+            "op": "update",
+            "paths": ["data.index.html"],
+        },
+        {
+            "urn": "urn:pulumi:dev::web::kubernetes:core/v1:Service::web",
+            "type": "kubernetes:core/v1:Service",
+            "op": "create-replacement",
+            "paths": ["spec.clusterIP"],
+        },
+        {
+            "urn": "urn:pulumi:dev::web::kubernetes:core/v1:Service::web",
+            "type": "kubernetes:core/v1:Service",
+            "op": "delete-replaced",
+        },
+        {
+            "urn": "urn:pulumi:dev::web::kubernetes:core/v1:Secret::ref",
+            "type": "kubernetes:core/v1:Secret",
+            "op": "read",
+        },
+    ]
+    return obj

@@ -8,6 +8,7 @@ from pko.kubectl.approval import (
     APPROVED_PLAN_ANNOTATION,
     approved_digest,
     awaiting_approval,
+    change_lines,
     check_approvable,
     describe,
     plan_of,
@@ -15,7 +16,7 @@ from pko.kubectl.approval import (
 )
 from pko.kubectl.exitcodes import ExitCode, PluginError
 
-from .stacks import DIGEST, NOW, Obj, awaiting_status, ready_status, stack
+from .stacks import DIGEST, NOW, Obj, awaiting_status, preview, ready_status, stack
 
 
 def _approved(obj: Obj, digest: str) -> Obj:
@@ -96,3 +97,13 @@ def test_an_approval_in_place_is_returned() -> None:
     applying = _approved(stack(status=ready_status()), DIGEST)
     applying["status"]["plan"] = awaiting_status()["plan"]
     assert check_approvable(applying, DIGEST).digest == DIGEST
+
+
+def test_the_preview_changes_one_line_per_resource() -> None:
+    assert change_lines(preview()) == [
+        "  +  create  pet (random:index/randomPet:RandomPet)",
+        "  ~  update  web (kubernetes:apps/v1:Deployment): spec.replicas",
+        "  ~  update  page (kubernetes:core/v1:ConfigMap): data.index.html",
+        "  +- replace web (kubernetes:core/v1:Service): spec.clusterIP",
+    ]
+    assert change_lines(None) == []

@@ -86,6 +86,7 @@ async def gate(
         editor = kubeconfig_for(
             source, tmp / "editor", namespace, token=await _token(api_client, namespace, "editor", "edit")
         )
+        await env.put("updates", fx.preview())
         await env.put("stacks", fx.stack("gated", status=fx.awaiting_status()))
         await env.put("stacks", fx.stack("guarded", status=fx.awaiting_status()))
         await env.put("stacks", fx.stack("plain", status=fx.ready_status("plain-1")))
@@ -117,7 +118,13 @@ async def test_approve_shows_the_plan_and_sets_its_digest(gate: Gate) -> None:
     lines = first.out.splitlines()
     assert lines[0].startswith(f"Plan {fx.DIGEST} (preview Update web-preview-1, recorded ")
     assert lines[0].endswith("): 1 to create, 2 to update, 0 to delete, 1 to replace")
-    assert lines[1] == f"stack.pulumi.com/gated plan approved ({APPROVED_PLAN}={fx.DIGEST})"
+    assert lines[1:5] == [
+        "  +  create  pet (random:index/randomPet:RandomPet)",
+        "  ~  update  web (kubernetes:apps/v1:Deployment): spec.replicas",
+        "  ~  update  page (kubernetes:core/v1:ConfigMap): data.index.html",
+        "  +- replace web (kubernetes:core/v1:Service): spec.clusterIP",
+    ]
+    assert lines[5] == f"stack.pulumi.com/gated plan approved ({APPROVED_PLAN}={fx.DIGEST})"
     stack = await gate.env.client("stacks").get("gated")
     assert stack["metadata"]["annotations"][APPROVED_PLAN] == fx.DIGEST
     assert "kubectl-pko" in {m["manager"] for m in stack["metadata"]["managedFields"]}
@@ -125,7 +132,7 @@ async def test_approve_shows_the_plan_and_sets_its_digest(gate: Gate) -> None:
     again = await gate.env.pko("approve", "gated", "--digest", fx.DIGEST, kubeconfig=gate.approver)
     assert again.code == 0
     assert (
-        again.out.splitlines()[1]
+        again.out.splitlines()[-1]
         == f"stack.pulumi.com/gated plan already approved ({APPROVED_PLAN}={fx.DIGEST})"
     )
 
