@@ -366,6 +366,34 @@ def test_the_committed_chart_is_what_the_generator_writes() -> None:
         assert path.read_bytes() == text.encode(), path
 
 
+def leaf_paths(values: dict[str, Any], prefix: str = "") -> Iterator[str]:
+    for name, value in values.items():
+        path = f"{prefix}{name}"
+        if (
+            isinstance(value, dict)
+            and value
+            and name not in ("resources", "securityContext", "podSecurityContext")
+        ):
+            yield from leaf_paths(value, path + ".")
+        else:
+            yield path
+
+
+def test_the_chart_readme_documents_every_value() -> None:
+    """Each value of values.yaml has a row in the README's table: its own (`image.tag`), or its
+    parent's listing it (`agent.image.registry`, `.repository`, ...)."""
+    rows = [line for line in (CHART / "README.md").read_text().splitlines() if line.startswith("| `")]
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    missing = []
+    for path in leaf_paths(values):
+        parent, _, leaf = path.rpartition(".")
+        if not any(
+            f"`{path}`" in row or (parent and f"`{parent}." in row and f".{leaf}`" in row) for row in rows
+        ):
+            missing.append(path)
+    assert not missing, f"charts/pko/README.md does not document {missing}"
+
+
 def test_chart_version_is_the_projects() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     from pko.version import VERSION
