@@ -22,7 +22,7 @@ Where the values go, and nothing else:
   contexts, the grace period, ``--leader-elect`` and the log flags, optional environment (leader
   election timings, WATCH_NAMESPACE, KUBE_API_TIMEOUT, FLUX_MAX_UNTAR_SIZE_BYTES, extraEnv), pod
   annotations and labels, scheduling (nodeSelector, affinity, tolerations), imagePullSecrets;
-- the metrics Service (the Service whose ports all target ``http-metrics``) exists only while
+- the metrics Service (the Service whose only port is named ``http-metrics``) exists only while
   ``metrics.service.enabled``; a ServiceMonitor for it is added with ``serviceMonitor.enabled``.
 
 The values' defaults are read from the same render, so values.yaml says what config/ says. Anything
@@ -112,11 +112,11 @@ def mark_namespace(obj: Any, moved: Any, namespace: str) -> Any:
     same object under the sentinel namespace), and in ``system:serviceaccount:<ns>:`` user names."""
     if isinstance(obj, dict):
         if not isinstance(moved, dict) or moved.keys() != obj.keys():
-            raise SystemExit(f"gen_helm: the sentinel render differs in shape at {obj!r}")
+            raise SystemExit(f"gen_helm: the sentinel render differs in shape at {obj!r:.200}")
         return {k: mark_namespace(v, moved[k], namespace) for k, v in obj.items()}
     if isinstance(obj, list):
         if not isinstance(moved, list) or len(moved) != len(obj):
-            raise SystemExit(f"gen_helm: the sentinel render differs in shape at {obj!r}")
+            raise SystemExit(f"gen_helm: the sentinel render differs in shape at {obj!r:.200}")
         return [mark_namespace(v, m, namespace) for v, m in zip(obj, moved, strict=True)]
     if isinstance(obj, str):
         if obj != moved:
@@ -309,28 +309,22 @@ def template_deployment(deploy: Obj, markers: Markers, values: dict[str, Any]) -
         raise SystemExit("gen_helm: the manager's args lack --log-level=... or --log-format=...")
     container["args"] = new_args
 
+    optional = (
+        ("LEADER_ELECTION_LEASE_DURATION", ".Values.leaderElection.leaseDuration"),
+        ("LEADER_ELECTION_RENEW_DEADLINE", ".Values.leaderElection.renewDeadline"),
+        ("LEADER_ELECTION_RETRY_PERIOD", ".Values.leaderElection.retryPeriod"),
+        ("WATCH_NAMESPACE", ".Values.watchNamespace"),
+        ("KUBE_API_TIMEOUT", ".Values.kubeAPI.timeout"),
+        ("FLUX_MAX_UNTAR_SIZE_BYTES", ".Values.flux.maxUntarSizeBytes"),
+    )
+    taken = sorted({name for name, _ in optional} & {e["name"] for e in env})
+    if taken:
+        raise SystemExit(f"gen_helm: config/ sets {taken} itself: the chart's values would duplicate them")
     optional_env = "\n".join(
         f"{{{{- with {value} }}}}\n- name: {name}\n"
         '  value: {{ include "pko.string" . | quote }}\n{{- end }}'
-        for name, value in (
-            ("LEADER_ELECTION_LEASE_DURATION", ".Values.leaderElection.leaseDuration"),
-            ("LEADER_ELECTION_RENEW_DEADLINE", ".Values.leaderElection.renewDeadline"),
-            ("LEADER_ELECTION_RETRY_PERIOD", ".Values.leaderElection.retryPeriod"),
-            ("WATCH_NAMESPACE", ".Values.watchNamespace"),
-            ("KUBE_API_TIMEOUT", ".Values.kubeAPI.timeout"),
-            ("FLUX_MAX_UNTAR_SIZE_BYTES", ".Values.flux.maxUntarSizeBytes"),
-        )
+        for name, value in optional
     )
-    taken = {
-        "LEADER_ELECTION_LEASE_DURATION",
-        "WATCH_NAMESPACE",
-        "KUBE_API_TIMEOUT",
-        "FLUX_MAX_UNTAR_SIZE_BYTES",
-    }
-    if taken & {e["name"] for e in env}:
-        raise SystemExit(
-            f"gen_helm: config/ sets {sorted(taken)} itself: the chart's values would duplicate them"
-        )
     env.append(markers.new_block("OPTIONAL_ENV", optional_env))
     env.append(markers.new_block("EXTRA_ENV", with_items(".Values.extraEnv")))
     values["watchNamespace"] = ""
@@ -338,13 +332,13 @@ def template_deployment(deploy: Obj, markers: Markers, values: dict[str, Any]) -
     values["flux"] = {"maxUntarSizeBytes": ""}
     values["extraEnv"] = []
 
-    values["resources"] = container.get("resources", {})
-    values["securityContext"] = container.get("securityContext", {})
-    values["podSecurityContext"] = pod.get("securityContext", {})
     if "terminationGracePeriodSeconds" not in pod or not {"resources", "securityContext"} <= container.keys():
         raise SystemExit(
             "gen_helm: the manager pod lacks terminationGracePeriodSeconds, resources or securityContext"
         )
+    values["resources"] = container["resources"]
+    values["securityContext"] = container["securityContext"]
+    values["podSecurityContext"] = pod.get("securityContext", {})
     values["terminationGracePeriodSeconds"] = pod["terminationGracePeriodSeconds"]
     pod["terminationGracePeriodSeconds"] = markers.new_inline(
         "GRACE", "{{ .Values.terminationGracePeriodSeconds | int64 }}"

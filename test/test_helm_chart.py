@@ -18,6 +18,7 @@ import functools
 import gzip
 import json
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -364,6 +365,38 @@ def test_the_committed_chart_is_what_the_generator_writes() -> None:
     assert not stale, f"run hack/gen_helm.py: out of date: {[str(p.relative_to(REPO)) for p in stale]}"
     for path, text in expected.items():
         assert path.read_bytes() == text.encode(), path
+
+
+@pytest.mark.parametrize(
+    ("ref", "split"),
+    [
+        ("pko:latest", ("", "pko", "latest", "")),
+        ("pko", ("", "pko", "", "")),
+        ("registry.example:5000/platform/pko:v1", ("registry.example:5000", "platform/pko", "v1", "")),
+        ("localhost/pko-agent@sha256:" + "0" * 64, ("localhost", "pko-agent", "", "sha256:" + "0" * 64)),
+        ("pulumi/pulumi-kubernetes-operator:v2.9.0", ("", "pulumi/pulumi-kubernetes-operator", "v2.9.0", "")),
+    ],
+)
+def test_image_references_split_into_the_values_the_chart_joins(ref: str, split: tuple[str, ...]) -> None:
+    image = gen_helm.parse_image(ref)
+    assert (image["registry"], image["repository"], image["tag"], image["digest"]) == split
+    assert gen_helm.join_image(image) == ref
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda c: c["args"].remove("--leader-elect"), "no --leader-elect"),
+        (lambda c: c["env"].append({"name": "WATCH_NAMESPACE", "value": "x"}), "sets ['WATCH_NAMESPACE']"),
+        (lambda c: c.pop("resources"), "lacks terminationGracePeriodSeconds, resources"),
+    ],
+)
+def test_the_generator_refuses_a_config_it_would_misrepresent(change: Any, reason: str) -> None:
+    objs, moved = gen_helm.render_config("kubectl")
+    for render in (objs, moved):  # as a change under config/ would show in both
+        change(manager(render)[1])
+    with pytest.raises(SystemExit, match=re.escape(reason)):
+        gen_helm.build_chart(objs, moved, "0.0.0")
 
 
 def leaf_paths(values: dict[str, Any], prefix: str = "") -> Iterator[str]:
