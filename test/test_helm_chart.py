@@ -321,6 +321,56 @@ def test_service_monitor_scrapes_the_metrics_service(custom: list[Obj]) -> None:
     assert monitor["spec"]["targetLabels"] == ["team"]
 
 
+def test_a_values_file_written_for_the_go_operators_chart_carries_over(
+    helm_home: Path, tmp_path: Path
+) -> None:
+    """The Go chart's value names pko shares take effect; those it has no use for (its RBAC and naming
+    switches, an empty-string imagePullSecrets, null extra volumes) are ignored, not errors."""
+    go_values = {
+        "replicaCount": 2,
+        "image": {"registry": "ghcr.io", "repository": "example/pko", "tag": "", "pullPolicy": "Always"},
+        "imagePullSecrets": "",
+        "controller": {"logLevel": "error", "logFormat": "console", "metricsSecure": True},
+        "leaderElection": {"leaseDuration": "60s", "renewDeadline": "45s", "retryPeriod": "10s"},
+        "kubeAPI": {"timeout": "30s"},
+        "flux": {"maxUntarSizeBytes": ""},
+        "extraEnv": [{"name": "GOMEMLIMIT", "value": "100MiB"}],
+        "rbac": {"create": True, "createClusterRole": True, "createRole": False, "extraRules": []},
+        "nameOverride": "",
+        "fullnameOverride": "",
+        "serviceAccount": {"create": True, "annotations": {}, "name": ""},
+        "extraVolumes": None,
+        "extraVolumeMounts": None,
+        "extraPorts": None,
+        "resources": {
+            "limits": {"cpu": "200m", "memory": "128Mi"},
+            "requests": {"cpu": "200m", "memory": "128Mi"},
+        },
+        "serviceMonitor": {"enabled": False},
+    }
+    path = tmp_path / "go-values.yaml"
+    path.write_text(yaml.safe_dump(go_values))
+    objs = template(helm_home, "--values", str(path))
+    deploy, container = manager(objs)
+    assert deploy["spec"]["replicas"] == 2
+    assert (
+        container["image"]
+        == f"ghcr.io/example/pko:{yaml.safe_load((CHART / 'Chart.yaml').read_text())['appVersion']}"
+    )
+    assert container["imagePullPolicy"] == "Always"
+    assert "imagePullSecrets" not in deploy["spec"]["template"]["spec"]
+    assert "--log-level=error" in container["args"] and "--log-format=console" in container["args"]
+    env = env_of(container)
+    assert (env["LEADER_ELECTION_LEASE_DURATION"], env["KUBE_API_TIMEOUT"], env["GOMEMLIMIT"]) == (
+        "60s",
+        "30s",
+        "100MiB",
+    )
+    assert "FLUX_MAX_UNTAR_SIZE_BYTES" not in env
+    assert container["resources"] == go_values["resources"]
+    helm(helm_home, "lint", "--strict", str(CHART), "--values", str(path))
+
+
 def test_no_service_monitor_by_default(helm_home: Path) -> None:
     assert not [o for o in template(helm_home) if o["kind"] == "ServiceMonitor"]
 
