@@ -105,11 +105,19 @@ def plan_digest(inputs: str, base: str, changes: Iterable[Mapping[str, Any]]) ->
     return _sha256({"inputs": inputs, "base": base, "changes": _change_entries(changes)})
 
 
+def _bookkeeping(type_: str) -> bool:
+    """The stack's root resource and provider instances: the engine's, not the user's."""
+    return type_ == "pulumi:pulumi:Stack" or type_.startswith("pulumi:providers:")
+
+
 def summarize(changes: Iterable[Mapping[str, Any]]) -> Obj:
-    """Resources by what the plan does to them, each counted once (a replacement is one
-    ``replace`` however many steps the engine reports for it)."""
+    """The user's resources by what the plan does to them, each counted once (a replacement is one
+    ``replace`` however many steps the engine reports for it); the stack's root resource and
+    providers are left out (the digest still covers them)."""
     ops: dict[str, set[str]] = {}
     for change in changes:
+        if _bookkeeping(str(change.get("type") or "")):
+            continue
         ops.setdefault(str(change.get("urn") or ""), set()).add(str(change.get("op") or ""))
     summary = {"create": 0, "update": 0, "delete": 0, "replace": 0}
     for steps in ops.values():
