@@ -5,6 +5,7 @@ kube-scheduler, kubelet, containerd + runc, a CNI bridge, kube-proxy and cluster
     python3 hack/localnode.py up [--import FILE.oci.tar ...]   # prints the kubeconfig path
     python3 hack/localnode.py down                             # everything goes, nothing is left
     python3 hack/localnode.py status
+    python3 hack/localnode.py restart kubelet [--signal KILL] [--down-for S]   # one component
 
 Standard library only (it runs before the project's virtualenv exists). Needs root, cgroups and
 the Kubernetes and etcd binaries `hack/build-kubernetes.sh` builds from the Go module proxy (the
@@ -172,7 +173,18 @@ def _spawn(name: str, args: list[str], env: dict[str, str] | None = None) -> sub
     )
     log.close()
     _save_pid(name, proc.pid)
+    commands = _commands()
+    commands[name] = {"args": args, "env": env or {}}
+    (STATE / "run" / "commands.json").write_text(json.dumps(commands, indent=1))
     return proc
+
+
+def _commands() -> dict[str, dict[str, object]]:
+    """How each component was started (``restart`` starts it again the same way)."""
+    try:
+        return dict(json.loads((STATE / "run" / "commands.json").read_text()))
+    except (OSError, ValueError):
+        return {}
 
 
 def _alive(pid: int) -> bool:
@@ -788,6 +800,30 @@ def down() -> None:
     _log("node down")
 
 
+def restart(name: str, sig: signal.Signals = signal.SIGTERM, down_for: float = 0.0) -> int:
+    """Stop one component of a running node (``sig`` to its process only: containerd's shims, and so
+    the containers, live on) and start it again as ``up`` did, after ``down_for`` seconds: the fault
+    matrix's kubelet, containerd, kube-apiserver and etcd restarts. Returns the new pid."""
+    pid, command = _pids().get(name), _commands().get(name)
+    if pid is None or command is None:
+        raise SystemExit(f"localnode: {name} is not running on this node (components: {', '.join(_pids())})")
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + 30
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(down_for)
+    args, env = command["args"], command["env"]
+    assert isinstance(args, list) and isinstance(env, dict)
+    new = _spawn(name, [str(a) for a in args], {str(k): str(v) for k, v in env.items()}).pid
+    _log(f"{name} restarted (pid {pid} -> {new}, {sig.name}, down {down_for:.0f}s)")
+    return new
+
+
 def status() -> int:
     pids = _pids()
     if not pids:
@@ -801,7 +837,10 @@ def status() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=("up", "down", "status"))
+    p.add_argument("command", choices=("up", "down", "status", "restart"))
+    p.add_argument("component", nargs="?", choices=COMPONENTS, help="restart: the component")
+    p.add_argument("--signal", default="TERM", choices=("TERM", "KILL"), help="restart: how it stops")
+    p.add_argument("--down-for", type=float, default=0.0, help="restart: seconds between stop and start")
     p.add_argument(
         "--import",
         dest="imports",
@@ -826,6 +865,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "down":
         down()
+        return 0
+    if args.command == "restart":
+        if not args.component:
+            p.error("restart needs a component")
+        print(restart(args.component, signal.Signals[f"SIG{args.signal}"], args.down_for))
         return 0
     return status()
 

@@ -1,0 +1,34 @@
+"""The reduced fault matrix (issue 28) on the real node and engine: the cells of ``hack/chaos.py
+--reduced``, one test each, judged as the full matrix judges them (see hack/chaos.py): the Stack Ready
+(or gone after a destroy) within the bound, one successful Update for the change, every command of the
+program run once (the witness log on the node's disk), and no lock, pending operation or stray
+resource in the state backend (the file backend on a claim, or SeaweedFS through S3).
+
+The full matrix is one command: ``sudo python3 hack/chaos.py`` on a node from ``hack/up.sh``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import Kube
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hack"))
+import chaos  # hack/chaos.py
+
+pytestmark = [
+    pytest.mark.timeout(1500),
+    pytest.mark.pko_only("the matrix reads pko's Update labels and request annotations"),
+]
+
+
+@pytest.mark.parametrize(("fault", "operation", "backend"), chaos.REDUCED)
+def test_fault_during_operation_loses_and_repeats_nothing(
+    kube: Kube, fault: str, operation: str, backend: str
+) -> None:
+    cell = chaos.Cell(fault, operation, backend)
+    chaos.run([cell], step_seconds=8, bound=600)
+    assert cell.outcome == "pass", chaos.table([cell]) + "\n" + kube.diagnose()

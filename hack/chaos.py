@@ -1,0 +1,775 @@
+#!/usr/bin/env python3
+"""The fault matrix: every fault we can cause on the local node, during every Stack operation, on both
+state backends, each cell judged from outside (kubectl, the state backend's own files, and a witness
+log the program's commands write).
+
+    python3 hack/chaos.py                       # the full matrix (a node with pko: hack/up.sh first)
+    python3 hack/chaos.py --reduced             # the cells .ci/run runs (through e2e/test_chaos.py)
+    python3 hack/chaos.py --faults workspace-kill9,etcd-restart --operations up --backends s3
+
+Each cell starts from a clean Stack (names of its own, in namespace ``chaos``) whose program is three
+``command:local:Command`` resources in a chain, each sleeping ``--step-seconds`` before it appends a
+line to ``/witness/log`` (a volume of its own, on the node's disk): so the fault lands mid-operation,
+and what the engine really ran is counted after the fact, whatever the pods and the state say.
+
+A cell passes when, within ``--bound`` seconds of the fault:
+* the Stack is Ready for the intended change (or, for ``destroy``, gone);
+* exactly one successful Update of the intended type ran for the change (a failed attempt followed by
+  a retry is fine; two successes are not);
+* every command of the change ran once (the witness log), or, where the engine cannot know whether a
+  command it started finished (a pending operation), pko reported it on the Stack;
+* the state holds no pending operation and no lock, and its resources are the program's (none after
+  ``destroy``).
+
+Output: a table fault x operation x backend (outcome, seconds from the fault to recovery), also written
+as JSON (``--json``, default ``.bench-logs/chaos.json``). Standard library only, with the node's kubectl;
+needs root (it signals the node's processes and writes iptables rules, as ``localnode.py`` does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import localnode
+
+REPO = Path(__file__).resolve().parents[1]
+NAMESPACE = "chaos"
+OPERATOR_NS = "pulumi-kubernetes-operator"
+OPERATOR = "controller-manager"
+VOLUMES = localnode.STATE / "volumes" / "chaos"
+S3_ENDPOINT = "seaweedfs.default.svc.cluster.local:8333"
+BUCKET = "pulumi-state"
+FILER = "http://127.0.0.1:8888"
+STEPS = ("step1", "step2", "step3")
+OPERATIONS = ("up", "up-change", "refresh", "destroy")
+BACKENDS = ("file", "s3")
+
+
+# --- kubectl ------------------------------------------------------------------------------------------
+
+
+def kubectl(*args: str, check: bool = True, stdin: str | None = None, timeout: float = 120) -> str:
+    env = {**os.environ, "KUBECONFIG": str(localnode.STATE / "kubeconfig")}
+    proc = subprocess.run(
+        [str(localnode.bin_dir() / "kubectl"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        input=stdin,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def get(kind: str, name: str, namespace: str = NAMESPACE) -> dict[str, Any] | None:
+    out = kubectl("get", kind, name, "-n", namespace, "-o", "json", "--ignore-not-found", check=False)
+    return json.loads(out) if out.strip() else None
+
+
+def items(kind: str, *selector: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+    out = kubectl("get", kind, "-n", namespace, *selector, "-o", "json", check=False)
+    return list(json.loads(out)["items"]) if out.strip() else []
+
+
+def patch(kind: str, name: str, body: dict[str, Any], check: bool = True) -> None:
+    kubectl("-n", NAMESPACE, "patch", kind, name, "--type=merge", "-p", json.dumps(body), check=check)
+
+
+def apply(manifest: dict[str, Any] | str) -> None:
+    body = manifest if isinstance(manifest, str) else json.dumps(manifest)
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=body)
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return dict(c)
+    return {}
+
+
+def until(what: str, probe: Callable[[], Any], within: float, interval: float = 1.0) -> Any:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            value = probe()
+        except (RuntimeError, subprocess.TimeoutExpired, ValueError):
+            value = None  # the apiserver restarting: ask again
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"{what}: not within {within:.0f}s")
+
+
+# --- the cell's objects -------------------------------------------------------------------------------
+
+
+def program(name: str, step_seconds: int) -> dict[str, Any]:
+    """Three commands in a chain; each sleeps, then appends what it did (and for which generation of
+    the config) to the witness log. ``create`` runs again on a change (no ``update`` command)."""
+    resources: dict[str, Any] = {}
+    previous = None
+    for step in STEPS:
+        resources[step] = {
+            "type": "command:local:Command",
+            "properties": {
+                "create": f"sleep {step_seconds}; echo create {step} ${{gen}} >> /witness/log; echo {step}",
+                "delete": f"sleep {step_seconds}; echo delete {step} >> /witness/log",
+            },
+            **({"options": {"dependsOn": [f"${{{previous}}}"]}} if previous else {}),
+        }
+        previous = step
+    return {
+        "apiVersion": "pulumi.com/v1",
+        "kind": "Program",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "program": {
+            "configuration": {"gen": {"type": "String", "default": "1"}},
+            "resources": resources,
+            "outputs": {"gen": "${gen}"},
+        },
+    }
+
+
+def volume(name: str, purpose: str) -> list[dict[str, Any]]:
+    """A PersistentVolume on the node's disk bound to the cell's claim from the start (the node's
+    static volumes are too few for a whole matrix), so the judge reads it from this machine."""
+    path = VOLUMES / name / purpose
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o1777)
+    claim = f"{name}-{purpose}"
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"{NAMESPACE}-{claim}", "labels": {"pko.chaos/cell": name}},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "chaos",
+                "hostPath": {"path": str(path), "type": "Directory"},
+                "claimRef": {"namespace": NAMESPACE, "name": claim},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": NAMESPACE},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "chaos",
+                "volumeName": f"{NAMESPACE}-{claim}",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    ]
+
+
+def stack(name: str, backend: str, gen: str, ephemeral_limit: str | None = None) -> dict[str, Any]:
+    env: dict[str, Any] = {
+        "PULUMI_CONFIG_PASSPHRASE": {
+            "type": "Secret",
+            "secret": {"name": f"{name}-passphrase", "key": "PULUMI_CONFIG_PASSPHRASE"},
+        }
+    }
+    mounts = [{"name": "witness", "mountPath": "/witness"}]
+    volumes = [{"name": "witness", "persistentVolumeClaim": {"claimName": f"{name}-witness"}}]
+    if backend == "file":
+        url = "file:///state"
+        mounts.append({"name": "state", "mountPath": "/state"})
+        volumes.append({"name": "state", "persistentVolumeClaim": {"claimName": f"{name}-state"}})
+    else:
+        url = f"s3://{BUCKET}?endpoint={S3_ENDPOINT}&disableSSL=true&s3ForcePathStyle=true"
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            env[key] = {"type": "Secret", "secret": {"name": "chaos-s3", "key": key}}
+    container: dict[str, Any] = {"name": "pulumi", "volumeMounts": mounts}
+    if ephemeral_limit:
+        container["resources"] = {
+            "requests": {"ephemeral-storage": "256Mi"},
+            "limits": {"ephemeral-storage": ephemeral_limit},
+        }
+    return {
+        "apiVersion": "pulumi.com/v1",
+        "kind": "Stack",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "serviceAccountName": "pulumi",
+            "stack": "dev",
+            "programRef": {"name": name},
+            "backend": url,
+            "destroyOnFinalize": True,
+            "config": {"gen": gen},
+            "envRefs": env,
+            "workspaceTemplate": {
+                "spec": {"podTemplate": {"spec": {"containers": [container], "volumes": volumes}}}
+            },
+        },
+    }
+
+
+def passphrase(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": f"{name}-passphrase", "namespace": NAMESPACE},
+        "stringData": {"PULUMI_CONFIG_PASSPHRASE": f"chaos-{name}"},
+    }
+
+
+def prepare_namespace() -> None:
+    """Namespace ``chaos`` (Pod Security restricted, as users run workspaces) and its ``pulumi``
+    ServiceAccount, which the workspace agents authenticate callers with (as config/quickstart's)."""
+    apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": NAMESPACE,
+                "labels": {
+                    "pod-security.kubernetes.io/enforce": "restricted",
+                    "pod-security.kubernetes.io/enforce-version": "latest",
+                },
+            },
+        }
+    )
+    apply(
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "pulumi", "namespace": NAMESPACE}}
+    )
+    apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"{NAMESPACE}:pulumi:system:auth-delegator"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "system:auth-delegator",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "pulumi", "namespace": NAMESPACE}],
+        }
+    )
+    apply(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": "chaos"},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "reclaimPolicy": "Retain",
+            "volumeBindingMode": "Immediate",
+        }
+    )
+
+
+def prepare_s3() -> None:
+    """The sample's SeaweedFS (config/samples/s3) in ``default``, and its keys copied into ``chaos``."""
+    s3 = REPO / "config" / "samples" / "s3"
+    for f in ("secret.yaml", "seaweedfs.yaml"):
+        kubectl("apply", "--server-side", "-n", "default", "-f", str(s3 / f))
+    kubectl("-n", "default", "rollout", "status", "deployment/seaweedfs", "--timeout=300s", timeout=320)
+    keys = (get("secret", "seaweedfs-s3", "default") or {}).get("data") or {}
+    apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "chaos-s3", "namespace": NAMESPACE},
+            "data": {k: keys[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")},
+        }
+    )
+
+
+# --- what the judge reads -----------------------------------------------------------------------------
+
+
+def witness(name: str) -> list[str]:
+    try:
+        return (VOLUMES / name / "witness" / "log").read_text().splitlines()
+    except OSError:
+        return []
+
+
+def _filer(path: str) -> str:
+    return kubectl(
+        "-n", "default", "exec", "deployment/seaweedfs", "-c", "seaweedfs", "--",
+        "wget", "-q", "-O", "-", "--header", "Accept: application/json", FILER + path,
+        check=False,
+    )  # fmt: skip
+
+
+def backend_state(name: str, backend: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """The stack's checkpoint (None: no stack in the backend) and the locks held on it."""
+    stacks, locks = f".pulumi/stacks/{name}/dev.json", f".pulumi/locks/{name}/dev"
+    if backend == "file":
+        root = VOLUMES / name / "state"
+        checkpoint = root / stacks
+        held = sorted(p.name for p in (root / locks).glob("*")) if (root / locks).is_dir() else []
+        return (json.loads(checkpoint.read_text()) if checkpoint.exists() else None), held
+    text = _filer(f"/buckets/{BUCKET}/{stacks}")
+    listing = _filer(f"/buckets/{BUCKET}/{locks}/")
+    try:
+        entries = json.loads(listing).get("Entries") or [] if listing.strip() else []
+    except ValueError:
+        entries = []
+    try:
+        state = json.loads(text) if text.strip() else None
+    except ValueError:
+        state = None
+    return state, sorted(e["FullPath"].rsplit("/", 1)[-1] for e in entries)
+
+
+@dataclass
+class UpdateLog:
+    """Every Update of the cell's Stack seen while the cell ran (a poller: history is pruned)."""
+
+    name: str
+    seen: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def poll(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for u in items("updates", "-l", f"pulumi.com/stack-name={self.name}"):
+                    self.seen[u["metadata"]["name"]] = u
+            except (RuntimeError, subprocess.TimeoutExpired, ValueError):
+                pass
+            self._stop.wait(1.0)
+
+    @contextmanager
+    def running(self) -> Iterator[UpdateLog]:
+        thread = threading.Thread(target=self.poll, daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            thread.join(10)
+
+    def succeeded(self, type_: str, since: str) -> list[str]:
+        return sorted(
+            n
+            for n, u in self.seen.items()
+            if (u.get("spec") or {}).get("type") == type_
+            and u["metadata"]["creationTimestamp"] >= since
+            and condition(u, "Complete").get("status") == "True"
+            and condition(u, "Failed").get("status") != "True"
+        )
+
+
+# --- faults -------------------------------------------------------------------------------------------
+
+
+def _container_pid(pod: dict[str, Any], container: str) -> int:
+    for s in (pod.get("status") or {}).get("containerStatuses") or []:
+        if s["name"] == container and s.get("containerID", "").startswith("containerd://"):
+            cid = s["containerID"].split("//", 1)[1]
+            for line in localnode._ctr("tasks", "ls").splitlines()[1:]:
+                parts = line.split()
+                if parts and parts[0] == cid:
+                    return int(parts[1])
+    raise RuntimeError(f"no running container {container} in pod {pod['metadata']['name']}")
+
+
+def operator_pods() -> list[dict[str, Any]]:
+    pods = items("pods", "-l", "control-plane=controller-manager", namespace=OPERATOR_NS)
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def leader_pod() -> dict[str, Any]:
+    leases = items("leases", namespace=OPERATOR_NS)
+    holders = [(le.get("spec") or {}).get("holderIdentity") or "" for le in leases]
+    for pod in operator_pods():
+        if any(h.startswith(pod["metadata"]["name"]) for h in holders):
+            return pod
+    raise RuntimeError(f"no operator pod holds a lease ({holders})")
+
+
+def workspace_pod(name: str) -> dict[str, Any]:
+    pod = get("pod", f"{name}-workspace-0")
+    if pod is None:
+        raise RuntimeError(f"no workspace pod for {name}")
+    return pod
+
+
+@contextmanager
+def cut_off(source_ip: str, dest_ip: str) -> Iterator[None]:
+    rules = [["-s", source_ip, "-d", dest_ip, "-j", "DROP"], ["-s", dest_ip, "-d", source_ip, "-j", "DROP"]]
+    for r in rules:
+        localnode.sh("iptables", "-I", "FORWARD", "1", *r)
+    try:
+        yield
+    finally:
+        for r in rules:
+            localnode.sh("iptables", "-D", "FORWARD", *r, check=False)
+
+
+def _restart(component: str, sig: signal.Signals = signal.SIGTERM, down_for: float = 0.0) -> None:
+    localnode.restart(component, sig, down_for)
+
+
+def fault_operator_kill9(name: str) -> None:
+    os.kill(_container_pid(leader_pod(), "manager"), signal.SIGKILL)
+
+
+def fault_operator_rollout(name: str) -> None:
+    kubectl("-n", OPERATOR_NS, "rollout", "restart", f"deployment/{OPERATOR}")
+
+
+def fault_leader_lost(name: str) -> None:
+    """The leader stops (SIGSTOP) for longer than the lease, the second replica takes over, then the
+    old leader runs again: it must notice it lost the lease and act on nothing."""
+    pid = _container_pid(leader_pod(), "manager")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(30)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def fault_workspace_kill9(name: str) -> None:
+    os.kill(_container_pid(workspace_pod(name), "pulumi"), signal.SIGKILL)
+
+
+def fault_workspace_evict(name: str) -> None:
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": f"{name}-workspace-0", "namespace": NAMESPACE},
+    }
+    kubectl(
+        "create", "--raw", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}-workspace-0/eviction", "-f", "-",
+        stdin=json.dumps(body),
+    )  # fmt: skip
+
+
+def fault_kubelet_restart(name: str) -> None:
+    _restart("kubelet", down_for=10)
+
+
+def fault_containerd_restart(name: str) -> None:
+    _restart("containerd", down_for=5)
+
+
+def fault_apiserver_restart(name: str) -> None:
+    _restart("kube-apiserver", down_for=10)
+
+
+def fault_etcd_restart(name: str) -> None:
+    _restart("etcd", signal.SIGKILL, down_for=10)
+
+
+def fault_network_cut(name: str) -> None:
+    """The operator cannot reach the workspace pod (nor it the operator) for 30 s."""
+    ws_ip = workspace_pod(name)["status"]["podIP"]
+    op_ips = [p["status"]["podIP"] for p in operator_pods() if (p.get("status") or {}).get("podIP")]
+    with ExitStack() as cuts:
+        for ip in op_ips:
+            cuts.enter_context(cut_off(ip, ws_ip))
+        time.sleep(30)
+
+
+def fault_disk_full(name: str) -> None:
+    """The workspace fills its disk past its ephemeral-storage limit (512Mi in this cell): the kubelet
+    evicts the pod."""
+    kubectl(
+        "-n", NAMESPACE, "exec", f"{name}-workspace-0", "-c", "pulumi", "--",
+        "sh", "-c", "dd if=/dev/zero of=/share/fill bs=1M count=700 2>/dev/null || true",
+        check=False, timeout=180,
+    )  # fmt: skip
+
+
+def fault_secret_deleted(name: str) -> None:
+    """The passphrase Secret the Stack's envRefs name is deleted, and put back 30 s later (as a user
+    who notices would)."""
+    kubectl("-n", NAMESPACE, "delete", "secret", f"{name}-passphrase")
+    time.sleep(30)
+    apply(passphrase(name))
+
+
+FAULTS: dict[str, Callable[[str], None]] = {
+    "operator-kill9": fault_operator_kill9,
+    "operator-rollout": fault_operator_rollout,
+    "leader-lost": fault_leader_lost,
+    "workspace-kill9": fault_workspace_kill9,
+    "workspace-evict": fault_workspace_evict,
+    "kubelet-restart": fault_kubelet_restart,
+    "containerd-restart": fault_containerd_restart,
+    "apiserver-restart": fault_apiserver_restart,
+    "etcd-restart": fault_etcd_restart,
+    "network-cut": fault_network_cut,
+    "disk-full": fault_disk_full,
+    "secret-deleted": fault_secret_deleted,
+}
+# Not run on one node: "node-lost" (the workspace pod's node gone for good) needs a second node.
+NOT_RUN = {"node-lost": "needs a second node (not built yet)"}
+# The cells .ci/run runs: the faults users report most (#1293, #1308), one per component kind.
+REDUCED = [
+    ("operator-kill9", "up", "file"),
+    ("workspace-kill9", "up-change", "s3"),
+    ("workspace-evict", "destroy", "file"),
+    ("etcd-restart", "up", "s3"),
+    ("network-cut", "up-change", "file"),
+    ("leader-lost", "up", "file"),
+]
+
+
+# --- one cell -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Cell:
+    fault: str
+    operation: str
+    backend: str
+    outcome: str = "not run"  # pass | FAIL | not run
+    recovery_seconds: float | None = None
+    detail: str = ""
+    problems: list[str] = field(default_factory=list)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _ready_for(name: str, generation: int, refresh_token: str | None = None) -> bool:
+    s = get("stack", name)
+    if s is None:
+        return False
+    c = condition(s, "Ready")
+    status = s.get("status") or {}
+    last = status.get("lastUpdate") or {}
+    if refresh_token is not None and status.get("observedRefreshRequest") != refresh_token:
+        return False
+    return (
+        c.get("status") == "True"
+        and last.get("state") == "succeeded"
+        and int(last.get("generation") or 0) >= generation
+        and int(s["metadata"]["generation"]) == generation
+    )
+
+
+def _first_line(name: str, line: str) -> Callable[[], bool]:
+    return lambda: line in witness(name)
+
+
+def cell_name(cell: Cell, run_id: str) -> str:
+    short = {"up-change": "chg", "refresh": "rfs", "destroy": "del"}.get(cell.operation, cell.operation)
+    return f"{cell.fault.replace('-', '')[:14]}-{short}-{cell.backend}-{run_id}"
+
+
+def run_cell(cell: Cell, step_seconds: int, bound: float, run_id: str) -> Cell:
+    name = cell_name(cell, run_id)
+    fault = FAULTS[cell.fault]
+    disk = "512Mi" if cell.fault == "disk-full" else None
+    for obj in volume(name, "witness") + (volume(name, "state") if cell.backend == "file" else []):
+        apply(obj)
+    apply(passphrase(name))
+    apply(program(name, step_seconds))
+    log = UpdateLog(name)
+    with log.running():
+        started = _now()
+        apply(stack(name, cell.backend, "1", disk))
+        expected_type, gen, token = "up", "1", None
+        if cell.operation == "up":
+            until("mid first up", _first_line(name, "create step1 1"), bound)
+        else:
+            until("first up Ready", lambda: _ready_for(name, 1), bound)
+            started = _now()
+            if cell.operation == "up-change":
+                gen = "2"
+                patch("stack", name, {"spec": {"config": {"gen": "2"}}})
+                until("mid change", _first_line(name, "create step1 2"), bound)
+            elif cell.operation == "refresh":
+                expected_type, token = "refresh", f"chaos-{time.time_ns()}"
+                annotation = f"pulumi.com/refresh-request={token}"
+                kubectl("-n", NAMESPACE, "annotate", "--overwrite", "stack", name, annotation)
+                until(
+                    "refresh running",
+                    lambda: any((u.get("spec") or {}).get("type") == "refresh" for u in log.seen.values()),
+                    bound,
+                    0.2,
+                )
+            else:
+                expected_type = "destroy"
+                kubectl("-n", NAMESPACE, "delete", "stack", name, "--wait=false")
+                until("mid destroy", _first_line(name, "delete step3"), bound)
+        t0 = time.monotonic()
+        fault(name)
+        try:
+            if cell.operation == "destroy":
+                until("stack gone", lambda: get("stack", name) is None, bound)
+            else:
+                generation = int((get("stack", name) or {})["metadata"]["generation"])
+                until("Ready", lambda: _ready_for(name, generation, token), bound, 2)
+            cell.recovery_seconds = round(time.monotonic() - t0, 1)
+        except TimeoutError as e:
+            cell.problems.append(str(e))
+            s = get("stack", name) or {}
+            for c in (s.get("status") or {}).get("conditions") or []:
+                said = f"{c['type']}={c['status']} {c.get('reason')}: {c.get('message', '')[:300]}"
+                cell.problems.append(said)
+        time.sleep(2)  # the poller's last look
+    judge(cell, name, log, started, expected_type, gen)
+    cell.outcome = "pass" if not cell.problems else "FAIL"
+    cell.detail = "; ".join(cell.problems)
+    return cell
+
+
+def judge(cell: Cell, name: str, log: UpdateLog, since: str, expected_type: str, gen: str) -> None:
+    ok = log.succeeded(expected_type, since)
+    if len(ok) != 1:
+        cell.problems.append(f"{len(ok)} successful {expected_type} Updates ({', '.join(ok) or 'none'})")
+    lines = witness(name)
+    if cell.operation in ("up", "up-change"):
+        for step in STEPS:
+            n = lines.count(f"create {step} {gen}")
+            if n != 1:
+                cell.problems.append(f"{step} created {n} times for gen {gen}")
+    elif cell.operation == "destroy":
+        for step in STEPS:
+            n = lines.count(f"delete {step}")
+            if n != 1:
+                cell.problems.append(f"{step} deleted {n} times")
+    elif any(line.startswith("delete") for line in lines) or len(lines) != len(STEPS):
+        cell.problems.append(f"the refresh ran commands: {lines}")
+    state, locks = backend_state(name, cell.backend)
+    if locks:
+        cell.problems.append(f"locks left in the state: {locks}")
+    latest = ((state or {}).get("checkpoint") or {}).get("latest") or {}
+    pending = [p.get("resource", {}).get("urn") for p in latest.get("pending_operations") or []]
+    if pending:
+        cell.problems.append(f"pending operations left: {pending}")
+    commands = sorted(
+        r["urn"].rsplit("::", 1)[-1]
+        for r in latest.get("resources") or []
+        if r["type"] == "command:local:Command"
+    )
+    want = [] if cell.operation == "destroy" else sorted(STEPS)
+    if state is None and cell.operation != "destroy":
+        cell.problems.append("no checkpoint in the backend")
+    elif commands != want:
+        cell.problems.append(f"resources in the state {commands}, the program has {want}")
+
+
+def cleanup(name: str) -> None:
+    """The cell's objects go without a destroy (the commands touched nothing but the witness)."""
+    if get("stack", name) is not None:
+        patch("stack", name, {"spec": {"destroyOnFinalize": False}}, check=False)
+        kubectl("-n", NAMESPACE, "delete", "stack", name, "--wait=false", check=False)
+        try:
+            until("stack deleted", lambda: get("stack", name) is None, 300)
+        except TimeoutError:
+            patch("stack", name, {"metadata": {"finalizers": None}}, check=False)
+    kubectl("-n", NAMESPACE, "delete", "program", name, "--ignore-not-found", "--wait=false", check=False)
+    kubectl("-n", NAMESPACE, "delete", "secret", f"{name}-passphrase", "--ignore-not-found", check=False)
+    try:
+        until("workspace pod gone", lambda: get("pod", f"{name}-workspace-0") is None, 120)
+    except TimeoutError:
+        pass  # the claims below wait for it (kubernetes.io/pvc-protection)
+    claims = (f"{name}-witness", f"{name}-state")
+    kubectl("-n", NAMESPACE, "delete", "pvc", *claims, "--ignore-not-found", check=False)
+    kubectl("delete", "pv", "-l", f"pko.chaos/cell={name}", "--ignore-not-found", check=False)
+    shutil.rmtree(VOLUMES / name, ignore_errors=True)
+
+
+def healthy_control_plane(within: float = 180) -> None:
+    """Before a cell: every component up, the operator Deployment available (a fault may leave a
+    restart still settling)."""
+    until("apiserver", lambda: kubectl("get", "--raw", "/readyz", check=False).strip() == "ok", within)
+    rollout = ("rollout", "status", f"deployment/{OPERATOR}", f"--timeout={int(within)}s")
+    kubectl("-n", OPERATOR_NS, *rollout, timeout=within + 20)
+
+
+@contextmanager
+def replicas(n: int) -> Iterator[None]:
+    """The operator with ``n`` replicas (leader election picks one), back to what it was after."""
+    before = int((get("deployment", OPERATOR, OPERATOR_NS) or {}).get("spec", {}).get("replicas") or 1)
+    kubectl("-n", OPERATOR_NS, "scale", f"deployment/{OPERATOR}", f"--replicas={n}")
+    healthy_control_plane()
+    try:
+        yield
+    finally:
+        kubectl("-n", OPERATOR_NS, "scale", f"deployment/{OPERATOR}", f"--replicas={before}")
+
+
+def cells(faults: list[str], operations: list[str], backends: list[str], reduced: bool) -> list[Cell]:
+    if reduced:
+        return [Cell(f, o, b) for f, o, b in REDUCED if f in faults and o in operations and b in backends]
+    return [Cell(f, o, b) for f in faults for o in operations for b in backends]
+
+
+def run(matrix: list[Cell], step_seconds: int, bound: float, out: Path | None = None) -> list[Cell]:
+    prepare_namespace()
+    if any(c.backend == "s3" for c in matrix):
+        prepare_s3()
+    run_id = secrets.token_hex(2)
+    for cell in matrix:
+        if cell.fault in NOT_RUN:
+            cell.detail = NOT_RUN[cell.fault]
+            continue
+        healthy_control_plane()
+        print(
+            f"chaos: {cell.fault} during {cell.operation} ({cell.backend}) ...", file=sys.stderr, flush=True
+        )
+        try:
+            with replicas(2) if cell.fault == "leader-lost" else nullcontext():
+                run_cell(cell, step_seconds, bound, run_id)
+        except Exception as e:  # a cell that could not even be set up is a failed cell, not a crash
+            cell.outcome, cell.detail = "FAIL", f"{type(e).__name__}: {e}"
+        finally:
+            cleanup(cell_name(cell, run_id))
+        print(f"chaos:   {cell.outcome} {cell.recovery_seconds}s {cell.detail}", file=sys.stderr, flush=True)
+        if out:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps([asdict(c) for c in matrix], indent=1))
+    return matrix
+
+
+def table(matrix: list[Cell]) -> str:
+    rows = ["| fault | operation | backend | outcome | recovery s | detail |", "|---|---|---|---|---:|---|"]
+    for c in matrix:
+        secs = "" if c.recovery_seconds is None else f"{c.recovery_seconds:.1f}"
+        rows.append(f"| {c.fault} | {c.operation} | {c.backend} | {c.outcome} | {secs} | {c.detail[:200]} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--faults", default=",".join([*FAULTS, *NOT_RUN]))
+    p.add_argument("--operations", default=",".join(OPERATIONS))
+    p.add_argument("--backends", default=",".join(BACKENDS))
+    p.add_argument("--reduced", action="store_true", help="only the cells .ci/run runs")
+    p.add_argument("--step-seconds", type=int, default=8, help="each command's sleep (three in a chain)")
+    p.add_argument("--bound", type=float, default=600, help="seconds a cell may take to recover")
+    p.add_argument("--json", type=Path, default=REPO / ".bench-logs" / "chaos.json")
+    args = p.parse_args(argv)
+    if os.geteuid() != 0:
+        raise SystemExit("chaos: needs root (it signals the node's processes and edits iptables)")
+    if not localnode._pids():
+        raise SystemExit("chaos: no node is running: hack/up.sh first")
+    unknown = set(args.faults.split(",")) - set(FAULTS) - set(NOT_RUN)
+    if unknown:
+        raise SystemExit(f"chaos: unknown faults {sorted(unknown)}; known: {', '.join([*FAULTS, *NOT_RUN])}")
+    matrix = cells(args.faults.split(","), args.operations.split(","), args.backends.split(","), args.reduced)
+    run(matrix, args.step_seconds, args.bound, args.json)
+    print(table(matrix))
+    return 0 if all(c.outcome != "FAIL" for c in matrix) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
