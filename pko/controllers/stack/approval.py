@@ -5,7 +5,8 @@ the Stack records in ``status.plan`` under a digest, then an ``up`` whose ``spec
 preview, so the engine applies the plan and nothing else (anything else fails ``PlanMismatch``).
 Between the two the Stack waits (Ready=False ``AwaitingApproval``) until the
 ``pulumi.com/approved-plan`` annotation holds the recorded digest; ``OnDestructive`` applies a
-plan that deletes and replaces nothing at once.
+plan that deletes and replaces nothing at once, and a plan that changes no resource is applied
+at once in either mode.
 
 Invariants:
 
@@ -208,7 +209,12 @@ def gate(
     if plan.get("inputs") != inputs:
         return Preview("The revision or config changed since the plan was recorded: previewing again")
     digest = str(plan.get("digest") or "")
-    if mode == "OnDestructive" and not destructive(plan.get("summary") or {}):
+    summary = plan.get("summary") or {}
+    if not any(int(summary.get(k) or 0) for k in ("create", "update", "delete", "replace")):
+        # Nothing of the user's changes (the engine refuses any change the plan lacks): no one
+        # is asked to approve nothing at every resync.
+        return Apply(str(plan.get("update")), digest, f"Applying plan {digest}: it changes no resource")
+    if mode == "OnDestructive" and not destructive(summary):
         return Apply(
             str(plan.get("update")), digest, f"Applying plan {digest}: nothing is deleted or replaced"
         )

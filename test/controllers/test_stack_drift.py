@@ -1,0 +1,320 @@
+"""Drift detection and the request annotations (issue 29) as pure functions: when a check is due,
+what it records (firstSeen kept, Events only on a change), remediation, the metrics, and the
+Stack's ``decide`` for drift checks, refresh requests and cancel requests (no cluster; the real
+engine runs them in test_real_engine_approval.py)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from pko.api.stack import DriftDetectionSpec
+from prometheus_client import CollectorRegistry
+
+from pko.controllers.resources import CANCEL_REQUEST_ANNOTATION, REFRESH_REQUEST_ANNOTATION
+from pko.controllers.stack.drift import drift_due_in, record_drift, record_drift_failure, remediation_due
+from pko.controllers.stack.plan import CancelUpdate, CreateUpdate, Emit, Log, decide
+from pko.controllers.stack.watches import STACK_PREDICATE, StackMetrics
+from pko.machinery.conditions import format_time
+from pko.machinery.controller import Result
+
+from .test_stack_plan import (
+    DONE_UP,
+    NOW,
+    SOURCE,
+    condition,
+    kinds,
+    observed,
+    stack,
+    statuses,
+    update,
+    workspace,
+)
+
+Obj = dict[str, Any]
+CM = "urn:pulumi:dev::p::kubernetes:core/v1:ConfigMap::cm"
+DEP = "urn:pulumi:dev::p::kubernetes:apps/v1:Deployment::d"
+EVERY_MINUTE = DriftDetectionSpec.model_validate({"intervalSeconds": 60})
+REMEDIATE = DriftDetectionSpec.model_validate({"intervalSeconds": 60, "remediate": True})
+WATCHED = {"driftDetection": {"intervalSeconds": 60}}
+
+
+FOUND = {
+    "urn": CM,
+    "type": "kubernetes:core/v1:ConfigMap",
+    "paths": ["data.a"],
+    "firstSeen": "2026-11-27T04:00:00Z",
+}
+
+
+def check(changes: list[Obj], *, failed: bool = False) -> Obj:
+    done = update("s-d", type_="refresh", changes=changes)
+    done["spec"]["previewOnly"] = True
+    if failed:
+        done["status"]["conditions"][1] = {"type": "Failed", "status": "True", "reason": "UpdateFailed"}
+        done["status"]["message"] = "error: the cluster is unreachable\nconnection refused"
+    return done
+
+
+def at(seconds: float) -> str:
+    return format_time(NOW + timedelta(seconds=seconds))
+
+
+# --- when a check is due -----------------------------------------------------------------------
+
+
+def test_a_check_is_due_at_once_then_every_interval_and_never_before_a_deploy() -> None:
+    assert drift_due_in(None, {"lastUpdate": DONE_UP}, NOW) is None
+    assert drift_due_in(EVERY_MINUTE, {}, NOW) is None  # nothing deployed: nothing can drift
+    assert drift_due_in(EVERY_MINUTE, {"lastUpdate": DONE_UP}, NOW) == 0
+    checked = {"lastUpdate": DONE_UP, "drift": {"lastCheckTime": at(-20), "detected": False}}
+    assert drift_due_in(EVERY_MINUTE, checked, NOW) == 40
+    overdue = {"lastUpdate": DONE_UP, "drift": {"lastCheckTime": at(-600), "detected": False}}
+    assert drift_due_in(EVERY_MINUTE, overdue, NOW) == 0
+
+
+def test_after_an_up_that_followed_found_drift_the_next_check_is_due_at_once() -> None:
+    up_after = {**DONE_UP, "lastResyncTime": at(-5)}
+    found = {"lastUpdate": up_after, "drift": {"lastCheckTime": at(-10), "detected": True}}
+    assert drift_due_in(EVERY_MINUTE, found, NOW) == 0
+    assert remediation_due(REMEDIATE, found) is False  # the up ran since: check, do not up again
+    before = {**found, "lastUpdate": {**DONE_UP, "lastResyncTime": at(-30)}}
+    assert drift_due_in(EVERY_MINUTE, before, NOW) == 50
+    assert remediation_due(REMEDIATE, before) is True
+    assert remediation_due(EVERY_MINUTE, before) is False  # remediate is off
+
+
+# --- what a check records ----------------------------------------------------------------------
+
+
+def test_a_check_records_each_drifted_resource_with_its_paths_and_the_condition() -> None:
+    status: Obj = {}
+    changes = [
+        {"urn": DEP, "type": "kubernetes:apps/v1:Deployment", "op": "delete"},
+        {"urn": CM, "type": "kubernetes:core/v1:ConfigMap", "op": "update", "paths": ["data.greeting"]},
+    ]
+    result = record_drift(status, check(changes), 1, NOW)
+    assert status["drift"] == {
+        "lastCheckTime": at(0),
+        "detected": True,
+        "resources": [
+            {"urn": DEP, "type": "kubernetes:apps/v1:Deployment", "firstSeen": at(0)},
+            {
+                "urn": CM,
+                "type": "kubernetes:core/v1:ConfigMap",
+                "firstSeen": at(0),
+                "paths": ["data.greeting"],
+            },
+        ],
+    }
+    drifted = condition(status, "Drifted")
+    assert drifted is not None and drifted[:2] == ("True", "DriftDetected")
+    assert f"{CM} (data.greeting)" in drifted[2] and f"{DEP} (gone)" in drifted[2]
+    assert [e.reason for e in result.events] == ["DriftDetected"]
+
+
+def test_first_seen_is_kept_across_checks_and_events_mark_only_a_change() -> None:
+    status: Obj = {}
+    change = {"urn": CM, "type": "kubernetes:core/v1:ConfigMap", "op": "update", "paths": ["data.a"]}
+    record_drift(status, check([change]), 1, NOW - timedelta(minutes=5))
+    later = record_drift(status, check([{**change, "paths": ["data.b"]}]), 1, NOW)
+    [resource] = status["drift"]["resources"]
+    assert resource["firstSeen"] == format_time(NOW - timedelta(minutes=5)) and resource["paths"] == [
+        "data.b"
+    ]
+    assert later.events == []  # still drifted: no new Event
+    cleared = record_drift(status, check([]), 1, NOW)
+    assert status["drift"] == {"lastCheckTime": at(0), "detected": False}
+    assert [e.reason for e in cleared.events] == ["DriftCleared"]
+    assert condition(status, "Drifted") == ("False", "NoDrift", "no resource differs from the stack's state")
+    again = record_drift(status, check([change]), 1, NOW + timedelta(minutes=1))
+    assert status["drift"]["resources"][0]["firstSeen"] == at(60)  # a new drift, a new firstSeen
+    assert [e.reason for e in again.events] == ["DriftDetected"]
+
+
+def test_a_failed_check_keeps_what_was_found_and_says_why() -> None:
+    status: Obj = {"drift": {"lastCheckTime": at(-60), "detected": True, "resources": [{"urn": CM}]}}
+    emit = record_drift_failure(status, check([], failed=True), NOW)
+    assert emit.reason == "DriftCheckFailed" and "connection refused" in emit.message
+    assert status["drift"]["detected"] is True and status["drift"]["resources"] == [{"urn": CM}]
+    assert status["drift"]["lastCheckTime"] == at(0) and status["drift"]["message"] == "connection refused"
+
+
+# --- metrics -----------------------------------------------------------------------------------
+
+
+class _Manager:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+
+
+def test_the_drift_gauges_follow_the_last_check_and_go_with_the_stack() -> None:
+    manager = _Manager()
+    metrics = StackMetrics(manager)  # type: ignore[arg-type]
+    labels = {"namespace": "ns", "name": "s"}
+    obj = stack(WATCHED, {"lastUpdate": DONE_UP})
+    metrics.observe(obj)
+    assert manager.registry.get_sample_value("pko_stack_drift_resources", labels) is None
+    obj["status"]["drift"] = {
+        "lastCheckTime": at(0),
+        "detected": True,
+        "resources": [{"urn": CM}, {"urn": DEP}],
+    }
+    metrics.observe(obj)
+    assert manager.registry.get_sample_value("pko_stack_drift_resources", labels) == 2
+    stamp = manager.registry.get_sample_value("pko_stack_last_drift_check_timestamp_seconds", labels)
+    assert stamp == NOW.timestamp()
+    metrics.forget(obj)
+    assert manager.registry.get_sample_value("pko_stack_drift_resources", labels) is None
+    assert manager.registry.get_sample_value("pko_stack_last_drift_check_timestamp_seconds", labels) is None
+
+
+def test_the_request_annotations_wake_the_stack() -> None:
+    for name in ("pulumi.com/approved-plan", REFRESH_REQUEST_ANNOTATION, CANCEL_REQUEST_ANNOTATION):
+        old = stack()
+        new = stack(annotations={name: "t1"})
+        assert STACK_PREDICATE(old, new), name
+    assert not STACK_PREDICATE(stack(), stack(annotations={"unrelated": "x"}))
+
+
+# --- decide: drift checks ----------------------------------------------------------------------
+
+
+def created(plan_: Any) -> Obj:
+    assert plan_.then is not None, kinds(plan_)
+    rest = plan_.then(workspace())
+    [create] = [w for w in rest.writes if isinstance(w, CreateUpdate)]
+    body: Obj = create.body
+    return body
+
+
+def test_a_deployed_stack_runs_a_read_only_check_without_marking_itself_reconciling() -> None:
+    ready = {"type": "Ready", "status": "True", "reason": "ProcessingCompleted", "message": "m",
+             "lastTransitionTime": at(-100)}  # fmt: skip
+    obj = stack(WATCHED, {"lastUpdate": DONE_UP, "conditions": [ready]})
+    plan_ = decide(observed(obj, source=SOURCE))
+    assert condition(statuses(plan_)[0], "Reconciling") is None
+    assert plan_.then is not None
+    rest = plan_.then(workspace())
+    assert not any(isinstance(w, Emit) for w in rest.writes)  # no StackUpdateDetected every minute
+    assert any(isinstance(w, Log) and w.event == "drift check started" for w in rest.writes)
+    body = created(plan_)
+    assert body["spec"]["type"] == "refresh" and body["spec"]["previewOnly"] is True
+    status = statuses(rest)[0]
+    assert status["currentUpdate"]["kind"] == "drift"
+    assert condition(status, "Ready") == (
+        "True",
+        "ProcessingCompleted",
+        "the stack has been processed and is up to date",
+    )
+
+    # While it runs, the conditions stay; when it ends, the result is recorded, the next is scheduled.
+    running = check([])
+    running["status"]["conditions"] = [{"type": "Progressing", "status": "True", "reason": "Progressing"}]
+    during = decide(observed(obj | {"status": status}, current_update=running))
+    assert condition(statuses(during)[0], "Reconciling") is None
+    ended = decide(observed(obj | {"status": status}, current_update=check([]), source=SOURCE))
+    final = statuses(ended)[-1]
+    assert final["drift"] == {"lastCheckTime": at(0), "detected": False}
+    assert final["lastUpdate"] == DONE_UP  # a check is not a sync
+    assert ended.result == Result.requeue_after(60)
+
+
+def test_found_drift_with_remediate_runs_an_up_that_refreshes_first() -> None:
+    drift = {"lastCheckTime": at(-1), "detected": True, "resources": [FOUND]}
+    spec = {"driftDetection": {"intervalSeconds": 60, "remediate": True}}
+    status = {"lastUpdate": {**DONE_UP, "lastResyncTime": at(-30)}, "drift": drift}
+    plan_ = decide(observed(stack(spec, status), source=SOURCE))
+    body = created(plan_)
+    assert body["spec"]["type"] == "up" and body["spec"]["refresh"] is True
+    assert body["spec"]["message"] == "Drift detected: remediating"
+    # Without remediate the drift is only reported: the next check waits for its interval.
+    reported = decide(observed(stack(WATCHED, {"lastUpdate": {**DONE_UP, "lastResyncTime": at(-30)},
+                                               "drift": drift}), source=SOURCE))  # fmt: skip
+    assert reported.then is None and reported.result == Result.requeue_after(59)
+
+
+def test_remediation_goes_through_the_approval_gate() -> None:
+    drift = {"lastCheckTime": at(-1), "detected": True, "resources": [FOUND]}
+    spec = {"driftDetection": {"intervalSeconds": 60, "remediate": True}, "approval": {"mode": "Always"}}
+    body = created(decide(observed(stack(spec, {"lastUpdate": {**DONE_UP, "lastResyncTime": at(-30)},
+                                                "drift": drift}), source=SOURCE)))  # fmt: skip
+    assert body["spec"]["type"] == "preview" and body["spec"]["savePlan"] is True and body["spec"]["refresh"]
+
+
+def test_turning_drift_detection_off_forgets_what_it_found() -> None:
+    drifted = {"type": "Drifted", "status": "True", "reason": "DriftDetected", "message": "m",
+               "lastTransitionTime": at(-100)}  # fmt: skip
+    status = {
+        "lastUpdate": DONE_UP,
+        "drift": {"lastCheckTime": at(-1), "detected": True},
+        "conditions": [drifted],
+    }
+    plan_ = decide(observed(stack({}, status), source=SOURCE))
+    final = statuses(plan_)[-1]
+    assert "drift" not in final and condition(final, "Drifted") is None
+
+
+# --- decide: refresh and cancel requests ------------------------------------------------------
+
+
+def test_a_new_refresh_request_runs_one_refresh_recorded_when_it_ends() -> None:
+    obj = stack({}, {"lastUpdate": DONE_UP}, annotations={REFRESH_REQUEST_ANNOTATION: "r1"})
+    plan_ = decide(observed(obj, source=SOURCE))
+    body = created(plan_)
+    assert body["spec"]["type"] == "refresh" and not body["spec"].get("previewOnly")
+    assert body["metadata"]["annotations"][REFRESH_REQUEST_ANNOTATION] == "r1"
+    status = statuses(plan_.then(workspace()))[0]  # type: ignore[misc]
+    assert "observedRefreshRequest" not in status and status["currentUpdate"]["kind"] == "refresh"
+    done = update(body["metadata"]["name"], type_="refresh", resourceChanges={"same": 2})
+    done["spec"], done["metadata"]["annotations"] = body["spec"], body["metadata"]["annotations"]
+    ended = decide(observed(stack({}, status, annotations={REFRESH_REQUEST_ANNOTATION: "r1"}),
+                            current_update=done, source=SOURCE))  # fmt: skip
+    final = statuses(ended)[-1]
+    assert final["observedRefreshRequest"] == "r1" and final["lastUpdate"] == DONE_UP
+    assert [w.reason for w in ended.writes if isinstance(w, Emit)] == ["StackRefreshed"]
+    assert ended.then is None  # the same token runs nothing more
+
+
+def running_up() -> Obj:
+    running = update("s-2")
+    running["metadata"]["uid"] = "uid-2"
+    running["status"]["conditions"] = [{"type": "Progressing", "status": "True", "reason": "Progressing"}]
+    return running
+
+
+def test_a_cancel_request_deletes_the_running_update_and_the_stack_holds_cancelled() -> None:
+    current = {"name": "s-2", "generation": 1, "commit": "sha256:1"}
+    obj = stack(
+        {}, {"lastUpdate": DONE_UP, "currentUpdate": current}, annotations={CANCEL_REQUEST_ANNOTATION: "c1"}
+    )
+    plan_ = decide(observed(obj, current_update=running_up()))
+    assert kinds(plan_) == ["WriteStatus", "Emit", "CancelUpdate"]
+    assert plan_.writes[2] == CancelUpdate("s-2", "uid-2")
+    status = statuses(plan_)[0]
+    assert status["observedCancelRequest"] == "c1" and status["currentUpdate"]["cancelRequest"] == "c1"
+    assert (
+        condition(status, "Reconciling") is not None and condition(status, "Reconciling")[1] == "Cancelling"
+    )  # type: ignore[index]
+
+    # The Update ends Canceled: recorded as Cancelled, not retried, until the next change.
+    ended = update("s-2", failed="Canceled", message="the Update was canceled")
+    later = stack({}, status, annotations={CANCEL_REQUEST_ANNOTATION: "c1"})
+    held = decide(observed(later, current_update=ended, source=SOURCE))
+    final = statuses(held)[-1]
+    assert final["lastFailure"]["reason"] == "Cancelled" and final["lastFailure"]["transient"] is False
+    assert "nextRetryTime" not in final and held.then is None and held.result == Result.done()
+    assert condition(final, "Ready") is not None and condition(final, "Ready")[:2] == ("False", "Cancelled")  # type: ignore[index]
+    assert condition(final, "Stalled") is None
+    # A new generation is the next change: it runs again.
+    moved = stack({}, final, annotations={CANCEL_REQUEST_ANNOTATION: "c1"}, generation=2)
+    assert created(decide(observed(moved, source=SOURCE)))["spec"]["type"] == "up"
+
+
+def test_a_cancel_request_with_nothing_running_is_recorded_and_changes_nothing() -> None:
+    obj = stack({}, {"lastUpdate": DONE_UP}, annotations={CANCEL_REQUEST_ANNOTATION: "c2"})
+    plan_ = decide(observed(obj, source=SOURCE))
+    assert not any(isinstance(w, CancelUpdate) for w in plan_.writes) and plan_.then is None
+    final = statuses(plan_)[-1]
+    assert final["observedCancelRequest"] == "c2"
+    assert condition(final, "Ready") is not None and condition(final, "Ready")[0] == "True"  # type: ignore[index]
