@@ -152,6 +152,32 @@ async def test_approving_a_stale_digest_applies_nothing_and_keeps_the_new_plan(e
     assert applied is not None and applied["data"] == {"v": "2"}, applied
 
 
+async def test_an_approved_plan_that_is_gone_applies_nothing_and_is_previewed_for_a_new_approval(
+    env: Env,
+) -> None:
+    await env.create_program("lost", {"resources": {"cm": config_map(env, "lost-cm", {"v": "1"})}})
+    await env.create_stack("lost", {"programRef": {"name": "lost"}, "approval": {"mode": "Always"}})
+    first = (await awaiting(env, "lost"))["status"]["plan"]
+    # The preview that saved the plan goes away (as after its TTL): the up cannot have its plan.
+    await env.updates.delete(first["update"])
+    await approve(env, "lost", first["digest"])
+
+    second = (await awaiting(env, "lost", not_digest=first["digest"]))["status"]["plan"]
+    assert second["update"] != first["update"], (first, second)
+    [refused] = await updates_of(env, "lost", "up")
+    failed = get_condition(refused["status"]["conditions"], "Failed") or {}
+    assert failed.get("reason") == "PlanNotFound", refused["status"]
+    assert await configmap(env, "lost-cm") is None  # nothing applied with the old approval
+    stack = await env.get(env.stacks, "lost")
+    assert "lastUpdate" not in (stack or {})["status"] and "lastFailure" not in stack["status"]  # type: ignore[index]
+    events = await env.events_for("lost")
+    assert any(e["reason"] == "PlanOutdated" for e in events), events
+
+    await approve(env, "lost", second["digest"])
+    await ready_after(env, "lost")
+    assert (await configmap(env, "lost-cm") or {}).get("data") == {"v": "1"}
+
+
 async def test_on_destructive_applies_an_addition_at_once_and_holds_a_delete(env: Env) -> None:
     both = {
         "keep": config_map(env, "destructive-keep", {"a": "1"}),

@@ -52,6 +52,7 @@ def test_the_digest_is_deterministic_and_covers_inputs_base_and_every_change() -
     reordered = [{**CHANGES[0], "paths": ["data.a", "data.b"]}, CHANGES[1]]
     assert plan_digest(inputs, "s-1", reordered) == digest
     assert plan_digest(inputs, "s-2", CHANGES) != digest  # another base state
+    assert plan_digest(inputs, "s-1", CHANGES, "s-p2") != plan_digest(inputs, "s-1", CHANGES, "s-p1")
     assert plan_digest(inputs, "s-1", CHANGES[:1]) != digest
     assert plan_digest(inputs, "s-1", [{**CHANGES[0], "op": "replace"}, CHANGES[1]]) != digest
     other = plan_inputs({"stack": "dev", "config": {"x": "2"}}, "sha256:1", refresh=False)

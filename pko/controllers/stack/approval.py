@@ -14,8 +14,9 @@ Invariants:
   digest of :func:`plan_inputs`) equal the current ones; when they moved, the Stack previews again
   and waits again;
 * a plan applies once: ``status.plan`` is dropped when its up ends, whatever the end, and the
-  digest covers the Update the stack's state last came from (``base``), so the same change
-  proposed again after an up has a new digest and needs a new approval.
+  digest covers the preview Update that saved it and the Update the stack's state last came
+  from (``base``), so a new preview (after ``PlanMismatch`` or ``PlanNotFound`` too) has a new
+  digest and needs a new approval, even for the same change.
 """
 
 from __future__ import annotations
@@ -101,9 +102,10 @@ def _change_entries(changes: Iterable[Mapping[str, Any]]) -> list[Obj]:
     return sorted(entries, key=lambda e: (e["urn"], e["op"]))
 
 
-def plan_digest(inputs: str, base: str, changes: Iterable[Mapping[str, Any]]) -> str:
-    """The digest a user approves: the inputs, the Update the state came from and the change set."""
-    return _sha256({"inputs": inputs, "base": base, "changes": _change_entries(changes)})
+def plan_digest(inputs: str, base: str, changes: Iterable[Mapping[str, Any]], preview: str = "") -> str:
+    """The digest a user approves: the inputs, the Update the state came from, the change set and
+    the ``preview`` Update that saved the plan (so each preview needs its own approval)."""
+    return _sha256({"inputs": inputs, "base": base, "preview": preview, "changes": _change_entries(changes)})
 
 
 def _bookkeeping(type_: str) -> bool:
@@ -144,13 +146,14 @@ def _summary_text(summary: Mapping[str, Any]) -> str:
 
 def record_plan(status: Obj, update: Mapping[str, Any], now: datetime, commit: str) -> Obj:
     """Record the plan a succeeded preview Update saved in ``status.plan`` (digest over the inputs
-    it previewed, the Update the state came from, and its change set); the plan as recorded."""
+    it previewed, the Update the state came from, its change set and its name); the plan as
+    recorded."""
     meta = update.get("metadata") or {}
     inputs = str((meta.get("annotations") or {}).get(PLAN_INPUTS_ANNOTATION) or "")
     changes = list((update.get("status") or {}).get("changes") or [])
     base = str((status.get("lastUpdate") or {}).get("name") or "")
     plan: Obj = {
-        "digest": plan_digest(inputs, base, changes),
+        "digest": plan_digest(inputs, base, changes, str(meta.get("name") or "")),
         "update": str(meta.get("name") or ""),
         "summary": summarize(changes),
         "time": format_time(now),

@@ -15,6 +15,13 @@ One reconcile follows the Go operator's ``StackReconciler.Reconcile``:
 4. check prerequisites, apply the Workspace (server-side apply), and when it is ready create one
    Update (never two: ``currentUpdate`` guards it).
 
+pko's additions (issue 29) fit the same steps: a ``pulumi.com/cancel-request`` deletes the Update
+in flight before step 1 (its reconciler cancels the operation); step 1 records each Update by what
+it was for (``currentUpdate.kind``: a plan preview, an approved up, a refresh on request, a drift
+check); step 3 also runs a ``pulumi.com/refresh-request``, a due drift check
+(:mod:`pko.controllers.stack.drift`) or a remediation, and sends an up through the approval gate
+(:mod:`pko.controllers.stack.approval`), which may wait (``AwaitingApproval``) instead.
+
 Each reconcile observes, decides, then acts, as the Workspace and Update reconciles do:
 ``_observe`` reads (the caches; then what no cache holds: the Update in flight when the cache
 lacks it, its outputs Secret, the source with its Secrets and branch head:
