@@ -335,16 +335,16 @@ def backend_state(name: str, backend: str) -> tuple[dict[str, Any] | None, list[
 
 @dataclass
 class UpdateLog:
-    """Every Update of the cell's Stack seen while the cell ran (a poller: history is pruned)."""
+    """Every Update seen in the namespace while a cell ran (a poller: history is pruned, and the
+    Updates of a deleted Stack are garbage collected)."""
 
-    name: str
     seen: dict[str, dict[str, Any]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def poll(self) -> None:
         while not self._stop.is_set():
             try:
-                for u in items("updates", "-l", f"pulumi.com/stack-name={self.name}"):
+                for u in items("updates"):
                     self.seen[u["metadata"]["name"]] = u
             except (RuntimeError, subprocess.TimeoutExpired, ValueError):
                 pass
@@ -360,13 +360,20 @@ class UpdateLog:
             self._stop.set()
             thread.join(10)
 
-    def succeeded(self, type_: str, since: str) -> list[str]:
-        return sorted(
-            n
-            for n, u in self.seen.items()
-            if (u.get("spec") or {}).get("type") == type_
+    def of(self, stack: str, type_: str, since: str = "") -> list[dict[str, Any]]:
+        return [
+            u
+            for u in self.seen.values()
+            if (u["metadata"].get("labels") or {}).get("pulumi.com/stack-name") == stack
+            and (u.get("spec") or {}).get("type") == type_
             and u["metadata"]["creationTimestamp"] >= since
-            and condition(u, "Complete").get("status") == "True"
+        ]
+
+    def succeeded(self, stack: str, type_: str, since: str) -> list[str]:
+        return sorted(
+            u["metadata"]["name"]
+            for u in self.of(stack, type_, since)
+            if condition(u, "Complete").get("status") == "True"
             and condition(u, "Failed").get("status") != "True"
         )
 
@@ -580,7 +587,7 @@ def run_cell(cell: Cell, step_seconds: int, bound: float, run_id: str) -> Cell:
         apply(obj)
     apply(passphrase(name))
     apply(program(name, step_seconds))
-    log = UpdateLog(name)
+    log = UpdateLog()
     with log.running():
         started = _now()
         apply(stack(name, cell.backend, "1", disk))
@@ -600,7 +607,7 @@ def run_cell(cell: Cell, step_seconds: int, bound: float, run_id: str) -> Cell:
                 kubectl("-n", NAMESPACE, "annotate", "--overwrite", "stack", name, annotation)
                 until(
                     "refresh running",
-                    lambda: any((u.get("spec") or {}).get("type") == "refresh" for u in log.seen.values()),
+                    lambda: log.of(name, "refresh"),
                     bound,
                     0.2,
                 )
@@ -631,7 +638,7 @@ def run_cell(cell: Cell, step_seconds: int, bound: float, run_id: str) -> Cell:
 
 
 def judge(cell: Cell, name: str, log: UpdateLog, since: str, expected_type: str, gen: str) -> None:
-    ok = log.succeeded(expected_type, since)
+    ok = log.succeeded(name, expected_type, since)
     if len(ok) != 1:
         cell.problems.append(f"{len(ok)} successful {expected_type} Updates ({', '.join(ok) or 'none'})")
     lines = witness(name)
@@ -664,6 +671,71 @@ def judge(cell: Cell, name: str, log: UpdateLog, since: str, expected_type: str,
         cell.problems.append("no checkpoint in the backend")
     elif commands != want:
         cell.problems.append(f"resources in the state {commands}, the program has {want}")
+
+
+@dataclass
+class Load:
+    """The load cell: ``stacks`` Stacks updating at once (each ``3 x step_seconds``), a probe Stack
+    changed meanwhile (how long until its Update starts: no worker may be held by a running update),
+    and the operator killed (-9) in the middle; then every one of them judged as a cell is."""
+
+    stacks: int
+    backend: str
+    probe_start_seconds: float | None = None
+    recovery_seconds: float | None = None
+    cells: list[Cell] = field(default_factory=list)
+
+    @property
+    def outcome(self) -> str:
+        return "pass" if self.cells and all(c.outcome == "pass" for c in self.cells) else "FAIL"
+
+
+def run_load(load: Load, step_seconds: int, bound: float, run_id: str) -> Load:
+    probe, names = f"probe-{run_id}", [f"load{i}-{run_id}" for i in range(load.stacks)]
+    for name in [probe, *names]:
+        for obj in volume(name, "witness") + (volume(name, "state") if load.backend == "file" else []):
+            apply(obj)
+        apply(passphrase(name))
+    apply(program(probe, 1))
+    log = UpdateLog()
+    with log.running():
+        apply(stack(probe, load.backend, "1"))
+        until("probe Ready", lambda: _ready_for(probe, 1), bound)
+        started = _now()
+        for name in names:
+            apply(program(name, step_seconds))
+            apply(stack(name, load.backend, "1"))
+        until(
+            f"{load.stacks} updates running",
+            lambda: all("create step1 1" in witness(n) for n in names),
+            bound,
+            2,
+        )
+        t_change = time.monotonic()
+        patch("stack", probe, {"spec": {"config": {"gen": "2"}}})
+        until("probe's Update created", lambda: log.of(probe, "up", started), 120, 0.2)
+        load.probe_start_seconds = round(time.monotonic() - t_change, 1)
+        fault_operator_kill9(probe)
+        t0 = time.monotonic()
+        everyone = [(probe, "2"), *((n, "1") for n in names)]
+        try:
+            until(
+                "all Ready",
+                lambda: all(_ready_for(n, 2 if n == probe else 1) for n, _ in everyone),
+                bound,
+                5,
+            )
+            load.recovery_seconds = round(time.monotonic() - t0, 1)
+        except TimeoutError as e:
+            load.cells.append(Cell("operator-kill9", "load", load.backend, "FAIL", detail=str(e)))
+        time.sleep(2)
+    for name, gen in everyone:
+        cell = Cell("operator-kill9", "up-change" if name == probe else "up", load.backend)
+        judge(cell, name, log, started, "up", gen)
+        cell.outcome = "pass" if not cell.problems else "FAIL"
+        cell.detail = f"{name}: " + "; ".join(cell.problems) if cell.problems else ""
+        load.cells.append(cell)
+    return load
 
 
 def cleanup(name: str) -> None:
@@ -740,6 +812,25 @@ def run(matrix: list[Cell], step_seconds: int, bound: float, out: Path | None = 
     return matrix
 
 
+def load_cell(stacks: int, backend: str, step_seconds: int, bound: float, out: Path | None) -> Load:
+    prepare_namespace()
+    if backend == "s3":
+        prepare_s3()
+    run_id, load = secrets.token_hex(2), Load(stacks, backend)
+    healthy_control_plane()
+    try:
+        run_load(load, step_seconds, bound, run_id)
+    except Exception as e:
+        load.cells.append(Cell("operator-kill9", "load", backend, "FAIL", detail=f"{type(e).__name__}: {e}"))
+    finally:
+        for name in [f"probe-{run_id}", *(f"load{i}-{run_id}" for i in range(stacks))]:
+            cleanup(name)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(asdict(load), indent=1))
+    return load
+
+
 def table(matrix: list[Cell]) -> str:
     rows = ["| fault | operation | backend | outcome | recovery s | detail |", "|---|---|---|---|---:|---|"]
     for c in matrix:
@@ -757,6 +848,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step-seconds", type=int, default=8, help="each command's sleep (three in a chain)")
     p.add_argument("--bound", type=float, default=600, help="seconds a cell may take to recover")
     p.add_argument("--json", type=Path, default=REPO / ".bench-logs" / "chaos.json")
+    p.add_argument(
+        "--load",
+        type=int,
+        metavar="N",
+        help="instead of the matrix: N Stacks updating at once (--step-seconds each step), a probe Stack "
+        "changed meanwhile, the operator killed; on the first of --backends",
+    )
     args = p.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("chaos: needs root (it signals the node's processes and edits iptables)")
@@ -765,6 +863,15 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(args.faults.split(",")) - set(FAULTS) - set(NOT_RUN)
     if unknown:
         raise SystemExit(f"chaos: unknown faults {sorted(unknown)}; known: {', '.join([*FAULTS, *NOT_RUN])}")
+    if args.load:
+        load = load_cell(args.load, args.backends.split(",")[0], args.step_seconds, args.bound, args.json)
+        print(table(load.cells))
+        print(
+            f"load: {load.stacks} Stacks + the probe: {load.outcome}; the probe's Update started "
+            f"{load.probe_start_seconds} s after its change; "
+            f"all Ready {load.recovery_seconds} s after the kill"
+        )
+        return 0 if load.outcome == "pass" else 1
     matrix = cells(args.faults.split(","), args.operations.split(","), args.backends.split(","), args.reduced)
     run(matrix, args.step_seconds, args.bound, args.json)
     print(table(matrix))
