@@ -300,3 +300,15 @@ def test_a_synced_stack_drops_a_plan_it_no_longer_needs() -> None:
     status = {"lastUpdate": DONE_UP, "plan": recorded}
     plan_ = decide(observed(stack(GATED, status), source=SOURCE))
     assert "plan" not in statuses(plan_)[-1]
+
+
+@pytest.mark.parametrize("approval", [None, {"mode": "Never"}])
+def test_switching_approval_off_drops_the_waiting_plan_and_runs_the_up(approval: Obj | None) -> None:
+    obj, _ = awaiting_status()
+    obj["spec"].pop("approval")
+    if approval is not None:
+        obj["spec"]["approval"] = approval
+    plan_ = decide(observed(obj, source=SOURCE))
+    assert "plan" not in statuses(plan_)[-1]
+    body = created(run_then(plan_))
+    assert body["spec"]["type"] == "up" and "plan" not in body["spec"]

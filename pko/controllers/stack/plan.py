@@ -479,7 +479,8 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
     drift_spec = spec.drift_detection if not spec.preview else None
     if drift_spec is None and (status.get("drift") or get_condition(status.get("conditions"), "Drifted")):
         clear_drift(status)
-    if not deleting and spec.approval is None and status.get("plan"):
+    gated = spec.approval is not None and spec.approval.mode != "Never"
+    if not deleting and not gated and status.get("plan"):
         status.pop("plan", None)  # approval switched off: the plan waits for nothing
     active = not deleting and not spec.suspend
     run = requested_refresh(obj, status) if active else None
