@@ -231,6 +231,7 @@ class Settings:
                 lease_duration=self.lease_duration,
                 renew_deadline=self.renew_deadline,
                 retry_period=self.retry_period,
+                predecessors=_predecessors(identity),
             )
         return ManagerOptions(
             metrics_bind_address=self.metrics_bind_address,
@@ -626,6 +627,13 @@ async def load_client_configuration(kubeconfig: str | None) -> client.Configurat
     else:
         await config.load_kube_config(config_file=_home_kubeconfig(), client_configuration=cfg)
     return cfg
+
+
+def _predecessors(identity: str) -> str:
+    """In a pod, the identities of this container's earlier runs (its pod's name): their Lease is
+    taken at once after a restart. Elsewhere none: two processes on one host share a hostname."""
+    pod = os.environ.get("POD_NAME")
+    return f"{pod}_" if pod and identity.startswith(f"{pod}_") else ""
 
 
 def _identity() -> str:

@@ -13,6 +13,10 @@ One loop over one Lease and three durations; it knows nothing of controllers:
 - On a clean stop the leader first stops its work, then releases the Lease (no holder, duration
   1 s) so a successor takes over at its next try instead of after the lease duration.
 - ``leaseTransitions`` counts changes of holder; ``acquireTime`` is kept across renewals.
+- A Lease held by a *predecessor* (an identity starting with ``predecessors``: in a pod, the pod's
+  name, so an earlier run of this very container) is taken at once: that process has ended, since
+  the kubelet starts a container again only after it exited, so waiting out its lease (60 s by
+  default) after a crash or a lost renewal would only delay the restarted operator.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class LeaderElectionConfig:
     renew_deadline: float = defaults.RENEW_DEADLINE
     retry_period: float = defaults.RETRY_PERIOD
     release_on_cancel: bool = True
+    predecessors: str = ""  # an identity prefix of earlier runs of this candidate ("" for none)
 
     def __post_init__(self) -> None:
         if not self.identity:
@@ -300,7 +305,8 @@ class LeaderElector:
             self._observe(old, lease, loop.time())
         holder = old.holder_identity
         expires = self._observed_time + old.lease_duration_seconds
-        if holder and holder != cfg.identity and expires > loop.time():
+        predecessor = bool(cfg.predecessors) and holder.startswith(cfg.predecessors)
+        if holder and holder != cfg.identity and expires > loop.time() and not predecessor:
             return False  # held by someone else and not expired
 
         # Timestamps are taken after the expiry check, so a successor's acquireTime is never

@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -271,3 +271,51 @@ async def test_leader_that_loses_the_apiserver_stops_leading_before_another_take
     if last.holder_identity == "a":  # b had not yet taken over when we looked
         waited = (parse_time(record.acquire_time) - parse_time(last.renew_time)).total_seconds()
         assert waited >= lease_s - 0.05
+
+
+@pytest.mark.cluster
+async def test_a_restarted_container_takes_its_predecessors_lease_at_once(
+    api_client: Any, namespace: str, candidates: list[Candidate]
+) -> None:
+    """The operator's container killed or exited on a lost renewal: its restart (same pod, new
+    identity) leads at once instead of waiting out the 45 s lease; another pod still waits."""
+    lease_s, renew_s, retry_s = 45.0, 30.0, 0.5
+    now = micro_time(datetime.now(UTC))
+    held = LeaderElectionRecord("pod-a_first-run", int(lease_s), now, now, 4)
+    await ResourceClient(api_client, LEASES, namespace).create(
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "le-restart", "namespace": namespace},
+            "spec": held.to_spec(),
+        }
+    )
+    tracker = Tracker()
+    other = start_candidate(
+        api_client,
+        tracker,
+        candidates,
+        LeaderElectionConfig(
+            "le-restart", namespace, "pod-b_x", lease_s, renew_s, retry_s, predecessors="pod-b_"
+        ),
+    )
+    await wait_until("the other pod observing the holder", lambda: "pod-a_first-run" in other.seen_leaders)
+    assert not other.elector.is_leader()
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    start_candidate(
+        api_client,
+        tracker,
+        candidates,
+        LeaderElectionConfig(
+            "le-restart", namespace, "pod-a_second-run", lease_s, renew_s, retry_s, predecessors="pod-a_"
+        ),
+    )
+    await wait_until("the restarted container leading", lambda: tracker.leading == ["pod-a_second-run"])
+    assert loop.time() - started < lease_s / 3
+    record = await read_record(api_client, namespace, "le-restart")
+    assert record.holder_identity == "pod-a_second-run"
+    assert record.lease_transitions == 5
+    assert not other.elector.is_leader()
+    assert tracker.overlaps == []
