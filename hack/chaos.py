@@ -574,6 +574,36 @@ def _first_line(name: str, line: str) -> Callable[[], bool]:
     return lambda: line in witness(name)
 
 
+def restarts(pod: dict[str, Any]) -> int:
+    return sum(
+        int(c.get("restartCount") or 0) for c in (pod.get("status") or {}).get("containerStatuses") or []
+    )
+
+
+def snapshot(name: str) -> dict[str, Any]:
+    """What a fault changes that shows from outside: the workspace pod (uid, restarts), the operator
+    pods (names, restarts), the Lease's holder."""
+    pod = get("pod", f"{name}-workspace-0") or {}
+    leases = items("leases", namespace=OPERATOR_NS)
+    return {
+        "workspace": ((pod.get("metadata") or {}).get("uid"), restarts(pod)),
+        "operator": sorted((p["metadata"]["name"], restarts(p)) for p in operator_pods()),
+        "leader": sorted((le.get("spec") or {}).get("holderIdentity") or "" for le in leases),
+    }
+
+
+# What must differ between the snapshots before and after a fault for it to have taken effect (the
+# node's components and the network cut show no trace in the API: their effect is the recovery).
+EFFECT: dict[str, str] = {
+    "operator-kill9": "operator",
+    "operator-rollout": "operator",
+    "leader-lost": "leader",
+    "workspace-kill9": "workspace",
+    "workspace-evict": "workspace",
+    "disk-full": "workspace",
+}
+
+
 def cell_name(cell: Cell, run_id: str) -> str:
     short = {"up-change": "chg", "refresh": "rfs", "destroy": "del"}.get(cell.operation, cell.operation)
     return f"{cell.fault.replace('-', '')[:14]}-{short}-{cell.backend}-{run_id}"
@@ -615,6 +645,7 @@ def run_cell(cell: Cell, step_seconds: int, bound: float, run_id: str) -> Cell:
                 expected_type = "destroy"
                 kubectl("-n", NAMESPACE, "delete", "stack", name, "--wait=false")
                 until("mid destroy", _first_line(name, "delete step3"), bound)
+        before = snapshot(name)
         t0 = time.monotonic()
         fault(name)
         try:
@@ -631,6 +662,9 @@ def run_cell(cell: Cell, step_seconds: int, bound: float, run_id: str) -> Cell:
                 said = f"{c['type']}={c['status']} {c.get('reason')}: {c.get('message', '')[:300]}"
                 cell.problems.append(said)
         time.sleep(2)  # the poller's last look
+        effect = EFFECT.get(cell.fault)
+        if effect and cell.operation != "destroy" and snapshot(name)[effect] == before[effect]:
+            cell.problems.append(f"the fault did not take effect ({effect} unchanged: {before[effect]})")
     judge(cell, name, log, started, expected_type, gen)
     cell.outcome = "pass" if not cell.problems else "FAIL"
     cell.detail = "; ".join(cell.problems)
