@@ -21,6 +21,14 @@ A cell passes when, within ``--bound`` seconds of the fault:
 * the state holds no pending operation and no lock, and its resources are the program's (none after
   ``destroy``).
 
+One more cell proves the retry settings (``spec.retryPolicy``, issue 28): ``cause-fixed`` makes the
+first up fail (a program error on a missing file) until the Stack has backed off to its 30 s cap, then
+fixes the cause outside the Stack; the fix must be picked up within the cap plus the up itself.
+
+``--load N`` runs the load cell instead: N Stacks updating at once, a probe Stack changed meanwhile (its
+Update must start within seconds: no worker is held by a running update), the operator killed -9 in
+the middle, and every one of the N + 1 judged as a cell.
+
 Output: a table fault x operation x backend (outcome, seconds from the fault to recovery), also written
 as JSON (``--json``, default ``.bench-logs/chaos.json``). Standard library only, with the node's kubectl;
 needs root (it signals the node's processes and writes iptables rules, as ``localnode.py`` does).
@@ -120,16 +128,27 @@ def until(what: str, probe: Callable[[], Any], within: float, interval: float = 
 # --- the cell's objects -------------------------------------------------------------------------------
 
 
-def program(name: str, step_seconds: int) -> dict[str, Any]:
+# The cause-fixed cell's broken dependency: the first command fails until this file exists.
+FIXED = "/witness/fixed"
+
+
+def program(name: str, step_seconds: int, guarded: bool = False) -> dict[str, Any]:
     """Three commands in a chain; each sleeps, then appends what it did (and for which generation of
-    the config) to the witness log. ``create`` runs again on a change (no ``update`` command)."""
+    the config) to the witness log. ``create`` runs again on a change (no ``update`` command).
+    ``guarded``: the first fails (a program error) until :data:`FIXED` exists."""
     resources: dict[str, Any] = {}
     previous = None
     for step in STEPS:
+        guard = (
+            f"test -f {FIXED} || {{ echo {FIXED} is missing >&2; exit 1; }}; "
+            if guarded and not previous
+            else ""
+        )
         resources[step] = {
             "type": "command:local:Command",
             "properties": {
-                "create": f"sleep {step_seconds}; echo create {step} ${{gen}} >> /witness/log; echo {step}",
+                "create": f"{guard}sleep {step_seconds}; "
+                f"echo create {step} ${{gen}} >> /witness/log; echo {step}",
                 "delete": f"sleep {step_seconds}; echo delete {step} >> /witness/log",
             },
             **({"options": {"dependsOn": [f"${{{previous}}}"]}} if previous else {}),
@@ -182,7 +201,18 @@ def volume(name: str, purpose: str) -> list[dict[str, Any]]:
     ]
 
 
-def stack(name: str, backend: str, gen: str, ephemeral_limit: str | None = None) -> dict[str, Any]:
+# The cause-fixed cell's retry settings: deterministic waits 5 s, 15 s, then the 30 s cap.
+RETRY_CAP = 30
+RETRIES = {
+    "retryPolicy": {"deterministic": {"baseSeconds": 5, "factor": 3}},
+    "retryMaxBackoffDurationSeconds": RETRY_CAP,
+    "maxUpdateFailures": 100,
+}
+
+
+def stack(
+    name: str, backend: str, gen: str, ephemeral_limit: str | None = None, retries: bool = False
+) -> dict[str, Any]:
     env: dict[str, Any] = {
         "PULUMI_CONFIG_PASSPHRASE": {
             "type": "Secret",
@@ -217,6 +247,7 @@ def stack(name: str, backend: str, gen: str, ephemeral_limit: str | None = None)
             "destroyOnFinalize": True,
             "config": {"gen": gen},
             "envRefs": env,
+            **(RETRIES if retries else {}),
             "workspaceTemplate": {
                 "spec": {"podTemplate": {"spec": {"containers": [container], "volumes": volumes}}}
             },
@@ -508,6 +539,12 @@ def fault_secret_deleted(name: str) -> None:
     apply(passphrase(name))
 
 
+def fault_cause_fixed(name: str) -> None:
+    """Not a fault but its end: the broken dependency the program failed on is fixed outside the
+    Stack (as a quota raised or a network back), after the Stack failed and backed off to its cap."""
+    (VOLUMES / name / "witness" / "fixed").touch()
+
+
 FAULTS: dict[str, Callable[[str], None]] = {
     "operator-kill9": fault_operator_kill9,
     "operator-rollout": fault_operator_rollout,
@@ -521,7 +558,10 @@ FAULTS: dict[str, Callable[[str], None]] = {
     "network-cut": fault_network_cut,
     "disk-full": fault_disk_full,
     "secret-deleted": fault_secret_deleted,
+    "cause-fixed": fault_cause_fixed,
 }
+# The cells where a fault has no meaning (the fix of a failing first up is the only cause-fixed cell).
+NOT_APPLICABLE = {("cause-fixed", o) for o in OPERATIONS if o != "up"}
 # Not run on one node: "node-lost" (the workspace pod's node gone for good) needs a second node.
 NOT_RUN = {"node-lost": "needs a second node (not built yet)"}
 # The cells .ci/run runs: the faults users report most (#1293, #1308), one per component kind.
@@ -616,13 +656,22 @@ def run_cell(cell: Cell, step_seconds: int, bound: float, run_id: str) -> Cell:
     for obj in volume(name, "witness") + (volume(name, "state") if cell.backend == "file" else []):
         apply(obj)
     apply(passphrase(name))
-    apply(program(name, step_seconds))
+    fixing = cell.fault == "cause-fixed"
+    if not fixing:
+        (VOLUMES / name / "witness" / "fixed").touch()
+    apply(program(name, step_seconds, guarded=fixing))
     log = UpdateLog()
     with log.running():
         started = _now()
-        apply(stack(name, cell.backend, "1", disk))
+        apply(stack(name, cell.backend, "1", disk, retries=fixing))
         expected_type, gen, token = "up", "1", None
-        if cell.operation == "up":
+        if fixing:
+            # Failed and backed off to the cap: the 3rd retry waits the full 30 s.
+            def failed() -> list[dict[str, Any]]:
+                return [u for u in log.of(name, "up") if condition(u, "Failed").get("status") == "True"]
+
+            until("three failed ups", lambda: len(failed()) >= 3, bound, 2)
+        elif cell.operation == "up":
             until("mid first up", _first_line(name, "create step1 1"), bound)
         else:
             until("first up Ready", lambda: _ready_for(name, 1), bound)
@@ -655,6 +704,11 @@ def run_cell(cell: Cell, step_seconds: int, bound: float, run_id: str) -> Cell:
                 generation = int((get("stack", name) or {})["metadata"]["generation"])
                 until("Ready", lambda: _ready_for(name, generation, token), bound, 2)
             cell.recovery_seconds = round(time.monotonic() - t0, 1)
+            limit = RETRY_CAP + 3 * step_seconds + 20  # the cap, the up itself, the pod's start
+            if fixing and cell.recovery_seconds > limit:
+                cell.problems.append(
+                    f"the fix was picked up after {cell.recovery_seconds} s (bound {limit} s)"
+                )
         except TimeoutError as e:
             cell.problems.append(str(e))
             s = get("stack", name) or {}
@@ -827,6 +881,9 @@ def run(matrix: list[Cell], step_seconds: int, bound: float, out: Path | None = 
     for cell in matrix:
         if cell.fault in NOT_RUN:
             cell.detail = NOT_RUN[cell.fault]
+            continue
+        if (cell.fault, cell.operation) in NOT_APPLICABLE:
+            cell.outcome, cell.detail = "n/a", "a fix ends a failing up"
             continue
         healthy_control_plane()
         print(
