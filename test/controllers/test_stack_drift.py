@@ -315,6 +315,7 @@ def test_a_cancel_request_with_nothing_running_is_recorded_and_changes_nothing()
     obj = stack({}, {"lastUpdate": DONE_UP}, annotations={CANCEL_REQUEST_ANNOTATION: "c2"})
     plan_ = decide(observed(obj, source=SOURCE))
     assert not any(isinstance(w, CancelUpdate) for w in plan_.writes) and plan_.then is None
+    assert [w.reason for w in plan_.writes if isinstance(w, Emit)] == ["NothingToCancel"]
     final = statuses(plan_)[-1]
     assert final["observedCancelRequest"] == "c2"
     assert condition(final, "Ready") is not None and condition(final, "Ready")[0] == "True"  # type: ignore[index]

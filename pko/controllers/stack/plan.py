@@ -421,7 +421,7 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
     recorded: Obj | None = None
 
     # 0. a cancel request: the Update in flight is deleted (its reconciler cancels the operation)
-    cancelling = cancel_requested(observed, status, generation)
+    cancelling = cancel_requested(observed, status, generation, writes)
     if cancelling is not None:
         return Plan([*writes, *cancelling.writes], cancelling.result, status)
 
@@ -557,11 +557,11 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
 # --- the issue-29 operations: cancel, refresh on request, approval, drift --------------------
 
 
-def cancel_requested(observed: Observed, status: Obj, generation: int) -> Plan | None:
+def cancel_requested(observed: Observed, status: Obj, generation: int, writes: list[Write]) -> Plan | None:
     """A new ``pulumi.com/cancel-request`` token: delete the Update in flight (its reconciler
     cancels the operation; the Stack records it as ``Cancelled`` once it ends) and record the
-    token. None when there is no new token, or nothing runs (the token is recorded and the
-    reconcile goes on)."""
+    token. None when there is no new token, or nothing runs (the token is recorded, a
+    ``NothingToCancel`` Event appended to ``writes``, and the reconcile goes on)."""
     obj, now = observed.obj, observed.now
     token = _annotation(obj, CANCEL_REQUEST_ANNOTATION)
     if not token or token == (obj.get("status") or {}).get("observedCancelRequest"):
@@ -570,6 +570,7 @@ def cancel_requested(observed: Observed, status: Obj, generation: int) -> Plan |
     current = status.get("currentUpdate") or {}
     update = observed.current_update
     if not current or update is None or update_complete(update) or current.get("cancelRequest"):
+        writes.append(Emit("Normal", "NothingToCancel", f"cancel request {token!r}: no operation is running"))
         return None
     name = str(current.get("name") or "")
     status["currentUpdate"] = {**current, "cancelRequest": token}
