@@ -306,6 +306,43 @@ async def test_remediation_puts_drift_right_and_clears_the_condition(env: Env) -
     assert (last["type"], last["state"]) == ("up", "succeeded"), last
 
 
+async def test_remediation_waits_for_approval_and_applies_the_approved_plan(env: Env) -> None:
+    body = {"resources": {"cm": config_map(env, "guarded-cm", {"greeting": "hello"})}}
+    await env.create_program("guarded", body)
+    spec = {
+        "programRef": {"name": "guarded"},
+        "approval": {"mode": "Always"},
+        "driftDetection": {"intervalSeconds": 60, "remediate": True},
+    }
+    await env.create_stack("guarded", spec)
+    first = (await awaiting(env, "guarded"))["status"]["plan"]
+    await approve(env, "guarded", first["digest"])
+    stack = await drift_checked(env, "guarded", detected=False, after=None)
+
+    core = client.CoreV1Api(env.api)
+    await core.patch_namespaced_config_map("guarded-cm", env.ns, {"data": {"greeting": "changed by hand"}})
+    held = await awaiting(env, "guarded", not_digest=first["digest"], within=240)
+    assert held["status"]["drift"]["detected"] is True
+    assert sum(held["status"]["plan"]["summary"].values()) == 1, held["status"]["plan"]
+    [preview] = [
+        p
+        for p in await updates_of(env, "guarded", "preview")
+        if p["metadata"]["name"] == held["status"]["plan"]["update"]
+    ]
+    assert preview["spec"].get("refresh") is True and preview["spec"].get("savePlan") is True, preview["spec"]
+    assert (await configmap(env, "guarded-cm") or {}).get("data") == {"greeting": "changed by hand"}  # held
+
+    await approve(env, "guarded", held["status"]["plan"]["digest"])
+    cleared = await drift_checked(
+        env, "guarded", detected=False, after=held["status"]["drift"]["lastCheckTime"]
+    )
+    assert (await configmap(env, "guarded-cm") or {}).get("data") == {"greeting": "hello"}
+    last = cleared["status"]["lastUpdate"]
+    assert (last["type"], last["state"]) == ("up", "succeeded") and last["name"] != stack["status"][
+        "lastUpdate"
+    ]["name"]
+
+
 async def test_a_refresh_request_runs_one_refresh_and_is_recorded(env: Env) -> None:
     body = {"resources": {"cm": config_map(env, "refreshed-cm", {"greeting": "hello"})}}
     await env.create_program("refreshed", body)
