@@ -570,7 +570,13 @@ def cancel_requested(observed: Observed, status: Obj, generation: int, writes: l
     current = status.get("currentUpdate") or {}
     update = observed.current_update
     if not current or update is None or update_complete(update) or current.get("cancelRequest"):
-        writes.append(Emit("Normal", "NothingToCancel", f"cancel request {token!r}: no operation is running"))
+        writes.append(
+            Emit(
+                "Normal",
+                "NothingToCancel",
+                f"cancel request {token!r}: no operation to cancel (none runs, or it is being cancelled)",
+            )
+        )
         return None
     name = str(current.get("name") or "")
     status["currentUpdate"] = {**current, "cancelRequest": token}
