@@ -583,12 +583,12 @@ def cancel_requested(observed: Observed, status: Obj, generation: int, writes: l
     message = f"cancelling Update {name} on request {token!r}"
     mark_reconciling(status, "Cancelling", message, generation, now)
     uid = (update.get("metadata") or {}).get("uid")
-    writes: list[Write] = [
+    cancel: list[Write] = [
         write_status(status),
         Emit("Normal", "Cancelling", message),
         CancelUpdate(name, str(uid) if uid else None),
     ]
-    return Plan(writes, Result.done(), status)
+    return Plan(cancel, Result.done(), status)
 
 
 def requested_refresh(obj: Obj, status: Obj) -> Run | None:
