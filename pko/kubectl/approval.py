@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from pko.controllers.stack.approval import resource_ops
 from pko.kubectl.exitcodes import ExitCode, PluginError
 from pko.kubectl.stackview import AWAITING_APPROVAL, conditions, status_of, time_since
 from pko.machinery.conditions import get_condition
@@ -40,9 +41,6 @@ APPROVED_PLAN_ANNOTATION: Final = "pulumi.com/approved-plan"
 """Also pko.api.stack.APPROVED_PLAN_ANNOTATION (which loads pydantic); a test keeps them equal."""
 _OPS: Final = ("create", "update", "delete", "replace")
 # The engine's steps, per resource, as the operator's summary counts them (pko.controllers.stack.approval).
-_REPLACE_STEPS: Final = frozenset({"replace", "create-replacement", "delete-replaced"})
-_CREATE_STEPS: Final = frozenset({"create", "import"})
-_DELETE_STEPS: Final = frozenset({"delete", "discard"})
 _SYMBOLS: Final = {"create": "+", "update": "~", "delete": "-", "replace": "+-"}
 
 
@@ -98,32 +96,19 @@ def awaiting_approval(stack: Mapping[str, Any]) -> bool:
 
 
 def change_lines(update: Mapping[str, Any] | None) -> list[str]:
-    """The plan's preview Update's change set (``status.changes``), one line per resource as
-    Pulumi marks it (``+`` create, ``~`` update, ``-`` delete, ``+-`` replace) with the changed
-    property paths; steps that change nothing (``read``) are left out."""
-    steps: dict[str, set[str]] = {}
+    """The plan's preview Update's change set (``status.changes``), one line per resource the
+    summary counts (the operator's rule, :func:`resource_ops`), marked as Pulumi marks it (``+``
+    create, ``~`` update, ``-`` delete, ``+-`` replace), with the changed property paths."""
+    changes = [c for c in status_of(update).get("changes") or [] if isinstance(c, Mapping)]
     types: dict[str, str] = {}
     paths: dict[str, list[str]] = {}
-    for change in status_of(update).get("changes") or []:
-        if not isinstance(change, Mapping):
-            continue
+    for change in changes:
         urn = str(change.get("urn") or "")
-        steps.setdefault(urn, set()).add(str(change.get("op") or ""))
         types[urn] = str(change.get("type") or "")
         paths.setdefault(urn, [])
         paths[urn] += [str(p) for p in change.get("paths") or [] if str(p) not in paths[urn]]
     lines: list[str] = []
-    for urn, ops in steps.items():
-        if ops & _REPLACE_STEPS:
-            op = "replace"
-        elif ops & _CREATE_STEPS:
-            op = "create"
-        elif ops & _DELETE_STEPS:
-            op = "delete"
-        elif "update" in ops:
-            op = "update"
-        else:
-            continue
+    for urn, op in resource_ops(changes).items():
         name = urn.rsplit("::", 1)[-1]
         changed = f": {', '.join(paths[urn])}" if paths[urn] else ""
         lines.append(f"  {_SYMBOLS[op]:<2} {op:<7} {name} ({types[urn]}){changed}")

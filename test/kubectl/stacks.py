@@ -202,6 +202,16 @@ def preview(name: str = "web-preview-1", namespace: str = "ns") -> Obj:
     obj = update(name, namespace, failed=None)
     obj["spec"].update(type="preview", savePlan=True)
     obj["status"]["changes"] = [
+        {  # the engine's own rows, which neither the operator's summary nor `approve` counts
+            "urn": "urn:pulumi:dev::web::pulumi:pulumi:Stack::web-dev",
+            "type": "pulumi:pulumi:Stack",
+            "op": "update",
+        },
+        {
+            "urn": "urn:pulumi:dev::web::pulumi:providers:random::default_4_21_1",
+            "type": "pulumi:providers:random",
+            "op": "create",
+        },
         {
             "urn": "urn:pulumi:dev::web::random:index/randomPet:RandomPet::pet",
             "type": "random:index/randomPet:RandomPet",

@@ -44,6 +44,7 @@ __all__ = [
     "plan_inputs",
     "plan_recorded_message",
     "record_plan",
+    "resource_ops",
     "summarize",
 ]
 
@@ -113,25 +114,34 @@ def _bookkeeping(type_: str) -> bool:
     return type_ == "pulumi:pulumi:Stack" or type_.startswith("pulumi:providers:")
 
 
-def summarize(changes: Iterable[Mapping[str, Any]]) -> Obj:
-    """The user's resources by what the plan does to them, each counted once (a replacement is one
-    ``replace`` however many steps the engine reports for it); the stack's root resource and
-    providers are left out (the digest still covers them)."""
-    ops: dict[str, set[str]] = {}
+def resource_ops(changes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """What the plan does to each of the user's resources (``create``, ``update``, ``delete`` or
+    ``replace``), each counted once (a replacement is one ``replace`` however many steps the engine
+    reports for it); the stack's root resource, providers and steps that change nothing are left
+    out (the digest still covers them). The one rule for the summary and ``kubectl pko approve``."""
+    steps: dict[str, set[str]] = {}
     for change in changes:
         if _bookkeeping(str(change.get("type") or "")):
             continue
-        ops.setdefault(str(change.get("urn") or ""), set()).add(str(change.get("op") or ""))
+        steps.setdefault(str(change.get("urn") or ""), set()).add(str(change.get("op") or ""))
+    ops: dict[str, str] = {}
+    for urn, kinds in steps.items():
+        if kinds & _REPLACE_OPS:
+            ops[urn] = "replace"
+        elif kinds & _CREATE_OPS:
+            ops[urn] = "create"
+        elif kinds & _DELETE_OPS:
+            ops[urn] = "delete"
+        elif "update" in kinds:
+            ops[urn] = "update"
+    return ops
+
+
+def summarize(changes: Iterable[Mapping[str, Any]]) -> Obj:
+    """The user's resources counted by what the plan does to them (:func:`resource_ops`)."""
     summary = {"create": 0, "update": 0, "delete": 0, "replace": 0}
-    for steps in ops.values():
-        if steps & _REPLACE_OPS:
-            summary["replace"] += 1
-        elif steps & _CREATE_OPS:
-            summary["create"] += 1
-        elif steps & _DELETE_OPS:
-            summary["delete"] += 1
-        elif "update" in steps:
-            summary["update"] += 1
+    for op in resource_ops(changes).values():
+        summary[op] += 1
     return summary
 
 
