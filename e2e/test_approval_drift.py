@@ -1,0 +1,105 @@
+"""Issue 29 on a real node, as a user drives it: a Stack with ``approval.mode: Always`` waits with its
+plan, ``kubectl pko approve`` approves it and exactly that plan is applied (one up, with the plan); a
+ConfigMap that Pulumi manages (through pulumi-kubernetes) changed out of band shows as drift on the
+Stack and in the metrics, and ``remediate: true`` puts it back and clears ``Drifted``."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import Kube
+from .test_walkthrough import gone, metrics, program, stack
+
+pytestmark = [
+    pytest.mark.timeout(1500),
+    pytest.mark.pko_only("approval and drift detection are pko's"),
+]
+
+NAME = "approved"
+PLUGIN = Path(sys.executable).with_name("kubectl-pko")
+
+
+def plugin(k: Kube, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(PLUGIN), *args], capture_output=True, text=True, env=k.env, timeout=120, check=False
+    )
+
+
+def condition(k: Kube, type_: str) -> dict[str, Any]:
+    return k.condition(k.get("stack", NAME), type_)
+
+
+def ups(k: Kube) -> list[dict[str, Any]]:
+    items = k.json("get", "update", "-l", f"pulumi.com/stack-name={NAME}")["items"]
+    return [u for u in items if (u.get("spec") or {}).get("type") == "up"]
+
+
+def test_an_approved_plan_is_applied_once_and_drift_is_seen_and_repaired(kube: Kube) -> None:
+    k = kube
+    k.apply(program(NAME))
+    source = (
+        "programRef:\n    name: approved\n"
+        "  approval:\n    mode: Always\n"
+        "  driftDetection:\n    intervalSeconds: 60"
+    )
+    k.apply(stack(NAME, source))
+
+    # It waits, with its plan: one ConfigMap to create, nothing applied yet.
+    k.until("AwaitingApproval", lambda: condition(k, "Ready").get("reason") == "AwaitingApproval", 600)
+    s = k.get("stack", NAME) or {}
+    plan = s["status"]["plan"]
+    assert plan["summary"] == {"create": 1, "update": 0, "delete": 0, "replace": 0}, plan
+    assert k.get("configmap", f"{NAME}-settings") is None
+    assert ups(k) == []
+    shown = plugin(k, "status", NAME)
+    assert plan["digest"] in shown.stdout, shown
+
+    approved = plugin(k, "approve", NAME)
+    assert approved.returncode == 0, approved
+    assert plan["digest"] in approved.stdout and "create" in approved.stdout, approved.stdout
+    k.until("Ready", lambda: condition(k, "Ready").get("status") == "True", 600)
+    done = ups(k)
+    assert len(done) == 1 and done[0]["spec"].get("plan") == plan["update"], done
+    assert (k.get("configmap", f"{NAME}-settings") or {})["data"] == {"greeting": "hello"}
+    assert "plan" not in (k.get("stack", NAME) or {})["status"]  # used once
+
+    # Out of band: the ConfigMap edited; the next check (every 60 s) reports it, read-only.
+    k.run("patch", "configmap", f"{NAME}-settings", "--type=merge", "-p", '{"data":{"greeting":"edited"}}')
+
+    def drifted() -> dict[str, Any] | None:
+        drift = ((k.get("stack", NAME) or {}).get("status") or {}).get("drift") or {}
+        return drift if drift.get("detected") else None
+
+    drift = k.until("drift detected", drifted, 240, 5)
+    (resource,) = drift["resources"]
+    assert resource["urn"].endswith("kubernetes:core/v1:ConfigMap::settings"), resource
+    assert any(p.startswith("data") for p in resource["paths"]), resource
+    assert condition(k, "Drifted").get("status") == "True"
+    assert (k.get("configmap", f"{NAME}-settings") or {})["data"] == {"greeting": "edited"}  # reported only
+    assert len(ups(k)) == 1
+    series = re.search(rf'pko_stack_drift_resources{{[^}}]*name="{NAME}"[^}}]*}} (\S+)', metrics(k))
+    assert series and float(series.group(1)) == 1.0, metrics(k)
+
+    # remediate (approval off, else the repair would wait for an approval too): put back, cleared.
+    repair = {"approval": {"mode": "Never"}, "driftDetection": {"intervalSeconds": 60, "remediate": True}}
+    k.run("patch", "stack", NAME, "--type=merge", "-p", json.dumps({"spec": repair}))
+    k.until(
+        "repaired",
+        lambda: ((k.get("configmap", f"{NAME}-settings") or {}).get("data") or {}).get("greeting") == "hello",
+        300,
+        5,
+    )
+    k.until("Drifted False", lambda: condition(k, "Drifted").get("status") == "False", 300, 5)
+
+    k.run("delete", "stack", NAME, "--wait=false")
+    gone(k, "stack", NAME, within=600)
+    assert k.get("configmap", f"{NAME}-settings") is None
+    k.run("delete", "program", NAME)
+    k.run("delete", "pvc", f"{NAME}-state", "--wait=false")
