@@ -10,7 +10,9 @@ Invariants:
 * every CLI process the Automation API starts goes through ``TrackingPulumiCommand``, so an
   interrupt reaches exactly the Pulumi processes this runner started (never other children of the
   agent) and a cancel that arrives before the operation's process starts still stops it;
-* a failed operation is a result with a structured Failure, not an exception.
+* a failed operation is a result with a structured Failure, not an exception;
+* an up, refresh or destroy that succeeded leaves no pending operation in the state that it made
+  stale (pendingops); its result lists those it cleared and those that remain.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from pko.agent import failures, plans, pythondeps, stackconfig, stacksettings
+from pko.agent import failures, pendingops, plans, pythondeps, stackconfig, stacksettings
 from pko.agent.engineevents import ChangeSet, engine_event_to_json
 from pko.agent.errors import redact_url
 from pko.agent.operations import EventSink, OperationRequest, operation_type
@@ -627,6 +630,7 @@ class PulumiRunner:
             )
             base.permalink = _permalink(stdout)
             base.changes = changes.changes()
+            base.pending_operations = list(base.failure.pending_operations)
             self._settle_plan(operation_id, request, base)
             log.warning(
                 "operation failed",
@@ -642,6 +646,8 @@ class PulumiRunner:
                 start_time=started, end_time=datetime.now(UTC), result="succeeded"
             )
         self._settle_plan(operation_id, request, base)
+        if _writes_state(request):
+            self._settle_pending(stack, request, base)
         log.info("operation succeeded", operation=operation_id, type=kind.name.lower())
         return base
 
@@ -800,13 +806,86 @@ class PulumiRunner:
                 " pending: " + ", ".join(p.urn for p in failure.pending_operations) + ")"
             )
 
+    def _settle_pending(self, stack: auto.Stack, request: OperationRequest, out: pb.OperationResult) -> None:
+        """After an up, refresh or destroy that succeeded: clear the pending operations it left stale
+        (pendingops: the engine keeps an interrupted create forever, even once the resource exists
+        again) with ``stack export`` and ``stack import``, as the CLI's own state edits do: the import
+        takes the backend's stack lock, so it fails (and reports the operations as remaining) while
+        another update runs; no other operation of this agent runs meanwhile; only a writer outside pko
+        that started and ended between the two commands would be overwritten, as with ``pulumi state``.
+        Puts in ``out`` what was cleared and what remains. Costs one ``stack export`` (an import only
+        when there is something to clear); when the state cannot be read, ``out`` says nothing."""
+        try:
+            exported = self._export(stack)
+        except (auto_errors.CommandError, ValueError) as exc:
+            log.warning("could not read the state for pending operations", error=_error_text(exc)[1])
+            return
+        deployment = exported.get("deployment")
+        if not isinstance(deployment, dict):
+            return
+        pending = failures.pending_operations(deployment)
+        if not pending:
+            return
+        settled = pendingops.settle(
+            pending, out.type, pendingops.live_urns(deployment), targeted=bool(request.target)
+        )
+        out.pending_operations = list(settled.keep)
+        if not settled.clear:
+            log.warning("pending operations remain", pending=[f"{p.type} {p.urn}" for p in settled.keep])
+            return
+        try:
+            self._import(stack, {**exported, "deployment": pendingops.without_pending(deployment)})
+        except auto_errors.CommandError as exc:
+            log.warning("could not clear stale pending operations", error=_error_text(exc)[1])
+            out.pending_operations = pending
+            return
+        out.cleared_pending_operations = list(settled.clear)
+        log.warning(
+            "cleared stale pending operations; what the interrupted attempt made may exist outside the state",
+            cleared=[f"{p.type} {p.urn}" for p in settled.clear],
+        )
+
     def _pending_operations(self, stack: auto.Stack) -> list[pb.PendingOperation]:
         try:
-            exported = stack.export_stack()
-        except auto_errors.CommandError:
+            deployment = self._export(stack).get("deployment")
+        except (auto_errors.CommandError, ValueError):
             return []
-        deployment = exported.deployment if isinstance(exported.deployment, dict) else None
-        return failures.pending_operations(deployment)
+        return failures.pending_operations(deployment if isinstance(deployment, dict) else None)
+
+    def _pulumi(self, args: list[str]) -> CommandResult:
+        """A CLI command in the workspace, as the Automation API runs its own (same env, same home)."""
+        env = {"PULUMI_HOME": self._ws.pulumi_home} if self._ws.pulumi_home else {}
+        return self._command.run(args, self._ws.work_dir, {**env, **self._ws.env_vars})
+
+    def _export(self, stack: auto.Stack) -> dict[str, Any]:
+        """``pulumi stack export``: the checkpoint with its secrets still encrypted (the Automation API's
+        export_stack decrypts them, and its import_stack writes them to a file in plaintext)."""
+        exported = json.loads(self._pulumi(["stack", "export", "--stack", stack.name]).stdout)
+        if not isinstance(exported, dict):
+            raise ValueError("`pulumi stack export` printed no deployment")
+        return exported
+
+    def _import(self, stack: auto.Stack, exported: Mapping[str, Any]) -> None:
+        """``pulumi stack import`` of what ``_export`` read (edited): the backend checks the state's
+        integrity and takes the stack's lock to write it."""
+        fd, path = tempfile.mkstemp(prefix="pko-state-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(exported, f)
+            self._pulumi(["stack", "import", "--file", path, "--stack", stack.name])
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+
+
+def _writes_state(request: OperationRequest) -> bool:
+    """Whether ``request`` writes the stack's state and leaves it in place: an up, a refresh that is
+    not a preview, a destroy that keeps the stack."""
+    if isinstance(request, pb.RefreshRequest):
+        return not request.preview_only
+    if isinstance(request, pb.DestroyRequest):
+        return not request.remove
+    return isinstance(request, pb.UpRequest)
 
 
 def _plan_not_found(out: pb.OperationResult, plan: str, started: datetime, kept: int) -> pb.OperationResult:

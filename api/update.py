@@ -105,6 +105,19 @@ class ResourceChange(KubeModel):
     """Paths are the changed property paths (e.g. ``spec.replicas``), sorted."""
 
 
+class PendingOperation(KubeModel):
+    """An operation the Pulumi engine started on a resource and never saw finish (its process was
+    killed): whether it happened is unknown, so the resource must be checked where it lives."""
+
+    urn: str
+    """URN of the resource."""
+    type: str
+    """Type is the engine's operation: creating, updating, deleting, reading or importing."""
+
+
+_PENDING = "fault matrix: a killed engine's pending operations are reported, and cleared once stale"
+
+
 class UpdateStatus(KubeModel):
     """The observed state of an Update."""
 
@@ -136,6 +149,18 @@ class UpdateStatus(KubeModel):
     """(pko extension) Changes lists each resource the operation changes (or, for a preview and a
     ``previewOnly`` refresh, would change; for a refresh, each drifted resource), one entry per
     resource and step, sorted by urn, then op; ``same`` steps are left out."""
+    pending_operations: Annotated[list[PendingOperation], ListAtomic(), Extension(_PENDING)] | None = None
+    """(pko extension) PendingOperations lists the operations the stack's state still records as
+    started and never finished (an engine killed mid-operation) after this operation: each resource's
+    fate is unknown to Pulumi and must be checked by hand (then ``pulumi refresh`` or a later up
+    resolves it). Absent when there are none."""
+    cleared_pending_operations: (
+        Annotated[list[PendingOperation], ListAtomic(), Extension(_PENDING)] | None
+    ) = None
+    """(pko extension) ClearedPendingOperations lists the pending operations the workspace removed from
+    the state after this operation succeeded, because it made them stale: creates an interrupted
+    attempt left whose resource this operation created again (or that nothing declares any more).
+    What the interrupted attempt created may still exist outside Pulumi's state: check these URNs."""
 
 
 class Update(KubeModel):
@@ -158,6 +183,7 @@ __all__ = [
     "PLURAL",
     "UPDATE_TYPES",
     "VERSION",
+    "PendingOperation",
     "ProjectInfo",
     "ResourceChange",
     "Update",

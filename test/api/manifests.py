@@ -394,6 +394,12 @@ def full_update_status() -> dict[str, Any]:
                 "op": "delete",
             },
         ],
+        "pendingOperations": [
+            {"urn": "urn:pulumi:dev::p::command:local:Command::slow", "type": "creating"},
+        ],
+        "clearedPendingOperations": [
+            {"urn": "urn:pulumi:dev::p::command:local:Command::step2", "type": "creating"},
+        ],
     }
 
 

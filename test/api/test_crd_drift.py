@@ -319,8 +319,10 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
     # spec.config: Go leaves the whole map schemaless; ours is a map of arbitrary JSON values.
     # spec.initOnCreate: removed before Go's v1.0 but still in users' manifests; accepted, ignored.
     # Program status.conditions: ours (issue 9: an invalid Program gets a condition); Go has none.
-    # Update spec.savePlan/plan/previewOnly and status.changes: ours (issue 29: update plans, drift),
-    # also in the Stack's updateTemplate, which embeds the Update.
+    # Update spec.savePlan/plan/previewOnly and status.changes: ours (issue 29: update plans, drift);
+    # Update status.pendingOperations/clearedPendingOperations: ours (a killed engine's pending
+    # operations, reported and cleared once stale); all also in the Stack's updateTemplate, which
+    # embeds the Update.
     # Stack spec.approval/driftDetection, status.plan/drift/observed*Request and
     # currentUpdate.kind/cancelRequest: ours (issue 29: approval gate, drift, request annotations).
     assert sorted(ours - go) == [
@@ -363,6 +365,14 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Stack", "spec.updateTemplate.status.changes[].paths[]"),
         ("Stack", "spec.updateTemplate.status.changes[].type"),
         ("Stack", "spec.updateTemplate.status.changes[].urn"),
+        ("Stack", "spec.updateTemplate.status.clearedPendingOperations"),
+        ("Stack", "spec.updateTemplate.status.clearedPendingOperations[]"),
+        ("Stack", "spec.updateTemplate.status.clearedPendingOperations[].type"),
+        ("Stack", "spec.updateTemplate.status.clearedPendingOperations[].urn"),
+        ("Stack", "spec.updateTemplate.status.pendingOperations"),
+        ("Stack", "spec.updateTemplate.status.pendingOperations[]"),
+        ("Stack", "spec.updateTemplate.status.pendingOperations[].type"),
+        ("Stack", "spec.updateTemplate.status.pendingOperations[].urn"),
         ("Stack", "spec.updateTemplate.status.resourceChanges"),
         ("Stack", "spec.updateTemplate.status.resourceChanges{}"),
         ("Stack", "status.currentUpdate.cancelRequest"),
@@ -406,6 +416,14 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Update", "status.changes[].paths[]"),
         ("Update", "status.changes[].type"),
         ("Update", "status.changes[].urn"),
+        ("Update", "status.clearedPendingOperations"),
+        ("Update", "status.clearedPendingOperations[]"),
+        ("Update", "status.clearedPendingOperations[].type"),
+        ("Update", "status.clearedPendingOperations[].urn"),
+        ("Update", "status.pendingOperations"),
+        ("Update", "status.pendingOperations[]"),
+        ("Update", "status.pendingOperations[].type"),
+        ("Update", "status.pendingOperations[].urn"),
         ("Update", "status.resourceChanges"),
         ("Update", "status.resourceChanges{}"),
     ]

@@ -372,6 +372,34 @@ async def test_agent_killed_mid_up_fails_with_a_clear_reason(env: Env) -> None:
     assert update["status"]["message"]
 
 
+async def test_a_create_the_killed_agent_left_pending_is_listed_then_cleared_by_the_up_that_redoes_it(
+    env: Env,
+) -> None:
+    """The agent killed -9 mid-create: the engine's state keeps a pending create (and its lock). The next
+    up fails StackLocked (the stale lock is removed) with ``status.pendingOperations``; the up after it
+    creates the resource again and the agent clears the now stale record: ``clearedPendingOperations``."""
+    ws = await env.workspace("pending", SLOW_PROGRAM.format(name="pending", seconds=15))
+    wait = {"urn": "urn:pulumi:dev::pending::test:index:Hang::wait", "type": "creating"}
+    killed = await env.wait_running(await env.create_update(ws, "up"))
+    await asyncio.sleep(1.5)
+    assert env.kubelet.kill(f"{env.ns}/pending-workspace-0", "pulumi", signal.SIGKILL), env.kubelet.describe()
+    assert condition(await env.wait_complete(killed, within=240), "Failed")["reason"] == "AgentRestarted"
+
+    locked = await env.wait_complete(await env.create_update(ws, "up"), within=240)
+    assert condition(locked, "Failed")["reason"] == "StackLocked", locked["status"]
+    assert locked["status"]["pendingOperations"] == [wait], locked["status"]
+    assert "clearedPendingOperations" not in locked["status"]
+
+    redone = await env.wait_complete(await env.create_update(ws, "up"), within=240)
+    assert_succeeded(redone)
+    assert redone["status"]["clearedPendingOperations"] == [wait], redone["status"]
+    assert "pendingOperations" not in redone["status"]
+    backend = Path(env.kubelet.pulumi.backend_url.removeprefix("file://"))
+    checkpoint = json.loads((backend / ".pulumi" / "stacks" / "pending" / "dev.json").read_text())
+    latest = checkpoint["checkpoint"]["latest"]
+    assert not latest.get("pending_operations"), latest
+
+
 async def test_operator_restart_mid_up_reattaches_and_records_once(env: Env) -> None:
     ws = await env.workspace("restart", SLOW_PROGRAM.format(name="restart", seconds=15))
     update = await env.wait_running(await env.create_update(ws, "up"), within=180)

@@ -81,6 +81,38 @@ def test_result_status_keeps_the_resource_changes() -> None:
     assert status["resourceChanges"] == {"create": 1, "same": 2}
 
 
+STEP2 = "urn:pulumi:dev::p::command:local:Command::step2"
+SLOW = "urn:pulumi:dev::p::command:local:Command::slow"
+
+
+def test_result_status_lists_the_cleared_and_the_remaining_pending_operations() -> None:
+    result = succeeded(
+        cleared_pending_operations=[pb.PendingOperation(urn=STEP2, type="creating")],
+        pending_operations=[pb.PendingOperation(urn=SLOW, type="creating")],
+    )
+    status = us.result_status(make_update(), result, None, NOW)
+    assert status["clearedPendingOperations"] == [{"urn": STEP2, "type": "creating"}]
+    assert status["pendingOperations"] == [{"urn": SLOW, "type": "creating"}]
+    assert cond(status, "Failed") == ("False", "UpdateSucceeded")
+    assert {"pendingOperations", "clearedPendingOperations"} <= set(us.STATUS_FIELDS)
+
+
+def test_result_status_without_pending_operations_has_neither_field() -> None:
+    status = us.result_status(make_update(), succeeded(), None, NOW)
+    assert "pendingOperations" not in status and "clearedPendingOperations" not in status
+
+
+def test_a_failure_lists_its_pending_operations_even_from_an_agent_that_only_reports_them_there() -> None:
+    pending = [pb.PendingOperation(urn=STEP2, type="creating")]
+    newer = failed("StackLocked", pending_operations=pending)
+    newer.pending_operations = pending
+    older = failed("StackLocked", pending_operations=pending)
+    for result in (newer, older):
+        status = us.result_status(make_update(), result, None, NOW)
+        assert status["pendingOperations"] == [{"urn": STEP2, "type": "creating"}]
+        assert "clearedPendingOperations" not in status
+
+
 def failed(reason: str, **failure: Any) -> pb.OperationResult:
     return pb.OperationResult(
         operation_id="x",

@@ -58,6 +58,7 @@ __all__ = [
     "sanitize_output_key",
     "started_status",
     "status_changes",
+    "status_pending",
     "waiting_status",
 ]
 
@@ -217,6 +218,8 @@ STATUS_FIELDS: Final = (
     "projectInfo",
     "resourceChanges",
     "changes",
+    "pendingOperations",
+    "clearedPendingOperations",
 )
 
 
@@ -292,6 +295,11 @@ def result_status(
         status["resourceChanges"] = {k: int(v) for k, v in sorted(result.change_summary.items())}
     if result.changes:
         status["changes"] = status_changes(result.changes)
+    remaining = result.pending_operations or (result.failure.pending_operations if result.failure else [])
+    if remaining:
+        status["pendingOperations"] = status_pending(remaining)
+    if result.cleared_pending_operations:
+        status["clearedPendingOperations"] = status_pending(result.cleared_pending_operations)
     reason = failed_reason(result)
     succeeded = result.state == pb.OperationState.SUCCEEDED
     failed_message = "" if succeeded else (message.splitlines()[0] if message else "")
@@ -315,6 +323,12 @@ def status_changes(items: list[pb.ResourceChange]) -> list[Obj]:
             entry["paths"] = list(item.paths)
         out.append(entry)
     return out
+
+
+def status_pending(items: list[pb.PendingOperation]) -> list[Obj]:
+    """``status.pendingOperations`` / ``status.clearedPendingOperations``: each operation's urn and
+    type, in the agent's order (the state's)."""
+    return [{"urn": item.urn, "type": item.type} for item in items]
 
 
 def ended_status(update: Obj, reason: str, message: str, now: datetime | None = None) -> Obj:

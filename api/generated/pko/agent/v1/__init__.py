@@ -480,6 +480,25 @@ class OperationResult(betterproto2.Message):
     resources whose state drifted from what the provider read (op update) or that are gone (delete).
     """
 
+    pending_operations: "list[PendingOperation]" = betterproto2.field(
+        13, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    The pending operations the stack's state still holds after the operation: after an up, refresh or
+    destroy that succeeded, those the agent could not prove stale (agent/pendingops.py); after a
+    failure, the same list as failure.pending_operations. Each needs a human to check its resource.
+    """
+
+    cleared_pending_operations: "list[PendingOperation]" = betterproto2.field(
+        14, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    Pending operations the agent removed from the state after an up, refresh or destroy that succeeded:
+    creates an interrupted attempt (a killed engine) left, made stale by this operation (the resource
+    was created again, or nothing refers to it any more). Whatever the interrupted attempt created may
+    still exist outside Pulumi's state: these URNs say where to look.
+    """
+
 
 default_message_pool.register_message(
     "pko.agent.v1", "OperationResult", OperationResult

@@ -1,0 +1,215 @@
+"""Pending operations on the real engine (hack/build-pulumi.sh, pulumi-command from hack/build-sources.sh):
+the agent killed -9 while ``pulumi up`` creates a ``command:local:Command``, then the next attempts.
+
+What pulumi v3.274 does by itself (seen here, read in pkg/backend/snapshot.go): the retry's up warns
+("Attempting to deploy or update resources with 1 pending operations from previous deployment"),
+creates the resource again, and writes a state that still holds the pending create, forever. The
+agent clears it once the up succeeded (the resource exists again: the record is stale) and reports the
+cleared URN in the result (agent/pendingops.py decides; the pure rules are in test_pendingops.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest_agent import agent_env, answers_version, collect, free_port, spawn, stop_process, wait_for_agent
+from pko.api.generated.google.protobuf import Value
+from pko.api.generated.pko.agent import v1 as pb
+from realpulumi import REPO, RealPulumi, make_real_pulumi
+from test_real_engine import _descendants, _serve
+from test_server import drain, lock_files
+
+pytestmark = pytest.mark.timeout(900)
+
+COMMAND = "command:local:Command"
+# step2 says it started (the witness), then sleeps for the config's `seconds` before it finishes.
+PROGRAM = """\
+name: pending
+runtime: yaml
+config:
+  seconds:
+    type: string
+    default: "0"
+  witness:
+    type: string
+resources:
+  step1:
+    type: command:local:Command
+    properties:
+      create: "echo step1"
+  step2:
+    type: command:local:Command
+    properties:
+      create: "echo started >> ${witness}; sleep ${seconds}; echo step2"
+    options:
+      dependsOn: ["${step1}"]
+"""
+
+
+def urn(name: str) -> str:
+    return f"urn:pulumi:dev::pending::{COMMAND}::{name}"
+
+
+def install_command_provider(real: RealPulumi) -> None:
+    """Put the pulumi-command plugin hack/build-sources.sh built into ``real``'s PULUMI_HOME, as the
+    workspace image has it (its files linked, the directory real)."""
+    done = subprocess.run(
+        ["bash", str(REPO / "hack" / "build-sources.sh")], check=True, capture_output=True, text=True
+    )
+    plugins = Path(done.stdout.strip().splitlines()[-1]) / "plugins"
+    for built in plugins.glob("resource-command-v*"):
+        target = real.home / "plugins" / built.name
+        if built.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+            for file in built.iterdir():
+                (target / file.name).symlink_to(file)
+        else:
+            target.touch()
+
+
+@pytest.fixture
+def real(tmp_path: Path) -> RealPulumi:
+    real = make_real_pulumi(tmp_path / "pulumi")
+    install_command_provider(real)
+    return real
+
+
+def export(real: RealPulumi, work: Path) -> dict[str, Any]:
+    """The stack's checkpoint as the CLI exports it."""
+    done = subprocess.run(
+        ["pulumi", "stack", "export", "--stack", "dev"],
+        cwd=work,
+        env={**agent_env(), **real.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    deployment: dict[str, Any] = json.loads(done.stdout)["deployment"]
+    return deployment
+
+
+def pending_in(deployment: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(p["type"], p["resource"]["urn"]) for p in deployment.get("pending_operations") or []]
+
+
+def ops(items: list[pb.PendingOperation]) -> list[tuple[str, str]]:
+    return [(p.type, p.urn) for p in items]
+
+
+@contextlib.asynccontextmanager
+async def agent_process(
+    work: Path, journal: Path, real: RealPulumi, seconds: int, witness: Path
+) -> AsyncIterator[tuple[subprocess.Popen[bytes], pb.AutomationServiceStub]]:
+    port = free_port()
+    proc = spawn(_serve(work, journal, port, real), {**agent_env(), **real.env})
+    try:
+        channel, _ = await wait_for_agent(proc, port, answers_version)
+        try:
+            stub = pb.AutomationServiceStub(channel)
+            await stub.select_stack(pb.SelectStackRequest(stack_name="dev", create=True))
+            config = [
+                pb.ConfigItem(key="seconds", value=Value.from_dict(str(seconds))),
+                pb.ConfigItem(key="witness", value=Value.from_dict(str(witness))),
+            ]
+            await stub.set_all_config(pb.SetAllConfigRequest(config=config))
+            yield proc, stub
+        finally:
+            channel.close()
+    finally:
+        stop_process(proc)
+
+
+async def wait_for_file(path: Path, within: float = 180) -> None:
+    deadline = time.monotonic() + within
+    while not await asyncio.to_thread(path.exists):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        await asyncio.sleep(0.2)
+
+
+async def test_a_create_killed_mid_up_is_cleared_once_the_retry_creates_it_again(
+    tmp_path: Path, real: RealPulumi
+) -> None:
+    work = tmp_path / "workspace"
+    work.mkdir()
+    (work / "Pulumi.yaml").write_text(PROGRAM)
+    witness = tmp_path / "witness"
+    async with agent_process(work, tmp_path / "journal", real, 300, witness) as (proc, stub):
+        await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="k-1")))
+        await wait_for_file(witness)  # step2's create runs in the command provider
+        for pid in [proc.pid, *_descendants(proc.pid)]:  # the whole "pod" at once, as chaos's kill -9
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert lock_files(real), "kill -9 leaves the engine no chance to remove its lock"
+    assert pending_in(export(real, work)) == [("creating", urn("step2"))]
+
+    async with agent_process(work, tmp_path / "journal2", real, 0, witness) as (_, stub):
+        _, blocked = collect(await drain(stub.up(pb.UpRequest(operation_id="k-2"))))
+        assert blocked is not None and blocked.failure is not None, blocked
+        assert blocked.failure.reason == "StackLocked" and "has been removed" in blocked.failure.message
+        assert ops(blocked.pending_operations) == [("creating", urn("step2"))]
+
+        # The retry creates step2 again; the engine alone would keep the pending create in the state.
+        events, retried = collect(await drain(stub.up(pb.UpRequest(operation_id="k-3"))))
+        assert retried is not None and retried.state == pb.OperationState.SUCCEEDED, retried
+        warned = [
+            e["diagnosticEvent"]["message"]
+            for e in events
+            if (e.get("diagnosticEvent") or {}).get("severity") == "warning"
+        ]
+        assert any("1 pending operations from previous deployment" in w for w in warned), warned
+        assert ops(retried.cleared_pending_operations) == [("creating", urn("step2"))]
+        assert retried.pending_operations == []
+
+        state = export(real, work)
+        assert pending_in(state) == []
+        assert urn("step2") in {r["urn"] for r in state["resources"]}
+        assert lock_files(real) == []
+        assert witness.read_text().splitlines() == ["started", "started"]
+
+        # Nothing left to clear: the next up reports nothing.
+        _, again = collect(await drain(stub.up(pb.UpRequest(operation_id="k-4"))))
+        assert again is not None and again.state == pb.OperationState.SUCCEEDED, again
+        assert again.cleared_pending_operations == [] and again.pending_operations == []
+
+
+async def test_a_create_killed_mid_up_stays_pending_after_a_refresh_until_an_up_creates_it(
+    tmp_path: Path, real: RealPulumi
+) -> None:
+    """A refresh does not run the program: the interrupted create is not known stale, so it stays
+    (reported in the result); the up after it creates the resource and clears it."""
+    work = tmp_path / "workspace"
+    work.mkdir()
+    (work / "Pulumi.yaml").write_text(PROGRAM)
+    witness = tmp_path / "witness"
+    async with agent_process(work, tmp_path / "journal", real, 300, witness) as (proc, stub):
+        await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="r-1")))
+        await wait_for_file(witness)
+        for pid in [proc.pid, *_descendants(proc.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    async with agent_process(work, tmp_path / "journal2", real, 0, witness) as (_, stub):
+        _, blocked = collect(await drain(stub.refresh(pb.RefreshRequest(operation_id="r-2"))))
+        assert blocked is not None and blocked.failure is not None
+        assert blocked.failure.reason == "StackLocked", blocked.failure
+        _, refreshed = collect(await drain(stub.refresh(pb.RefreshRequest(operation_id="r-3"))))
+        assert refreshed is not None and refreshed.state == pb.OperationState.SUCCEEDED, refreshed
+        assert refreshed.cleared_pending_operations == []
+        assert ops(refreshed.pending_operations) == [("creating", urn("step2"))]
+        assert pending_in(export(real, work)) == [("creating", urn("step2"))]
+
+        _, up = collect(await drain(stub.up(pb.UpRequest(operation_id="r-4"))))
+        assert up is not None and up.state == pb.OperationState.SUCCEEDED, up
+        assert ops(up.cleared_pending_operations) == [("creating", urn("step2"))]
+        assert pending_in(export(real, work)) == []
