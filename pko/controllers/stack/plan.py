@@ -648,7 +648,46 @@ _PLAN_GONE: Final = frozenset({"PlanMismatch", "PlanNotFound"})
 def absorb(
     status: Obj, current: Obj, update: Obj, outputs: Obj | None, generation: int, now: datetime
 ) -> list[Write]:
-    """Record a completed Update by what it was for (``currentUpdate.kind``); the Events."""
+    """Record a completed Update by what it was for (``currentUpdate.kind``); the Events, and those
+    of the pending operations it cleared from the state or left there."""
+    return _absorb(status, current, update, outputs, generation, now) + pending_operation_events(update)
+
+
+def pending_operation_events(update: Obj) -> list[Write]:
+    """The Stack's word on the pending operations an interrupted update left in the state: the
+    agent clears a pending create once it is stale (a later update made the resource again), but
+    what the interrupted attempt created may still exist outside Pulumi; pending operations that
+    remain after a success need a person."""
+    upd_status = update.get("status") or {}
+    cleared = [str(op.get("urn") or "") for op in upd_status.get("clearedPendingOperations") or []]
+    events: list[Write] = []
+    if cleared:
+        events.append(
+            Emit(
+                "Warning",
+                "PendingOperationsCleared",
+                f"cleared {len(cleared)} stale pending create(s) an interrupted update left in the state: "
+                f"{', '.join(cleared)}; each was created again, so check the provider for a duplicate "
+                "the interrupted attempt may have made outside Pulumi",
+            )
+        )
+    failed = is_true(upd_status.get("conditions"), "Failed")
+    remaining = [f"{op.get('type')} {op.get('urn')}" for op in upd_status.get("pendingOperations") or []]
+    if remaining and not failed:  # a failure already says so in its message
+        events.append(
+            Emit(
+                "Warning",
+                "PendingOperations",
+                f"{len(remaining)} pending operation(s) remain in the state: {', '.join(remaining)}; "
+                "check each resource, then pulumi refresh in the workspace pod to settle them",
+            )
+        )
+    return events
+
+
+def _absorb(
+    status: Obj, current: Obj, update: Obj, outputs: Obj | None, generation: int, now: datetime
+) -> list[Write]:
     kind = current.get("kind") or kind_of(update)
     upd_status = update.get("status") or {}
     failed = is_true(upd_status.get("conditions"), "Failed")
