@@ -61,8 +61,24 @@ class RunObservations:
 
     error_diagnostics: list[tuple[str, str]] = field(default_factory=list)  # (urn or "", message)
     failed_resources: list[str] = field(default_factory=list)
+    summary_seen: bool = False  # the engine's summary: it ran the deployment to its end
+
+    def applied_silently(self, stderr: str) -> bool:
+        """Whether a run that exited with an error ran to its end without reporting one: the engine's
+        summary came, no error diagnostic, no failed step, nothing on stderr (the caller knows
+        whether it was interrupted; the engine's ``cancelEvent`` only marks the end of every run).
+        (pulumi 3.274's ``up --plan`` ends so after applying every step when a stack output the
+        preview could not know, e.g. a Kubernetes object's ``metadata.uid``, differs from the plan.)"""
+        return (
+            self.summary_seen
+            and not self.error_diagnostics
+            and not self.failed_resources
+            and not stderr.strip()
+        )
 
     def observe(self, event: Mapping[str, Any]) -> None:
+        if "summaryEvent" in event:
+            self.summary_seen = True
         diag = event.get("diagnosticEvent")
         if isinstance(diag, Mapping) and diag.get("severity") == "error":
             message = _ANSI.sub("", str(diag.get("message", ""))).strip()

@@ -146,6 +146,11 @@ class TrackingPulumiCommand(auto.PulumiCommand):
     def reset_interrupt(self) -> None:
         self._interrupt.clear()
 
+    @property
+    def interrupted(self) -> bool:
+        """Whether the running operation was asked to stop (CTRL-C) since the last reset."""
+        return self._interrupt.is_set()
+
     def interrupt_operations(self) -> int:
         """Send SIGINT to running operation processes; later ones are refused. Returns how many."""
         self._interrupt.set()
@@ -621,6 +626,21 @@ class PulumiRunner:
             self._invoke(stack, request, common, base, plan)
         except auto_errors.CommandError as exc:
             stdout, stderr = _error_text(exc)
+            if (
+                plan is not None
+                and isinstance(request, pb.UpRequest)
+                and observations.applied_silently(stderr)
+            ):
+                # Every planned step applied and the engine reported no error: a success whose
+                # outputs and summary the Automation API never read (it raised first).
+                log.warning(
+                    "pulumi up --plan exited with an error it did not report after applying the plan; "
+                    "recorded as succeeded",
+                    operation=operation_id,
+                )
+                self._read_back(stack, base, stdout, stderr)
+                self._record_outputs(stack, operation_id, common, base)
+                return self._succeeded(stack, operation_id, request, base, changes, started)
             base.state = pb.OperationState.FAILED
             self._confirmed = None  # whatever failed, the next selection asks the CLI again
             base.stdout, base.stderr = _tail(stdout), _tail(stderr)
@@ -639,6 +659,17 @@ class PulumiRunner:
                 message=base.failure.message,
             )
             return base
+        return self._succeeded(stack, operation_id, request, base, changes, started)
+
+    def _succeeded(
+        self,
+        stack: auto.Stack,
+        operation_id: str,
+        request: OperationRequest,
+        base: pb.OperationResult,
+        changes: ChangeSet,
+        started: datetime,
+    ) -> pb.OperationResult:
         base.state = pb.OperationState.SUCCEEDED
         base.changes = changes.changes()
         if base.summary is None:
@@ -648,8 +679,54 @@ class PulumiRunner:
         self._settle_plan(operation_id, request, base)
         if _writes_state(request):
             self._settle_pending(stack, request, base)
-        log.info("operation succeeded", operation=operation_id, type=kind.name.lower())
+        log.info("operation succeeded", operation=operation_id, type=operation_type(request).name.lower())
         return base
+
+    def _record_outputs(
+        self, stack: auto.Stack, operation_id: str, common: dict[str, Any], out: pb.OperationResult
+    ) -> None:
+        """After an up whose plan the engine held the stack's outputs to (it keeps the old ones when
+        an output the preview could not know came out otherwise): plan again, now that every
+        resource is known, and apply that plan only if it changes no resource (the engine enforces
+        it), so the outputs are recorded in the same operation. Otherwise the state keeps its
+        outputs and the next update records them."""
+        quiet = {k: v for k, v in common.items() if k not in ("on_event", "message")}
+        quiet["message"] = "record the stack outputs of the approved plan"
+        follow = self._plans.partial(f"{operation_id}-outputs")
+        try:
+            preview = stack.preview(**quiet, plan=str(follow))
+            changed = {
+                str(getattr(op, "value", op)) for op, n in (preview.change_summary or {}).items() if n
+            } - {"same"}
+            if changed:
+                log.warning(
+                    "outputs not recorded: the plan moved", operation=operation_id, ops=sorted(changed)
+                )
+                return
+            stack.up(**quiet, plan=str(follow), suppress_progress=True)
+            out.outputs = {
+                k: pb.OutputValue(value=json.dumps(v.value).encode(), secret=bool(v.secret))
+                for k, v in stack.outputs().items()
+            }
+        except auto_errors.CommandError as exc:
+            log.warning("outputs not recorded", operation=operation_id, error=_error_text(exc)[1][-300:])
+        finally:
+            follow.unlink(missing_ok=True)
+
+    def _read_back(self, stack: auto.Stack, out: pb.OperationResult, stdout: str, stderr: str) -> None:
+        """What ``stack.up`` returns, read from the stack after an up it reported as failed."""
+        out.stdout, out.stderr = _tail(stdout), _tail(stderr)
+        out.permalink = _permalink(stdout)
+        info = stack.info()
+        out.summary = _update_summary(info)
+        if out.summary is not None:  # the history says "failed": the CLI's exit code
+            out.summary.result = "succeeded"
+            out.summary.message = "applied every planned step; the engine exited 1 without an error"
+        out.change_summary = _done(info)
+        out.outputs = {
+            k: pb.OutputValue(value=json.dumps(v.value).encode(), secret=bool(v.secret))
+            for k, v in stack.outputs().items()
+        }
 
     def _plan_file(self, operation_id: str, request: OperationRequest) -> str | None:
         """The update plan file the CLI gets: where a preview saves its plan (``--save-plan``), the

@@ -227,3 +227,25 @@ def test_an_invalid_plan_id_is_never_a_path(tmp_path: Path) -> None:
 
 def test_plans_live_in_the_agents_state_directory() -> None:
     assert default_plans_dir(Path("/share/workspace")) == Path("/share/.agent/plans")
+
+
+def _observed(events: list[dict[str, Any]]) -> failures.RunObservations:
+    observations = failures.RunObservations()
+    for event in events:
+        observations.observe(event)
+    return observations
+
+
+def test_a_run_that_ends_with_its_summary_and_reports_nothing_applied_silently() -> None:
+    """pulumi 3.274's `up --plan` exits 1 after applying every step when a stack output the preview
+    could not know differs; only such a run counts as applied, never one that said anything."""
+    summary = {"summaryEvent": {"resourceChanges": {"create": 2}}}
+    assert _observed([summary]).applied_silently("\n\n")
+    assert not _observed([]).applied_silently("")  # ended before its summary
+    assert not _observed([summary]).applied_silently("error: something")
+    assert not _observed(
+        [summary, _diagnostic("create is not allowed by the plan", urn("e"))]
+    ).applied_silently("")
+    failed = {"resOpFailedEvent": {"metadata": {"urn": urn("e")}}}
+    assert not _observed([summary, failed]).applied_silently("")
+    assert _observed([summary, {"cancelEvent": {}}]).applied_silently("")  # the end of every run

@@ -84,8 +84,14 @@ async def set_program(env: Env, name: str, body: Obj) -> None:
 
 
 async def test_an_approved_plan_is_applied_once_and_a_new_change_needs_a_new_approval(env: Env) -> None:
+    # An output the preview cannot know (the object's uid): pulumi 3.274's `up --plan` then exits 1
+    # without an error after applying every step; the agent records what it did as a success.
     await env.create_program(
-        "gated", {"resources": {"cm": config_map(env, "gated-cm", {"greeting": "hello"})}}
+        "gated",
+        {
+            "resources": {"cm": config_map(env, "gated-cm", {"greeting": "hello"})},
+            "outputs": {"uid": "${cm.metadata.uid}"},
+        },
     )
     await env.create_stack("gated", {"programRef": {"name": "gated"}, "approval": {"mode": "Always"}})
     stack = await awaiting(env, "gated")
@@ -108,6 +114,7 @@ async def test_an_approved_plan_is_applied_once_and_a_new_change_needs_a_new_app
     assert "plan" not in stack["status"], stack["status"]  # consumed
     applied = await configmap(env, "gated-cm")
     assert applied is not None and applied["data"] == {"greeting": "hello"}, applied
+    assert stack["status"]["outputs"] == {"uid": applied["metadata"]["uid"]}, stack["status"]
 
     # A new change is previewed and waits: the old approval (still on the Stack) does not apply it.
     await set_program(env, "gated", {"resources": {"cm": config_map(env, "gated-cm", {"greeting": "bye"})}})
