@@ -376,29 +376,57 @@ def backend_state(name: str, backend: str) -> tuple[dict[str, Any] | None, list[
 
 @dataclass
 class UpdateLog:
-    """Every Update seen in the namespace while a cell ran (a poller: history is pruned, and the
-    Updates of a deleted Stack are garbage collected)."""
+    """Every Update seen in the namespace while a cell ran, from a watch (a poll can miss an Update
+    that completes and is garbage collected with its deleted Stack within a second)."""
 
     seen: dict[str, dict[str, Any]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _proc: subprocess.Popen[str] | None = None
 
-    def poll(self) -> None:
+    def watch(self) -> None:
+        """``kubectl get --watch`` (restarted when the apiserver drops it), its JSON objects decoded
+        as they stream."""
+        decoder = json.JSONDecoder()
         while not self._stop.is_set():
-            try:
-                for u in items("updates"):
-                    self.seen[u["metadata"]["name"]] = u
-            except (RuntimeError, subprocess.TimeoutExpired, ValueError):
-                pass
+            env = {**os.environ, "KUBECONFIG": str(localnode.STATE / "kubeconfig")}
+            command = [
+                str(localnode.bin_dir() / "kubectl"),
+                "get",
+                "updates",
+                "-n",
+                NAMESPACE,
+                "--watch",
+                "-o",
+                "json",
+            ]
+            self._proc = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+            )
+            assert self._proc.stdout is not None
+            buffer = ""
+            for line in self._proc.stdout:
+                buffer += line
+                try:
+                    obj, end = decoder.raw_decode(buffer.lstrip())
+                except ValueError:
+                    continue
+                buffer = buffer.lstrip()[end:]
+                for u in obj.get("items") or [obj]:
+                    if u.get("kind") == "Update":
+                        self.seen[u["metadata"]["name"]] = u
+            self._proc.wait()
             self._stop.wait(1.0)
 
     @contextmanager
     def running(self) -> Iterator[UpdateLog]:
-        thread = threading.Thread(target=self.poll, daemon=True)
+        thread = threading.Thread(target=self.watch, daemon=True)
         thread.start()
         try:
             yield self
         finally:
             self._stop.set()
+            if self._proc is not None:
+                self._proc.terminate()
             thread.join(10)
 
     def of(self, stack: str, type_: str, since: str = "") -> list[dict[str, Any]]:
@@ -478,13 +506,16 @@ def fault_operator_rollout(name: str) -> None:
     kubectl("-n", OPERATOR_NS, "rollout", "restart", f"deployment/{OPERATOR}")
 
 
+LEASE_SECONDS = 60  # the operator's lease duration (pko.defaults.LEASE_DURATION, the Go operator's)
+
+
 def fault_leader_lost(name: str) -> None:
-    """The leader stops (SIGSTOP) for longer than the lease, the second replica takes over, then the
+    """The leader stops (SIGSTOP) for longer than its lease, the second replica takes over, then the
     old leader runs again: it must notice it lost the lease and act on nothing."""
     pid = _container_pid(leader_pod(), "manager")
     os.kill(pid, signal.SIGSTOP)
     try:
-        time.sleep(30)
+        time.sleep(LEASE_SECONDS + 25)
     finally:
         os.kill(pid, signal.SIGCONT)
 
