@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from pko.api.stack import DriftDetectionSpec
+from pko.controllers.stack.status import parse_time
 from pko.machinery.conditions import format_time, remove_condition, set_condition
 from pko.machinery.events import Emit
 
@@ -40,20 +41,11 @@ DRIFTED: Final = "Drifted"
 _SHOWN: Final = 5  # URNs named in a message
 
 
-def _time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def _up_since_check(status: Mapping[str, Any]) -> bool:
     """An up was recorded at or after the last check (it may have changed what drifted)."""
     last = status.get("lastUpdate") or {}
-    checked = _time((status.get("drift") or {}).get("lastCheckTime"))
-    ran = _time(last.get("lastResyncTime"))
+    checked = parse_time((status.get("drift") or {}).get("lastCheckTime"))
+    ran = parse_time(last.get("lastResyncTime"))
     return last.get("type") == "up" and checked is not None and ran is not None and ran >= checked
 
 
@@ -69,7 +61,7 @@ def drift_due_in(spec: DriftDetectionSpec | None, status: Mapping[str, Any], now
     if spec is None or not _deployed(status):
         return None
     drift = status.get("drift") or {}
-    checked = _time(drift.get("lastCheckTime"))
+    checked = parse_time(drift.get("lastCheckTime"))
     if checked is None:
         return 0.0
     if drift.get("detected") and _up_since_check(status):
