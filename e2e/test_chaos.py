@@ -9,8 +9,8 @@ The full matrix is one command: ``sudo python3 hack/chaos.py`` on a node from ``
 
 from __future__ import annotations
 
-import sys
 import json
+import sys
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
