@@ -14,6 +14,7 @@ install, upgrade and uninstall it on a control plane of their own, where Helm cr
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import gzip
 import json
@@ -509,10 +510,52 @@ def resource_of(obj: Obj) -> str:
     return f"{obj['kind'].lower()}.{group}" if group else obj["kind"].lower()
 
 
+@contextlib.contextmanager
+def set_aside(cluster: Any) -> Iterator[None]:
+    """The session's control plane is shared: cluster-wide objects of config/default that other
+    tests made (the operator's ClusterRole, which the controller tests' operators apply and leave for
+    each other) would refuse the release (Helm adopts nothing it did not create). Delete them for
+    the test and put them back as they were afterwards."""
+    saved: list[Obj] = []
+    for obj in config_default():
+        if "namespace" in obj["metadata"] or obj["kind"] in ("Namespace", "CustomResourceDefinition"):
+            continue
+        got = kubectl(
+            cluster, "get", resource_of(obj), obj["metadata"]["name"], "--ignore-not-found", "-o", "json"
+        )
+        if got.stdout.strip():
+            live = json.loads(got.stdout)
+            for field in ("resourceVersion", "uid", "creationTimestamp", "managedFields", "generation"):
+                live["metadata"].pop(field, None)
+            live.pop("status", None)
+            saved.append(live)
+            kubectl(cluster, "delete", resource_of(obj), obj["metadata"]["name"], "--wait=true")
+    try:
+        yield
+    finally:
+        if saved:
+            body = json.dumps({"apiVersion": "v1", "kind": "List", "items": saved})
+            kubectl(
+                cluster,
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=pko-test",
+                "-f",
+                "-",
+                input=body,
+            )
+
+
 @pytest.mark.cluster
 def test_helm_install_creates_what_config_default_creates(
     cluster: Any, helm_home: Path, helm_release: str
 ) -> None:
+    with set_aside(cluster):
+        _install_and_uninstall(cluster, helm_home, helm_release)
+
+
+def _install_and_uninstall(cluster: Any, helm_home: Path, helm_release: str) -> None:
     namespace = helm_release
     kubeconfig = ["--kubeconfig", str(cluster.kubeconfig)]
     helm(helm_home, "install", "pko", str(CHART), "--namespace", namespace, *kubeconfig)
