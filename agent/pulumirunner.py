@@ -296,6 +296,14 @@ def _changes(changes: Mapping[Any, int] | None) -> dict[str, int]:
     return {str(getattr(k, "value", k)): int(v) for k, v in (changes or {}).items()}
 
 
+def _output_values(outputs: auto.OutputMap) -> dict[str, pb.OutputValue]:
+    """Stack outputs as the result carries them (JSON values, secrecy kept)."""
+    return {
+        k: pb.OutputValue(value=json.dumps(v.value).encode(), secret=bool(v.secret))
+        for k, v in outputs.items()
+    }
+
+
 def _done(s: auto.UpdateSummary | None) -> dict[str, int]:
     """What an up, refresh or destroy did, from its summary (empty when the history had none)."""
     return _changes(s.resource_changes if s is not None else None)
@@ -702,19 +710,17 @@ class PulumiRunner:
                 log.warning(
                     "outputs not recorded: the plan moved", operation=operation_id, ops=sorted(changed)
                 )
-                return
-            stack.up(**quiet, plan=str(follow), suppress_progress=True)
-            out.outputs = {
-                k: pb.OutputValue(value=json.dumps(v.value).encode(), secret=bool(v.secret))
-                for k, v in stack.outputs().items()
-            }
+            else:
+                stack.up(**quiet, plan=str(follow), suppress_progress=True)
         except auto_errors.CommandError as exc:
             log.warning("outputs not recorded", operation=operation_id, error=_error_text(exc)[1][-300:])
         finally:
             follow.unlink(missing_ok=True)
+        out.outputs = _output_values(stack.outputs())  # recorded now, or the state's as they were
 
     def _read_back(self, stack: auto.Stack, out: pb.OperationResult, stdout: str, stderr: str) -> None:
-        """What ``stack.up`` returns, read from the stack after an up it reported as failed."""
+        """What ``stack.up`` returns, read from the stack after an up it reported as failed (the
+        outputs: :meth:`_record_outputs`)."""
         out.stdout, out.stderr = _tail(stdout), _tail(stderr)
         out.permalink = _permalink(stdout)
         info = stack.info()
@@ -723,10 +729,6 @@ class PulumiRunner:
             out.summary.result = "succeeded"
             out.summary.message = "applied every planned step; the engine exited 1 without an error"
         out.change_summary = _done(info)
-        out.outputs = {
-            k: pb.OutputValue(value=json.dumps(v.value).encode(), secret=bool(v.secret))
-            for k, v in stack.outputs().items()
-        }
 
     def _plan_file(self, operation_id: str, request: OperationRequest) -> str | None:
         """The update plan file the CLI gets: where a preview saves its plan (``--save-plan``), the
@@ -794,10 +796,7 @@ class PulumiRunner:
             out.summary = _update_summary(res_u.summary)
             out.change_summary = _done(res_u.summary)
             out.permalink = _permalink(res_u.stdout)
-            out.outputs = {
-                k: pb.OutputValue(value=json.dumps(v.value).encode(), secret=bool(v.secret))
-                for k, v in res_u.outputs.items()
-            }
+            out.outputs = _output_values(res_u.outputs)
         elif isinstance(request, pb.RefreshRequest) and request.preview_only:
             # `refresh --preview-only`: reads every resource back, writes nothing; the drift is in the
             # events (see engineevents.ChangeSet) and the would-be counts in the change summary.
