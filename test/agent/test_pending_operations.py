@@ -17,16 +17,15 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest_agent import agent_env, answers_version, collect, free_port, spawn, stop_process, wait_for_agent
+from conftest_agent import agent_env, collect
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
 from realpulumi import REPO, RealPulumi, make_real_pulumi
-from test_real_engine import _descendants, _serve
+from test_real_engine import _descendants, agent_process
 from test_server import drain, lock_files
 
 pytestmark = pytest.mark.timeout(900)
@@ -107,27 +106,13 @@ def ops(items: list[pb.PendingOperation]) -> list[tuple[str, str]]:
     return [(p.type, p.urn) for p in items]
 
 
-@contextlib.asynccontextmanager
-async def agent_process(
-    work: Path, journal: Path, real: RealPulumi, seconds: int, witness: Path
-) -> AsyncIterator[tuple[subprocess.Popen[bytes], pb.AutomationServiceStub]]:
-    port = free_port()
-    proc = spawn(_serve(work, journal, port, real), {**agent_env(), **real.env})
-    try:
-        channel, _ = await wait_for_agent(proc, port, answers_version)
-        try:
-            stub = pb.AutomationServiceStub(channel)
-            await stub.select_stack(pb.SelectStackRequest(stack_name="dev", create=True))
-            config = [
-                pb.ConfigItem(key="seconds", value=Value.from_dict(str(seconds))),
-                pb.ConfigItem(key="witness", value=Value.from_dict(str(witness))),
-            ]
-            await stub.set_all_config(pb.SetAllConfigRequest(config=config))
-            yield proc, stub
-        finally:
-            channel.close()
-    finally:
-        stop_process(proc)
+def witness_config(seconds: int, witness: Path) -> pb.SetAllConfigRequest:
+    return pb.SetAllConfigRequest(
+        config=[
+            pb.ConfigItem(key="seconds", value=Value.from_dict(str(seconds))),
+            pb.ConfigItem(key="witness", value=Value.from_dict(str(witness))),
+        ]
+    )
 
 
 async def wait_for_file(path: Path, within: float = 180) -> None:
@@ -144,7 +129,10 @@ async def test_a_create_killed_mid_up_is_cleared_once_the_retry_creates_it_again
     work.mkdir()
     (work / "Pulumi.yaml").write_text(PROGRAM)
     witness = tmp_path / "witness"
-    async with agent_process(work, tmp_path / "journal", real, 300, witness) as (proc, stub):
+    async with agent_process(work, tmp_path / "journal", real, 300, witness_config(300, witness)) as (
+        proc,
+        stub,
+    ):
         await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="k-1")))
         await wait_for_file(witness)  # step2's create runs in the command provider
         for pid in [proc.pid, *_descendants(proc.pid)]:  # the whole "pod" at once, as chaos's kill -9
@@ -153,7 +141,7 @@ async def test_a_create_killed_mid_up_is_cleared_once_the_retry_creates_it_again
     assert lock_files(real), "kill -9 leaves the engine no chance to remove its lock"
     assert pending_in(export(real, work)) == [("creating", urn("step2"))]
 
-    async with agent_process(work, tmp_path / "journal2", real, 0, witness) as (_, stub):
+    async with agent_process(work, tmp_path / "journal2", real, 0, witness_config(0, witness)) as (_, stub):
         _, blocked = collect(await drain(stub.up(pb.UpRequest(operation_id="k-2"))))
         assert blocked is not None and blocked.failure is not None, blocked
         assert blocked.failure.reason == "StackLocked" and "has been removed" in blocked.failure.message
@@ -192,14 +180,17 @@ async def test_a_create_killed_mid_up_stays_pending_after_a_refresh_until_an_up_
     work.mkdir()
     (work / "Pulumi.yaml").write_text(PROGRAM)
     witness = tmp_path / "witness"
-    async with agent_process(work, tmp_path / "journal", real, 300, witness) as (proc, stub):
+    async with agent_process(work, tmp_path / "journal", real, 300, witness_config(300, witness)) as (
+        proc,
+        stub,
+    ):
         await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="r-1")))
         await wait_for_file(witness)
         for pid in [proc.pid, *_descendants(proc.pid)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
-    async with agent_process(work, tmp_path / "journal2", real, 0, witness) as (_, stub):
+    async with agent_process(work, tmp_path / "journal2", real, 0, witness_config(0, witness)) as (_, stub):
         _, blocked = collect(await drain(stub.refresh(pb.RefreshRequest(operation_id="r-2"))))
         assert blocked is not None and blocked.failure is not None
         assert blocked.failure.reason == "StackLocked", blocked.failure

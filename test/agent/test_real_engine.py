@@ -141,9 +141,10 @@ def _descendants(pid: int) -> list[int]:
 
 @contextlib.asynccontextmanager
 async def agent_process(
-    work: Path, journal: Path, real: RealPulumi, seconds: float
+    work: Path, journal: Path, real: RealPulumi, seconds: float, config: pb.SetAllConfigRequest | None = None
 ) -> AsyncIterator[tuple[subprocess.Popen[bytes], pb.AutomationServiceStub]]:
-    """An agent process serving ``work`` with the stack selected and configured to sleep ``seconds``."""
+    """An agent process serving ``work`` with the stack selected and configured to sleep ``seconds``
+    (or with ``config``, for programs of other tests)."""
     port = free_port()
     proc = spawn(_serve(work, journal, port, real), {**agent_env(), **real.env})
     try:
@@ -151,7 +152,7 @@ async def agent_process(
         try:
             stub = pb.AutomationServiceStub(channel)
             await stub.select_stack(pb.SelectStackRequest(stack_name="dev", create=True))
-            await stub.set_all_config(_config(seconds))
+            await stub.set_all_config(config or _config(seconds))
             yield proc, stub
         finally:
             channel.close()
