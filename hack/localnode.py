@@ -6,6 +6,9 @@ kube-scheduler, kubelet, containerd + runc, a CNI bridge, kube-proxy and cluster
     python3 hack/localnode.py down                             # everything goes, nothing is left
     python3 hack/localnode.py status
     python3 hack/localnode.py restart kubelet [--signal KILL] [--down-for S]   # one component
+    python3 hack/localnode.py node-add [--import FILE.oci.tar ...]   # a second node, pko-node2
+    python3 hack/localnode.py node-lose     # pko-node2's machine dies (SIGKILL, no cleanup)
+    python3 hack/localnode.py node-remove   # pko-node2 goes, and all it made (`down` does it too)
 
 Standard library only (it runs before the project's virtualenv exists). Needs root, cgroups and
 the Kubernetes and etcd binaries `hack/build-kubernetes.sh` builds from the Go module proxy (the
@@ -30,14 +33,22 @@ traffic stays on loopback and on the devices created here. Cluster DNS is dnsmas
 ``hack/clusterdns.py`` from the API's Services and Endpoints, so ``<svc>.<ns>.svc.cluster.local``
 resolves in pods as in a real cluster.
 
-State lives in ``.node/`` (gitignored); images are imported from ``~/.cache/pko/images/*.oci.tar``
-(``hack/build-images.sh``; the cache is ``$PKO_CACHE_DIR`` when set, as for the builds) on every ``up``.
+A second node (``node-add``, issue 28): ``pko-node2`` at ``10.87.0.2`` in a network namespace of its
+own, pods in ``10.88.1.0/24`` on its bridge ``pkobr1``, its own containerd, kubelet and kube-proxy
+(``containerd-2``, ``kubelet-2``, ``kube-proxy-2``, which ``restart`` knows too) joined to the same
+control plane, and the taint ``pko.dev/spare-node=true:NoSchedule``, so that only pods that tolerate it
+(the fault matrix's) land there; see :data:`NODE2` for how the two kubelets share one machine.
+
+State lives in ``.node/`` (gitignored; node 2's in ``.node/node2``); images are imported from
+``~/.cache/pko/images/*.oci.tar`` (``hack/build-images.sh``; the cache is ``$PKO_CACHE_DIR`` when set,
+as for the builds) on every ``up`` and ``node-add``.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import functools
 import json
 import os
@@ -54,7 +65,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from localcluster import _apt_install, ensure_binaries, free_port
-from pki import Cert, apiserver_sans, ensure_pki
+from pki import Cert, apiserver_sans, ensure_pki, sign
 from versions import cache_dir, versions
 
 bin_dir = functools.cache(ensure_binaries)  # Kubernetes, etcd and kubectl of hack/versions.env
@@ -99,6 +110,75 @@ COMPONENTS = (
     "kube-proxy",
     "kubelet",
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """One node of the cluster: its name and addresses, where its containerd and kubelet keep their
+    state, and what its components are called in ``pids.json`` (``kubelet``, ``kubelet-2``).
+
+    Node 1 (``up``) runs in the host's network namespace with its state right in ``STATE`` (the paths it
+    always had); node 2 (``node-add``) runs in a network namespace of its own (``netns``), and its
+    kubelet gets the settings that keep two kubelets on one machine apart (``cgroup_root``,
+    ``pod_logs_dir``; see :data:`NODE2`)."""
+
+    name: str
+    ip: str
+    pod_subnet: str
+    bridge: str  # the CNI bridge, in the node's network namespace
+    cni_network: str  # the CNI network's name (libcni caches results in /var/lib/cni under it)
+    state: Path
+    suffix: str = ""
+    netns: str | None = None
+    cgroup_root: str | None = None  # the kubelet's cgroupRoot (None: its default, "/")
+    pod_logs_dir: Path | None = None  # the kubelet's podLogsDir (None: its default, /var/log/pods)
+    taints: tuple[tuple[str, str, str], ...] = ()  # registerWithTaints: (key, value, effect)
+
+    def component(self, base: str) -> str:
+        return base + self.suffix
+
+    @property
+    def socket(self) -> Path:
+        return self.state / "run" / "containerd.sock"
+
+    def enter(self) -> list[str]:
+        """The prefix that runs a command in the node's network namespace (nothing for node 1).
+
+        ``nsenter --net`` and not ``ip netns exec``: the latter also makes a mount namespace and mounts
+        a fresh /sys in it, which hides /sys/fs/cgroup from the kubelet. nsenter execs the command in
+        place, so the pid ``_spawn`` records is the component's own."""
+        return ["nsenter", f"--net=/run/netns/{self.netns}", "--"] if self.netns else []
+
+
+NODE1 = Node(NODE_NAME, NODE_IP, POD_SUBNET, BRIDGE, "pko", STATE)
+# The second node (`node-add`), a machine of its own as far as the cluster can tell:
+# - its own network namespace, joined to the host by the veth pair NODE2_VETH (host end, no address:
+#   the host routes NODE2.ip and NODE2.pod_subnet through it with NODE_IP as source) / NODE2_VETH_PEER
+#   (in the namespace, with NODE2.ip/32, a route to NODE_IP and the default route through it). Pods on
+#   either node reach each other by pod IP (the host forwards, as the network between two machines
+#   would), and node 2's pods reach the apiserver, dnsmasq and every Service through NODE_IP;
+# - its own containerd (state, socket and CNI bridge under .node/node2), with the pods' network
+#   namespaces under its state directory (``netns_mounts_under_state_dir``) so that node-remove finds
+#   them and `down`'s sweep of /run/netns/cni-* never meets them;
+# - its own kubelet with cgroupRoot /pko-node2 (the two kubelets would otherwise both own /kubepods and
+#   remove each other's pod cgroups) and podLogsDir under .node/node2 (a kubelet garbage-collects every
+#   directory of /var/log/pods whose pod it does not know, which would be node 1's);
+# - the taint pko.dev/spare-node=true:NoSchedule, so only pods that tolerate it land there.
+NODE2 = Node(
+    "pko-node2",
+    "10.87.0.2",
+    "10.88.1.0/24",
+    "pkobr1",
+    "pko-node2",
+    STATE / "node2",
+    suffix="-2",
+    netns="pko-node2",
+    cgroup_root="/pko-node2",
+    pod_logs_dir=STATE / "node2" / "pod-logs",
+    taints=(("pko.dev/spare-node", "true", "NoSchedule"),),
+)
+NODE2_VETH, NODE2_VETH_PEER = "pkonode2h", "pkonode2n"
+NODE2_COMPONENTS = tuple(NODE2.component(c) for c in ("containerd", "kube-proxy", "kubelet"))
 
 
 def _log(msg: str) -> None:
@@ -196,6 +276,10 @@ def _alive(pid: int) -> bool:
         done, _ = os.waitpid(pid, os.WNOHANG)
         return done == 0
     except ChildProcessError:
+        pass
+    try:  # and so does anyone else's zombie (a killed node-2 component its reaper has not reaped yet)
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
         return True
 
 
@@ -256,7 +340,21 @@ def _sysctl(key: str, value: str) -> None:
     path.write_text(value)
 
 
+def _netns_mount_point() -> None:
+    """Make /run/netns a shared mount point before any pod exists, as ``ip netns add`` would the first
+    time it runs. Otherwise that first ``ip netns add`` (node 2's namespace) bind-mounts /run/netns over
+    itself while pods run, hiding their network namespaces' mounts under it: the CNI can no longer
+    remove them (``unlinkat /run/netns/cni-...: device or resource busy``) and those pods never finish
+    terminating. Left in place by ``down`` (it is what ``ip netns`` leaves too)."""
+    netns = Path("/run/netns")
+    netns.mkdir(parents=True, exist_ok=True)
+    if subprocess.run(["mountpoint", "-q", str(netns)]).returncode != 0:
+        sh("mount", "--bind", str(netns), str(netns))
+    sh("mount", "--make-shared", str(netns))
+
+
 def _network_up() -> None:
+    _netns_mount_point()
     if sh("ip", "link", "show", VETH, check=False).strip() == "":
         sh("ip", "link", "add", VETH, "type", "veth", "peer", "name", VETH_PEER)
     sh("ip", "addr", "replace", f"{NODE_IP}/32", "dev", VETH)
@@ -374,11 +472,12 @@ def _pause_archive() -> tuple[Path, str]:
     return archive, image
 
 
-def _ctr(*args: str, check: bool = True) -> str:
+def _ctr(*args: str, check: bool = True, address: Path | None = None) -> str:
+    """ctr against a node's containerd (``address``: its socket; node 1's by default)."""
     return sh(
         "ctr",
         "--address",
-        str(STATE / "run" / "containerd.sock"),
+        str(address or NODE1.socket),
         "--namespace",
         "k8s.io",
         *args,
@@ -432,33 +531,50 @@ def snapshotter() -> str:
     return chosen.read_text().strip() if chosen.exists() else "native"
 
 
-def import_images(paths: list[Path]) -> None:
-    for path in paths:
-        _log(f"importing {path.name}")
-        _ctr("images", "import", "--snapshotter", snapshotter(), "--no-unpack=false", str(path))
+def _node_sockets() -> list[Path]:
+    """The containerd sockets of the nodes: node 1's, and node 2's while its containerd runs."""
+    pid = _pids().get(NODE2.component("containerd"), 0)
+    return [NODE1.socket, *([NODE2.socket] if pid > 0 and _alive(pid) else [])]
+
+
+def import_images(paths: list[Path], addresses: list[Path] | None = None) -> None:
+    """Import OCI archives into the containerd of each socket in ``addresses`` (default: node 1's, and
+    node 2's while it runs, so that an image imported after node-add reaches both nodes)."""
+    for address in _node_sockets() if addresses is None else addresses:
+        for path in paths:
+            _log(f"importing {path.name}" + ("" if address == NODE1.socket else f" into {address}"))
+            _ctr(
+                "images",
+                "import",
+                "--snapshotter",
+                snapshotter(),
+                "--no-unpack=false",
+                str(path),
+                address=address,
+            )
 
 
 # --- up / down ----------------------------------------------------------------------------------------
 
 
-def _containerd_config(pause_image: str, snapshotter: str) -> Path:
-    cni = STATE / "cni"
+def _containerd_config(node: Node, pause_image: str, snapshotter: str) -> Path:
+    cni = node.state / "cni"
     (cni / "net.d").mkdir(parents=True, exist_ok=True)
     (cni / "net.d" / "10-pko.conflist").write_text(
         json.dumps(
             {
                 "cniVersion": "0.4.0",
-                "name": "pko",
+                "name": node.cni_network,
                 "plugins": [
                     {
                         "type": "bridge",
-                        "bridge": BRIDGE,
+                        "bridge": node.bridge,
                         "isGateway": True,
                         "ipMasq": False,
                         "hairpinMode": True,
                         "ipam": {
                             "type": "host-local",
-                            "ranges": [[{"subnet": POD_SUBNET}]],
+                            "ranges": [[{"subnet": node.pod_subnet}]],
                             "routes": [{"dst": "0.0.0.0/0"}],
                             "dataDir": str(cni / "ipam"),
                         },
@@ -469,16 +585,19 @@ def _containerd_config(pause_image: str, snapshotter: str) -> Path:
             indent=1,
         )
     )
-    config = STATE / "containerd.toml"
+    # A node in a network namespace of its own keeps its pods' network namespaces under its state
+    # directory rather than in /run/netns, where node 1's live.
+    netns_mounts = "  netns_mounts_under_state_dir = true\n" if node.netns else ""
+    config = node.state / "containerd.toml"
     config.write_text(
         f"""version = 2
-root = "{STATE / "containerd"}"
-state = "{STATE / "run" / "containerd-state"}"
+root = "{node.state / "containerd"}"
+state = "{node.state / "run" / "containerd-state"}"
 [grpc]
-  address = "{STATE / "run" / "containerd.sock"}"
+  address = "{node.socket}"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{pause_image}"
-  restrict_oom_score_adj = true
+{netns_mounts}  restrict_oom_score_adj = true
   disable_apparmor = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "{snapshotter}"
@@ -495,16 +614,26 @@ state = "{STATE / "run" / "containerd-state"}"
     return config
 
 
-def _kubelet_config() -> Path:
+def _kubelet_config(node: Node) -> Path:
+    """The kubelet's configuration for ``node``: the same on every node but for its address, runtime
+    socket and serving cert, and node 2's own cgroupRoot, podLogsDir and taints (see :class:`Node`).
+    Pods of every node use the one cluster DNS on NODE_IP."""
     pki = STATE / "pki"
-    (STATE / "resolv.conf").write_text(f"nameserver {NODE_IP}\n")
-    config = STATE / "kubelet.json"
+    (node.state / "resolv.conf").write_text(f"nameserver {NODE_IP}\n")
+    config = node.state / "kubelet.json"
+    own: dict[str, object] = {}
+    if node.cgroup_root:
+        own["cgroupRoot"] = node.cgroup_root
+    if node.pod_logs_dir:
+        own["podLogsDir"] = str(node.pod_logs_dir)
+    if node.taints:
+        own["registerWithTaints"] = [{"key": k, "value": v, "effect": e} for k, v, e in node.taints]
     config.write_text(
         json.dumps(
             {
                 "apiVersion": "kubelet.config.k8s.io/v1beta1",
                 "kind": "KubeletConfiguration",
-                "address": NODE_IP,
+                "address": node.ip,
                 "port": 10250,
                 "readOnlyPort": 0,
                 "healthzBindAddress": "127.0.0.1",
@@ -512,13 +641,13 @@ def _kubelet_config() -> Path:
                 # containerd 1.6 has no CRI RuntimeConfig: the kubelet uses this driver
                 "cgroupDriver": "cgroupfs",
                 "failCgroupV1": False,  # this host is cgroup v1 (the kubelet refuses it otherwise)
-                "containerRuntimeEndpoint": f"unix://{STATE / 'run' / 'containerd.sock'}",
+                "containerRuntimeEndpoint": f"unix://{node.socket}",
                 "clusterDNS": [NODE_IP],
                 "clusterDomain": "cluster.local",
-                "resolvConf": str(STATE / "resolv.conf"),
+                "resolvConf": str(node.state / "resolv.conf"),
                 "failSwapOn": False,
-                "tlsCertFile": str(pki / "kubelet.crt"),
-                "tlsPrivateKeyFile": str(pki / "kubelet.key"),
+                "tlsCertFile": str(node.state / "pki" / "kubelet.crt"),
+                "tlsPrivateKeyFile": str(node.state / "pki" / "kubelet.key"),
                 "authentication": {
                     "anonymous": {"enabled": False},
                     "webhook": {"enabled": False},
@@ -533,11 +662,72 @@ def _kubelet_config() -> Path:
                 "imageGCHighThresholdPercent": 100,
                 "serializeImagePulls": False,
                 "maxPods": 110,
+                **own,
             },
             indent=1,
         )
     )
     return config
+
+
+def _start_containerd(node: Node, snapshotter: str, imports: list[Path]) -> None:
+    """``node``'s containerd, then the images: the pause image first, then ``imports``."""
+    pause_archive, pause_image = _pause_archive()
+    config = _containerd_config(node, pause_image, snapshotter)
+    name = node.component("containerd")
+    _spawn(name, [*node.enter(), "containerd", "--config", str(config)])
+    _wait(name, lambda: _ctr("version", address=node.socket) != "", 30, f"{name}.log")
+    import_images([pause_archive, *imports], [node.socket])
+
+
+def _start_kube_proxy(node: Node) -> None:
+    _spawn(
+        node.component("kube-proxy"),
+        [
+            *node.enter(),
+            f"{bin_dir()}/kube-proxy",
+            f"--kubeconfig={STATE / 'kubeconfig'}",
+            "--proxy-mode=iptables",
+            f"--cluster-cidr={node.pod_subnet}",
+            f"--hostname-override={node.name}",
+            "--conntrack-max-per-core=0",
+            "--nodeport-addresses=primary",  # NodePorts on the node address only, never on eth0
+            f"--metrics-bind-address=127.0.0.1:{free_port()}",
+            f"--healthz-bind-address=127.0.0.1:{free_port()}",
+            "--v=1",
+        ],
+    )
+
+
+def _start_kubelet(node: Node) -> None:
+    _spawn(
+        node.component("kubelet"),
+        [
+            *node.enter(),
+            f"{bin_dir()}/kubelet",
+            f"--config={_kubelet_config(node)}",
+            f"--kubeconfig={STATE / 'kubeconfig'}",
+            f"--node-ip={node.ip}",
+            f"--hostname-override={node.name}",
+            f"--root-dir={node.state / 'kubelet'}",
+            f"--cert-dir={node.state / 'kubelet-pki'}",
+            "--v=1",
+        ],
+    )
+
+
+def _wait_ready(node: Node, timeout: float) -> None:
+    """Until the Node is Ready and the node lifecycle controller has lifted its not-ready taint."""
+
+    def node_ready() -> bool:
+        obj = json.loads(_kubectl("get", "node", node.name, "-o", "json"))
+        ready = [c for c in obj["status"]["conditions"] if c["type"] == "Ready"]
+        taints = [
+            t for t in obj["spec"].get("taints") or [] if t["key"].startswith("node.kubernetes.io/not-ready")
+        ]
+        return bool(ready and ready[0]["status"] == "True" and not taints)
+
+    _wait(f"the node {node.name}", node_ready, timeout, f"{node.component('kubelet')}.log")
 
 
 def up(imports: list[Path], timeout: float = 180.0) -> Path:
@@ -562,11 +752,7 @@ def up(imports: list[Path], timeout: float = 180.0) -> Path:
     _kubeconfig(STATE / "kubeconfig", admin, server)
 
     # containerd, then the images (pause first)
-    pause_archive, pause_image = _pause_archive()
-    config = _containerd_config(pause_image, _choose_snapshotter())
-    _spawn("containerd", ["containerd", "--config", str(config)])
-    _wait("containerd", lambda: _ctr("version") != "", 30, "containerd.log")
-    import_images([pause_archive, *imports])
+    _start_containerd(NODE1, _choose_snapshotter(), imports)
 
     etcd_port, etcd_peer = free_port(), free_port()
     shutil.rmtree(STATE / "etcd", ignore_errors=True)
@@ -671,44 +857,9 @@ def up(imports: list[Path], timeout: float = 180.0) -> Path:
             "--log-facility=-",
         ],
     )
-    _spawn(
-        "kube-proxy",
-        [
-            f"{bins}/kube-proxy",
-            f"--kubeconfig={kubeconfig}",
-            "--proxy-mode=iptables",
-            f"--cluster-cidr={POD_SUBNET}",
-            f"--hostname-override={NODE_NAME}",
-            "--conntrack-max-per-core=0",
-            "--nodeport-addresses=primary",  # NodePorts on the node address only, never on eth0
-            f"--metrics-bind-address=127.0.0.1:{free_port()}",
-            f"--healthz-bind-address=127.0.0.1:{free_port()}",
-            "--v=1",
-        ],
-    )
-    _spawn(
-        "kubelet",
-        [
-            f"{bins}/kubelet",
-            f"--config={_kubelet_config()}",
-            f"--kubeconfig={kubeconfig}",
-            f"--node-ip={NODE_IP}",
-            f"--hostname-override={NODE_NAME}",
-            f"--root-dir={STATE / 'kubelet'}",
-            f"--cert-dir={STATE / 'kubelet-pki'}",
-            "--v=1",
-        ],
-    )
-
-    def node_ready() -> bool:
-        node = json.loads(_kubectl("get", "node", NODE_NAME, "-o", "json"))
-        ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
-        taints = [
-            t for t in node["spec"].get("taints") or [] if t["key"].startswith("node.kubernetes.io/not-ready")
-        ]
-        return bool(ready and ready[0]["status"] == "True" and not taints)
-
-    _wait("the node", node_ready, timeout, "kubelet.log")
+    _start_kube_proxy(NODE1)
+    _start_kubelet(NODE1)
+    _wait_ready(NODE1, timeout)
     _storage()
     _log(f"node {NODE_NAME} Ready at {NODE_IP}; KUBECONFIG={kubeconfig}")
     return STATE / "kubeconfig"
@@ -759,21 +910,39 @@ def _storage() -> None:
     _kubectl("apply", "--server-side", "-f", str(manifest))
 
 
-def _kill_containers() -> None:
-    sock = STATE / "run" / "containerd.sock"
+def _kill_containers(sock: Path | None = None) -> None:
+    """Kill and remove every container of the containerd at ``sock`` (node 1's by default)."""
+    sock = sock or NODE1.socket
     if not sock.exists():
         return
-    tasks = _ctr("tasks", "ls", "-q", check=False).split()
+    tasks = _ctr("tasks", "ls", "-q", check=False, address=sock).split()
     for task in tasks:
-        _ctr("tasks", "kill", "-s", "SIGKILL", task, check=False)
+        _ctr("tasks", "kill", "-s", "SIGKILL", task, check=False, address=sock)
     time.sleep(1 if tasks else 0)
     for task in tasks:
-        _ctr("tasks", "rm", "-f", task, check=False)
-    for container in _ctr("containers", "ls", "-q", check=False).split():
-        _ctr("containers", "rm", container, check=False)
+        _ctr("tasks", "rm", "-f", task, check=False, address=sock)
+    for container in _ctr("containers", "ls", "-q", check=False, address=sock).split():
+        _ctr("containers", "rm", container, check=False, address=sock)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").replace("\0", " ")
+    except OSError:
+        return ""
+
+
+def _shims(state: Path) -> list[int]:
+    """The containerd shims of the containerd whose socket is under ``state``."""
+    return [
+        int(proc.name)
+        for proc in Path("/proc").iterdir()
+        if proc.name.isdigit() and "containerd-shim" in (c := _cmdline(int(proc.name))) and str(state) in c
+    ]
 
 
 def down() -> None:
+    node_remove()  # the second node first, while the apiserver still answers
     pids = _pids()
     for name in ("kubelet", "kube-proxy"):
         if name in pids:
@@ -782,15 +951,8 @@ def down() -> None:
     for name in reversed(COMPONENTS):
         if name in pids:
             _stop(name, pids.pop(name))
-    # containerd shims of our socket that outlived containerd
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if "containerd-shim" in cmdline and str(STATE) in cmdline:
-                _stop("shim", int(proc.name), timeout=3)
+    for shim in _shims(STATE):  # containerd shims of our socket that outlived containerd
+        _stop("shim", shim, timeout=3)
     (STATE / "pids.json").unlink(missing_ok=True)
     _unmount_all(STATE)
     _iptables_clean()
@@ -798,6 +960,256 @@ def down() -> None:
     for sub in ("kubelet", "run", "containerd", "cni", "etcd", "dns", "kubelet-pki", "volumes"):
         shutil.rmtree(STATE / sub, ignore_errors=True)
     _log("node down")
+
+
+# --- the second node -----------------------------------------------------------------------------------
+
+
+def _forget(*names: str) -> None:
+    """Drop components from pids.json and commands.json (read-modify-write, as ``_save_pid``)."""
+    pids = _pids()
+    if any(n in pids for n in names):
+        (STATE / "pids.json").write_text(
+            json.dumps({k: v for k, v in pids.items() if k not in names}, indent=1)
+        )
+    commands = _commands()
+    if any(n in commands for n in names):
+        (STATE / "run" / "commands.json").write_text(
+            json.dumps({k: v for k, v in commands.items() if k not in names}, indent=1)
+        )
+
+
+def _node2_pid(name: str) -> int | None:
+    """The pid of a node-2 component if that process still runs and is that component (its command line
+    names node 2), so that a pid reused since node-lose is never signalled."""
+    pid = _pids().get(name)
+    if not pid or not _alive(pid):
+        return None
+    cmdline = _cmdline(pid)
+    return pid if str(NODE2.state) in cmdline or NODE2.name in cmdline else None
+
+
+def _node2_present() -> bool:
+    return any(n in _pids() for n in NODE2_COMPONENTS) or Path(f"/run/netns/{NODE2.netns}").exists()
+
+
+def _node2_network_up() -> None:
+    """Node 2's network namespace and its link to the host (see :data:`NODE2`). The host end of the veth
+    has no address: the host routes node 2's IP and pod subnet through it with NODE_IP as the source,
+    and answers node 2's ARP for NODE_IP there. ip_forward is set inside the namespace (the host's is
+    already on, node 1 set it). Nothing is masqueraded, and no host iptables rule is needed (the
+    host's FORWARD policy accepts, kube-proxy's KUBE-FORWARD only drops INVALID)."""
+    ns = str(NODE2.netns)
+    if not Path(f"/run/netns/{ns}").exists():
+        sh("ip", "netns", "add", ns)
+    if sh("ip", "link", "show", NODE2_VETH, check=False).strip() == "":
+        sh("ip", "link", "add", NODE2_VETH, "type", "veth", "peer", "name", NODE2_VETH_PEER, "netns", ns)
+    inside = ("ip", "-n", ns)
+    sh(*inside, "link", "set", "lo", "up")
+    sh(*inside, "addr", "replace", f"{NODE2.ip}/32", "dev", NODE2_VETH_PEER)
+    sh(*inside, "link", "set", NODE2_VETH_PEER, "up")
+    sh("ip", "link", "set", NODE2_VETH, "up")
+    sh(*inside, "route", "replace", f"{NODE_IP}/32", "dev", NODE2_VETH_PEER, "src", NODE2.ip)
+    sh(*inside, "route", "replace", "default", "via", NODE_IP, "dev", NODE2_VETH_PEER, "src", NODE2.ip)
+    sh("ip", "route", "replace", f"{NODE2.ip}/32", "dev", NODE2_VETH, "src", NODE_IP)
+    sh("ip", "route", "replace", NODE2.pod_subnet, "via", NODE2.ip, "dev", NODE2_VETH, "src", NODE_IP)
+    sh(*NODE2.enter(), "sysctl", "-qw", "net.ipv4.ip_forward=1")
+    # Service traffic between two pods of node 2's bridge must pass its iptables (kube-proxy's DNAT);
+    # the setting is per network namespace where br_netfilter is loaded.
+    sh(*NODE2.enter(), "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1", check=False)
+
+
+def _node2_network_down() -> None:
+    """The namespace (its veth end, bridge and iptables go with it), the host end and the host routes."""
+    for route in (NODE2.pod_subnet, f"{NODE2.ip}/32"):
+        subprocess.run(["ip", "route", "del", route, "dev", NODE2_VETH], capture_output=True)
+    subprocess.run(["ip", "link", "delete", NODE2_VETH], capture_output=True)
+    subprocess.run(["ip", "netns", "delete", str(NODE2.netns)], capture_output=True)
+
+
+def _cgroup_roots(cgroup_root: str) -> list[Path]:
+    """``cgroup_root`` in every cgroup hierarchy mounted under /sys/fs/cgroup (v1 controllers, the
+    hybrid's unified one, or the v2 root)."""
+    base = Path("/sys/fs/cgroup")
+    rel = cgroup_root.strip("/")
+    if (base / "cgroup.controllers").exists():  # cgroup v2 alone
+        return [base / rel]
+    return [d / rel for d in sorted(base.iterdir()) if d.is_dir() and not d.is_symlink()]
+
+
+def _node2_cgroups_up() -> None:
+    """The kubelet refuses a cgroupRoot that does not exist in every hierarchy: make it. A new cpuset
+    cgroup starts with no CPUs and no memory nodes, so it gets its parent's."""
+    for d in _cgroup_roots(str(NODE2.cgroup_root)):
+        d.mkdir(exist_ok=True)
+        for f in ("cpuset.cpus", "cpuset.mems"):
+            if (d / f).exists() and not (d / f).read_text().strip():
+                (d / f).write_text((d.parent / f).read_text())
+
+
+def _node2_cgroups_down() -> None:
+    """Remove node 2's cgroups, deepest first (a cgroup goes once its last process has exited)."""
+    for d in _cgroup_roots(str(NODE2.cgroup_root)):
+        if not d.is_dir():
+            continue
+        subs = sorted((c for c in d.rglob("*") if c.is_dir()), key=lambda c: len(c.parts), reverse=True)
+        for sub in [*subs, d]:
+            for attempt in range(50):
+                try:
+                    sub.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as e:
+                    if attempt == 49:
+                        _log(f"node 2: cannot remove the cgroup {sub}: {e}")
+                    time.sleep(0.1)
+
+
+def _node2_processes() -> set[int]:
+    """Every process of node 2: those in its network namespace (its containerd, kubelet, kube-proxy and
+    the shims), its containers (in its cgroups) and any shim of its containerd. Never one of node 1's,
+    which live in the host's namespace and cgroups."""
+    found = set(_shims(NODE2.state))
+    for d in _cgroup_roots(str(NODE2.cgroup_root)):
+        if d.is_dir():
+            for procs in d.rglob("cgroup.procs"):
+                try:
+                    found.update(int(p) for p in procs.read_text().split())
+                except OSError:
+                    pass
+    try:
+        netns = os.stat(f"/run/netns/{NODE2.netns}").st_ino
+    except OSError:
+        return found - {os.getpid()}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if os.stat(proc / "ns" / "net").st_ino == netns:
+                    found.add(int(proc.name))
+            except OSError:
+                pass
+    return found - {os.getpid()}
+
+
+def _kill_node2_processes(timeout: float = 20.0) -> None:
+    """SIGKILL every process of node 2 until none is left (a container may fork meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while procs := _node2_processes():
+        for pid in procs:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if time.monotonic() > deadline:
+            _log(f"node 2: processes still there after SIGKILL: {sorted(procs)}")
+            return
+        time.sleep(0.2)
+        for pid in procs:  # our own children (nsenter'd components) must not stay zombies
+            _alive(pid)
+
+
+def node_add(imports: list[Path], timeout: float = 180.0) -> None:
+    """Start the second node, ``NODE2``, joined to the running control plane, and wait until it is Ready
+    (the node lifecycle controller of the controller-manager lifts its not-ready taint). A node 2 that is
+    there already (running or lost) is removed first."""
+    if os.geteuid() != 0:
+        raise SystemExit("localnode: a node needs root (containerd, kubelet, network devices)")
+    pid = _pids().get("kube-apiserver")
+    if not pid or not _alive(pid):
+        raise SystemExit("localnode: node-add needs the running node of `up` (its control plane)")
+    if _node2_present():
+        node_remove()
+    for sub in ("run", "pki"):
+        (NODE2.state / sub).mkdir(parents=True, exist_ok=True)
+    # The kubelet's serving cert, signed by the node's CA (whose directory it leaves as it is).
+    sign(
+        STATE / "pki",
+        Cert("kubelet", f"/CN={NODE2.name}", "serverAuth", (f"IP:{NODE2.ip}", f"DNS:{NODE2.name}")),
+        NODE2.state / "pki",
+    )
+    _node2_network_up()
+    _node2_cgroups_up()
+    _start_containerd(NODE2, snapshotter(), imports)
+    _start_kube_proxy(NODE2)
+    _start_kubelet(NODE2)
+    _wait_ready(NODE2, timeout)
+    taints = ", ".join(f"{k}={v}:{e}" for k, v, e in NODE2.taints)
+    _log(f"node {NODE2.name} Ready at {NODE2.ip} (taints: {taints})")
+
+
+def node_lose() -> None:
+    """Node 2's machine dies for good: its kubelet, kube-proxy and containerd get SIGKILL, then every
+    process left of it (shims, containers); its link to the host goes down, so that its pods' addresses
+    stop answering as a powered-off machine's would. Nothing else is cleaned up: the Node and its pods
+    stay in the API, the node lifecycle controller marks the Node NotReady (Unknown) once its lease
+    expires, and its pods stay Running (Terminating once evicted) until someone force-deletes them or
+    taints the node out-of-service. ``node-remove`` cleans up afterwards."""
+    for name in reversed(NODE2_COMPONENTS):  # kubelet, kube-proxy, containerd
+        pid = _node2_pid(name)
+        if pid:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    _kill_node2_processes()
+    subprocess.run(["ip", "link", "set", NODE2_VETH, "down"], capture_output=True)
+    _log(f"node {NODE2.name} lost: every process of it killed, its link down; the API objects stay")
+
+
+def node_remove() -> None:
+    """Stop node 2 and remove everything it made: its processes (whether it runs or was lost), its
+    Node object, mounts, pods' network namespaces, cgroups, network namespace, veth and host routes,
+    libcni's cached results and the kubelet's /var/log/containers links, and ``.node/node2``. Its logs
+    stay in ``.node/logs`` (as node 1's do after ``down``). A no-op when there is no node 2. ``down``
+    calls it first."""
+    if not _node2_present() and not NODE2.state.exists():
+        return
+    # What the shims and CNI leave outside .node/node2 (shim sockets, libcni's cached results), read
+    # from the task bundles before the containers, and their bundles, go.
+    tasks = NODE2.state / "run" / "containerd-state" / "io.containerd.runtime.v2.task"
+    bundles = {
+        b.name: (b / "address").read_text().strip() for b in tasks.glob("*/*") if (b / "address").exists()
+    }
+    for name in ("kubelet-2", "kube-proxy-2"):
+        pid = _node2_pid(name)
+        if pid:
+            _stop(name, pid)
+    if _node2_pid(NODE2.component("containerd")):
+        _kill_containers(NODE2.socket)
+    pid = _node2_pid(NODE2.component("containerd"))
+    if pid:
+        _stop(NODE2.component("containerd"), pid)
+    _kill_node2_processes()
+    _forget(*NODE2_COMPONENTS)
+    apiserver = _pids().get("kube-apiserver")
+    if apiserver and _alive(apiserver):
+        _kubectl(
+            "delete",
+            "node",
+            NODE2.name,
+            "--ignore-not-found",
+            "--wait=false",
+            "--request-timeout=20s",
+            check=False,
+        )
+    results = Path("/var/lib/cni/results")
+    for task, address in bundles.items():
+        Path(address.removeprefix("unix://")).unlink(missing_ok=True)
+        for cached in results.glob(f"*-{task}-*"):
+            cached.unlink(missing_ok=True)
+    for cached in results.glob(f"{NODE2.cni_network}-*"):  # node 2's network, whatever the container
+        cached.unlink(missing_ok=True)
+    logs = Path("/var/log/containers")
+    if logs.is_dir() and NODE2.pod_logs_dir:
+        for link in logs.iterdir():
+            if link.is_symlink() and os.readlink(link).startswith(str(NODE2.pod_logs_dir)):
+                link.unlink()
+    _unmount_all(NODE2.state)
+    _node2_cgroups_down()
+    _node2_network_down()
+    shutil.rmtree(NODE2.state, ignore_errors=True)
+    _log(f"node {NODE2.name} removed")
 
 
 def restart(name: str, sig: signal.Signals = signal.SIGTERM, down_for: float = 0.0) -> int:
@@ -829,7 +1241,8 @@ def status() -> int:
     if not pids:
         print("down")
         return 1
-    for name in COMPONENTS:
+    node2 = NODE2_COMPONENTS if any(n in pids for n in NODE2_COMPONENTS) else ()
+    for name in (*COMPONENTS, *node2):
         pid = pids.get(name)
         print(f"{name:25} {'running' if pid and _alive(pid) else 'STOPPED'} {pid or ''}")
     return 0
@@ -837,8 +1250,12 @@ def status() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=("up", "down", "status", "restart"))
-    p.add_argument("component", nargs="?", choices=COMPONENTS, help="restart: the component")
+    p.add_argument(
+        "command", choices=("up", "down", "status", "restart", "node-add", "node-remove", "node-lose")
+    )
+    p.add_argument(
+        "component", nargs="?", choices=(*COMPONENTS, *NODE2_COMPONENTS), help="restart: the component"
+    )
     p.add_argument("--signal", default="TERM", choices=("TERM", "KILL"), help="restart: how it stops")
     p.add_argument("--down-for", type=float, default=0.0, help="restart: seconds between stop and start")
     p.add_argument(
@@ -850,12 +1267,26 @@ def main(argv: list[str] | None = None) -> int:
         help=f"an OCI archive to import (default: every {IMAGES}/*.oci.tar)",
     )
     args = p.parse_args(argv)
+    imports = args.imports or sorted(
+        p
+        for p in IMAGES.glob("*.oci.tar")
+        if not p.name.startswith("pko-pause")  # the current one is imported first, always
+    )
+    if args.command == "node-add":
+        try:
+            node_add(imports)
+        except BaseException:
+            _log(f"node-add failed; removing {NODE2.name} (logs in .node/logs/*-2.log)")
+            node_remove()
+            raise
+        return 0
+    if args.command == "node-remove":
+        node_remove()
+        return 0
+    if args.command == "node-lose":
+        node_lose()
+        return 0
     if args.command == "up":
-        imports = args.imports or sorted(
-            p
-            for p in IMAGES.glob("*.oci.tar")
-            if not p.name.startswith("pko-pause")  # the current one is imported first, always
-        )
         try:
             print(up(imports))
         except BaseException:

@@ -71,31 +71,42 @@ def ensure_pki(d: Path, ca_cn: str, certs: Sequence[Cert]) -> None:
         f"/CN={ca_cn}",
     )
     for c in certs:
-        ext = d / f"{c.name}.cnf"
-        ext.write_text(
-            "[ext]\nkeyUsage=digitalSignature,keyEncipherment\n"
-            f"extendedKeyUsage={c.usage}\n" + (f"subjectAltName={','.join(c.sans)}\n" if c.sans else "")
-        )
-        key, csr, crt = (str(d / f"{c.name}.{x}") for x in ("key", "csr", "crt"))
-        _openssl("req", "-newkey", KEY, "-nodes", "-keyout", key, "-out", csr, "-subj", c.subject)
-        _openssl(
-            "x509",
-            "-req",
-            "-in",
-            csr,
-            "-CA",
-            ca_crt,
-            "-CAkey",
-            ca_key,
-            "-CAcreateserial",
-            "-days",
-            DAYS,
-            "-out",
-            crt,
-            "-extfile",
-            str(ext),
-            "-extensions",
-            "ext",
-        )
+        sign(d, c)
     _openssl("genrsa", "-out", str(d / "sa.key"), "2048")
     _openssl("rsa", "-in", str(d / "sa.key"), "-pubout", "-out", str(d / "sa.pub"))
+
+
+def sign(ca_dir: Path, cert: Cert, out: Path | None = None) -> None:
+    """``cert`` signed by the CA in ``ca_dir`` (``ca.crt``/``ca.key``, which it leaves untouched):
+    ``<name>.crt``/``<name>.key`` in ``out`` (default ``ca_dir``), with the serial file there too, so a
+    certificate for another directory (the local node's second kubelet) writes nothing in ``ca_dir``."""
+    out = out or ca_dir
+    out.mkdir(parents=True, exist_ok=True)
+    ext = out / f"{cert.name}.cnf"
+    ext.write_text(
+        "[ext]\nkeyUsage=digitalSignature,keyEncipherment\n"
+        f"extendedKeyUsage={cert.usage}\n" + (f"subjectAltName={','.join(cert.sans)}\n" if cert.sans else "")
+    )
+    key, csr, crt = (str(out / f"{cert.name}.{x}") for x in ("key", "csr", "crt"))
+    _openssl("req", "-newkey", KEY, "-nodes", "-keyout", key, "-out", csr, "-subj", cert.subject)
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        csr,
+        "-CA",
+        str(ca_dir / "ca.crt"),
+        "-CAkey",
+        str(ca_dir / "ca.key"),
+        "-CAserial",
+        str(out / "ca.srl"),
+        "-CAcreateserial",
+        "-days",
+        DAYS,
+        "-out",
+        crt,
+        "-extfile",
+        str(ext),
+        "-extensions",
+        "ext",
+    )
