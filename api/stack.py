@@ -50,7 +50,8 @@ RECONCILE_REQUEST_ANNOTATION: Final = "pulumi.com/reconciliation-request"
 APPROVED_PLAN_ANNOTATION: Final = "pulumi.com/approved-plan"
 """Set to ``status.plan.digest`` to let the operator apply that plan (``spec.approval``)."""
 REFRESH_REQUEST_ANNOTATION: Final = "pulumi.com/refresh-request"
-"""Any new token runs one ``refresh``; ``status.observedRefreshRequest`` holds it once it ran."""
+"""Any new token runs one ``refresh``, retried after a transient failure;
+``status.observedRefreshRequest`` holds it once it succeeded or failed for good."""
 CANCEL_REQUEST_ANNOTATION: Final = "pulumi.com/cancel-request"
 """Any new token cancels the Stack's running Update; ``status.observedCancelRequest`` holds it."""
 
@@ -667,6 +668,27 @@ class StackDrift(KubeModel):
     """Message says why the last check failed, if it did."""
 
 
+class StackRefreshState(KubeModel):
+    """(pko extension) The last refresh run on request (pulumi.com/refresh-request)."""
+
+    name: str | None = None
+    """Name is the name of the refresh's Update object."""
+    token: str | None = None
+    """Token is the pulumi.com/refresh-request token the refresh ran for."""
+    state: StackUpdateStateMessage | None = None
+    """State is the state of the refresh: succeeded or failed."""
+    message: str | None = None
+    """Message holds the last lines of the error of a failed refresh."""
+    reason: FailureReason | None = None
+    """Reason classifies a failure as status.lastFailure.reason does: a transient one (StackLocked,
+    UpdateConflict, Transient, UpdateLost) keeps the request pending and is retried after the
+    Stack's transient backoff; any other ends the request."""
+    failures: NonNegativeInt64 | None = None
+    """Failures counts the refreshes of this token that failed in a row (0 after a success)."""
+    last_resync_time: Time | None = None
+    """LastResyncTime is when the refresh completed (the transient backoff counts from it)."""
+
+
 class StackStatus(KubeModel):
     """The observed state of a Stack."""
 
@@ -705,7 +727,13 @@ class StackStatus(KubeModel):
     """(pko extension) Drift is the result of the last drift check (spec.driftDetection)."""
     observed_refresh_request: Annotated[str, Extension("issue29: one-off refresh on request")] | None = None
     """(pko extension) ObservedRefreshRequest is the pulumi.com/refresh-request token whose refresh
-    last completed."""
+    last ended for good: it succeeded, or failed for a cause a retry cannot mend (a transient failure
+    leaves the request pending: see lastRefresh)."""
+    last_refresh: (
+        Annotated[StackRefreshState, Extension("issue28: a refresh request survives a transient failure")]
+        | None
+    ) = None
+    """(pko extension) LastRefresh is the result of the last refresh run on request."""
     observed_cancel_request: Annotated[str, Extension("issue29: cancel on request")] | None = None
     """(pko extension) ObservedCancelRequest is the pulumi.com/cancel-request token last acted on."""
 
@@ -770,6 +798,7 @@ __all__ = [
     "StackDrift",
     "StackFailure",
     "StackPlan",
+    "StackRefreshState",
     "StackSpec",
     "StackStatus",
     "StackUpdateState",

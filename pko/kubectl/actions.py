@@ -5,8 +5,9 @@ each a fresh token in an annotation of the Stack, as ``kubectl annotate`` would 
   (``Sync request: "<token>"``), and a new request resets the failure count and the backoff, also
   of a Stalled Stack (README: When ``pulumi up`` runs; Failures and retries).
 * ``refresh``: ``pulumi.com/refresh-request``. The operator runs one ``refresh`` (after the Update
-  in flight, not while ``spec.suspend`` is set or the Stack is being deleted), then records the
-  token in ``status.observedRefreshRequest``.
+  in flight, not while ``spec.suspend`` is set or the Stack is being deleted), retried after a
+  transient failure, and records the token in ``status.observedRefreshRequest`` once the refresh
+  succeeded or failed for good; ``status.lastRefresh`` says how the last one ended.
 * ``cancel``: ``pulumi.com/cancel-request``. The operator records the token in
   ``status.observedCancelRequest`` at once and cancels the Update in flight (it marks it with
   ``currentUpdate.cancelRequest`` until it has ended, then records a ``Cancelled`` failure,
@@ -38,6 +39,7 @@ __all__ = [
     "done",
     "notes",
     "outcome",
+    "refresh_retrying",
     "retry_notes",
     "retry_value",
 ]
@@ -115,6 +117,21 @@ def notes(command: str, stack: Mapping[str, Any]) -> list[str]:
     return []
 
 
+def refresh_retrying(stack: Mapping[str, Any], token: str) -> str:
+    """How the refresh for ``token`` is being retried after a transient failure ("" when it is not):
+    the request stays pending meanwhile."""
+    status = status_of(stack)
+    last = status.get("lastRefresh") or {}
+    pending = status.get("observedRefreshRequest") != token and last.get("token") == token
+    if not pending or last.get("state") != "failed":
+        return ""
+    reason = last.get("reason") or "Transient"
+    said = f"failed {last.get('failures') or 1} time(s) for a transient cause ({reason})"
+    if last.get("message"):
+        said += f": {' '.join(str(last['message']).split())[-300:]}"
+    return said + "; the operator retries it"
+
+
 def done(command: str, stack: Mapping[str, Any], token: str) -> bool:
     """Whether the operator has carried out the request ``token``: recorded it, and for a cancel
     also seen the cancelled Update end."""
@@ -141,12 +158,13 @@ def outcome(command: str, stack: Mapping[str, Any], token: str, before: Mapping[
     status = status_of(stack)
     last = status.get("lastUpdate") or {}
     if command == "refresh":
-        if last.get("type") != "refresh":
+        refreshed = status.get("lastRefresh") or {}
+        if refreshed.get("token") != token:  # an operator that does not record it
             return Outcome(f"refresh {token} done.")
-        state = str(last.get("state") or "")
-        text = f"refresh {token} done: Update {last.get('name')} {state or 'ended'}."
-        if state == "failed" and last.get("message"):
-            text += f" {' '.join(str(last['message']).split())[-300:]}"
+        state = str(refreshed.get("state") or "")
+        text = f"refresh {token} done: Update {refreshed.get('name')} {state or 'ended'}."
+        if state == "failed" and refreshed.get("message"):
+            text += f" {' '.join(str(refreshed['message']).split())[-300:]}"
         return Outcome(text, failed=state == "failed")
     if command == "cancel":
         running = _running(before)

@@ -153,10 +153,12 @@ def _request_runner(command: str) -> Runner:
         )
         if not done:
             observed = status_of(final).get(request.observed) or "unset"
+            retrying = actions.refresh_retrying(final, token) if command == "refresh" else ""
             raise PluginError(
                 ExitCode.TIMEOUT,
                 f"timed out after {options.timeout:g}s waiting for the operator to carry out "
-                f"{request.annotation}={token} (status.{request.observed} is {observed})",
+                f"{request.annotation}={token} (status.{request.observed} is {observed})"
+                + (f"; the refresh {retrying}" if retrying else ""),
             )
         said = actions.outcome(command, final, token, stack)
         ctx.out.write(said.text + "\n")

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import yaml
 
-from pko.kubectl.actions import REQUESTS, annotation
+from pko.kubectl.actions import REQUESTS, annotation, refresh_retrying
 from pko.kubectl.approval import approved_digest, awaiting_approval, plan_of, summary_text
 from pko.kubectl.exitcodes import ExitCode
 from pko.kubectl.stackview import (
@@ -214,7 +214,9 @@ def _requests(stack: Mapping[str, Any]) -> str:
     for request in (REQUESTS["refresh"], REQUESTS["cancel"]):
         token = annotation(stack, request.annotation)
         if token and token != status_of(stack).get(request.observed):
-            out.append(_field(f"{request.command.capitalize()} request", f"{token} (pending)"))
+            retrying = refresh_retrying(stack, token) if request.command == "refresh" else ""
+            said = f"{token} (pending: {retrying})" if retrying else f"{token} (pending)"
+            out.append(_field(f"{request.command.capitalize()} request", said))
     return "".join(out)
 
 

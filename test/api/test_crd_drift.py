@@ -324,7 +324,8 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
     # operations, reported and cleared once stale); all also in the Stack's updateTemplate, which
     # embeds the Update.
     # Stack spec.approval/driftDetection, status.plan/drift/observed*Request and
-    # currentUpdate.kind/cancelRequest: ours (issue 29: approval gate, drift, request annotations).
+    # currentUpdate.kind/cancelRequest: ours (issue 29: approval gate, drift, request annotations);
+    # status.lastRefresh: ours (issue 28: a refresh request outlives a transient failure).
     assert sorted(ours - go) == [
         ("Program", "status.conditions"),
         ("Program", "status.conditions[]"),
@@ -391,6 +392,14 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Stack", "status.lastFailure.reason"),
         ("Stack", "status.lastFailure.transient"),
         ("Stack", "status.lastFailure.updateName"),
+        ("Stack", "status.lastRefresh"),
+        ("Stack", "status.lastRefresh.failures"),
+        ("Stack", "status.lastRefresh.lastResyncTime"),
+        ("Stack", "status.lastRefresh.message"),
+        ("Stack", "status.lastRefresh.name"),
+        ("Stack", "status.lastRefresh.reason"),
+        ("Stack", "status.lastRefresh.state"),
+        ("Stack", "status.lastRefresh.token"),
         ("Stack", "status.nextRetryTime"),
         ("Stack", "status.observedCancelRequest"),
         ("Stack", "status.observedRefreshRequest"),

@@ -13,7 +13,8 @@ from prometheus_client import CollectorRegistry
 
 from pko.controllers.resources import CANCEL_REQUEST_ANNOTATION, REFRESH_REQUEST_ANNOTATION
 from pko.controllers.stack.drift import drift_due_in, record_drift, record_drift_failure, remediation_due
-from pko.controllers.stack.plan import CancelUpdate, CreateUpdate, Emit, Log, decide
+from pko.controllers.stack.plan import CancelUpdate, CreateUpdate, Emit, Log, Observed, decide
+from pko.controllers.stack.retry import retry_delay
 from pko.controllers.stack.watches import STACK_PREDICATE, StackMetrics
 from pko.machinery.conditions import format_time
 from pko.machinery.controller import Result
@@ -21,10 +22,12 @@ from pko.machinery.controller import Result
 from .test_stack_plan import (
     DONE_UP,
     NOW,
+    SETTINGS,
     SOURCE,
     condition,
     kinds,
     observed,
+    parsed,
     stack,
     statuses,
     update,
@@ -274,6 +277,160 @@ def test_a_new_refresh_request_runs_one_refresh_recorded_when_it_ends() -> None:
     assert final["observedRefreshRequest"] == "r1" and final["lastUpdate"] == DONE_UP
     assert [w.reason for w in ended.writes if isinstance(w, Emit)] == ["StackRefreshed"]
     assert ended.then is None  # the same token runs nothing more
+
+
+AGENT_STOPPED = "the agent stopped before the operation finished"
+
+
+def refreshing(name: str, before: Obj | None = None) -> Obj:
+    """The Stack's status while the refresh Update ``name`` runs (``before``: what it held)."""
+    current = {"name": name, "generation": 1, "commit": "sha256:1", "kind": "refresh"}
+    return {**(before or {"lastUpdate": DONE_UP}), "currentUpdate": current}
+
+
+def refresh_ended(name: str, token: str, *, failed: str | None = None, message: str = "") -> Obj:
+    ended = update(name, type_="refresh", failed=failed, message=message)
+    ended["metadata"]["annotations"] = {REFRESH_REQUEST_ANNOTATION: token}
+    return ended
+
+
+def at_time(obj: Obj, seconds: float, **fields: Any) -> Observed:
+    """What a reconcile ``seconds`` after NOW reads."""
+    when = NOW + timedelta(seconds=seconds)
+    return Observed(obj, now=when, created=when, settings=SETTINGS, source=SOURCE, **fields)
+
+
+def requested(status: Obj, token: str = "r1", spec: Obj | None = None) -> Obj:
+    return stack(spec or {}, status, annotations={REFRESH_REQUEST_ANNOTATION: token})
+
+
+def test_a_refresh_that_failed_transiently_keeps_its_request_and_runs_again_after_the_backoff() -> None:
+    """The agent killed mid-refresh: the token is not observed, the Stack says it retries, nothing
+    refreshes before the Stack's transient backoff whatever wakes it, then the refresh runs again."""
+    failed = refresh_ended("s-r1", "r1", failed="AgentRestarted", message=AGENT_STOPPED)
+    ended = decide(at_time(requested(refreshing("s-r1")), 0, current_update=failed))
+    final = statuses(ended)[-1]
+    assert "observedRefreshRequest" not in final and "currentUpdate" not in final
+    assert final["lastRefresh"] == {
+        "name": "s-r1",
+        "token": "r1",
+        "state": "failed",
+        "message": AGENT_STOPPED,
+        "reason": "Transient",
+        "failures": 1,
+        "lastResyncTime": at(0),
+    }
+    assert final["lastUpdate"] == DONE_UP and "lastFailure" not in final  # the up's record is untouched
+    [event] = [w for w in ended.writes if isinstance(w, Emit)]
+    assert (event.type, event.reason) == ("Warning", "StackRefreshFailed") and "transient" in event.message
+    delay = retry_delay(
+        transient=True, failures=0, spec=parsed(stack()).spec, settings=SETTINGS.retry, seed="s-r1"
+    )
+    assert ended.then is None and ended.result == Result.requeue_after(delay)
+    assert condition(final, "Ready") == ("False", "NotReadyInProgress", "reconciliation is in progress")
+    reconciling = condition(final, "Reconciling")
+    assert reconciling is not None and reconciling[:2] == ("True", "RetryingAfterFailure")
+    assert (
+        'refresh request "r1" failed 1 time(s)' in reconciling[2]
+        and f"retrying at {at(delay)}" in reconciling[2]
+    )
+    assert condition(final, "Stalled") is None
+
+    # Woken before the wait is over (any event): no refresh starts, the wait goes on, nothing changes.
+    early = decide(at_time(requested(final), 1))
+    assert early.then is None and early.result == Result.requeue_after(delay - 1)
+    assert statuses(early)[-1]["conditions"] == final["conditions"]
+
+    # Once it is over, the refresh runs again, for the same token.
+    body = created(decide(at_time(requested(final), delay)))
+    assert (
+        body["spec"]["type"] == "refresh"
+        and body["metadata"]["annotations"][REFRESH_REQUEST_ANNOTATION] == "r1"
+    )
+
+    # A second transient failure waits longer; a success then records the token and resets the count.
+    again = decide(at_time(requested(refreshing("s-r2", final)), delay + 10, current_update=refresh_ended(
+        "s-r2", "r1", failed="UpdateConflict", message="another update is in progress")))  # fmt: skip
+    second = statuses(again)[-1]
+    assert second["lastRefresh"]["failures"] == 2 and "observedRefreshRequest" not in second
+    longer = retry_delay(
+        transient=True, failures=1, spec=parsed(stack()).spec, settings=SETTINGS.retry, seed="s-r2"
+    )
+    assert again.result == Result.requeue_after(longer) and longer > delay
+    done = decide(at_time(requested(refreshing("s-r3", second)), delay + 10 + longer,
+                          current_update=refresh_ended("s-r3", "r1")))  # fmt: skip
+    last = statuses(done)[-1]
+    assert last["observedRefreshRequest"] == "r1" and done.then is None
+    ended_at = at(delay + 10 + longer)
+    assert last["lastRefresh"] == {
+        "name": "s-r3", "token": "r1", "state": "succeeded", "failures": 0, "lastResyncTime": ended_at,
+    }  # fmt: skip
+    assert condition(last, "Ready") is not None and condition(last, "Ready")[0] == "True"  # type: ignore[index]
+    assert condition(last, "Reconciling") is None
+
+
+def test_a_refresh_that_failed_for_good_records_its_request_and_warns() -> None:
+    """A program error is not retried for a one-off request: only the user can fix it."""
+    failed = refresh_ended("s-r1", "r1", failed="ProgramError", message="error: boom\n  at index.ts:3")
+    ended = decide(at_time(requested(refreshing("s-r1")), 0, current_update=failed))
+    final = statuses(ended)[-1]
+    assert final["observedRefreshRequest"] == "r1"
+    assert final["lastRefresh"]["state"] == "failed" and final["lastRefresh"]["reason"] == "ProgramError"
+    assert (
+        final["lastRefresh"]["message"] == "error: boom\n  at index.ts:3"
+        and final["lastRefresh"]["failures"] == 1
+    )
+    assert [(w.type, w.reason) for w in ended.writes if isinstance(w, Emit)] == [
+        ("Warning", "StackRefreshFailed")
+    ]
+    assert ended.then is None and ended.result == Result.done()
+    assert condition(final, "Ready") is not None and condition(final, "Ready")[0] == "True"  # type: ignore[index]
+
+
+def test_a_new_refresh_request_runs_at_once_even_while_another_waits_for_its_retry() -> None:
+    failed = refresh_ended("s-r1", "r1", failed="AgentRestarted", message=AGENT_STOPPED)
+    waiting = statuses(decide(at_time(requested(refreshing("s-r1")), 0, current_update=failed)))[-1]
+    body = created(decide(at_time(requested(waiting, "r2"), 1)))
+    assert body["metadata"]["annotations"][REFRESH_REQUEST_ANNOTATION] == "r2"
+
+
+def test_a_refresh_retry_follows_the_stacks_own_retry_policy_and_holds_off_drift_checks() -> None:
+    policy = {"retryPolicy": {"transient": {"baseSeconds": 30, "factor": 1, "jitter": 0}}, **WATCHED}
+    failed = refresh_ended("s-r1", "r1", failed="AgentRestarted", message=AGENT_STOPPED)
+    checked = {"lastUpdate": DONE_UP, "drift": {"lastCheckTime": at(-600), "detected": False}}
+    ended = decide(at_time(requested(refreshing("s-r1", checked), spec=policy), 0, current_update=failed))
+    final = statuses(ended)[-1]
+    assert ended.then is None and ended.result == Result.requeue_after(30.0)  # no drift check meanwhile
+    assert decide(at_time(requested(final, spec=policy), 29)).then is None
+    body = created(decide(at_time(requested(final, spec=policy), 30)))
+    assert body["spec"]["type"] == "refresh" and not body["spec"].get("previewOnly")
+
+
+def test_a_stack_waiting_for_a_prerequisite_still_retries_a_refresh_request_on_time() -> None:
+    failed = {"name": "s-r1", "token": "r1", "state": "failed", "reason": "Transient", "failures": 1,
+              "lastResyncTime": at(0)}  # fmt: skip
+    obj = stack({"prerequisites": [{"name": "other"}]}, {"lastUpdate": DONE_UP, "lastRefresh": failed},
+                annotations={REFRESH_REQUEST_ANNOTATION: "r1"}, generation=2)  # fmt: skip
+    plan_ = decide(at_time(obj, 1, prerequisites={"other": None}))  # an up is due, and blocked
+    delay = retry_delay(
+        transient=True, failures=0, spec=parsed(obj).spec, settings=SETTINGS.retry, seed="s-r1"
+    )
+    assert plan_.then is None and plan_.result == Result.requeue_after(delay - 1)
+    reconciling = condition(statuses(plan_)[-1], "Reconciling")
+    assert reconciling is not None and reconciling[1] == "PrerequisiteNotSatisfied"
+
+
+def test_a_refresh_cancelled_on_request_ends_its_request() -> None:
+    status = refreshing("s-r1")
+    status["currentUpdate"]["cancelRequest"] = "c1"
+    cancelled = refresh_ended("s-r1", "r1", failed="Canceled", message="the Update was canceled")
+    obj = stack({}, status, annotations={REFRESH_REQUEST_ANNOTATION: "r1", CANCEL_REQUEST_ANNOTATION: "c1"})
+    final = statuses(decide(at_time(obj, 0, current_update=cancelled)))[-1]
+    assert final["observedRefreshRequest"] == "r1"
+    assert (
+        final["lastRefresh"]["reason"] == "Cancelled"
+        and final["lastRefresh"]["message"] == "cancelled on request 'c1'"
+    )
 
 
 def running_up() -> Obj:

@@ -8,7 +8,9 @@ Update controllers (``Env`` from there), so each step is exact. Retries are slow
 * prerequisites are neither waited for nor triggered while a Stack is being deleted;
 * ``workspaceReclaimPolicy: Delete`` reclaims the Workspace after a success only, never a failure;
 * the Stack gauges forget a deleted Stack (``stacks_active`` goes down; no series of it says 1);
-* ``status.lastUpdate.message`` is the failed Update's whole message.
+* ``status.lastUpdate.message`` is the failed Update's whole message;
+* a refresh request outlives a refresh that failed for a transient cause (the fault matrix's agent
+  killed mid-refresh): retried after the Stack's own transient backoff, then observed.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from typing import Any
 import pytest
 from waiting import wait_until
 
+from pko.controllers.resources import REFRESH_REQUEST_ANNOTATION
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack import reconciler as stack_controller
+from pko.controllers.stack.status import parse_time
 from pko.machinery.resource import EVENTS, Obj, ResourceClient
 
 from .conftest import new_manager, running
@@ -275,3 +279,54 @@ async def test_a_stack_that_never_ran_and_cannot_is_released_at_once(env: Env) -
         types: dict[str, str] = {}
         await _gone_watching_updates(env, name, types, within=20.0)
         assert types == {}, (name, types)
+
+
+# --- refresh on request --------------------------------------------------------------------------
+
+
+async def test_a_refresh_request_outlives_a_transient_failure_and_is_retried_after_the_backoff(
+    env: Env,
+) -> None:
+    """The first refresh ends as the agent says when it was killed mid-operation: the token is not
+    observed, the Stack says it retries (not Ready), the refresh runs again after the Stack's own
+    transient backoff (2 s: the operator's here is 60 s), not before, and once it succeeds the
+    token is observed and the Stack is Ready."""
+    await env.program("prog")
+    policy = {"transient": {"baseSeconds": 2, "factor": 1, "jitter": 0}}
+    first = await _ready_once(env, "refreshed", {"programRef": {"name": "prog"}, "retryPolicy": policy})
+    seen = {first["metadata"]["name"]}
+    await env.stacks.patch("refreshed", {"metadata": {"annotations": {REFRESH_REQUEST_ANNOTATION: "r1"}}})
+    refresh = await env.next_update("refreshed", seen)
+    assert refresh["spec"]["type"] == "refresh"
+    stopped = "the agent stopped before the operation finished"
+    await env.complete(refresh, failed="AgentRestarted", message=stopped)
+
+    conditions = await env.wait_condition("refreshed", "Reconciling", "RetryingAfterFailure")
+    assert 'refresh request "r1" failed 1 time(s) for a transient cause' in conditions["Reconciling"][2]
+    assert conditions["Ready"][0] == "False" and "Stalled" not in conditions
+    status = (await env.stack("refreshed"))["status"]
+    assert "observedRefreshRequest" not in status
+    last = status["lastRefresh"]
+    assert (last["name"], last["token"], last["state"], last["reason"], last["failures"]) == (
+        refresh["metadata"]["name"], "r1", "failed", "Transient", 1,
+    )  # fmt: skip
+    assert last["message"] == stopped
+    failed_at = parse_time(last["lastResyncTime"])
+
+    retry = await env.next_update("refreshed", seen)
+    assert retry["spec"]["type"] == "refresh"
+    assert retry["metadata"]["annotations"][REFRESH_REQUEST_ANNOTATION] == "r1"
+    started = parse_time(retry["metadata"]["creationTimestamp"])
+    assert failed_at is not None and started is not None and (started - failed_at).total_seconds() >= 2
+    await env.complete(retry)
+    await env.wait_condition("refreshed", "Ready", "ProcessingCompleted")
+    status = (await env.stack("refreshed"))["status"]
+    assert status["observedRefreshRequest"] == "r1"
+    assert status["lastRefresh"]["name"] == retry["metadata"]["name"]
+    assert (status["lastRefresh"]["state"], status["lastRefresh"]["failures"]) == ("succeeded", 0)
+    await env.quiet("refreshed")
+    assert len(await env.updates_of("refreshed")) == 3  # the up and two refreshes: nothing more
+    assert [e["message"] for e in await _events(env, "refreshed", "StackRefreshed")] == [
+        "Successfully refreshed stack"
+    ]
+    assert len(await _events(env, "refreshed", "StackRefreshFailed")) == 1

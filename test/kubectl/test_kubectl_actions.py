@@ -13,6 +13,7 @@ from pko.kubectl.actions import (
     done,
     notes,
     outcome,
+    refresh_retrying,
     retry_notes,
     retry_value,
 )
@@ -76,17 +77,35 @@ def test_a_refresh_is_done_once_recorded_and_says_how_it_ended() -> None:
     status["observedRefreshRequest"] = "t0"
     assert not done("refresh", stack(status=status), "t1")
     status["observedRefreshRequest"] = "t1"
-    status["lastUpdate"].update(name="web-r", type="refresh", state="succeeded")
+    status["lastRefresh"] = {"name": "web-r", "token": "t1", "state": "succeeded", "failures": 0}
     ran = stack(status=status)
     assert done("refresh", ran, "t1")
     said = outcome("refresh", ran, "t1", ran)
     assert (said.text, said.failed) == ("refresh t1 done: Update web-r succeeded.", False)
-    status["lastUpdate"].update(state="failed", message="error: 403\n  getting   the pod")
+    status["lastRefresh"].update(
+        state="failed", reason="ProgramError", message="error: 403\n  getting   the pod"
+    )
     said = outcome("refresh", stack(status=status), "t1", ran)
     assert (said.text, said.failed) == (
         "refresh t1 done: Update web-r failed. error: 403 getting the pod",
         True,
     )
+
+
+def test_a_refresh_retried_after_a_transient_failure_is_not_done() -> None:
+    status = ready_status()
+    stopped = "the agent stopped before the operation finished"
+    status["lastRefresh"] = {"name": "web-r", "token": "t1", "state": "failed", "reason": "Transient",
+                             "message": stopped, "failures": 2}  # fmt: skip
+    retrying = stack(status=status)
+    assert not done("refresh", retrying, "t1")
+    assert refresh_retrying(retrying, "t1") == (
+        "failed 2 time(s) for a transient cause (Transient): the agent stopped before the operation "
+        "finished; the operator retries it"
+    )
+    assert refresh_retrying(retrying, "t2") == ""  # another request: not its refresh
+    status["observedRefreshRequest"] = "t1"  # failed for good
+    assert refresh_retrying(stack(status=status), "t1") == ""
 
 
 def test_a_cancel_is_done_once_the_cancelled_update_ended() -> None:

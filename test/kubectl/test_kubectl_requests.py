@@ -43,11 +43,11 @@ class Gate:
         """Write ``status`` as the operator would (a merge patch of the status subresource)."""
         await self.env.client("stacks").patch(name, {"status": status}, subresource="status")
 
-    async def when_requested(self, name: str, key: str) -> str:
-        """The token of the request ``key`` once the plugin has set it."""
+    async def when_requested(self, name: str, key: str, other_than: str = "") -> str:
+        """The token of the request ``key`` once the plugin has set it (to other than ``other_than``)."""
         for _ in range(200):
             token = await self.annotation(name, key)
-            if token:
+            if token and token != other_than:
                 return token
             await asyncio.sleep(0.05)
         raise AssertionError(f"{key} never set on {name}")
@@ -168,18 +168,40 @@ async def test_approve_without_the_approve_verb_is_forbidden_by_the_policy(gate:
 
 
 async def test_refresh_waits_until_the_operator_ran_it(gate: Gate) -> None:
+    """A refresh that failed transiently is retried: --wait goes on waiting until one succeeds."""
+
     async def operator() -> None:
         token = await gate.when_requested("plain", "pulumi.com/refresh-request")
-        await asyncio.sleep(0.5)  # the refresh runs
-        last = {**fx.ready_status("plain-2")["lastUpdate"], "type": "refresh"}
-        await gate.status("plain", {"observedRefreshRequest": token, "lastUpdate": last})
+        await asyncio.sleep(0.5)  # the refresh runs, and the agent is killed
+        failed = {"name": "plain-2", "token": token, "state": "failed", "reason": "Transient",
+                  "message": "the agent stopped before the operation finished", "failures": 1}  # fmt: skip
+        await gate.status("plain", {"lastRefresh": failed})
+        await asyncio.sleep(1.0)  # the retry runs
+        succeeded = {"name": "plain-3", "token": token, "state": "succeeded", "failures": 0}
+        await gate.status("plain", {"observedRefreshRequest": token, "lastRefresh": succeeded})
 
     result = await _while_waiting(gate.env.pko("refresh", "plain", "--wait", "--timeout", "60s"), operator)
     assert result.code == 0, result.err
     token = await gate.annotation("plain", "pulumi.com/refresh-request")
     assert result.out == (
         f"stack.pulumi.com/plain refresh requested (pulumi.com/refresh-request={token})\n"
-        f"refresh {token} done: Update plain-2 succeeded.\n"
+        f"refresh {token} done: Update plain-3 succeeded.\n"
+    )
+
+
+async def test_refresh_wait_reports_a_refresh_that_failed_for_good(gate: Gate) -> None:
+    before = await gate.annotation("plain", "pulumi.com/refresh-request")
+
+    async def operator() -> None:
+        token = await gate.when_requested("plain", "pulumi.com/refresh-request", other_than=before)
+        failed = {"name": "plain-4", "token": token, "state": "failed", "reason": "ProgramError",
+                  "message": "error: boom", "failures": 1}  # fmt: skip
+        await gate.status("plain", {"observedRefreshRequest": token, "lastRefresh": failed})
+
+    result = await _while_waiting(gate.env.pko("refresh", "plain", "--wait", "--timeout", "60s"), operator)
+    token = await gate.annotation("plain", "pulumi.com/refresh-request")
+    assert result.code == 1 and result.out.endswith(
+        f"refresh {token} done: Update plain-4 failed. error: boom\n"
     )
 
 

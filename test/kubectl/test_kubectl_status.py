@@ -162,6 +162,12 @@ def test_pending_requests() -> None:
     text = details(requested, None, NOW)
     assert "Refresh request: r1 (pending)\n" in text and "Cancel request" not in text
     assert summary(requested)["observedCancelRequest"] == "c1"
+    status["lastRefresh"] = {"name": "web-r", "token": "r1", "state": "failed", "reason": "StackLocked",
+                             "message": "the stack is locked", "failures": 1}  # fmt: skip
+    assert (
+        "Refresh request: r1 (pending: failed 1 time(s) for a transient cause (StackLocked): the stack "
+        "is locked; the operator retries it)\n"
+    ) in details(requested, None, NOW)
     status["currentUpdate"] = {"name": "web-2", "kind": "refresh", "cancelRequest": "c1"}
     assert "Current update:  web-2 (cancelling on request c1, kind refresh)\n" in details(
         stack(status=status), None, NOW

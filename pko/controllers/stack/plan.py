@@ -27,7 +27,6 @@ from pko.api.validation import deprecation_warnings, format_errors, parse_stack
 from pko.controllers.resources import (
     APPROVED_PLAN_ANNOTATION,
     CANCEL_REQUEST_ANNOTATION,
-    REFRESH_REQUEST_ANNOTATION,
     STACK_FINALIZER,
 )
 from pko.controllers.retrysettings import RetrySettings
@@ -47,6 +46,12 @@ from pko.controllers.stack.drift import (
     record_drift,
     record_drift_failure,
     remediation_due,
+)
+from pko.controllers.stack.refresh import (
+    RefreshWait,
+    record_refresh,
+    requested_refresh,
+    retrying_message,
 )
 from pko.controllers.stack.status import (
     MSG_UPDATE,
@@ -69,7 +74,6 @@ from pko.controllers.stack.status import (
     record_succeeded,
     release_command,
     requirement_error,
-    resources_after,
 )
 from pko.controllers.stack.updateobject import Run, build_update, kind_of, update_type_for
 from pko.controllers.stack.watches import update_complete, workspace_ready, workspace_stalled
@@ -229,6 +233,14 @@ def _after(requeue: float | None) -> Result:
     return Result.requeue_after(requeue) if requeue else Result.done()
 
 
+def _sooner(requeue: float | None, waiting: RefreshWait | None) -> float | None:
+    """``requeue``, or sooner when a refresh request is due again then (a Stack waiting for
+    something else, an approval or a prerequisite, still runs the retry on time)."""
+    if waiting is None:
+        return requeue
+    return min(requeue, waiting.after) if requeue is not None else waiting.after
+
+
 def plan_synced(
     stack: Stack, status: Obj, requeue: float | None, recorded: Obj | None, *, deleting: bool
 ) -> Plan:
@@ -243,7 +255,11 @@ def plan_synced(
     if last.get("state") == "succeeded" and stack.spec.workspace_reclaim_policy == "Delete":
         writes += [ReleaseUpdate(recorded), DeleteWorkspace()]
         recorded = None
-    keep = {(status.get("currentUpdate") or {}).get("name"), last.get("name")}
+    keep = {
+        (status.get("currentUpdate") or {}).get("name"),
+        last.get("name"),
+        (status.get("lastRefresh") or {}).get("name"),
+    }
     writes += [write_status(status, recorded), PruneHistory(frozenset(str(k) for k in keep if k))]
     return Plan(writes, _after(requeue), status)
 
@@ -483,21 +499,25 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
     if not deleting and not gated and status.get("plan"):
         status.pop("plan", None)  # approval switched off: the plan waits for nothing
     active = not deleting and not spec.suspend
-    run = requested_refresh(obj, status) if active else None
+    requested = requested_refresh(obj, spec, status, retry, now) if active else None
+    run = requested if isinstance(requested, Run) else None
+    # a refresh request waiting to be retried: nothing refreshes before then (a drift check neither)
+    waiting = requested if isinstance(requested, RefreshWait) else None
     remediate = active and run is None and remediation_due(drift_spec, status)
     if decision.synced:
-        mark_result(status, spec, retry, generation, now, stack=stack_ref(obj))
+        retrying = retrying_message(waiting) if waiting is not None else None
+        mark_result(status, spec, retry, generation, now, stack=stack_ref(obj), retrying=retrying)
         mark_suspended(status, spec.suspend and not deleting, generation, now)
     if run is None and decision.synced and not remediate:
         status.pop("plan", None)  # nothing to apply: a recorded plan is moot
-        due = drift_due_in(drift_spec, status, now) if active else None
+        due = drift_due_in(drift_spec, status, now) if active and waiting is None else None
         if due == 0:
             run = Run("refresh", "Drift check", "drift")
         else:
             requeue = decision.requeue_after
             if due is not None:
                 requeue = min(requeue, due) if requeue is not None else due
-            plan = plan_synced(stack, status, requeue, recorded, deleting=deleting)
+            plan = plan_synced(stack, status, _sooner(requeue, waiting), recorded, deleting=deleting)
             return Plan([*writes, *plan.writes], plan.result, status)
     if run is None and spec.suspend and not deleting:
         return Plan([*writes, write_status(status, recorded)], Result.done(), status)
@@ -511,7 +531,7 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
             if observed_plan_recorded(writes, plan_now):
                 writes.append(Emit("Normal", "AwaitingApproval", chosen))
             wait = float(spec.resync_frequency()) if polls_branch else None
-            return Plan([*writes, write_status(status, recorded)], _after(wait), status)
+            return Plan([*writes, write_status(status, recorded)], _after(_sooner(wait, waiting)), status)
         run = chosen
 
     # 4. prerequisites (not when deleting: a missing prerequisite must not block deletion; not for
@@ -521,7 +541,7 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
         writes += requests
         if unmet is not None:
             mark_reconciling(status, "PrerequisiteNotSatisfied", unmet, generation, now)
-            return Plan([*writes, write_status(status, recorded)], Result.done(), status)
+            return Plan([*writes, write_status(status, recorded)], _after(_sooner(None, waiting)), status)
 
     # 5. the Workspace, then (once it is ready) 6. one Update
     def then(workspace: Obj) -> Plan:
@@ -589,17 +609,6 @@ def cancel_requested(observed: Observed, status: Obj, generation: int, writes: l
         CancelUpdate(name, str(uid) if uid else None),
     ]
     return Plan(cancel, Result.done(), status)
-
-
-def requested_refresh(obj: Obj, status: Obj) -> Run | None:
-    """A ``refresh`` to run for a new ``pulumi.com/refresh-request`` token (recorded in
-    ``status.observedRefreshRequest`` once it ran)."""
-    token = _annotation(obj, REFRESH_REQUEST_ANNOTATION)
-    if not token or token == status.get("observedRefreshRequest"):
-        return None
-    return Run(
-        "refresh", f'Refresh request: "{token}"', "refresh", annotations={REFRESH_REQUEST_ANNOTATION: token}
-    )
 
 
 def remediation_up(drift_spec: DriftDetectionSpec | None, status: Obj) -> bool:
@@ -692,10 +701,7 @@ def _absorb(
     upd_status = update.get("status") or {}
     failed = is_true(upd_status.get("conditions"), "Failed")
     token = current.get("cancelRequest")
-    if kind == "refresh":
-        refresh_token = _annotation(update, REFRESH_REQUEST_ANNOTATION)
-        if refresh_token:
-            status["observedRefreshRequest"] = refresh_token
+    refreshed = record_refresh(status, update, now, cancel_request=token) if kind == "refresh" else []
     if token:
         if kind in ("plan", "apply"):
             status.pop("plan", None)
@@ -718,14 +724,7 @@ def _absorb(
             return [Emit("Warning", "PlanOutdated", f"{message}: {upd_status.get('message') or ''}")]
         return record_update(status, current, update, outputs, now)
     if kind == "refresh":
-        if failed:
-            return [
-                Emit("Warning", "StackRefreshFailed", f"refresh failed: {upd_status.get('message') or ''}")
-            ]
-        count = resources_after(update)
-        if count is not None:
-            status["resourceCount"] = count
-        return [Emit("Normal", "StackRefreshed", "Successfully refreshed stack")]
+        return [*refreshed]
     if kind == "drift":
         if failed:
             return [record_drift_failure(status, update, now)]

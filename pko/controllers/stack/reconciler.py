@@ -18,7 +18,8 @@ One reconcile follows the Go operator's ``StackReconciler.Reconcile``:
 pko's additions (issue 29) fit the same steps: a ``pulumi.com/cancel-request`` deletes the Update
 in flight before step 1 (its reconciler cancels the operation); step 1 records each Update by what
 it was for (``currentUpdate.kind``: a plan preview, an approved up, a refresh on request, a drift
-check); step 3 also runs a ``pulumi.com/refresh-request``, a due drift check
+check); step 3 also runs a ``pulumi.com/refresh-request`` (again after a transient failure, once
+the Stack's transient backoff is over: :mod:`pko.controllers.stack.refresh`), a due drift check
 (:mod:`pko.controllers.stack.drift`) or a remediation, and sends an up through the approval gate
 (:mod:`pko.controllers.stack.approval`), which may wait (``AwaitingApproval``) instead.
 
@@ -163,6 +164,7 @@ OWNED_STATUS: Final = (
     "plan",
     "drift",
     "observedRefreshRequest",
+    "lastRefresh",
     "observedCancelRequest",
 )
 

@@ -485,9 +485,12 @@ def mark_result(
     now: datetime,
     *,
     stack: StackRef | None = None,
+    retrying: str | None = None,
 ) -> None:
     """Conditions and ``nextRetryTime`` from the outcome of ``lastUpdate`` (Go: markStackResult);
-    ``stack`` names the Stack in the commands a stalled message gives."""
+    ``stack`` names the Stack in the commands a stalled message gives. ``retrying`` says why a
+    Stack whose last update succeeded is not Ready yet (a refresh request waiting for its retry):
+    Reconciling ``RetryingAfterFailure``, as an up's transient retry."""
     last = status.get("lastUpdate") or {}
     schedule = retry_schedule(status, spec, settings)
     if schedule is None or schedule.stalled:
@@ -495,7 +498,10 @@ def mark_result(
     elif schedule.at is not None:
         status["nextRetryTime"] = format_time(schedule.at)
     if last.get("state") == SUCCEEDED:
-        mark_ready(status, generation, now)
+        if retrying:
+            mark_reconciling(status, "RetryingAfterFailure", retrying, generation, now)
+        else:
+            mark_ready(status, generation, now)
         return
     failures = int(last.get("failures") or 0)
     type_ = str(last.get("type") or "up")
