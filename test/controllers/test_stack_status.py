@@ -408,6 +408,10 @@ def test_failure_classification_is_closed_and_reads_lock_owner_and_pending_urns(
     )
     assert classify_failure("UpdateFailed", "error: something odd").reason == "OperationFailed"
     assert classify_failure(None, "").reason == "OperationFailed"
+    # The Update controller's reasons for an operation its workspace pod lost or could not serve.
+    assert classify_failure("OperationLost", "the workspace agent no longer knows this operation").transient
+    assert classify_failure("AgentUnreachable", "lost contact with the workspace agent for 30s").transient
+    assert classify_failure("AgentRestarted", "the agent stopped before the operation finished").transient
 
 
 def test_message_keeps_the_last_lines() -> None:

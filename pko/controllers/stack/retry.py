@@ -74,6 +74,10 @@ _REASONS: Final[dict[str, FailureReason]] = {
     "WorkspaceNotFound": "Transient",
     "WorkspaceNotReady": "Transient",
     "UpdateLost": "UpdateLost",
+    # The Update controller's own: the workspace pod was replaced (its agent no longer knows the
+    # operation), or the agent could not be reached; a retry in a healthy pod is the remedy.
+    "OperationLost": "UpdateLost",
+    "AgentUnreachable": "Transient",
     "StackNotFound": "StackNotFound",
     "PlanNotFound": "OperationFailed",
     "PlanMismatch": "OperationFailed",
