@@ -469,6 +469,7 @@ OPERATOR_MAY = [
     Access("patch", "services"),
     Access("watch", "pods"),
     Access("patch", "pods"),
+    Access("get", "nodes"),  # the node of a workspace pod that is not ready (issue 28)
     Access("create", "secrets"),
     Access("get", "secrets"),
     Access("watch", "configmaps"),
@@ -497,6 +498,10 @@ OPERATOR_MAY_NOT = [
     # Pods belong to the StatefulSet controller (the operator's pod create is only ever a dry run).
     Access("delete", "pods"),
     Access("create", "pods", "", "exec"),
+    # One Node read by name at a time: never listed, watched or changed.
+    Access("list", "nodes"),
+    Access("watch", "nodes"),
+    Access("patch", "nodes"),
     Access("delete", "gitrepositories", FLUX),
     # Leader election only in its own namespace; tokens only for its own account.
     Access("create", "leases", "coordination.k8s.io", namespace="default"),

@@ -4,6 +4,7 @@ and Result that follow (no cluster; the reconciler tests run the same decisions 
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pko.controllers.options import ControllerOptions
@@ -12,7 +13,9 @@ from pko.controllers.workspace.plan import Failure, Finding, Observed, Plan, dec
 from pko.controllers.workspace.workloads import (
     ANNOTATION_INITIALIZED,
     ANNOTATION_STACKS_HASH,
+    NODE_LOST_GRACE,
     REVISION_LABEL,
+    NodeReading,
     desired_service,
     desired_statefulset,
     parse_spec,
@@ -383,3 +386,134 @@ def test_a_stack_it_may_not_create_missing_from_the_backend_leaves_the_workspace
     failed = refused(rest, prod, Failure("agent", "stack not found", code="NOT_FOUND"))
     assert failed is not None and failed.finding is not None
     assert failed.finding.reason == "InitializationFailed" and failed.finding.stalled
+
+
+# --- a lost node (issue 28) ---------------------------------------------------------------------
+
+NOW = datetime(2026, 11, 28, 12, 0, 0, tzinfo=UTC)
+OUT_OF_SERVICE = "kubectl taint nodes node-7 node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
+
+
+def waiting_pod(node: str | None = "node-7", **meta: Any) -> Obj:
+    """The workspace pod as the node lifecycle controller leaves it on a lost node: Ready=False."""
+    pod = ready_pod()
+    pod["metadata"].update(meta)
+    pod["status"]["conditions"][0]["status"] = "False"
+    if node is not None:
+        pod["spec"] = {"nodeName": node}
+    return pod
+
+
+def lost_node(status: str = "Unknown", since: float = 120.0, taints: tuple[str, ...] = ()) -> NodeReading:
+    changed = (NOW - timedelta(seconds=since)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ready = {
+        "type": "Ready",
+        "status": status,
+        "reason": "NodeStatusUnknown" if status == "Unknown" else "KubeletNotReady",
+        "message": "Kubelet stopped posting node status." if status == "Unknown" else "PLEG is not healthy",
+        "lastTransitionTime": changed,
+    }
+    return NodeReading(NOW, ready=ready, taints=frozenset(taints))
+
+
+def test_a_pod_waiting_on_a_lost_node_stalls_after_the_grace_naming_the_node_and_the_way_out() -> None:
+    first = decide(observed(pod=waiting_pod()))
+    assert first.writes == [wp.CheckNode("node-7")]
+    writes, plan = run(first, lost_node(since=120.0))
+    assert kinds(writes) == ["CheckNode"]
+    assert plan.finding is not None and plan.finding.stalled
+    assert plan.finding.reason == "NodeLost"
+    message = plan.finding.message
+    assert message.startswith(
+        "The workspace pod ns1/my-stack-workspace-0 is on node node-7, which has not been ready since "
+        "2026-11-28T11:58:00Z (Kubelet stopped posting node status.). Kubernetes will not start the pod "
+        "elsewhere while the node may still run it. If node-7 is gone for good, mark it out of service: "
+    ), message
+    assert OUT_OF_SERVICE in message and "(or delete the Node)" in message
+    # No Node watch: looked at again now and then, though the pod's events normally wake it.
+    assert plan.result == Result.requeue_after(wp.REQUEUE_WAITING)
+    # The message does not move with the clock: a later look writes no new status.
+    later = NodeReading(NOW + timedelta(minutes=5), ready=lost_node().ready)
+    assert run(first, later)[1].finding == plan.finding
+
+
+def test_within_the_grace_a_lost_node_is_said_but_not_stalled_and_looked_at_when_it_ends() -> None:
+    _, plan = run(decide(observed(pod=waiting_pod())), lost_node(since=20.0))
+    assert plan.finding is not None and plan.finding.reason == "NodeLost" and not plan.finding.stalled
+    assert plan.result == Result.requeue_after(NODE_LOST_GRACE - 20.0)
+
+
+def test_a_not_ready_node_is_node_not_ready_with_the_kubelets_words() -> None:
+    _, plan = run(decide(observed(pod=waiting_pod())), lost_node("False", since=600.0))
+    assert plan.finding is not None and plan.finding.stalled
+    assert plan.finding.reason == "NodeNotReady"
+    assert "(PLEG is not healthy)" in plan.finding.message and OUT_OF_SERVICE in plan.finding.message
+
+
+def test_a_terminating_pod_on_a_lost_node_and_one_a_rollout_replaces_ask_the_node_too() -> None:
+    """The eviction after the unreachable toleration, and a rollout's delete, are never confirmed
+    by a lost node: both wait on it."""
+    terminating = waiting_pod(deletionTimestamp="2026-11-28T11:55:00Z")
+    _, plan = run(decide(observed(pod=terminating)), lost_node())
+    assert plan.finding is not None and (plan.finding.reason, plan.finding.stalled) == ("NodeLost", True)
+    old = waiting_pod()
+    old["metadata"]["labels"][REVISION_LABEL] = "rev-0"
+    first = decide(observed(pod=old))
+    assert first.writes == [wp.CheckNode("node-7")]
+    assert run(first, lost_node())[1].finding == plan.finding
+    # On a healthy node the rollout is what it says.
+    healthy = NodeReading(NOW, ready={"type": "Ready", "status": "True"})
+    assert run(first, healthy)[1].finding == Finding(
+        "RollingUpdate", "Waiting for the statefulset to be updated"
+    )
+
+
+def test_a_deleted_node_and_one_marked_out_of_service_wait_for_the_pod_gc() -> None:
+    _, plan = run(decide(observed(pod=waiting_pod())), NodeReading(NOW, exists=False))
+    assert plan.finding == Finding(
+        "NodeLost",
+        "The workspace pod ns1/my-stack-workspace-0 is on node node-7, which no longer exists: "
+        "waiting for Kubernetes to delete the pod",
+    )
+    marked = lost_node(taints=("node.kubernetes.io/unreachable", "node.kubernetes.io/out-of-service"))
+    _, plan = run(decide(observed(pod=waiting_pod())), marked)
+    assert plan.finding is not None and not plan.finding.stalled
+    assert plan.finding.message.endswith(
+        "which is marked out of service: waiting for Kubernetes to delete the pod"
+    )
+
+
+def test_a_node_that_is_ready_or_cannot_be_read_leaves_todays_message() -> None:
+    today = Finding("WaitingForReplicas", "Waiting for the workspace pod to be available")
+    first = decide(observed(pod=waiting_pod()))
+    for answer in (None, NodeReading(NOW, ready={"type": "Ready", "status": "True"}), NodeReading(NOW)):
+        _, plan = run(first, answer)  # None: a 403 (no get nodes grant) or the API unreachable
+        assert plan.finding == today and plan.result == Result.requeue_after(wp.REQUEUE_WAITING)
+
+
+def test_the_node_is_not_read_for_a_ready_pod_an_unbound_one_or_one_the_user_must_fix() -> None:
+    ws = workspace(pulumiVersion="3.200.0")
+    ready = initialized_pod(ws)
+    ready["spec"] = {"nodeName": "node-7"}
+    assert decide(observed(ws, pod=ready)).writes == []
+    assert decide(observed(pod=waiting_pod(node=None))).writes == []
+    failed = waiting_pod()
+    failed["status"]["phase"] = "Failed"
+    plan = decide(observed(pod=failed))
+    assert plan.writes == [] and plan.finding is not None and plan.finding.reason == "PodFailed"
+
+
+def test_the_workspace_recovers_from_a_lost_node_and_stalled_goes() -> None:
+    ws = workspace(conditions=[], pulumiVersion="3.200.0")
+    _, plan = run(decide(observed(ws, pod=waiting_pod())), lost_node())
+    assert plan.finding is not None
+    ws["status"] = desired_status(ws, plan.finding)
+    assert {c["type"]: c["reason"] for c in ws["status"]["conditions"]} == {
+        "Ready": "NodeLost",
+        "Stalled": "NodeLost",
+    }
+    back = initialized_pod(ws)
+    back["spec"] = {"nodeName": "node-7"}
+    plan = decide(observed(ws, pod=back))
+    assert plan.finding == Finding("Succeeded", "", ready=True)
+    assert [c["type"] for c in desired_status(ws, plan.finding)["conditions"]] == ["Ready"]

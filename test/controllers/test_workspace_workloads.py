@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,14 @@ from pko.controllers.stack.workspaceobject import ArtifactRevision, build_worksp
 from pko.controllers.workspace.workloads import (
     ANNOTATION_APPLIED_DIGEST,
     ANNOTATION_REVISION_HASH,
+    NODE_LOST_GRACE,
+    OUT_OF_SERVICE_TAINT,
+    NodeReading,
     SpecInvalid,
     applied_digest,
     desired_service,
     desired_statefulset,
+    diagnose_node,
     diagnose_pod,
     immutable_fields_changed,
     parse_spec,
@@ -773,3 +778,70 @@ def test_path_keys_refuse_structured_values() -> None:
     spec = WorkspaceSpec.model_validate(body["spec"])
     with pytest.raises(ValueError, match="path=true"):
         config_items(spec.stacks[0])  # type: ignore[index]  # and the config writer refuses it too
+
+
+# --- reading the pod's node (issue 28) ----------------------------------------------------------
+
+NODE_NOW = datetime(2026, 11, 28, 12, 0, 0, tzinfo=UTC)
+
+
+def node(ready: str, changed: str = "2026-11-28T11:58:00Z", taints: list[str] | None = None) -> Obj:
+    """A Node as the API returns it: the node lifecycle controller's Ready condition and taints."""
+    return {
+        "metadata": {"name": "node-7"},
+        "spec": {"taints": [{"key": k, "effect": "NoExecute"} for k in taints or []]},
+        "status": {
+            "conditions": [
+                {"type": "MemoryPressure", "status": "Unknown"},
+                {
+                    "type": "Ready",
+                    "status": ready,
+                    "reason": "NodeStatusUnknown",
+                    "message": "Kubelet stopped posting node status.",
+                    "lastTransitionTime": changed,
+                },
+            ]
+        },
+    }
+
+
+def bound_pod() -> Obj:
+    return {
+        "metadata": {"name": "my-stack-workspace-0", "namespace": "ns1"},
+        "spec": {"nodeName": "node-7"},
+        "status": {"conditions": [{"type": "Ready", "status": "False"}]},
+    }
+
+
+def test_a_node_reading_keeps_only_its_ready_condition_and_taint_keys() -> None:
+    reading = NodeReading.of(node("Unknown", taints=["node.kubernetes.io/unreachable"]), NODE_NOW)
+    assert reading.exists and reading.now == NODE_NOW
+    assert reading.ready is not None and reading.ready["status"] == "Unknown"
+    assert reading.taints == frozenset({"node.kubernetes.io/unreachable"})
+    assert NodeReading.of(None, NODE_NOW) == NodeReading(NODE_NOW, exists=False)
+    assert NodeReading.of({"metadata": {"name": "bare"}}, NODE_NOW) == NodeReading(NODE_NOW)
+
+
+def test_diagnose_node_by_the_nodes_ready_condition_and_the_grace() -> None:
+    pod = bound_pod()
+    lost = diagnose_node(pod, NodeReading.of(node("Unknown"), NODE_NOW))
+    assert lost is not None and (lost.reason, lost.stalled, lost.recheck_after) == ("NodeLost", True, None)
+    assert "since 2026-11-28T11:58:00Z (Kubelet stopped posting node status.)" in lost.message
+    assert (
+        "kubectl taint nodes node-7 node.kubernetes.io/out-of-service=nodeshutdown:NoExecute" in lost.message
+    )
+    early = diagnose_node(pod, NodeReading.of(node("Unknown"), NODE_NOW - timedelta(seconds=90)))
+    assert early is not None and not early.stalled
+    assert early.recheck_after == NODE_LOST_GRACE - 30.0
+    assert early.message == lost.message
+    not_ready = diagnose_node(pod, NodeReading.of(node("False"), NODE_NOW))
+    assert not_ready is not None and (not_ready.reason, not_ready.stalled) == ("NodeNotReady", True)
+    assert diagnose_node(pod, NodeReading.of(node("True"), NODE_NOW)) is None
+    # No time on the condition: nothing to wait for.
+    untimed = diagnose_node(pod, NodeReading.of(node("Unknown", changed=""), NODE_NOW))
+    assert untimed is not None and untimed.stalled and "since an unknown time" in untimed.message
+    gone = diagnose_node(pod, NodeReading.of(None, NODE_NOW))
+    assert gone is not None and (gone.reason, gone.stalled) == ("NodeLost", False)
+    assert "which no longer exists" in gone.message
+    fenced = diagnose_node(pod, NodeReading.of(node("Unknown", taints=[OUT_OF_SERVICE_TAINT]), NODE_NOW))
+    assert fenced is not None and not fenced.stalled and "marked out of service" in fenced.message

@@ -23,6 +23,9 @@ from pko.controllers.workspace.workloads import (
     ANNOTATION_INITIALIZED,
     ANNOTATION_STACKS_HASH,
     REVISION_LABEL,
+    NodeReading,
+    PodDiagnosis,
+    diagnose_node,
     diagnose_pod,
     immutable_fields_changed,
     statefulset_name,
@@ -39,6 +42,7 @@ __all__ = [
     "ApplyService",
     "ApplyStatefulSet",
     "AskVersion",
+    "CheckNode",
     "CheckPod",
     "DeleteStatefulSet",
     "Emit",
@@ -131,6 +135,15 @@ class CheckPod:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckNode:
+    """GET the Node ``name`` a not-ready workspace pod is bound to (one object, only while the pod
+    waits: Nodes are too big and many to cache). Answer: a
+    :class:`~pko.controllers.workspace.workloads.NodeReading`, or None when it could not tell."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class ApplyStatefulSet:
     """Server-side apply the StatefulSet (``existing``: as cached). Answer: the object as written."""
 
@@ -183,6 +196,7 @@ Write = (
     | Emit
     | ApplyService
     | CheckPod
+    | CheckNode
     | ApplyStatefulSet
     | DeleteStatefulSet
     | AskVersion
@@ -338,14 +352,17 @@ def _pod_plan(
         return Plan([], finding, waiting, version=version)
     update_revision = sts_status.get("updateRevision")
     pod_revision = (pod["metadata"].get("labels") or {}).get(REVISION_LABEL)
+    diagnosis = diagnose_pod(pod)
     if update_revision and pod_revision != update_revision:
         # The StatefulSet controller replaces it, ready or not: with podManagementPolicy
         # Parallel it does not wait for an old pod that never became ready (Go issue 801).
-        return Plan([], rolling, waiting, version=version)
-    diagnosis = diagnose_pod(pod)
+        # Unless its node is lost: the old pod is never confirmed deleted.
+        plan = Plan([], rolling, waiting, version=version)
+        return _check_node(pod, plan, version) if diagnosis is not None else plan
     if diagnosis is not None:
         finding = Finding(diagnosis.reason, short(diagnosis.message), stalled=diagnosis.stalled)
-        return Plan([], finding, Result.done() if diagnosis.stalled else waiting, version=version)
+        plan = Plan([], finding, Result.done() if diagnosis.stalled else waiting, version=version)
+        return _check_node(pod, plan, version) if diagnosis.reason == "WaitingForReplicas" else plan
     # The pod is Ready: reach its agent.
     address = observed.address
     if address is None:
@@ -360,6 +377,30 @@ def _pod_plan(
         version=version,
         then=lambda answer: _initialize(observed, pod, address, str(answer), install=not initialized),
     )
+
+
+def _check_node(pod: Obj, plan: Plan, version: str | None) -> Plan:
+    """Ask the pod's node whether it is why the pod waits (a pod bound to a node, not ready or
+    terminating); ``plan`` stands when it is not, or cannot be read."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not node:
+        return plan
+    return Plan(
+        [CheckNode(str(node))],
+        version=version,
+        then=lambda reading: _node_plan(pod, reading, plan, version),
+    )
+
+
+def _node_plan(pod: Obj, reading: NodeReading | None, plan: Plan, version: str | None) -> Plan:
+    diagnosis: PodDiagnosis | None = diagnose_node(pod, reading) if reading is not None else None
+    if diagnosis is None:
+        return plan
+    finding = Finding(diagnosis.reason, short(diagnosis.message), stalled=diagnosis.stalled)
+    # No Node watch: the pod's events (its node back, or the pod deleted) normally wake us; this
+    # is the backstop, or the end of the grace before Stalled.
+    delay = min(REQUEUE_WAITING, diagnosis.recheck_after or REQUEUE_WAITING)
+    return Plan([], finding, Result.requeue_after(delay), version=version)
 
 
 def _initialize(observed: Observed, pod: Obj, address: str, version: str, *, install: bool) -> Plan:

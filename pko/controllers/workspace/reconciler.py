@@ -23,7 +23,11 @@ the agent). What it decides:
    accepts templates its pods fail) is reported from a dry-run create; then the pod itself is read
    (:func:`~pko.controllers.workspace.workloads.diagnose_pod`): image pull failures, a failing init
    container with its last log lines (Stalled after repeated failures), a crash loop, an
-   unschedulable pod... Pod and StatefulSet events drive this; nothing polls.
+   unschedulable pod... Pod and StatefulSet events drive this; nothing polls. A pod bound to a
+   node but not ready (or terminating) has its Node read, one GET, never a list or a watch
+   (:func:`~pko.controllers.workspace.workloads.diagnose_node`): a node that stopped reporting
+   holds a StatefulSet pod forever, so the Workspace says ``NodeLost`` (``NodeNotReady``), Stalled
+   after a minute, with the command that lets Kubernetes start the pod elsewhere.
 4. A Ready pod not yet ``auto.pulumi.com/initialized`` is initialized through its agent (token
    audience ``<ws>.<ns>``, a TokenRequest for the operator's own ServiceAccount): PulumiVersion,
    the JSON-config version check, Install, then each of ``spec.stacks`` (SelectStack with the
@@ -49,8 +53,10 @@ import json
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final, cast
 
+import aiohttp
 import structlog
 from kubernetes_asyncio.client import ApiException, CoreV1Api
 
@@ -70,6 +76,7 @@ from pko.controllers.workspace.plan import Failure, Observed, Plan, Write, decid
 from pko.controllers.workspace.workloads import (
     ANNOTATION_INITIALIZED,
     ANNOTATION_STACKS_HASH,
+    NodeReading,
     SpecInvalid,
     desired_service,
     desired_statefulset,
@@ -83,7 +90,7 @@ from pko.machinery.controller import Result
 from pko.machinery.executor import Expected, execute
 from pko.machinery.manager import Manager
 from pko.machinery.predicates import deletion_started, generation_changed, or_
-from pko.machinery.resource import PODS, SERVICES, STATEFULSETS, Obj, api_error_status
+from pko.machinery.resource import PODS, SERVICES, STATEFULSETS, Obj, Resource, api_error_status
 from pko.machinery.store import object_key
 from pko.machinery.writes import DigestApplier, StatusWriter
 from pko.tokens import TokenError, TokenSource
@@ -99,6 +106,8 @@ STATUS_FIELDS: Final = ("observedGeneration", "conditions", "address", "pulumiVe
 # Per call to the agent once connected (SelectStack, SetAllConfig...); Install may fetch plugins.
 RPC_TIMEOUT: Final = 60.0
 INSTALL_TIMEOUT: Final = 600.0
+# Read one at a time (CheckNode), never listed nor watched.
+NODES: Final = Resource("", "v1", "nodes", "Node", namespaced=False)
 
 log = structlog.get_logger("pko.controllers.workspace.reconciler")
 
@@ -198,6 +207,8 @@ class WorkspaceReconciler:
         self.statefulset_client = manager.client(STATEFULSETS)
         self.service_client = manager.client(SERVICES)
         self.pod_client = manager.client(PODS)
+        self.node_client = manager.client(NODES)
+        self._node_forbidden = False  # a 403 on a Node GET was logged (once: an older ClusterRole)
         # The pod dry run (the one generated-API call), bounded like the clients' requests.
         self.core = CoreV1Api(manager.api)
         self.request_timeout = manager.options.kube_api_timeout
@@ -299,6 +310,8 @@ class WorkspaceReconciler:
             await self.service_applier.apply(write.body)
         elif isinstance(write, wp.CheckPod):
             return await self._pod_refusal(write.statefulset)
+        elif isinstance(write, wp.CheckNode):
+            return await self._read_node(write.name)
         elif isinstance(write, wp.ApplyStatefulSet):
             applied = await self.statefulset_applier.apply(write.body)
             _remember(self._sts_applied, str(ws["metadata"].get("uid")), time.monotonic())
@@ -364,6 +377,23 @@ class WorkspaceReconciler:
                 return int(exc.status), _api_message(exc)
             log.warning("dry-run of the workspace pod failed", status=exc.status, reason=exc.reason)
         return None
+
+    async def _read_node(self, name: str) -> NodeReading | None:
+        """The workspace pod's Node as :func:`~pko.controllers.workspace.workloads.diagnose_node`
+        needs it; None when it could not be read (no ``get nodes`` grant, the API unreachable): the
+        pod's own diagnosis then stands, as before the operator could read Nodes."""
+        try:
+            node = await self.node_client.get_or_none(name)
+        except ApiException as exc:
+            status = api_error_status(exc)
+            if status != 403 or not self._node_forbidden:
+                log.warning("could not read the workspace pod's node", node=name, status=status)
+            self._node_forbidden = self._node_forbidden or status == 403
+            return None
+        except (TimeoutError, OSError, aiohttp.ClientError) as exc:
+            log.warning("could not read the workspace pod's node", node=name, error=repr(exc))
+            return None
+        return NodeReading.of(node, datetime.now(UTC))
 
     async def _init_stack(self, agent: AgentClient, stack: Any) -> None:
         await asyncio.wait_for(

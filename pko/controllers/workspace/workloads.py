@@ -40,6 +40,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, Final
 
@@ -61,14 +62,18 @@ __all__ = [
     "ANNOTATION_REVISION_HASH",
     "ANNOTATION_STACKS_HASH",
     "INIT_FAILURE_STALL_RESTARTS",
+    "NODE_LOST_GRACE",
+    "OUT_OF_SERVICE_TAINT",
     "PULUMI_CONTAINER",
     "REVISION_LABEL",
     "WORKSPACE_PORT",
+    "NodeReading",
     "PodDiagnosis",
     "SpecInvalid",
     "applied_digest",
     "desired_service",
     "desired_statefulset",
+    "diagnose_node",
     "diagnose_pod",
     "immutable_fields_changed",
     "merge_pod_template",
@@ -104,6 +109,14 @@ REVISION_LABEL: Final = "controller-revision-hash"
 
 # An init container that failed this many restarts in a row makes the Workspace Stalled.
 INIT_FAILURE_STALL_RESTARTS: Final = 3
+# A node not ready for this long (from its Ready condition's lastTransitionTime) makes the
+# Workspace Stalled: a kubelet restart or a short network partition heals by itself within it;
+# after it, only a person can decide the node is gone (Kubernetes never moves a StatefulSet pod
+# off a node that may still run it).
+NODE_LOST_GRACE: Final = 60.0
+# The taint a person puts on a node that is gone (non-graceful node shutdown): the pod GC then
+# force-deletes its pods and the StatefulSet controller starts the workspace pod elsewhere.
+OUT_OF_SERVICE_TAINT: Final = "node.kubernetes.io/out-of-service"
 # How much of a failed container's termination message goes into a condition.
 _LOG_TAIL_LINES: Final = 20
 _LOG_TAIL_CHARS: Final = 2048
@@ -496,6 +509,7 @@ class PodDiagnosis:
     reason: str
     message: str
     stalled: bool = False
+    recheck_after: float | None = None  # the diagnosis changes by itself then (a grace ends)
 
 
 def _tail(text: str) -> str:
@@ -585,3 +599,75 @@ def diagnose_pod(pod: Mapping[str, Any]) -> PodDiagnosis | None:
     if ready is not None and ready.get("status") == "True":
         return None
     return PodDiagnosis("WaitingForReplicas", "Waiting for the workspace pod to be available")
+
+
+# --- reading the pod's node ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReading:
+    """What one GET of the workspace pod's Node said, at ``now`` (wall clock: node times are):
+    ``exists`` False when the Node is gone; else its Ready condition and its taint keys."""
+
+    now: datetime
+    exists: bool = True
+    ready: Mapping[str, Any] | None = None
+    taints: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, node: Mapping[str, Any] | None, now: datetime) -> NodeReading:
+        """The reading of ``node`` as the API returned it (None: not found); keeps only what
+        :func:`diagnose_node` needs, not the (large) Node."""
+        if node is None:
+            return cls(now, exists=False)
+        status, spec = node.get("status") or {}, node.get("spec") or {}
+        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+        taints = frozenset(str(t.get("key") or "") for t in spec.get("taints") or [])
+        return cls(now, ready=dict(ready) if ready is not None else None, taints=taints)
+
+
+def _parse_time(text: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else None
+    except ValueError:
+        return None
+
+
+def diagnose_node(pod: Mapping[str, Any], reading: NodeReading) -> PodDiagnosis | None:
+    """Why a not-ready ``pod`` bound to a node waits on that node (None: the node is Ready, or says
+    nothing: the pod's own diagnosis stands).
+
+    A StatefulSet pod is never replaced while its node may still run it, so a node that went
+    Unknown (``NodeLost``: its kubelet stopped posting) or NotReady (``NodeNotReady``) holds the
+    workspace until the node returns or a person declares it gone; Stalled after
+    :data:`NODE_LOST_GRACE`, with the command that does it. A deleted node, or one marked out of
+    service, is being handled by the pod GC: not stalled.
+    """
+    meta = pod.get("metadata") or {}
+    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    where = f"The workspace pod {meta.get('namespace')}/{meta.get('name')} is on node {node}"
+    if not reading.exists:
+        return PodDiagnosis(
+            "NodeLost", f"{where}, which no longer exists: waiting for Kubernetes to delete the pod"
+        )
+    ready = reading.ready
+    if ready is None or ready.get("status") not in ("Unknown", "False"):
+        return None
+    reason = "NodeLost" if ready.get("status") == "Unknown" else "NodeNotReady"
+    if OUT_OF_SERVICE_TAINT in reading.taints:
+        message = f"{where}, which is marked out of service: waiting for Kubernetes to delete the pod"
+        return PodDiagnosis(reason, message)
+    since = _parse_time(ready.get("lastTransitionTime"))
+    detail = str(ready.get("message") or ready.get("reason") or "").strip()
+    message = (
+        f"{where}, which has not been ready since {ready.get('lastTransitionTime') or 'an unknown time'}"
+        f"{f' ({detail})' if detail else ''}. Kubernetes will not start the pod elsewhere while the node "
+        f"may still run it. If {node} is gone for good, mark it out of service: kubectl taint nodes {node} "
+        f"{OUT_OF_SERVICE_TAINT}=nodeshutdown:NoExecute (or delete the Node); the workspace then starts "
+        "on another node, which removes a stack lock the lost pod held. A stack state kept on a volume of "
+        "that node stays with the node."
+    )
+    left = NODE_LOST_GRACE - (reading.now - since).total_seconds() if since is not None else 0.0
+    if left > 0:
+        return PodDiagnosis(reason, message, recheck_after=left)
+    return PodDiagnosis(reason, message, stalled=True)
