@@ -157,9 +157,10 @@ def _said(stack: Obj | None) -> tuple[str, ...]:
 
 
 async def test_an_update_in_flight_on_a_lost_node_fails_then_the_stack_says_node_lost(env: Env) -> None:
-    """The agent dies with its node mid-up: the Update ends ``AgentUnreachable`` after the budget,
-    and the retry finds the Workspace Stalled: the Stack then says ``NodeLost`` and keeps saying
-    it (no flip back to a retry or a running Update) until the node returns."""
+    """The agent dies with its node mid-up: the Stack says ``NodeLost`` as soon as the Workspace
+    does, while the Update still waits for the agent; the Update ends ``AgentUnreachable`` after the
+    budget, the retry finds the Workspace Stalled, and the Stack keeps saying it (no flip back to a
+    retry or a running Update) until the node returns."""
     await env.create_program("hang", HANG_BODY)
     await env.create_stack("hang", {"programRef": {"name": "hang"}})
 
@@ -182,7 +183,12 @@ async def test_an_update_in_flight_on_a_lost_node_fails_then_the_stack_says_node
                 seen.append(said)
             if "Stalled=WorkspaceFailed" in said and stalled_at is None:
                 stalled_at = time.monotonic()
-            if stalled_at is not None and time.monotonic() - stalled_at > 10:
+            last = (((await env.get(env.stacks, "hang")) or {}).get("status") or {}).get("lastUpdate") or {}
+            if (
+                stalled_at is not None
+                and last.get("state") == "failed"
+                and time.monotonic() - stalled_at > 10
+            ):
                 break
             await asyncio.sleep(0.25)
         assert stalled_at is not None, seen

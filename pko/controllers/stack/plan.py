@@ -264,6 +264,19 @@ def plan_synced(
     return Plan(writes, _after(requeue), status)
 
 
+def mark_workspace_stalled(status: Obj, workspace: Obj | None, generation: int, now: datetime) -> bool:
+    """Mark the Stack Stalled for its Workspace's Stalled condition (a pod on a lost node, a Pulumi
+    too old for the spec): only a person can help, and the Stack is where they look. False when the
+    Workspace is not Stalled."""
+    stalled = get_condition(((workspace or {}).get("status") or {}).get("conditions"), "Stalled")
+    if workspace_ready(workspace) or stalled is None or stalled.get("status") != "True":
+        return False
+    ws_reason = str(stalled.get("reason") or "")
+    reason = "PulumiVersionTooLow" if ws_reason == "IncompatibleConfiguration" else "WorkspaceFailed"
+    mark_stalled(status, reason, f"{ws_reason}: {stalled.get('message', '')}", generation, now)
+    return True
+
+
 def plan_update(
     obj: Obj,
     stack: Stack,
@@ -281,14 +294,10 @@ def plan_update(
     a second). A drift check leaves the conditions alone (a periodic read must not flap Ready)."""
     generation = int((obj.get("metadata") or {}).get("generation") or 0)
     if not workspace_ready(workspace):
-        stalled = get_condition((workspace.get("status") or {}).get("conditions"), "Stalled")
-        if stalled is None or stalled.get("status") != "True":
+        if not mark_workspace_stalled(status, workspace, generation, now):
             return Plan([], Result.done(), status)  # its next status change wakes us
         if deleting and not status.get("lastUpdate"):
             return Plan([RemoveFinalizer()], Result.done(), status)  # never ran: nothing to destroy
-        ws_reason = str(stalled.get("reason") or "")
-        reason = "PulumiVersionTooLow" if ws_reason == "IncompatibleConfiguration" else "WorkspaceFailed"
-        mark_stalled(status, reason, f"{ws_reason}: {stalled.get('message', '')}", generation, now)
         return Plan([write_status(status)], Result.done(), status)
     update = build_update(stack, workspace, run.type, run.message, now=created, run=run)
     status["currentUpdate"] = {
@@ -454,7 +463,10 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
                 status.pop("plan", None)
             status.pop("currentUpdate", None)
         elif not update_complete(update):
-            if current.get("kind") != "drift" and not current.get("cancelRequest"):
+            # An Update whose workspace pod is stranded (its node lost) waits for the agent's
+            # unreachable timeout; what a person must do shows meanwhile.
+            stranded = mark_workspace_stalled(status, observed.workspace, generation, now)
+            if not stranded and current.get("kind") != "drift" and not current.get("cancelRequest"):
                 mark_reconciling(status, "StackProcessing", MSG_UPDATE, generation, now)
             return Plan([*writes, write_status(status)], Result.done(), status)
         else:
@@ -507,6 +519,9 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
     if decision.synced:
         retrying = retrying_message(waiting) if waiting is not None else None
         mark_result(status, spec, retry, generation, now, stack=stack_ref(obj), retrying=retrying)
+        if (status.get("lastUpdate") or {}).get("state") != "succeeded":
+            # a retry waiting on a Workspace only a person can help (its node lost) says so meanwhile
+            mark_workspace_stalled(status, observed.workspace, generation, now)
         mark_suspended(status, spec.suspend and not deleting, generation, now)
     if run is None and decision.synced and not remediate:
         status.pop("plan", None)  # nothing to apply: a recorded plan is moot
