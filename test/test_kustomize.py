@@ -185,6 +185,8 @@ def test_manager_flags_match_the_operator_cli(manager_container: dict[str, Any])
     }
     assert env == {
         "POD_NAMESPACE": "metadata.namespace",
+        # the leader election's predecessor rule: a restarted container takes its pod's Lease at once
+        "POD_NAME": "metadata.name",
         "POD_SA_NAME": "spec.serviceAccountName",
         "AGENT_IMAGE": "pko-agent:latest",
         "AGENT_IMAGE_PULL_POLICY": "IfNotPresent",
