@@ -12,6 +12,11 @@ Each cell starts from a clean Stack (names of its own, in namespace ``chaos``) w
 line to ``/witness/log`` (a volume of its own, on the node's disk): so the fault lands mid-operation,
 and what the engine really ran is counted after the fact, whatever the pods and the state say.
 
+The cells of one fault run as a round, at once (``--serial``: one at a time): every operation on both
+backends is brought in flight, each on its own Stack, then the fault lands once (the operator, the
+node's components) or on every cell's workspace at the same moment (a kill, an eviction, a cut). A
+cell whose operation was not in flight when the fault came fails: the fault must land mid-operation.
+
 A cell passes when, within ``--bound`` seconds of the fault:
 * the Stack is Ready for the intended change (or, for ``destroy``, gone);
 * exactly one successful Update of the intended type ran for the change (a failed attempt followed by
@@ -46,6 +51,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
@@ -161,14 +167,17 @@ def program(name: str, step_seconds: int, guarded: bool = False) -> dict[str, An
         "program": {
             "configuration": {"gen": {"type": "String", "default": "1"}},
             "resources": resources,
-            "outputs": {"gen": "${gen}"},
+            # A secret in the state: every later operation must decrypt it, also in a replaced pod
+            # (whose stack settings file, with the passphrase's salt, starts afresh).
+            "outputs": {"gen": "${gen}", "sealed": {"fn::secret": "sealed-${gen}"}},
         },
     }
 
 
-def volume(name: str, purpose: str) -> list[dict[str, Any]]:
+def volume(name: str, purpose: str, node: str | None = None) -> list[dict[str, Any]]:
     """A PersistentVolume on the node's disk bound to the cell's claim from the start (the node's
-    static volumes are too few for a whole matrix), so the judge reads it from this machine."""
+    static volumes are too few for a whole matrix), so the judge reads it from this machine. ``node``:
+    the volume is that node's local disk (its pods can run nowhere else), as a node-local state is."""
     path = VOLUMES / name / purpose
     path.mkdir(parents=True, exist_ok=True)
     path.chmod(0o1777)
@@ -185,6 +194,7 @@ def volume(name: str, purpose: str) -> list[dict[str, Any]]:
                 "storageClassName": "chaos",
                 "hostPath": {"path": str(path), "type": "Directory"},
                 "claimRef": {"namespace": NAMESPACE, "name": claim},
+                **({"nodeAffinity": _on(node)} if node else {}),
             },
         },
         {
@@ -201,6 +211,33 @@ def volume(name: str, purpose: str) -> list[dict[str, Any]]:
     ]
 
 
+def _on(node: str) -> dict[str, Any]:
+    term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}
+    return {"required": {"nodeSelectorTerms": [term]}}
+
+
+# The node-lost cells' workspace pods prefer the second node (``localnode.py node-add``), whose taint
+# they tolerate: it is the node they lose; a pod that replaces them goes to the node left.
+SPARE = localnode.NODE2
+SPARE_PLACEMENT = {
+    "tolerations": [{"key": k, "operator": "Equal", "value": v, "effect": e} for k, v, e in SPARE.taints],
+    "affinity": {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "preference": {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": [SPARE.name]}
+                        ]
+                    },
+                }
+            ]
+        }
+    },
+}
+
+
 # The cause-fixed cell's retry settings: deterministic waits 5 s, 15 s, then the 30 s cap.
 RETRY_CAP = 30
 RETRIES = {
@@ -211,7 +248,12 @@ RETRIES = {
 
 
 def stack(
-    name: str, backend: str, gen: str, ephemeral_limit: str | None = None, retries: bool = False
+    name: str,
+    backend: str,
+    gen: str,
+    ephemeral_limit: str | None = None,
+    retries: bool = False,
+    spare: bool = False,
 ) -> dict[str, Any]:
     env: dict[str, Any] = {
         "PULUMI_CONFIG_PASSPHRASE": {
@@ -249,7 +291,15 @@ def stack(
             "envRefs": env,
             **(RETRIES if retries else {}),
             "workspaceTemplate": {
-                "spec": {"podTemplate": {"spec": {"containers": [container], "volumes": volumes}}}
+                "spec": {
+                    "podTemplate": {
+                        "spec": {
+                            "containers": [container],
+                            "volumes": volumes,
+                            **(SPARE_PLACEMENT if spare else {}),
+                        }
+                    }
+                }
             },
         },
     }
@@ -486,12 +536,12 @@ def workspace_pod(name: str) -> dict[str, Any]:
 def cut_off(source_ip: str, dest_ip: str) -> Iterator[None]:
     rules = [["-s", source_ip, "-d", dest_ip, "-j", "DROP"], ["-s", dest_ip, "-d", source_ip, "-j", "DROP"]]
     for r in rules:
-        localnode.sh("iptables", "-I", "FORWARD", "1", *r)
+        localnode.sh("iptables", "-w", "-I", "FORWARD", "1", *r)
     try:
         yield
     finally:
         for r in rules:
-            localnode.sh("iptables", "-D", "FORWARD", *r, check=False)
+            localnode.sh("iptables", "-w", "-D", "FORWARD", *r, check=False)
 
 
 def _restart(component: str, sig: signal.Signals = signal.SIGTERM, down_for: float = 0.0) -> None:
@@ -580,6 +630,31 @@ def fault_secret_deleted(name: str) -> None:
     apply(passphrase(name))
 
 
+def fault_node_lost(name: str) -> None:
+    """The second node's machine dies for good (``localnode.py node-lose``): its kubelet, containerd
+    and every container of it killed, its link down; the API objects stay."""
+    localnode.node_lose()
+
+
+OUT_OF_SERVICE = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
+
+
+def _reports_node_loss(name: str) -> bool:
+    """The Stack is Stalled and names the lost node: what a person must decide, said where they look."""
+    c = condition(get("stack", name), "Stalled")
+    return c.get("status") == "True" and SPARE.name in str(c.get("message") or "")
+
+
+@contextmanager
+def spare_node() -> Iterator[None]:
+    """The second node for a round, with the images a workspace pod runs, removed after it."""
+    localnode.node_add([localnode.IMAGES / f"{i}.oci.tar" for i in ("pko-agent", "pko-workspace")])
+    try:
+        yield
+    finally:
+        localnode.node_remove()
+
+
 def fault_cause_fixed(name: str) -> None:
     """Not a fault but its end: the broken dependency the program failed on is fixed outside the
     Stack (as a quota raised or a network back), after the Stack failed and backed off to its cap."""
@@ -600,11 +675,11 @@ FAULTS: dict[str, Callable[[str], None]] = {
     "disk-full": fault_disk_full,
     "secret-deleted": fault_secret_deleted,
     "cause-fixed": fault_cause_fixed,
+    "node-lost": fault_node_lost,
 }
 # The cells where a fault has no meaning (the fix of a failing first up is the only cause-fixed cell).
 NOT_APPLICABLE = {("cause-fixed", o) for o in OPERATIONS if o != "up"}
-# Not run on one node: "node-lost" (the workspace pod's node gone for good) needs a second node.
-NOT_RUN = {"node-lost": "needs a second node (not built yet)"}
+NOT_RUN: dict[str, str] = {}  # faults listed but not run, and why
 # The cells .ci/run runs: the faults users report most (#1293, #1308), one per component kind.
 REDUCED = [
     ("operator-kill9", "up-change", "s3"),
@@ -626,6 +701,7 @@ class Cell:
     backend: str
     outcome: str = "not run"  # pass | FAIL | not run
     recovery_seconds: float | None = None
+    reported_seconds: float | None = None  # node-lost: until the Stack said what a person must do
     detail: str = ""
     problems: list[str] = field(default_factory=list)
 
@@ -690,83 +766,252 @@ def cell_name(cell: Cell, run_id: str) -> str:
     return f"{cell.fault.replace('-', '')[:14]}-{short}-{cell.backend}-{run_id}"
 
 
-def run_cell(cell: Cell, step_seconds: int, bound: float, run_id: str) -> Cell:
-    name = cell_name(cell, run_id)
-    fault = FAULTS[cell.fault]
-    disk = "512Mi" if cell.fault == "disk-full" else None
-    for obj in volume(name, "witness") + (volume(name, "state") if cell.backend == "file" else []):
-        apply(obj)
-    apply(passphrase(name))
-    fixing = cell.fault == "cause-fixed"
-    if not fixing:
-        (VOLUMES / name / "witness" / "fixed").touch()
-    apply(program(name, step_seconds, guarded=fixing))
+# --- one round: every cell of one fault ---------------------------------------------------------------
+
+
+@dataclass
+class Trial:
+    """One cell's Stack in a round: what it runs, and what the judge expects of it."""
+
+    cell: Cell
+    name: str
+    expected_type: str = "up"
+    gen: str = "1"
+    token: str | None = None
+    started: str = ""
+    before: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def op(self) -> str:
+        return self.cell.operation
+
+
+# The faults that are one event for the whole cluster; the others are done to every cell's workspace.
+CLUSTER_FAULTS = {
+    "operator-kill9",
+    "operator-rollout",
+    "leader-lost",
+    "kubelet-restart",
+    "containerd-restart",
+    "apiserver-restart",
+    "etcd-restart",
+    "node-lost",
+}
+
+
+def each(
+    what: str,
+    trials: list[Trial],
+    probe: Callable[[Trial], bool],
+    within: float,
+    interval: float = 1.0,
+    since: float | None = None,
+    strict: bool = True,
+) -> dict[str, float]:
+    """Polls ``probe`` on every trial until it has held for each: the seconds each took (from
+    ``since``, a ``time.monotonic()``, else from the call), by name. Past ``within``: TimeoutError
+    naming the ones missing, or (not ``strict``) the ones that got there."""
+    t0, done = since if since is not None else time.monotonic(), {}
+    deadline = time.monotonic() + within
+    while True:
+        for t in trials:
+            if t.name in done:
+                continue
+            try:
+                if probe(t):
+                    done[t.name] = round(time.monotonic() - t0, 1)
+            except (RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError, TypeError):
+                pass  # the apiserver restarting, an object not there yet: ask again
+        if len(done) == len(trials):
+            return done
+        if time.monotonic() > deadline:
+            if not strict:
+                return done
+            missing = [t.name for t in trials if t.name not in done]
+            raise TimeoutError(f"{what}: not within {within:.0f}s for {', '.join(missing)}")
+        time.sleep(interval)
+
+
+def _in_flight(t: Trial, log: UpdateLog) -> bool:
+    """The cell's operation has started and not ended: the fault lands in the middle of it."""
+    lines = witness(t.name)
+    if t.op in ("up", "up-change"):
+        return f"create step1 {t.gen}" in lines and f"create step3 {t.gen}" not in lines
+    if t.op == "destroy":
+        return "delete step3" in lines and "delete step1" not in lines
+    return any(condition(u, "Complete").get("status") != "True" for u in log.of(t.name, "refresh", t.started))
+
+
+def _at_once(fault: Callable[[str], None], names: list[str]) -> None:
+    """The fault done to every cell's workspace at the same moment (some take seconds: a 30 s cut)."""
+    errors: list[BaseException] = []
+
+    def one(name: str) -> None:
+        try:
+            fault(name)
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in names]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise errors[0]
+
+
+def run_round(round_: list[Cell], step_seconds: int, bound: float, run_id: str) -> list[Cell]:
+    """Every cell of one fault at once, each on a clean Stack of its own. Their operations are brought
+    in flight together (first ups, the slowest to start, go first; a refresh, which takes seconds,
+    last), then the fault lands: once, for the faults of the whole cluster, or on every cell's
+    workspace at the same moment for the others. Each cell is then judged alone."""
+    fault = round_[0].fault
+    fixing, lost = fault == "cause-fixed", fault == "node-lost"
+    trials = [Trial(c, cell_name(c, run_id)) for c in round_]
+    for t in trials:
+        # node-lost: a file state is on the lost node's disk (its pod can run nowhere else); the
+        # witness stays readable, as an observer outside the cluster would be.
+        state = volume(t.name, "state", SPARE.name if lost else None) if t.cell.backend == "file" else []
+        for obj in volume(t.name, "witness") + state:
+            apply(obj)
+        apply(passphrase(t.name))
+        if not fixing:
+            (VOLUMES / t.name / "witness" / "fixed").touch()
+        apply(program(t.name, step_seconds, guarded=fixing))
+
+    def deploy(t: Trial) -> None:
+        t.started = _now()
+        disk = "512Mi" if fault == "disk-full" else None
+        apply(stack(t.name, t.cell.backend, "1", disk, retries=fixing, spare=lost))
+
+    ups = [t for t in trials if t.op == "up"]
+    later = [t for t in trials if t.op in ("up-change", "destroy")]
+    refreshes = [t for t in trials if t.op == "refresh"]
     log = UpdateLog()
     with log.running():
-        started = _now()
-        apply(stack(name, cell.backend, "1", disk, retries=fixing))
-        expected_type, gen, token = "up", "1", None
+        for t in later + refreshes:
+            deploy(t)
+        each("first up Ready", later + refreshes, lambda t: _ready_for(t.name, 1), bound, 2)
+        for t in ups:
+            deploy(t)
+        each("up started", ups, lambda t: bool(log.of(t.name, "up", t.started)), bound, 0.5)
+        for t in later:
+            t.started = _now()
+            if t.op == "up-change":
+                t.gen = "2"
+                patch("stack", t.name, {"spec": {"config": {"gen": "2"}}})
+            else:
+                t.expected_type = "destroy"
+                kubectl("-n", NAMESPACE, "delete", "stack", t.name, "--wait=false")
         if fixing:
             # Failed and backed off to the cap: the 3rd retry waits the full 30 s.
-            def failed() -> list[dict[str, Any]]:
-                return [u for u in log.of(name, "up") if condition(u, "Failed").get("status") == "True"]
+            def failed(t: Trial) -> bool:
+                failures = [u for u in log.of(t.name, "up") if condition(u, "Failed").get("status") == "True"]
+                return len(failures) >= 3
 
-            until("three failed ups", lambda: len(failed()) >= 3, bound, 2)
-        elif cell.operation == "up":
-            until("mid first up", _first_line(name, "create step1 1"), bound)
+            each("three failed ups", trials, failed, bound, 2)
         else:
-            until("first up Ready", lambda: _ready_for(name, 1), bound)
-            started = _now()
-            if cell.operation == "up-change":
-                gen = "2"
-                patch("stack", name, {"spec": {"config": {"gen": "2"}}})
-                until("mid change", _first_line(name, "create step1 2"), bound)
-            elif cell.operation == "refresh":
-                expected_type, token = "refresh", f"chaos-{time.time_ns()}"
-                annotation = f"pulumi.com/refresh-request={token}"
-                kubectl("-n", NAMESPACE, "annotate", "--overwrite", "stack", name, annotation)
-                until(
-                    "refresh running",
-                    lambda: log.of(name, "refresh"),
-                    bound,
-                    0.2,
-                )
-            else:
-                expected_type = "destroy"
-                kubectl("-n", NAMESPACE, "delete", "stack", name, "--wait=false")
-                until("mid destroy", _first_line(name, "delete step3"), bound)
-        before = snapshot(name)
+            marker = {"up": "create step1 {}", "up-change": "create step1 {}", "destroy": "delete step3"}
+            each(
+                "mid operation",
+                ups + later,
+                lambda t: marker[t.op].format(t.gen) in witness(t.name),
+                bound,
+                0.5,
+            )
+        for t in trials:  # before the refreshes start: they take seconds
+            t.before = snapshot(t.name)
+        for t in refreshes:
+            t.started, t.expected_type, t.token = _now(), "refresh", f"chaos-{time.time_ns()}"
+            annotation = f"pulumi.com/refresh-request={t.token}"
+            kubectl("-n", NAMESPACE, "annotate", "--overwrite", "stack", t.name, annotation)
+        each("refresh running", refreshes, lambda t: bool(log.of(t.name, "refresh", t.started)), bound, 0.2)
+        for t in trials:
+            if not fixing and not _in_flight(t, log):
+                t.cell.problems.append("the operation was not in flight when the fault came")
+            where = (get("pod", f"{t.name}-workspace-0") or {}).get("spec", {}).get("nodeName")
+            if lost and where != SPARE.name:
+                t.cell.problems.append(f"the workspace pod ran on {where}, not on {SPARE.name}")
         t0 = time.monotonic()
-        fault(name)
-        try:
-            if cell.operation == "destroy":
-                until("stack gone", lambda: get("stack", name) is None, bound)
-            else:
-                generation = int((get("stack", name) or {})["metadata"]["generation"])
-                until("Ready", lambda: _ready_for(name, generation, token), bound, 2)
-            cell.recovery_seconds = round(time.monotonic() - t0, 1)
-            limit = RETRY_CAP + 3 * step_seconds + 20  # the cap, the up itself, the pod's start
-            if fixing and cell.recovery_seconds > limit:
-                cell.problems.append(
-                    f"the fix was picked up after {cell.recovery_seconds} s (bound {limit} s)"
-                )
-        except TimeoutError as e:
-            cell.problems.append(str(e))
-            s = get("stack", name) or {}
-            for c in (s.get("status") or {}).get("conditions") or []:
-                said = f"{c['type']}={c['status']} {c.get('reason')}: {c.get('message', '')[:300]}"
-                cell.problems.append(said)
+        if fault in CLUSTER_FAULTS:
+            FAULTS[fault](trials[0].name)
+        else:
+            _at_once(FAULTS[fault], [t.name for t in trials])
+
+        def recovered(t: Trial) -> bool:
+            if t.op == "destroy":
+                return get("stack", t.name) is None
+            generation = int((get("stack", t.name) or {})["metadata"]["generation"])
+            return _ready_for(t.name, generation, t.token)
+
+        recovering = trials
+        if lost:
+            # Kubernetes never replaces a pod its node may still run: the Stack must say what a person
+            # decides (the node is gone: out of service). With the state on that node, nothing can
+            # recover: the cell ends there; with S3, the person acts and the Stack must recover.
+            reported = each(
+                "node loss reported",
+                trials,
+                lambda t: _reports_node_loss(t.name),
+                bound,
+                2,
+                since=t0,
+                strict=False,
+            )
+            for t in trials:
+                t.cell.reported_seconds = reported.get(t.name)
+                if t.cell.reported_seconds is None:
+                    said = condition(get("stack", t.name), "Stalled").get("message")
+                    t.cell.problems.append(f"the Stack never said {SPARE.name} was lost (Stalled: {said})")
+            recovering = [t for t in trials if t.cell.backend != "file"]
+            if recovering:
+                kubectl("taint", "nodes", SPARE.name, OUT_OF_SERVICE, "--overwrite")
+        left = max(0.0, bound - (time.monotonic() - t0))
+        times = each("recovered", recovering, recovered, left, 2, since=t0, strict=False)
         time.sleep(2)  # the poller's last look
-        effect = EFFECT.get(cell.fault)
-        if effect and cell.operation != "destroy" and snapshot(name)[effect] == before[effect]:
-            cell.problems.append(f"the fault did not take effect ({effect} unchanged: {before[effect]})")
-    judge(cell, name, log, started, expected_type, gen)
-    cell.outcome = "pass" if not cell.problems else "FAIL"
-    cell.detail = "; ".join(cell.problems)
-    return cell
+        limit = RETRY_CAP + 3 * step_seconds + 20  # the cap, the up itself, the pod's start
+        for t in recovering:
+            t.cell.recovery_seconds = times.get(t.name)
+            if t.cell.recovery_seconds is None:
+                t.cell.problems.append(f"not recovered within {bound:.0f}s of the fault")
+                for c in ((get("stack", t.name) or {}).get("status") or {}).get("conditions") or []:
+                    said = f"{c['type']}={c['status']} {c.get('reason')}: {c.get('message', '')[:300]}"
+                    t.cell.problems.append(said)
+            elif fixing and t.cell.recovery_seconds > limit:
+                t.cell.problems.append(
+                    f"the fix was picked up after {t.cell.recovery_seconds} s (bound {limit} s)"
+                )
+            effect = EFFECT.get(fault)
+            if effect and t.op != "destroy" and snapshot(t.name)[effect] == t.before[effect]:
+                t.cell.problems.append(
+                    f"the fault did not take effect ({effect} unchanged: {t.before[effect]})"
+                )
+    for t in trials:
+        stranded = t not in recovering
+        judge(t.cell, t.name, log, t.started, t.expected_type, t.gen, stranded=stranded)
+        t.cell.outcome = "pass" if not t.cell.problems else "FAIL"
+        t.cell.detail = "; ".join(t.cell.problems)
+        if lost and not t.cell.problems:
+            t.cell.detail = f"Stalled naming {SPARE.name} after {t.cell.reported_seconds} s" + (
+                "; the state was on that node: no recovery (nothing ran twice)"
+                if stranded
+                else "; out-of-service taint put on then, recovered on the other node"
+            )
+    return round_
 
 
-def judge(cell: Cell, name: str, log: UpdateLog, since: str, expected_type: str, gen: str) -> None:
+def judge(
+    cell: Cell, name: str, log: UpdateLog, since: str, expected_type: str, gen: str, stranded: bool = False
+) -> None:
+    """The cell's verdict (see the module's docstring). ``stranded``: the state went with a lost node,
+    so only one rule holds: nothing ran twice."""
+    if stranded:
+        lines = witness(name)
+        for line in set(lines):
+            if lines.count(line) > 1:
+                cell.problems.append(f"{line!r} ran {lines.count(line)} times")
+        return
     ok = log.succeeded(name, expected_type, since)
     if len(ok) != 1:
         cell.problems.append(f"{len(ok)} successful {expected_type} Updates ({', '.join(ok) or 'none'})")
@@ -883,7 +1128,7 @@ def cleanup(name: str) -> None:
     except TimeoutError:
         pass  # the claims below wait for it (kubernetes.io/pvc-protection)
     claims = (f"{name}-witness", f"{name}-state")
-    kubectl("-n", NAMESPACE, "delete", "pvc", *claims, "--ignore-not-found", check=False)
+    kubectl("-n", NAMESPACE, "delete", "pvc", *claims, "--ignore-not-found", "--wait=false", check=False)
     kubectl("delete", "pv", "-l", f"pko.chaos/cell={name}", "--ignore-not-found", check=False)
     shutil.rmtree(VOLUMES / name, ignore_errors=True)
 
@@ -914,30 +1159,57 @@ def cells(faults: list[str], operations: list[str], backends: list[str], reduced
     return [Cell(f, o, b) for f in faults for o in operations for b in backends]
 
 
-def run(matrix: list[Cell], step_seconds: int, bound: float, out: Path | None = None) -> list[Cell]:
+def rounds(matrix: list[Cell], serial: bool = False) -> list[list[Cell]]:
+    """The cells to run, a round per fault (every operation and backend at once), or a round per cell
+    (``serial``); the cells not run get their outcome here."""
+    by_fault: dict[str, list[Cell]] = {}
+    for cell in matrix:
+        if cell.fault in NOT_RUN:
+            cell.detail = NOT_RUN[cell.fault]
+        elif (cell.fault, cell.operation) in NOT_APPLICABLE:
+            cell.outcome, cell.detail = "n/a", "a fix ends a failing up"
+        else:
+            by_fault.setdefault(cell.fault if not serial else str(id(cell)), []).append(cell)
+    return list(by_fault.values())
+
+
+def run(
+    matrix: list[Cell], step_seconds: int, bound: float, out: Path | None = None, serial: bool = False
+) -> list[Cell]:
     prepare_namespace()
     if any(c.backend == "s3" for c in matrix):
         prepare_s3()
     run_id = secrets.token_hex(2)
-    for cell in matrix:
-        if cell.fault in NOT_RUN:
-            cell.detail = NOT_RUN[cell.fault]
-            continue
-        if (cell.fault, cell.operation) in NOT_APPLICABLE:
-            cell.outcome, cell.detail = "n/a", "a fix ends a failing up"
-            continue
+    for round_ in rounds(matrix, serial):
         healthy_control_plane()
-        print(
-            f"chaos: {cell.fault} during {cell.operation} ({cell.backend}) ...", file=sys.stderr, flush=True
-        )
+        fault = round_[0].fault
+        said = ", ".join(f"{c.operation} ({c.backend})" for c in round_)
+        print(f"chaos: {fault} during {said} ...", file=sys.stderr, flush=True)
         try:
-            with replicas(2) if cell.fault == "leader-lost" else nullcontext():
-                run_cell(cell, step_seconds, bound, run_id)
-        except Exception as e:  # a cell that could not even be set up is a failed cell, not a crash
-            cell.outcome, cell.detail = "FAIL", f"{type(e).__name__}: {e}"
+            with (
+                replicas(2)
+                if fault == "leader-lost"
+                else spare_node()
+                if fault == "node-lost"
+                else nullcontext()
+            ):
+                run_round(round_, step_seconds, bound, run_id)
+        except Exception as e:  # a round that could not even be set up fails its cells, not the run
+            traceback.print_exc()
+            for cell in round_:
+                if cell.outcome == "not run":
+                    cell.outcome, cell.detail = "FAIL", f"{type(e).__name__}: {e}"
         finally:
-            cleanup(cell_name(cell, run_id))
-        print(f"chaos:   {cell.outcome} {cell.recovery_seconds}s {cell.detail}", file=sys.stderr, flush=True)
+            try:
+                _at_once(cleanup, [cell_name(c, run_id) for c in round_])
+            except Exception:
+                traceback.print_exc()  # the next round's names are its own: go on
+        for c in round_:
+            print(
+                f"chaos:   {c.operation} ({c.backend}): {c.outcome} {c.recovery_seconds}s {c.detail}",
+                file=sys.stderr,
+                flush=True,
+            )
         if out:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps([asdict(c) for c in matrix], indent=1))
@@ -971,13 +1243,39 @@ def table(matrix: list[Cell]) -> str:
     return "\n".join(rows)
 
 
+def grid(matrix: list[Cell]) -> str:
+    """The matrix as the README shows it: a row per fault, a column per operation and backend, each
+    cell the seconds from the fault to recovery (or what else it ended as)."""
+    columns = sorted({(c.operation, c.backend) for c in matrix}, key=lambda k: (OPERATIONS.index(k[0]), k[1]))
+    faults = list(dict.fromkeys(c.fault for c in matrix))
+    by = {(c.fault, c.operation, c.backend): c for c in matrix}
+
+    def said(c: Cell | None) -> str:
+        if c is None:
+            return ""
+        if c.outcome == "pass" and c.recovery_seconds is not None:
+            return f"{c.recovery_seconds:.0f}"
+        if c.outcome == "pass" and c.reported_seconds is not None:
+            return f"stalled {c.reported_seconds:.0f}"
+        return c.outcome
+
+    head = "| fault | " + " | ".join(f"{o} {b}" for o, b in columns) + " |"
+    rows = [head, "|---|" + "---:|" * len(columns)]
+    for f in faults:
+        rows.append(f"| {f} | " + " | ".join(said(by.get((f, o, b))) for o, b in columns) + " |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--faults", default=",".join([*FAULTS, *NOT_RUN]))
     p.add_argument("--operations", default=",".join(OPERATIONS))
     p.add_argument("--backends", default=",".join(BACKENDS))
     p.add_argument("--reduced", action="store_true", help="only the cells .ci/run runs")
-    p.add_argument("--step-seconds", type=int, default=8, help="each command's sleep (three in a chain)")
+    p.add_argument(
+        "--serial", action="store_true", help="one cell at a time (default: a fault's cells at once)"
+    )
+    p.add_argument("--step-seconds", type=int, default=15, help="each command's sleep (three in a chain)")
     p.add_argument("--bound", type=float, default=600, help="seconds a cell may take to recover")
     p.add_argument("--json", type=Path, default=REPO / ".bench-logs" / "chaos.json")
     p.add_argument(
@@ -1005,8 +1303,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0 if load.outcome == "pass" else 1
     matrix = cells(args.faults.split(","), args.operations.split(","), args.backends.split(","), args.reduced)
-    run(matrix, args.step_seconds, args.bound, args.json)
+    run(matrix, args.step_seconds, args.bound, args.json, args.serial)
     print(table(matrix))
+    print()
+    print(grid(matrix))
     return 0 if all(c.outcome != "FAIL" for c in matrix) else 1
 
 
