@@ -489,6 +489,14 @@ class UpdateLog:
                 self._proc.terminate()
             thread.join(10)
 
+    def catch_up(self) -> None:
+        """Add what a list shows now: a watch restarted while the apiserver was away can miss
+        Updates (seen after an apiserver restart: a second up the watch never showed)."""
+        for u in items("updates"):
+            self.seen.setdefault(u["metadata"]["name"], u)
+            if condition(u, "Complete").get("status") == "True":
+                self.seen[u["metadata"]["name"]] = u
+
     def of(self, stack: str, type_: str, since: str = "") -> list[dict[str, Any]]:
         return [
             u
@@ -623,13 +631,28 @@ def fault_network_cut(name: str) -> None:
 
 
 def fault_disk_full(name: str) -> None:
-    """The workspace fills its disk past its ephemeral-storage limit (512Mi in this cell): the kubelet
-    evicts the pod."""
+    """The workspace fills its disk past its ephemeral-storage limit (512Mi in this cell); returns once
+    the kubelet evicted the pod (its eviction manager measures volumes every 10 s or so, so that may
+    take a while: the cell's steps are longer, :data:`SLOW_EFFECT`)."""
+    uid = workspace_pod(name)["metadata"]["uid"]
     kubectl(
         "-n", NAMESPACE, "exec", f"{name}-workspace-0", "-c", "pulumi", "--",
         "sh", "-c", "dd if=/dev/zero of=/share/fill bs=1M count=700 2>/dev/null || true",
         check=False, timeout=180,
     )  # fmt: skip
+
+    def evicted() -> bool:
+        pod = get("pod", f"{name}-workspace-0")
+        status = (pod or {}).get("status") or {}
+        return pod is None or pod["metadata"]["uid"] != uid or status.get("reason") == "Evicted"
+
+    until("the kubelet's eviction", evicted, 180)
+
+
+# Faults whose effect comes a while after they are done (the kubelet's eviction of a full disk): the
+# cells' steps are this many times longer, so the effect still lands mid-operation, and nothing
+# counts as recovered before the effect.
+SLOW_EFFECT = {"disk-full": 3}
 
 
 def fault_secret_deleted(name: str) -> None:
@@ -891,7 +914,7 @@ def run_round(round_: list[Cell], step_seconds: int, bound: float, run_id: str) 
         apply(passphrase(t.name))
         if not fixing:
             (VOLUMES / t.name / "witness" / "fixed").touch()
-        apply(program(t.name, step_seconds, guarded=fixing))
+        apply(program(t.name, step_seconds * SLOW_EFFECT.get(fault, 1), guarded=fixing))
 
     def deploy(t: Trial) -> None:
         t.started = _now()
@@ -963,6 +986,8 @@ def run_round(round_: list[Cell], step_seconds: int, bound: float, run_id: str) 
         striking.start()
 
         def recovered(t: Trial) -> bool:
+            if fault in SLOW_EFFECT and striking.is_alive():
+                return False  # the fault has not taken effect yet
             if t.op == "destroy":
                 return get("stack", t.name) is None
             generation = int((get("stack", t.name) or {})["metadata"]["generation"])
@@ -996,6 +1021,7 @@ def run_round(round_: list[Cell], step_seconds: int, bound: float, run_id: str) 
         if struck:
             raise struck[0]
         time.sleep(2)  # the poller's last look
+        log.catch_up()
         limit = RETRY_CAP + 3 * step_seconds + 20  # the cap, the up itself, the pod's start
         for t in recovering:
             t.cell.recovery_seconds = times.get(t.name)
