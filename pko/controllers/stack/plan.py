@@ -233,12 +233,13 @@ def _after(requeue: float | None) -> Result:
     return Result.requeue_after(requeue) if requeue else Result.done()
 
 
-def _sooner(requeue: float | None, waiting: RefreshWait | None) -> float | None:
-    """``requeue``, or sooner when a refresh request is due again then (a Stack waiting for
-    something else, an approval or a prerequisite, still runs the retry on time)."""
-    if waiting is None:
+def _sooner(requeue: float | None, waiting: RefreshWait | float | None) -> float | None:
+    """``requeue``, or sooner when something else is due then: a refresh request's retry (a Stack
+    waiting for something else, an approval or a prerequisite, still runs it on time), a drift check."""
+    other = waiting.after if isinstance(waiting, RefreshWait) else waiting
+    if other is None:
         return requeue
-    return min(requeue, waiting.after) if requeue is not None else waiting.after
+    return min(requeue, other) if requeue is not None else other
 
 
 def plan_synced(
@@ -529,10 +530,8 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
         if due == 0:
             run = Run("refresh", "Drift check", "drift")
         else:
-            requeue = decision.requeue_after
-            if due is not None:
-                requeue = min(requeue, due) if requeue is not None else due
-            plan = plan_synced(stack, status, _sooner(requeue, waiting), recorded, deleting=deleting)
+            requeue = _sooner(_sooner(decision.requeue_after, due), waiting)
+            plan = plan_synced(stack, status, requeue, recorded, deleting=deleting)
             return Plan([*writes, *plan.writes], plan.result, status)
     if run is None and spec.suspend and not deleting:
         return Plan([*writes, write_status(status, recorded)], Result.done(), status)
