@@ -13,10 +13,12 @@ AgentRestarted, OperationFailed.
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from pko.api.generated.pko.agent import v1 as pb
@@ -145,19 +147,50 @@ def _first_program_error(diagnostics: Iterable[tuple[str, str]]) -> str | None:
     return None
 
 
-def stale_own_lock(lock: pb.LockInfo | None, hostname: str, started: datetime) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs in this pid namespace (one of another user counts). A zombie
+    is dead: a killed process whose parent died too waits for an init to reap it, and a container's
+    init (or a VM's) may be slow to, or never do."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs to ask: it answered the signal, so it exists
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def stale_own_lock(
+    lock: pb.LockInfo | None,
+    hostname: str,
+    started: datetime,
+    alive: Callable[[int], bool] = pid_alive,
+) -> bool:
     """Whether ``lock`` was left by a dead process of this very pod: taken on this host (a workspace
-    pod's hostname is its name) before this agent started. Every process of an earlier incarnation of
-    the pod, or of this container before a restart, is gone (kill -9, a lost node, an OOM kill), and
-    one workspace serves one stack, so no live process can hold that lock: removing it loses nothing.
-    Any other lock (another host, or taken since this agent started) is left for its owner.
+    pod's hostname is its name) either before this agent started, or by a process that no longer
+    exists. Every process of an earlier incarnation of the pod, or of this container before a restart,
+    is gone (kill -9, a lost node, an OOM kill), and one workspace serves one stack, so no live process
+    can hold that lock: removing it loses nothing. Any other lock (another host, or taken since this
+    agent started by a process still running, such as an exec'd ``pulumi import``) is left for its owner.
 
     The engine prints a lock's time to the whole second, so a lock taken in the second the agent
-    started reads as earlier than ``started``: compare against that second, erring towards "live"."""
+    started reads as earlier than ``started``: compare against that second, erring towards "live".
+    That second is what the pid decides: the pod's only running container is the agent's, so a pid
+    of this host's lock that names no process here is a dead one. A reused pid reads as live, the safe
+    side; so does a lock whose owner shows no pid."""
     if lock is None or lock.acquired is None or not lock.owner:
         return False
-    who = lock.owner.split(" (pid ", 1)[0]
-    return who.rpartition("@")[2] == hostname and lock.acquired < started.replace(microsecond=0)
+    who, _, pid = lock.owner.partition(" (pid ")
+    if who.rpartition("@")[2] != hostname:
+        return False
+    if lock.acquired < started.replace(microsecond=0):
+        return True
+    pid = pid.removesuffix(")")
+    return pid.isdigit() and not alive(int(pid))
 
 
 def classify(

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,13 +73,14 @@ def test_only_a_lock_left_by_a_dead_process_of_this_pod_is_stale() -> None:
     )
     # taken since this agent started: a live process of this pod (an exec'd `pulumi import`) holds it
     assert not failures.stale_own_lock(
-        lock("pulumi@web-workspace-0 (pid 31)", after), "web-workspace-0", started
+        lock("pulumi@web-workspace-0 (pid 31)", after), "web-workspace-0", started, alive=lambda _: True
     )
     # taken in the second the agent started, printed without its fraction: still live
     assert not failures.stale_own_lock(
         lock("pulumi@web-workspace-0 (pid 31)", started),
         "web-workspace-0",
         started.replace(microsecond=600_000),
+        alive=lambda _: True,
     )
     # another host's lock (a laptop, another pod) is never ours to remove
     assert not failures.stale_own_lock(lock("alice@laptop (pid 31)", before), "web-workspace-0", started)
@@ -84,6 +88,47 @@ def test_only_a_lock_left_by_a_dead_process_of_this_pod_is_stale() -> None:
         lock("pulumi@web-workspace-0 (pid 31)", None), "web-workspace-0", started
     )
     assert not failures.stale_own_lock(None, "web-workspace-0", started)
+
+
+def test_a_lock_of_this_host_taken_in_the_agents_first_second_is_stale_once_its_process_is_gone() -> None:
+    started = datetime(2026, 11, 23, 2, 0, 0, 600_000, tzinfo=UTC)
+    same_second = pb.LockInfo(
+        owner="pulumi@web-workspace-0 (pid 31)",
+        location="file:///s/x.json",
+        acquired=started.replace(microsecond=0),
+    )
+    assert failures.stale_own_lock(same_second, "web-workspace-0", started, alive=lambda pid: pid != 31)
+    assert not failures.stale_own_lock(same_second, "web-workspace-0", started, alive=lambda pid: pid == 31)
+    # another host's pid says nothing about this host's processes
+    assert not failures.stale_own_lock(
+        pb.LockInfo(owner="alice@laptop (pid 31)", acquired=started),
+        "web-workspace-0",
+        started,
+        alive=lambda _: False,
+    )
+    # no pid to check: live
+    assert not failures.stale_own_lock(
+        pb.LockInfo(owner="pulumi@web-workspace-0", acquired=started),
+        "web-workspace-0",
+        started,
+        alive=lambda _: False,
+    )
+    assert failures.pid_alive(os.getpid())
+
+
+def test_a_zombie_holds_no_lock() -> None:
+    """A killed process nobody has reaped yet (its parent died too) is dead, not live."""
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        child.kill()
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child never became a zombie"
+            time.sleep(0.01)
+        assert not failures.pid_alive(child.pid)
+    finally:
+        child.wait()
+    assert not failures.pid_alive(child.pid)
 
 
 def test_program_and_resource_errors_are_told_apart() -> None:
