@@ -100,13 +100,16 @@ def kubectl(*args: str, check: bool = True, stdin: str | None = None, timeout: f
 
 
 def get(kind: str, name: str, namespace: str = NAMESPACE) -> dict[str, Any] | None:
-    out = kubectl("get", kind, name, "-n", namespace, "-o", "json", "--ignore-not-found", check=False)
+    """The object, or None when it does not exist. An apiserver that does not answer raises
+    (RuntimeError): it is not an answer, and a destroy judged by "gone" must not pass on it."""
+    out = kubectl("get", kind, name, "-n", namespace, "-o", "json", "--ignore-not-found")
     return json.loads(out) if out.strip() else None
 
 
 def items(kind: str, *selector: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
-    out = kubectl("get", kind, "-n", namespace, *selector, "-o", "json", check=False)
-    return list(json.loads(out)["items"]) if out.strip() else []
+    """The objects (raises, as ``get`` does, when the apiserver does not answer)."""
+    out = kubectl("get", kind, "-n", namespace, *selector, "-o", "json")
+    return list(json.loads(out)["items"])
 
 
 def patch(kind: str, name: str, body: dict[str, Any], check: bool = True) -> None:
