@@ -642,15 +642,20 @@ def _identity() -> str:
 
 
 async def _serve(settings: Settings) -> int:
+    """Run managers until a signal: one that loses its lease (the apiserver away past the renew
+    deadline, the process frozen, another replica taking over) has stopped every reconcile when
+    ``run`` raises, so a new manager campaigns again in this process. Exiting instead (as
+    controller-runtime does) makes the kubelet restart the container with its crash-loop backoff,
+    which grows to 5 minutes when an apiserver restarts several times within 10 minutes (an upgrade):
+    the operator would sit out that backoff after the apiserver is back."""
     log = structlog.get_logger("pko")
     from pko.controllers import register  # after logging is configured: reconcilers may log at import
 
     cfg = await load_client_configuration(settings.kubeconfig)
     async with new_api_client(cfg) as api:
-        manager = Manager(api, settings.manager_options(_identity()))
-        register(manager, settings.controller_options())
         loop = asyncio.get_running_loop()
         signals_seen = 0
+        current: Manager | None = None
 
         def on_signal(signum: int) -> None:
             nonlocal signals_seen
@@ -663,7 +668,8 @@ async def _serve(settings: Settings) -> int:
                 signal=signal.Signals(signum).name,
                 grace_period=settings.shutdown_grace_period,
             )
-            manager.stop()
+            if current is not None:
+                current.stop()
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal, signum)
@@ -676,10 +682,17 @@ async def _serve(settings: Settings) -> int:
             program_fs_addr=settings.program_fs_addr,
         )
         try:
-            await manager.run()
-        except LeaderElectionLost as exc:
-            log.error("leader election lost; exiting so the pod restarts as a candidate", error=str(exc))
-            return 1
+            while not signals_seen:
+                current = Manager(api, settings.manager_options(_identity()))
+                register(current, settings.controller_options())
+                try:
+                    await current.run()
+                except LeaderElectionLost as exc:
+                    if signals_seen:
+                        break
+                    log.warning("leader election lost; campaigning again", error=str(exc))
+                    continue
+                break
         finally:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)

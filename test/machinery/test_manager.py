@@ -378,11 +378,13 @@ async def lease_holder(api: client.ApiClient, namespace: str, name: str) -> str 
     return str((lease.get("spec") or {}).get("holderIdentity") or "")
 
 
-async def steal_lease(api: client.ApiClient, namespace: str, name: str) -> None:
+async def steal_lease(api: client.ApiClient, namespace: str, name: str, seconds: int = 600) -> None:
     leases = ResourceClient(api, LEASES, namespace)
     lease = await leases.get(name)
     now = micro_time(datetime.now(UTC))
-    lease["spec"].update(holderIdentity="intruder", renewTime=now, acquireTime=now, leaseDurationSeconds=600)
+    lease["spec"].update(
+        holderIdentity="intruder", renewTime=now, acquireTime=now, leaseDurationSeconds=seconds
+    )
     await leases.replace(lease)
 
 
@@ -802,27 +804,59 @@ async def test_sigterm_stops_the_process_within_the_grace_period_and_releases_it
 
 
 @pytest.mark.cluster
-async def test_a_process_that_loses_its_lease_exits_non_zero(
+async def test_a_process_that_loses_its_lease_campaigns_again_without_exiting(
     cluster: Any,
     crds: list[str],
     api_client: client.ApiClient,
     namespace: str,
     pko_processes: list[PkoProcess],
 ) -> None:
+    """No exit, so no crash-loop backoff: once the Lease is free the same process leads again."""
     lease = f"proc-{uuid.uuid4().hex[:6]}"
     pko = PkoProcess(cluster, namespace, lease)
     pko_processes.append(pko)
 
+    async def holder() -> str:
+        return await lease_holder(api_client, namespace, lease) or ""
+
     async def leading() -> bool:
-        return bool(await lease_holder(api_client, namespace, lease))
+        return (await holder()) not in ("", "intruder")
+
+    async def master_status() -> str:
+        _, text = await http_get(f"http://127.0.0.1:{pko.metrics_port}/metrics")
+        return next(
+            (
+                line.rsplit(" ", 1)[1]
+                for line in text.splitlines()
+                if line.startswith(f'leader_election_master_status{{name="{lease}"}}')
+            ),
+            "",
+        )
 
     await wait_until("the process to take its Lease", leading, within=120, interval=0.5)
-    await steal_lease(api_client, namespace, lease)
+    first = await holder()
+    await steal_lease(api_client, namespace, lease, seconds=8)
+    await wait_until(
+        "the process to stop leading", lambda: _is(master_status, "0.0"), within=60, interval=0.5
+    )
+    assert pko.proc.poll() is None, pko.output()
+    await wait_until("the process to lead again", leading, within=120, interval=0.5)
+    assert pko.proc.poll() is None, pko.output()
+    assert await holder() != first  # a new term: a fresh identity, as a restarted process would have
+    await wait_until("the new manager's metrics", lambda: _is(master_status, "1.0"), within=60, interval=0.5)
+
+    pko.proc.send_signal(signal.SIGTERM)
     code = await pko.wait_exit(timeout=60)
     out = pko.output()
-    assert code == 1, out
-    assert "leader election lost" in out
-    assert await lease_holder(api_client, namespace, lease) == "intruder"
+    assert code == 0, out
+    assert "leader election lost; campaigning again" in out
+    assert await holder() == ""
+
+
+async def _is(probe: Callable[[], Awaitable[str]], value: str) -> bool:
+    with contextlib.suppress(aiohttp.ClientError):
+        return await probe() == value
+    return False
 
 
 # ----- runnables, scoped and optional informers, events ------------------------------------------
