@@ -220,11 +220,12 @@ async def test_a_held_lock_is_reported_with_its_owner(tmp_path: Path, engine: Fa
     try:
         await stub.select_stack(pb.SelectStackRequest(stack_name="dev", create=True))
         await stub.set_all_config(_config("hello"))
-        # Another process holds the stack's lock, written where and as a DIY backend writes it.
+        # Another live process of this host holds the stack's lock (this test's own: a dead one's
+        # lock would be stale and removed), written where and as a DIY backend writes it.
         lock_dir = engine.state_dir / ".pulumi" / "locks" / "organization" / "conform" / "dev"
         lock_dir.mkdir(parents=True, exist_ok=True)
         lock = {
-            "pid": 4242,
+            "pid": os.getpid(),
             "username": "alice",
             "hostname": socket.gethostname(),
             "timestamp": datetime.now(UTC).isoformat(),

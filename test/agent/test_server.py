@@ -260,6 +260,12 @@ async def test_a_crashed_update_reports_the_lock_owner_and_pending_urns(
         assert blocked.failure.lock is not None and "(pid " in blocked.failure.lock.owner
         assert [p.type for p in blocked.failure.pending_operations] == ["creating"]
         assert blocked.failure.pending_operations[0].urn.endswith("test:index:Crash::c")
+        # The CLI died while this agent ran (an OOM kill): its lock is stale, removed, not left for ever.
+        assert "has been removed" in blocked.failure.message, blocked.failure
+        _, again = collect(await drain(stub.up(pb.UpRequest(operation_id="k-3"))))
+        assert again is not None and again.failure is not None and again.failure.reason != "StackLocked", (
+            again
+        )
     finally:
         channel.close()
         await agent.stop()
