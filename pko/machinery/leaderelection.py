@@ -4,7 +4,8 @@ One loop over one Lease and three durations; it knows nothing of controllers:
 - A candidate tries every ``retry_period`` (jittered, x1..x2.2) to take the Lease. It may when
   the Lease has no holder, or when the holder's record has not changed for the record's
   ``leaseDurationSeconds`` *as measured on the candidate's own clock* (no cross-machine clock
-  comparison, as in client-go).
+  comparison, as in client-go). When that expiry comes before the next try, it tries at the expiry
+  instead (client-go does not: its standby takes over up to 2.2 retry periods, 22 s, late).
 - Writes use the Lease's resourceVersion (optimistic concurrency): of two candidates racing for
   one Lease exactly one write succeeds.
 - The leader renews every ``retry_period``. If it has not renewed for ``renew_deadline`` it stops
@@ -39,6 +40,8 @@ from pko.machinery.resource import LEASES, ResourceClient, api_error_status
 from pko.machinery.store import Obj
 
 JITTER_FACTOR = 1.2
+# A try at a Lease's expiry comes this much after it at most (spread, so candidates do not collide).
+EXPIRY_SPREAD = 0.5
 
 OnStartedLeading = Callable[[], Coroutine[Any, Any, None]]
 OnStoppedLeading = Callable[[], Awaitable[None] | None]
@@ -105,6 +108,15 @@ class LeaderElectionRecord:
             "renewTime": self.renew_time,
             "leaseTransitions": self.lease_transitions,
         }
+
+
+def next_try_in(retry: float, expires_in: float | None, spread: float) -> float:
+    """When a candidate tries again: after ``retry``, or just after the holder's lease expires
+    (``expires_in``, + ``spread``) when that is sooner. A lease already expired whose try failed
+    (another candidate won, the apiserver did not answer) waits the whole ``retry``."""
+    if expires_in is None or expires_in <= 0 or expires_in + spread >= retry:
+        return retry
+    return expires_in + spread
 
 
 def micro_time(now: datetime) -> str:
@@ -195,8 +207,20 @@ class LeaderElector:
                         return True
             except TimeoutError:
                 self._log.warning("acquire attempt timed out")
-            await self._wait_stop(self.config.retry_period * random.uniform(1.0, 1.0 + JITTER_FACTOR))
+            retry = self.config.retry_period * random.uniform(1.0, 1.0 + JITTER_FACTOR)
+            await self._wait_stop(next_try_in(retry, self._expires_in(), random.uniform(0.0, EXPIRY_SPREAD)))
         return False
+
+    def _expires_in(self) -> float | None:
+        """Seconds until the observed holder's lease expires on this clock (None: no other holder)."""
+        observed = self._observed
+        if (
+            observed is None
+            or not observed.holder_identity
+            or observed.holder_identity == self.config.identity
+        ):
+            return None
+        return self._observed_time + observed.lease_duration_seconds - asyncio.get_running_loop().time()
 
     async def _renew_until_done(self, leading: asyncio.Task[None]) -> bool:
         """Renew until stopped (True) or leadership is lost or abandoned (False)."""

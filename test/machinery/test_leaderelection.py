@@ -17,7 +17,13 @@ from typing import Any
 import pytest
 from waiting import wait_until
 
-from pko.machinery.leaderelection import LeaderElectionConfig, LeaderElectionRecord, LeaderElector, micro_time
+from pko.machinery.leaderelection import (
+    LeaderElectionConfig,
+    LeaderElectionRecord,
+    LeaderElector,
+    micro_time,
+    next_try_in,
+)
 from pko.machinery.resource import LEASES, ResourceClient
 
 CANDIDATE_SCRIPT = Path(__file__).with_name("lease_candidate.py")
@@ -46,6 +52,15 @@ def test_record_round_trips_through_a_lease_spec() -> None:
     assert LeaderElectionRecord.from_lease({"spec": {}}) == LeaderElectionRecord("", 0, None, None, 0)
     when = datetime.fromisoformat("2026-01-02T03:04:05.000006+00:00")
     assert micro_time(when) == "2026-01-02T03:04:05.000006Z"
+
+
+def test_a_candidate_tries_when_the_holders_lease_expires_if_that_is_before_its_next_try() -> None:
+    assert next_try_in(12.0, None, 0.3) == 12.0  # nobody else holds it
+    assert next_try_in(12.0, 50.0, 0.3) == 12.0  # a live holder: the usual retry
+    assert next_try_in(12.0, 4.0, 0.3) == 4.3  # expires before the retry: try just after it
+    assert next_try_in(12.0, 11.9, 0.3) == 12.0  # the retry comes as soon
+    assert next_try_in(12.0, 0.0, 0.3) == 12.0  # expired and the try failed: someone else won
+    assert next_try_in(12.0, -3.0, 0.3) == 12.0
 
 
 # ----- against the apiserver ---------------------------------------------------------------------
