@@ -328,9 +328,9 @@ class LeaderElector:
         if old != self._observed:
             self._observe(old, lease, loop.time())
         holder = old.holder_identity
-        expires = self._observed_time + old.lease_duration_seconds
+        expires_in = self._expires_in()
         predecessor = bool(cfg.predecessors) and holder.startswith(cfg.predecessors)
-        if holder and holder != cfg.identity and expires > loop.time() and not predecessor:
+        if expires_in is not None and expires_in > 0 and not predecessor:
             return False  # held by someone else and not expired
 
         # Timestamps are taken after the expiry check, so a successor's acquireTime is never
