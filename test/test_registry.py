@@ -1,0 +1,221 @@
+"""hack/registry.py: the private registry (CNCF Distribution, built by hack/build-registry.sh) answers as a
+private registry does: TLS verified against its own CA, htpasswd auth (401 without credentials, 200 with),
+an image pushed with buildah by digest is served by that digest, a push with wrong credentials is refused,
+and a manifest can be deleted. On the loopback, in a state directory of the test's own."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import registry  # hack/registry.py (hack/ is on sys.path: test/conftest.py)
+from localcluster import _apt_install
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+# The first test builds the registry when the cache has none (about 3 min cold on 2 cores).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def reg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[registry.Registry]:
+    running = registry.start(tmp_path_factory.mktemp("registry"), "127.0.0.1")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@functools.cache
+def _buildah() -> str:
+    if shutil.which("buildah") is None:
+        if os.geteuid() != 0:
+            pytest.skip("buildah is not installed (Debian package buildah; hack/build-images.sh installs it)")
+        _apt_install("buildah")
+    return "buildah"
+
+
+class Buildah:
+    """buildah with vfs storage of its own (hack/build-images.sh's ``bah``), trusting only ``certs``."""
+
+    def __init__(self, root: Path, certs: Path) -> None:
+        self.root, self.certs = root, certs
+        (root / "tmp").mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        store = [
+            "--storage-driver",
+            "vfs",
+            "--root",
+            str(self.root / "root"),
+            "--runroot",
+            str(self.root / "run"),
+        ]
+        proc = subprocess.run(
+            [_buildah(), *store, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "TMPDIR": str(self.root / "tmp")},
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"buildah {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+        return proc
+
+    def push(self, image: str, dest: str, creds: str, digestfile: Path) -> subprocess.CompletedProcess[str]:
+        return self(
+            "push",
+            "--quiet",
+            "--format",
+            "oci",
+            "--cert-dir",
+            str(self.certs),
+            "--creds",
+            creds,
+            "--digestfile",
+            str(digestfile),
+            image,
+            f"docker://{dest}",
+            check=False,
+        )
+
+
+@pytest.fixture(scope="module")
+def bah(tmp_path_factory: pytest.TempPathFactory, reg: registry.Registry) -> Buildah:
+    """A buildah store holding ``localhost/probe:1``: one small file, made here (nothing pulled)."""
+    work = tmp_path_factory.mktemp("buildah")
+    certs = work / "certs"
+    certs.mkdir()
+    shutil.copyfile(reg.ca, certs / "ca.crt")  # containers/image reads every *.crt of --cert-dir as a CA
+    b = Buildah(work, certs)
+    (work / "hello.txt").write_text(f"probe of {reg.address}\n")
+    ctr = b("from", "--quiet", "scratch").stdout.strip()
+    b("copy", "--quiet", ctr, str(work / "hello.txt"), "/hello.txt")
+    b("config", "--cmd", '["/hello"]', ctr)
+    b("commit", "--quiet", "--rm", ctr, "localhost/probe:1")
+    return b
+
+
+def _get(
+    reg: registry.Registry, path: str, method: str = "GET", auth: bool = True
+) -> tuple[int, bytes, dict[str, str]]:
+    request = urllib.request.Request(f"https://{reg.address}{path}", method=method)
+    request.add_header("Accept", OCI_MANIFEST)
+    if auth:
+        request.add_header("Authorization", reg.auth_header())
+    context = ssl.create_default_context(cafile=str(reg.ca))
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as response:
+            return int(response.status), response.read(), dict(response.headers)
+    except urllib.error.HTTPError as e:
+        return int(e.code), e.read(), dict(e.headers)
+
+
+def test_v2_needs_credentials_over_verified_tls(reg: registry.Registry) -> None:
+    assert registry.get_v2(reg.address, reg.ca) == 401
+    assert registry.get_v2(reg.address, reg.ca, reg.auth_header()) == 200
+    wrong = registry.Registry(
+        reg.address, reg.ca, reg.username, "not-" + reg.password, reg.state_dir, reg.pid
+    )
+    assert registry.get_v2(reg.address, reg.ca, wrong.auth_header()) == 401
+    status, _, headers = _get(reg, "/v2/", auth=False)
+    assert status == 401
+    assert 'Basic realm="pko-registry"' in headers.get("Www-Authenticate", ""), headers
+    # The cert is for the address, signed by the registry's CA and by no CA the system trusts.
+    with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+        urllib.request.urlopen(f"https://{reg.address}/v2/", context=ssl.create_default_context(), timeout=10)
+    entry = (reg.state_dir / "htpasswd").read_text().strip()
+    assert entry.startswith(f"{reg.username}:$2y$"), "htpasswd holds a bcrypt entry"
+
+
+def test_push_by_digest_and_fetch_the_manifest_by_it(
+    reg: registry.Registry, bah: Buildah, tmp_path: Path
+) -> None:
+    digestfile = tmp_path / "digest"
+    pushed = bah.push(
+        "localhost/probe:1", f"{reg.address}/pko/probe:1", f"{reg.username}:{reg.password}", digestfile
+    )
+    assert pushed.returncode == 0, pushed.stderr
+    digest = digestfile.read_text().strip()
+    assert digest.startswith("sha256:"), digest
+
+    status, body, headers = _get(reg, f"/v2/pko/probe/manifests/{digest}")
+    assert status == 200, body
+    assert "sha256:" + hashlib.sha256(body).hexdigest() == digest
+    assert headers["Docker-Content-Digest"] == digest
+    assert headers["Content-Type"] == OCI_MANIFEST
+    manifest = json.loads(body)
+    assert manifest["mediaType"] == OCI_MANIFEST
+    # Its config and layer are there, under the same repository.
+    for blob in (manifest["config"], *manifest["layers"]):
+        assert _get(reg, f"/v2/pko/probe/blobs/{blob['digest']}", method="HEAD")[0] == 200
+    # The tag names the same manifest; without credentials nothing is served.
+    assert _get(reg, "/v2/pko/probe/manifests/1")[2]["Docker-Content-Digest"] == digest
+    assert _get(reg, f"/v2/pko/probe/manifests/{digest}", auth=False)[0] == 401
+
+    # Deletes are enabled: the manifest goes, by digest.
+    assert _get(reg, f"/v2/pko/probe/manifests/{digest}", method="DELETE")[0] == 202
+    assert _get(reg, f"/v2/pko/probe/manifests/{digest}")[0] == 404
+
+
+def test_push_with_wrong_credentials_is_refused(reg: registry.Registry, bah: Buildah, tmp_path: Path) -> None:
+    digestfile = tmp_path / "digest"
+    pushed = bah.push(
+        "localhost/probe:1", f"{reg.address}/pko/refused:1", f"{reg.username}:wrong", digestfile
+    )
+    assert pushed.returncode != 0
+    assert "unauthorized" in pushed.stderr or "authentication required" in pushed.stderr, pushed.stderr
+    assert not digestfile.exists() or not digestfile.read_text().strip()
+    status, body, _ = _get(reg, "/v2/pko/refused/tags/list")
+    assert status == 404, body  # nothing of it reached the storage
+
+
+def test_restart_keeps_ca_credentials_and_storage(tmp_path: Path, bah: Buildah) -> None:
+    first = registry.start(tmp_path, "127.0.0.1")
+    try:
+        shutil.copyfile(first.ca, bah.certs / "restart.crt")
+        digestfile = tmp_path / "digest"
+        pushed = bah.push(
+            "localhost/probe:1", f"{first.address}/kept:1", f"{first.username}:{first.password}", digestfile
+        )
+        assert pushed.returncode == 0, pushed.stderr
+        second = registry.start(tmp_path, "127.0.0.1")  # stops the first, then serves the same state
+        assert not registry._alive(first.pid)
+        assert (second.ca.read_bytes(), second.password) == (first.ca.read_bytes(), first.password)
+        status, body, _ = _get(second, f"/v2/kept/manifests/{digestfile.read_text().strip()}")
+        assert status == 200, body
+    finally:
+        registry.stop(tmp_path)
+    assert not (tmp_path / "registry.pid").exists()
+
+
+def test_cli_up_prints_json_and_down_stops_it(tmp_path: Path) -> None:
+    hack = Path(registry.__file__).parent
+    up = subprocess.run(
+        ["python3", str(hack / "registry.py"), "up", "--host", "127.0.0.1", "--state", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    info = json.loads(up.stdout)
+    assert set(info) == {"address", "ca", "username", "password", "pid"}
+    try:
+        assert registry.get_v2(info["address"], Path(info["ca"])) == 401
+        assert registry._alive(info["pid"]), "the server outlives `up`"
+    finally:
+        subprocess.run(
+            ["python3", str(hack / "registry.py"), "down", "--state", str(tmp_path)], check=True, timeout=60
+        )
+    assert not registry._alive(info["pid"])
