@@ -16,12 +16,18 @@ ENV PIP_NO_CACHE_DIR=1 \
 # The same path in both stages: console scripts carry the venv's interpreter in their shebang.
 RUN python -m venv /opt/pko
 WORKDIR /src
+# The dependencies first, exactly as locked (hack/lock.sh): every package pinned and hash-checked, none
+# resolved here, so two builds of one commit install the same packages.
+COPY requirements.lock ./
+RUN /opt/pko/bin/pip install --require-hashes --no-deps -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY pko/ pko/
 COPY api/ api/
 COPY agent/ agent/
-# A regular (non-editable) install: the runtime stage needs nothing from /src.
-RUN /opt/pko/bin/pip install . \
+# Then the project itself, adding no dependency. A regular (non-editable) install: the runtime stage
+# needs nothing from /src.
+RUN /opt/pko/bin/pip install --no-deps . \
+ && /opt/pko/bin/pip check \
  && /opt/pko/bin/pip uninstall --yes pip setuptools wheel \
  && find /opt/pko -name '__pycache__' -prune -exec rm -rf {} +
 

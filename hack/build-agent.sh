@@ -30,6 +30,13 @@ trap 'rm -rf "$WORK"' EXIT
     exit 1
 }
 
+# What is bundled is the locked packages (requirements.lock, and PyInstaller from requirements-build.lock):
+# the venv must hold exactly those versions (hack/venv.sh installs them; agent/Dockerfile likewise).
+"$PYTHON" "$REPO/hack/locks.py" check-installed || {
+    echo "build-agent: $PYTHON does not hold the locked packages" >&2
+    exit 1
+}
+
 # The project itself, as a real package tree (dependencies come from the venv).
 "$PYTHON" -m pip install --quiet --no-deps --no-build-isolation --target "$WORK/site" "$REPO" >&2
 

@@ -89,7 +89,7 @@ if ! up_to_date pko-base-python "$base_hash" || ! bah inspect --type image "$BAS
 fi
 
 # --- the operator: the top-level Dockerfile, on that base --------------------------------------------
-op_hash="$(inputs_hash "$base_hash" Dockerfile .dockerignore pyproject.toml README.md pko api agent)"
+op_hash="$(inputs_hash "$base_hash" Dockerfile .dockerignore pyproject.toml requirements.lock README.md pko api agent)"
 if ! up_to_date pko "$op_hash"; then
     echo "build-images: building pko:dev (Dockerfile)" >&2
     bah bud --quiet --isolation chroot --layers=false --build-arg "PYTHON_IMAGE=$BASE_IMAGE" "${RUN_MOUNTS[@]}" \
@@ -99,7 +99,8 @@ if ! up_to_date pko "$op_hash"; then
 fi
 
 # --- the agent ----------------------------------------------------------------------------------------
-agent_hash="$(inputs_hash "" agent api pko/__init__.py pko/logging.py pyproject.toml hack/build-agent.sh hack/build-agent-image.sh)"
+agent_hash="$(inputs_hash "" agent api pko/__init__.py pko/logging.py pyproject.toml requirements.lock \
+    requirements-build.lock hack/locks.py hack/build-agent.sh hack/build-agent-image.sh)"
 if ! up_to_date pko-agent "$agent_hash"; then
     echo "build-images: building pko-agent:dev" >&2
     PKO_AGENT_IMAGE=docker.io/library/pko-agent:dev bash "$REPO/hack/build-agent-image.sh" "$OUT" >&2

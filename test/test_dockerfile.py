@@ -144,3 +144,17 @@ def test_stages_build_on_python_slim() -> None:
     assert re.fullmatch(r"python:3\.11(\.\d+)?-slim(-\w+)?", image), image
     froms = [rest.split()[0] for word, rest in instructions if word == "FROM"]
     assert len(froms) >= 2 and all(f == "${PYTHON_IMAGE}" for f in froms), froms
+
+
+def test_dependencies_install_from_the_lock_before_the_project() -> None:
+    """Nothing is resolved at build time: the dependencies come hash-checked from requirements.lock
+    (hack/lock.sh; test_lock.py checks it and every pip install of the image), then the project adds none."""
+    assert "requirements.lock" in context_files()
+    installs = [
+        " ".join(rest.split())
+        for word, rest in dockerfile_instructions()
+        if word == "RUN" and "pip install" in rest
+    ]
+    assert len(installs) == 2, installs
+    assert "pip install --require-hashes --no-deps -r requirements.lock" in installs[0]
+    assert "pip install --no-deps ." in installs[1]
