@@ -9,6 +9,9 @@ kube-scheduler, kubelet, containerd + runc, a CNI bridge, kube-proxy and cluster
     python3 hack/localnode.py node-add [--import FILE.oci.tar ...]   # a second node, pko-node2
     python3 hack/localnode.py node-lose     # pko-node2's machine dies (SIGKILL, no cleanup)
     python3 hack/localnode.py node-remove   # pko-node2 goes, and all it made (`down` does it too)
+    python3 hack/localnode.py trust-registry HOST:PORT CA_FILE   # containerd trusts a registry's CA
+    python3 hack/localnode.py remove-images PATTERN...           # e.g. 'docker.io/library/pko*:dev'
+    python3 hack/localnode.py import-images [--import FILE.oci.tar ...]   # back in (default: all of up's)
 
 Standard library only (it runs before the project's virtualenv exists). Needs root, cgroups and
 the Kubernetes and etcd binaries `hack/build-kubernetes.sh` builds from the Go module proxy (the
@@ -49,6 +52,7 @@ from __future__ import annotations
 import argparse
 import base64
 import dataclasses
+import fnmatch
 import functools
 import json
 import os
@@ -73,6 +77,10 @@ bin_dir = functools.cache(ensure_binaries)  # Kubernetes, etcd and kubectl of ha
 HACK = Path(__file__).resolve().parent
 REPO = HACK.parent
 STATE = REPO / ".node"
+# containerd's registry hosts directory (its CRI `config_path`), one for every node of this machine, as
+# /etc/containerd/certs.d is on each node of a real cluster: `trust-registry` writes a registry's
+# hosts.toml there, which containerd reads at each pull (no restart).
+CERTS_D = STATE / "certs.d"
 CACHE = cache_dir()  # the build scripts' rule: $PKO_CACHE_DIR, else ${XDG_CACHE_HOME:-~/.cache}/pko
 IMAGES = CACHE / "images"
 
@@ -432,13 +440,16 @@ def _pause_version(module: Path) -> str:
     raise RuntimeError(f"no TAG in {module}/build/pause/Makefile")
 
 
+PAUSE_REPOSITORY = "docker.io/library/pko-pause"
+
+
 def _pause_archive() -> tuple[Path, str]:
     """The pause image (its archive and its name), compiled from the release's own
     ``build/pause/linux/pause.c`` as upstream's Makefile does (no image can be pulled here). The archive
     is named by the pause version, so an archive of another version is never reused."""
     module = _kubernetes_module()
     tag = _pause_version(module)
-    image = f"docker.io/library/pko-pause:{tag}"
+    image = f"{PAUSE_REPOSITORY}:{tag}"
     archive = IMAGES / f"pko-pause-{tag}.oci.tar"
     if archive.exists():
         return archive, image
@@ -554,6 +565,71 @@ def import_images(paths: list[Path], addresses: list[Path] | None = None) -> Non
             )
 
 
+def dev_archives() -> list[Path]:
+    """The image archives ``up`` imports by default: every ``IMAGES/*.oci.tar`` but the pause image's
+    (``up`` imports the current one first, always)."""
+    return sorted(p for p in IMAGES.glob("*.oci.tar") if not p.name.startswith("pko-pause"))
+
+
+def _images(address: Path) -> dict[str, str]:
+    """Every image of a containerd's ``k8s.io`` namespace: its name and the digest of its target."""
+    rows = _ctr("images", "ls", address=address).splitlines()[1:]  # REF TYPE DIGEST SIZE PLATFORMS LABELS
+    return {row.split()[0]: row.split()[2] for row in rows if row.strip()}
+
+
+def images_to_remove(images: dict[str, str], patterns: list[str]) -> set[str]:
+    """Of ``images`` (name: target digest), the names matching one of ``patterns`` (shell-style), but
+    never the pause image's, with the digest names (``REPO@sha256:...``, ``sha256:...``) the CRI gave the
+    same targets when no name left keeps them: the whole of each image, so that its content can go."""
+    chosen = {
+        name
+        for name in images
+        if any(fnmatch.fnmatchcase(name, p) for p in patterns) and not name.startswith(PAUSE_REPOSITORY)
+    }
+    targets = {images[name] for name in chosen}
+    kept = {d for n, d in images.items() if n not in chosen and "sha256:" not in n}
+    return chosen | {n for n, d in images.items() if "sha256:" in n and d in targets and d not in kept}
+
+
+def remove_images(patterns: list[str], addresses: list[Path] | None = None) -> list[str]:
+    """Delete from each node's containerd (default: every node's) the images :func:`images_to_remove`
+    picks for ``patterns`` (e.g. ``docker.io/library/pko*:dev``), and wait for containerd's garbage
+    collector to drop their content (``--sync``): what the node runs next it must pull. Content a running
+    container still uses stays until the container goes. Returns the names removed."""
+    removed: list[str] = []
+    for address in _node_sockets() if addresses is None else addresses:
+        chosen = images_to_remove(_images(address), patterns)
+        if chosen:
+            _log(f"removing {len(chosen)} image names from {address}: {' '.join(sorted(chosen))}")
+            _ctr("images", "rm", "--sync", *sorted(chosen), address=address)
+        removed += sorted(chosen)
+    return removed
+
+
+def trust_registry(address: str, ca_file: Path, certs_d: Path = CERTS_D) -> Path:
+    """Make every node's containerd trust the registry at ``address`` (``HOST:PORT``), whose serving cert
+    ``ca_file`` signed: its CA copied to ``certs_d/HOST:PORT/ca.crt`` and a ``hosts.toml`` naming it, the
+    registry config containerd 1.6's CRI reads at each pull from its ``config_path`` (set at ``up``; ``ctr
+    images pull --hosts-dir`` reads the same files). No credentials: pods pull with an imagePullSecret, as
+    users' do. Returns the hosts.toml."""
+    config = NODE1.state / "containerd.toml"
+    if certs_d == CERTS_D and config.exists() and f'config_path = "{CERTS_D}"' not in config.read_text():
+        raise SystemExit(
+            "localnode: this node's containerd reads no registry hosts directory: `down`, then `up`"
+        )
+    host_dir = certs_d / address
+    host_dir.mkdir(parents=True, exist_ok=True)
+    ca = host_dir / "ca.crt"
+    shutil.copyfile(ca_file, ca)
+    hosts = host_dir / "hosts.toml"
+    hosts.write_text(
+        f'server = "https://{address}"\n\n'
+        f'[host."https://{address}"]\n  capabilities = ["pull", "resolve"]\n  ca = "{ca}"\n'
+    )
+    _log(f"containerd trusts https://{address} ({hosts})")
+    return hosts
+
+
 # --- up / down ----------------------------------------------------------------------------------------
 
 
@@ -588,6 +664,7 @@ def _containerd_config(node: Node, pause_image: str, snapshotter: str) -> Path:
     # A node in a network namespace of its own keeps its pods' network namespaces under its state
     # directory rather than in /run/netns, where node 1's live.
     netns_mounts = "  netns_mounts_under_state_dir = true\n" if node.netns else ""
+    CERTS_D.mkdir(parents=True, exist_ok=True)  # each registry's hosts.toml, from trust-registry
     config = node.state / "containerd.toml"
     config.write_text(
         f"""version = 2
@@ -609,6 +686,8 @@ state = "{node.state / "run" / "containerd-state"}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{cni / "net.d"}"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{CERTS_D}"
 """
     )
     return config
@@ -957,7 +1036,7 @@ def down() -> None:
     _unmount_all(STATE)
     _iptables_clean()
     _network_down()
-    for sub in ("kubelet", "run", "containerd", "cni", "etcd", "dns", "kubelet-pki", "volumes"):
+    for sub in ("kubelet", "run", "containerd", "cni", "etcd", "dns", "kubelet-pki", "volumes", "certs.d"):
         shutil.rmtree(STATE / sub, ignore_errors=True)
     _log("node down")
 
@@ -1251,10 +1330,24 @@ def status() -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
-        "command", choices=("up", "down", "status", "restart", "node-add", "node-remove", "node-lose")
+        "command",
+        choices=(
+            "up",
+            "down",
+            "status",
+            "restart",
+            "node-add",
+            "node-remove",
+            "node-lose",
+            "trust-registry",
+            "remove-images",
+            "import-images",
+        ),
     )
     p.add_argument(
-        "component", nargs="?", choices=(*COMPONENTS, *NODE2_COMPONENTS), help="restart: the component"
+        "operands",
+        nargs="*",
+        help="restart: the component; trust-registry: HOST:PORT CA_FILE; remove-images: PATTERN...",
     )
     p.add_argument("--signal", default="TERM", choices=("TERM", "KILL"), help="restart: how it stops")
     p.add_argument("--down-for", type=float, default=0.0, help="restart: seconds between stop and start")
@@ -1267,11 +1360,20 @@ def main(argv: list[str] | None = None) -> int:
         help=f"an OCI archive to import (default: every {IMAGES}/*.oci.tar)",
     )
     args = p.parse_args(argv)
-    imports = args.imports or sorted(
-        p
-        for p in IMAGES.glob("*.oci.tar")
-        if not p.name.startswith("pko-pause")  # the current one is imported first, always
-    )
+    imports = args.imports or dev_archives()
+    if args.command == "trust-registry":
+        if len(args.operands) != 2:
+            p.error("trust-registry needs HOST:PORT CA_FILE")
+        print(trust_registry(args.operands[0], Path(args.operands[1])))
+        return 0
+    if args.command == "remove-images":
+        if not args.operands:
+            p.error("remove-images needs at least one PATTERN")
+        print("\n".join(remove_images(args.operands)))
+        return 0
+    if args.command == "import-images":
+        import_images(imports)
+        return 0
     if args.command == "node-add":
         try:
             node_add(imports)
@@ -1298,9 +1400,9 @@ def main(argv: list[str] | None = None) -> int:
         down()
         return 0
     if args.command == "restart":
-        if not args.component:
-            p.error("restart needs a component")
-        print(restart(args.component, signal.Signals[f"SIG{args.signal}"], args.down_for))
+        if len(args.operands) != 1 or args.operands[0] not in (*COMPONENTS, *NODE2_COMPONENTS):
+            p.error(f"restart needs one component of {', '.join((*COMPONENTS, *NODE2_COMPONENTS))}")
+        print(restart(args.operands[0], signal.Signals[f"SIG{args.signal}"], args.down_for))
         return 0
     return status()
 

@@ -1,7 +1,12 @@
 """hack/registry.py: the private registry (CNCF Distribution, built by hack/build-registry.sh) answers as a
 private registry does: TLS verified against its own CA, htpasswd auth (401 without credentials, 200 with),
 an image pushed with buildah by digest is served by that digest, a push with wrong credentials is refused,
-and a manifest can be deleted. On the loopback, in a state directory of the test's own."""
+and a manifest can be deleted. On the loopback, in a state directory of the test's own.
+
+And the node's side of it (hack/localnode.py), against a containerd 1.6 of the test's own: the hosts.toml
+``trust_registry`` writes makes containerd trust the registry's CA (a pull with credentials works, one
+without that file fails), and ``remove_images`` deletes images with their content (the GC ran) which
+``import_images`` puts back."""
 
 from __future__ import annotations
 
@@ -12,13 +17,16 @@ import os
 import shutil
 import ssl
 import subprocess
+import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import localnode  # hack/localnode.py (hack/ is on sys.path: test/conftest.py)
 import pytest
-import registry  # hack/registry.py (hack/ is on sys.path: test/conftest.py)
+import registry  # hack/registry.py
 from localcluster import _apt_install
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -219,3 +227,142 @@ def test_cli_up_prints_json_and_down_stops_it(tmp_path: Path) -> None:
             ["python3", str(hack / "registry.py"), "down", "--state", str(tmp_path)], check=True, timeout=60
         )
     assert not registry._alive(info["pid"])
+
+
+# --- the node's side (hack/localnode.py): trusting the registry, removing and importing images ----------
+
+
+def test_images_to_remove_takes_whole_images_and_never_the_pause() -> None:
+    dev, other, pause, pulled = (
+        "sha256:" + "a" * 64,
+        "sha256:" + "b" * 64,
+        "sha256:" + "c" * 64,
+        "sha256:" + "d" * 64,
+    )
+    images = {
+        "docker.io/library/pko:dev": dev,
+        "docker.io/library/pko-agent:dev": other,
+        "docker.io/library/pko-pause:3.10": pause,
+        "docker.io/library/pko-pause@" + pause: pause,
+        # what the CRI names a pulled image: the tag, the repository by digest, the config's digest
+        "10.87.0.1:5000/pko:dev": pulled,
+        "10.87.0.1:5000/pko@" + pulled: pulled,
+        "sha256:" + "e" * 64: pulled,
+        "docker.io/library/busybox:1": "sha256:" + "f" * 64,
+    }
+    assert localnode.images_to_remove(images, ["docker.io/library/pko*"]) == {
+        "docker.io/library/pko:dev",
+        "docker.io/library/pko-agent:dev",
+    }
+    assert localnode.images_to_remove(images, ["10.87.0.1:5000/*"]) == {
+        "10.87.0.1:5000/pko:dev",
+        "10.87.0.1:5000/pko@" + pulled,
+        "sha256:" + "e" * 64,
+    }
+    # A digest name stays while another tag still names its image.
+    assert localnode.images_to_remove({**images, "example/kept:1": pulled}, ["10.87.0.1:5000/pko:dev"]) == {
+        "10.87.0.1:5000/pko:dev"
+    }
+    assert localnode.images_to_remove(images, ["*pause*", "nothing:here"]) == set()
+
+
+@pytest.fixture(scope="module")
+def containerd() -> Iterator[Path]:
+    """A containerd of the test's own (no CRI: its content store and image service, what ctr and the
+    node's imports and removals use), on a socket in a fresh directory; stopped and removed after."""
+    if os.geteuid() != 0:
+        pytest.skip("a containerd needs root")
+    if shutil.which("containerd") is None:
+        _apt_install("containerd")
+    work = Path(tempfile.mkdtemp(prefix="pko-ctrd-"))  # short: a unix socket's path has 108 bytes at most
+    sock = work / "c.sock"
+    config = work / "config.toml"
+    config.write_text(
+        f'version = 2\nroot = "{work / "root"}"\nstate = "{work / "state"}"\n'
+        f'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n[grpc]\n  address = "{sock}"\n'
+    )
+    with (work / "containerd.log").open("wb") as log:
+        proc = subprocess.Popen(["containerd", "--config", str(config)], stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 30
+        while subprocess.run(["ctr", "--address", str(sock), "version"], capture_output=True).returncode:
+            assert proc.poll() is None and time.monotonic() < deadline, (work / "containerd.log").read_text()
+            time.sleep(0.2)
+        yield sock
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        subprocess.run(["umount", "-R", str(work / "root")], capture_output=True, check=False)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _ctr(sock: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["ctr", "--address", str(sock), "--namespace", "k8s.io", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_trusted_registry_pulls_with_credentials(
+    reg: registry.Registry, bah: Buildah, containerd: Path, tmp_path: Path
+) -> None:
+    """The files trust_registry writes are what containerd 1.6 resolves the registry with (the CRI reads
+    them from its config_path, ctr from --hosts-dir): its CA verifies the registry, credentials still
+    come from the pull."""
+    creds = f"{reg.username}:{reg.password}"
+    pushed = bah.push("localhost/probe:1", f"{reg.address}/pko/trusted:1", creds, tmp_path / "digest")
+    assert pushed.returncode == 0, pushed.stderr
+    image = f"{reg.address}/pko/trusted:1"
+
+    untrusted = _ctr(
+        containerd, "images", "pull", "--hosts-dir", str(tmp_path / "empty"), "--user", creds, image
+    )
+    assert untrusted.returncode != 0
+
+    certs_d = tmp_path / "certs.d"
+    hosts = localnode.trust_registry(reg.address, reg.ca, certs_d)
+    assert hosts == certs_d / reg.address / "hosts.toml"
+    assert "password" not in hosts.read_text() and reg.password not in hosts.read_text()
+    wrong = _ctr(
+        containerd, "images", "pull", "--hosts-dir", str(certs_d), "--user", f"{reg.username}:x", image
+    )
+    assert wrong.returncode != 0 and "401" in wrong.stderr, wrong.stderr
+    pulled = _ctr(containerd, "images", "pull", "--hosts-dir", str(certs_d), "--user", creds, image)
+    assert pulled.returncode == 0, pulled.stderr
+    listed = _ctr(containerd, "images", "ls", "-q").stdout.split()
+    assert image in listed
+    assert localnode._images(containerd)[image] == (tmp_path / "digest").read_text().strip()
+
+
+def test_remove_images_drops_their_content_and_import_puts_them_back(
+    bah: Buildah, containerd: Path, tmp_path: Path
+) -> None:
+    name = "docker.io/library/pkoprobe:dev"
+    archive = tmp_path / "pkoprobe.oci.tar"
+    # An image of its own: no blob shared with what other tests pulled into this containerd.
+    (tmp_path / "dev.txt").write_text(f"{name} {time.time_ns()}\n")
+    ctr = bah("from", "--quiet", "scratch").stdout.strip()
+    bah("copy", "--quiet", ctr, str(tmp_path / "dev.txt"), "/dev.txt")
+    bah("commit", "--quiet", "--rm", ctr, name)
+    bah("push", "--quiet", name, f"oci-archive:{archive}:{name}")
+    localnode.import_images([archive], [containerd])
+    images = localnode._images(containerd)
+    assert name in images
+    content = set(_ctr(containerd, "content", "ls", "-q").stdout.split())
+    manifest = json.loads(_ctr(containerd, "content", "get", images[name]).stdout)
+    blobs = {images[name], manifest["config"]["digest"], *(layer["digest"] for layer in manifest["layers"])}
+    assert blobs <= content
+
+    removed = localnode.remove_images(["docker.io/library/pko*:dev"], [containerd])
+    assert removed == [name]
+    assert name not in localnode._images(containerd)
+    # containerd's GC ran (--sync): none of the image's blobs is left.
+    assert not blobs & set(_ctr(containerd, "content", "ls", "-q").stdout.split())
+    assert localnode.remove_images(["docker.io/library/pko*:dev"], [containerd]) == []
+
+    localnode.import_images([archive], [containerd])
+    assert localnode._images(containerd)[name] == images[name]
+    assert blobs <= set(_ctr(containerd, "content", "ls", "-q").stdout.split())
