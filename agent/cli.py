@@ -95,7 +95,10 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pko.version import VERSION
+
     parser = argparse.ArgumentParser(prog="agent", description="Pulumi Kubernetes Operator workspace agent")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     sub = parser.add_subparsers(dest="command", required=True)
     init = sub.add_parser("init", help="fetch the program source into the workspace")
     from pko.agent.init import add_init_arguments

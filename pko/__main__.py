@@ -35,6 +35,7 @@ from pko.machinery.apiclient import new_api_client
 from pko.machinery.controller import CONTROLLER_NAMES, DEFAULT_WORKERS
 from pko.machinery.leaderelection import LeaderElectionConfig
 from pko.machinery.manager import LeaderElectionLost, Manager, ManagerOptions
+from pko.version import VERSION
 
 if TYPE_CHECKING:
     # Imported lazily at run time: importing pko.controllers imports the reconcilers, which may
@@ -260,6 +261,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "the flag wins.",
         allow_abbrev=False,
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     p.add_argument(
         "--kubeconfig",
         metavar="FILE",

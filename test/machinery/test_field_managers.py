@@ -12,9 +12,7 @@ shows the header and the query parameters as sent.
 from __future__ import annotations
 
 import asyncio
-import tomllib
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -44,7 +42,6 @@ from pko.machinery.resource import (
 )
 from pko.version import OPERATOR_PRODUCT, VERSION, user_agent
 
-REPO = Path(__file__).resolve().parents[2]
 STOCK_USER_AGENT_MANAGER = "OpenAPI-Generator"  # kubernetes-asyncio's default, before the first "/"
 
 
@@ -59,11 +56,6 @@ def _managers(obj: Obj) -> set[str]:
 
 
 # ----- pure --------------------------------------------------------------------------------------
-
-
-def test_the_version_is_the_projects() -> None:
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert VERSION == project["version"]
 
 
 def test_the_user_agent_names_pko_before_its_first_slash() -> None:
