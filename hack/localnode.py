@@ -594,8 +594,8 @@ def images_to_remove(images: dict[str, str], patterns: list[str]) -> set[str]:
 def remove_images(patterns: list[str], addresses: list[Path] | None = None) -> list[str]:
     """Delete from each node's containerd (default: every node's) the images :func:`images_to_remove`
     picks for ``patterns`` (e.g. ``docker.io/library/pko*:dev``), and wait for containerd's garbage
-    collector to drop their content (``--sync``): what the node runs next it must pull. Content a running
-    container still uses stays until the container goes. Returns the names removed."""
+    collector to drop their content (``--sync``): what the node runs next it must pull. A running
+    container's own filesystem (its snapshots) stays until the container goes. Returns the names removed."""
     removed: list[str] = []
     for address in _node_sockets() if addresses is None else addresses:
         chosen = images_to_remove(_images(address), patterns)

@@ -17,17 +17,21 @@ import os
 import shutil
 import ssl
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import grpc
 import localnode  # hack/localnode.py (hack/ is on sys.path: test/conftest.py)
 import pytest
 import registry  # hack/registry.py
 from localcluster import _apt_install
+from versions import versions
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
@@ -267,33 +271,83 @@ def test_images_to_remove_takes_whole_images_and_never_the_pause() -> None:
 
 
 @pytest.fixture(scope="module")
-def containerd() -> Iterator[Path]:
-    """A containerd of the test's own (no CRI: its content store and image service, what ctr and the
-    node's imports and removals use), on a socket in a fresh directory; stopped and removed after."""
+def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A containerd 1.6 of the test's own, run with the very config the node's runs with
+    (``localnode._containerd_config``: the CRI on, its registry ``config_path`` pointed at a hosts
+    directory of the test's, ``certs.d`` beside its socket), on a socket in a fresh directory; stopped and
+    removed after. No pods run on it: the CRI's image service is what the tests use."""
     if os.geteuid() != 0:
         pytest.skip("a containerd needs root")
     if shutil.which("containerd") is None:
         _apt_install("containerd")
     work = Path(tempfile.mkdtemp(prefix="pko-ctrd-"))  # short: a unix socket's path has 108 bytes at most
-    sock = work / "c.sock"
-    config = work / "config.toml"
-    config.write_text(
-        f'version = 2\nroot = "{work / "root"}"\nstate = "{work / "state"}"\n'
-        f'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n[grpc]\n  address = "{sock}"\n'
-    )
+    node = localnode.Node("pko-test", "127.0.0.1", "10.99.0.0/24", "pkotest0", "pko-test", work)
+    (work / "run").mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(localnode, "CERTS_D", work / "certs.d")
+        config = localnode._containerd_config(
+            node, "docker.io/library/pko-pause:test", localnode.snapshotter()
+        )
+    assert f'config_path = "{work / "certs.d"}"' in config.read_text()
     with (work / "containerd.log").open("wb") as log:
         proc = subprocess.Popen(["containerd", "--config", str(config)], stdout=log, stderr=log)
     try:
         deadline = time.monotonic() + 30
-        while subprocess.run(["ctr", "--address", str(sock), "version"], capture_output=True).returncode:
+        while subprocess.run(
+            ["ctr", "--address", str(node.socket), "version"], capture_output=True
+        ).returncode:
             assert proc.poll() is None and time.monotonic() < deadline, (work / "containerd.log").read_text()
             time.sleep(0.2)
-        yield sock
+        yield node.socket
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-        subprocess.run(["umount", "-R", str(work / "root")], capture_output=True, check=False)
+        subprocess.run(["umount", "-R", str(work / "containerd")], capture_output=True, check=False)
         shutil.rmtree(work, ignore_errors=True)
+
+
+@functools.cache
+def _cri_stubs(out: Path) -> tuple[Any, Any]:
+    """The CRI's gRPC API (``runtime.v1``, what the kubelet calls) from the ``k8s.io/cri-api`` module of
+    the pinned Kubernetes (its ``api.proto``, through hack/gomod.sh), compiled with grpcio-tools."""
+    from grpc_tools import protoc
+
+    minor_patch = versions()["KUBERNETES_VERSION"].split(".", 1)[1]
+    found = subprocess.run(
+        [
+            "bash",
+            str(Path(localnode.__file__).parent / "gomod.sh"),
+            "download",
+            "k8s.io/cri-api",
+            f"v0.{minor_patch}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    proto_dir = Path(json.loads(found.stdout)["Dir"]) / "pkg" / "apis" / "runtime" / "v1"
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(proto_dir / "api.proto", out / "cri_api.proto")
+    assert (
+        protoc.main(
+            ["protoc", f"-I{out}", f"--python_out={out}", f"--grpc_python_out={out}", "cri_api.proto"]
+        )
+        == 0
+    )
+    sys.path.insert(0, str(out))
+    import cri_api_pb2
+    import cri_api_pb2_grpc
+
+    return cri_api_pb2, cri_api_pb2_grpc
+
+
+def _own_image(bah: Buildah, name: str, work: Path) -> None:
+    """``name`` in bah's store: an image of its own, no blob shared with what other tests pulled into the
+    same containerd (whose GC keeps a blob while any image holds it)."""
+    (work / "own.txt").write_text(f"{name} {time.time_ns()}\n")
+    ctr = bah("from", "--quiet", "scratch").stdout.strip()
+    bah("copy", "--quiet", ctr, str(work / "own.txt"), "/own.txt")
+    bah("commit", "--quiet", "--rm", ctr, name)
 
 
 def _ctr(sock: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -337,27 +391,72 @@ def test_trusted_registry_pulls_with_credentials(
     assert localnode._images(containerd)[image] == (tmp_path / "digest").read_text().strip()
 
 
+def test_kubelets_pull_trusts_the_registry_and_takes_the_pull_secrets_credentials(
+    reg: registry.Registry, bah: Buildah, containerd: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """What the kubelet does for a pod with an imagePullSecret: the CRI's PullImage with the secret's
+    credentials. The node's containerd config reads the hosts.toml trust_registry writes at each pull
+    (it is written after containerd started); the CRI names the image as a pull does (tag, digest, id),
+    and remove_images takes all three, after which the CRI lists nothing of it."""
+    pb, rpc = _cri_stubs(tmp_path_factory.mktemp("cri"))
+    creds = f"{reg.username}:{reg.password}"
+    work = tmp_path_factory.mktemp("cri-image")
+    _own_image(bah, "localhost/cri:1", work)
+    assert bah.push("localhost/cri:1", f"{reg.address}/pko/cri:1", creds, work / "digest").returncode == 0
+    image, digest = f"{reg.address}/pko/cri:1", (work / "digest").read_text().strip()
+    with grpc.insecure_channel(f"unix://{containerd}") as channel:
+        images = rpc.ImageServiceStub(channel)
+
+        def pull(username: str, password: str) -> str:
+            auth = pb.AuthConfig(username=username, password=password)
+            return str(
+                images.PullImage(pb.PullImageRequest(image=pb.ImageSpec(image=image), auth=auth)).image_ref
+            )
+
+        certs_d = containerd.parent.parent / "certs.d"  # the config_path of the fixture's config
+        assert not (certs_d / reg.address).exists()
+        with pytest.raises(grpc.RpcError):  # the registry's CA is not trusted yet
+            pull(reg.username, reg.password)
+        localnode.trust_registry(reg.address, reg.ca, certs_d)
+        with pytest.raises(grpc.RpcError, match="401 Unauthorized"):
+            pull("", "")  # no pull secret: containerd has no credentials of its own
+        with pytest.raises(grpc.RpcError, match="401 Unauthorized"):
+            pull(reg.username, "wrong")
+        image_id = pull(reg.username, reg.password)
+        listed = {
+            i.id: (list(i.repo_tags), list(i.repo_digests))
+            for i in images.ListImages(pb.ListImagesRequest()).images
+        }
+        assert listed[image_id] == ([image], [f"{reg.address}/pko/cri@{digest}"])
+
+        removed = localnode.remove_images([f"{reg.address}/pko/cri:*"], [containerd])
+        assert sorted(removed) == sorted([image, f"{reg.address}/pko/cri@{digest}", image_id])
+        assert image_id not in {i.id for i in images.ListImages(pb.ListImagesRequest()).images}
+
+
 def test_remove_images_drops_their_content_and_import_puts_them_back(
     bah: Buildah, containerd: Path, tmp_path: Path
 ) -> None:
     name = "docker.io/library/pkoprobe:dev"
     archive = tmp_path / "pkoprobe.oci.tar"
-    # An image of its own: no blob shared with what other tests pulled into this containerd.
-    (tmp_path / "dev.txt").write_text(f"{name} {time.time_ns()}\n")
-    ctr = bah("from", "--quiet", "scratch").stdout.strip()
-    bah("copy", "--quiet", ctr, str(tmp_path / "dev.txt"), "/dev.txt")
-    bah("commit", "--quiet", "--rm", ctr, name)
+    _own_image(bah, name, tmp_path)
     bah("push", "--quiet", name, f"oci-archive:{archive}:{name}")
     localnode.import_images([archive], [containerd])
     images = localnode._images(containerd)
     assert name in images
     content = set(_ctr(containerd, "content", "ls", "-q").stdout.split())
     manifest = json.loads(_ctr(containerd, "content", "get", images[name]).stdout)
-    blobs = {images[name], manifest["config"]["digest"], *(layer["digest"] for layer in manifest["layers"])}
+    image_id = manifest["config"]["digest"]
+    blobs = {images[name], image_id, *(layer["digest"] for layer in manifest["layers"])}
     assert blobs <= content
+    # The CRI names an imported image by its id too, once it has seen it (as a node's long-imported ones).
+    deadline = time.monotonic() + 30
+    while image_id not in localnode._images(containerd):
+        assert time.monotonic() < deadline, f"the CRI never named {name} {image_id}"
+        time.sleep(0.1)
 
     removed = localnode.remove_images(["docker.io/library/pko*:dev"], [containerd])
-    assert removed == [name]
+    assert removed == sorted([name, image_id])
     assert name not in localnode._images(containerd)
     # containerd's GC ran (--sync): none of the image's blobs is left.
     assert not blobs & set(_ctr(containerd, "content", "ls", "-q").stdout.split())
