@@ -1,14 +1,17 @@
 """``kubectl-pko``: the kubectl plugin's entry point (``kubectl pko ...``; also ``python -m pko.kubectl``).
 
-Parses the arguments before anything heavy is imported (``--help`` and usage errors answer at
-once), then connects as kubectl would and runs the command on one event loop. Every failure ends
-as an exit code of :class:`~pko.kubectl.exitcodes.ExitCode` and one ``error: ...`` line on stderr,
-never a traceback: a script reads the code, a person the line.
+Parses the arguments before anything else is imported (``--help`` and usage errors answer at
+once), then connects as kubectl would and runs the command. Every failure ends as an exit code of
+:class:`~pko.kubectl.exitcodes.ExitCode` and one ``error: ...`` line on stderr, never a traceback:
+a script reads the code, a person the line. ``version`` is the exception: it prints the plugin's
+version whatever happens, the operator's as unknown when the cluster cannot be asked, and fails
+only when ``--server`` asked for the operator's.
 """
 
 from __future__ import annotations
 
-import asyncio
+import http.client
+import json
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -17,54 +20,55 @@ from typing import TextIO
 from pko.kubectl.args import Options, parse
 from pko.kubectl.exitcodes import ExitCode, PluginError
 
-__all__ = ["main", "run"]
+__all__ = ["failure", "main", "run"]
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
-async def run(options: Options, out: TextIO, err: TextIO, *, now: Callable[[], datetime] = _now) -> int:
+def run(options: Options, out: TextIO, err: TextIO, *, now: Callable[[], datetime] = _now) -> int:
     """Connect, run ``options.command``, and turn every failure into its exit code."""
-    import aiohttp
-    from kubernetes_asyncio.client import ApiException
-
     from pko.kubectl import kubeconfig
-    from pko.kubectl.cluster import Cluster, open_api_client
-    from pko.kubectl.commands import RUNNERS, Context
+    from pko.kubectl.apiserver import ApiError, ApiServer
+    from pko.kubectl.cluster import REQUEST_TIMEOUT, USER_AGENT, Cluster
+    from pko.kubectl.commands import RUNNERS, Context, print_version
 
+    if options.command == "version" and options.client_only:
+        print_version(options, out, None)
+        return int(ExitCode.OK)
     try:
-        connection = await kubeconfig.load(options.kubeconfig, options.context)
-        async with open_api_client(connection.configuration) as api:
-            ctx = Context(Cluster(api), options.namespace or connection.namespace, out, err, now)
-            return int(await RUNNERS[options.command](options, ctx))
-    except PluginError as exc:
-        err.write(f"error: {exc.message}\n")
-        return int(exc.code)
-    except ApiException as exc:
+        connection = kubeconfig.load(options.kubeconfig, options.context)
+        try:
+            api = ApiServer(connection.endpoint, USER_AGENT, REQUEST_TIMEOUT)
+        except ValueError as exc:
+            raise PluginError(ExitCode.API_ERROR, f"kubeconfig: {exc}") from None
+        ctx = Context(Cluster(api), options.namespace or connection.namespace, out, err, now)
+        return int(RUNNERS[options.command](options, ctx))
+    except (PluginError, ApiError, OSError, http.client.HTTPException, json.JSONDecodeError) as exc:
+        code, message = failure(exc)
+        if options.command == "version":
+            print_version(options, out, None, message)
+            if not options.server_required:
+                return int(ExitCode.OK)
+        err.write(f"error: {message}\n")
+        return int(code)
+
+
+def failure(exc: Exception) -> tuple[ExitCode, str]:
+    """The exit code and message of a command's failure."""
+    from pko.kubectl.apiserver import ApiError
+
+    if isinstance(exc, PluginError):
+        return exc.code, exc.message
+    if isinstance(exc, ApiError):
         if exc.status == 403:
             # RBAC's or an admission policy's refusal: its message says what is missing.
-            err.write(f"error: forbidden: {_status_message(exc)}\n")
-            return int(ExitCode.FORBIDDEN)
-        err.write(f"error: the apiserver refused the request: {exc.status} {exc.reason}\n")
-        return int(ExitCode.API_ERROR)
-    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        err.write(f"error: cannot reach the apiserver: {exc or type(exc).__name__}\n")
-        return int(ExitCode.API_ERROR)
-
-
-def _status_message(exc: Exception) -> str:
-    """The message of the apiserver's Status body (else the exception's reason)."""
-    import json
-
-    body = getattr(exc, "body", None)
-    try:
-        data = json.loads(body) if isinstance(body, str | bytes) else None
-    except ValueError:
-        data = None
-    if isinstance(data, dict) and data.get("message"):
-        return str(data["message"])
-    return str(getattr(exc, "reason", "") or exc)
+            return ExitCode.FORBIDDEN, f"forbidden: {exc.message}"
+        return ExitCode.API_ERROR, f"the apiserver refused the request: {exc.status} {exc.reason}"
+    if isinstance(exc, json.JSONDecodeError):
+        return ExitCode.API_ERROR, f"the apiserver's answer is not JSON: {exc}"
+    return ExitCode.API_ERROR, f"cannot reach the apiserver: {exc or type(exc).__name__}"
 
 
 def main(
@@ -76,7 +80,7 @@ def main(
     except SystemExit as exc:  # --help (0) or a usage error (2), argparse has printed it
         return exc.code if isinstance(exc.code, int) else int(ExitCode.USAGE)
     try:
-        return asyncio.run(run(options, stdout or sys.stdout, stderr or sys.stderr))
+        return run(options, stdout or sys.stdout, stderr or sys.stderr)
     except KeyboardInterrupt:
         return 130
 

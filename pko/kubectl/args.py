@@ -3,8 +3,8 @@
 kubectl passes a plugin its arguments untouched, so the plugin parses kubectl's own conventions
 itself: ``-n``/``--namespace``, ``-A``/``--all-namespaces``, ``--context``, ``--kubeconfig``,
 ``-o json|yaml``, accepted before or after the command name (as kubectl accepts flags anywhere).
-This module imports only ``argparse``: ``--help`` and usage errors answer before the Kubernetes
-client is loaded.
+This module imports only ``argparse`` (and the version): ``--help`` and usage errors answer before
+the kubeconfig is read.
 
 A command is one :class:`CommandSpec` here and one runner in :mod:`pko.kubectl.commands`, with its
 decisions in a pure module of its own.
@@ -18,10 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from pko.version import VERSION
+
 __all__ = ["COMMANDS", "DEFAULT_TIMEOUT", "CommandSpec", "Options", "build_parser", "duration", "parse"]
 
 Output = Literal["", "json", "yaml"]
-NameArg = Literal["required", "optional"]
+NameArg = Literal["required", "optional", "none"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,7 @@ class CommandSpec:
     update_flag: bool = False
     digest_flag: bool = False
     wait_flag: bool = False
+    version_flags: bool = False
 
 
 COMMANDS: Final[tuple[CommandSpec, ...]] = (
@@ -71,6 +74,14 @@ COMMANDS: Final[tuple[CommandSpec, ...]] = (
         "its digest; needs the verb approve on stacks.pulumi.com)",
         digest_flag=True,
     ),
+    CommandSpec(
+        "version",
+        "the plugin's version and, when the cluster answers, the operator's (its Deployment's "
+        "app.kubernetes.io/version label and image)",
+        stack_name="none",
+        output=True,
+        version_flags=True,
+    ),
 )
 
 DEFAULT_TIMEOUT: Final = 600.0
@@ -84,7 +95,9 @@ EXIT_CODES: Final = """exit codes:
   4  refused, nothing written: approve without a plan awaiting approval, or --digest not the recorded one
   5  no usable kubeconfig, the apiserver unreachable, or the request failed (401, 5xx)
   6  forbidden (403) by RBAC or an admission policy, e.g. approve without the verb approve
-  7  --wait: not done within --timeout"""
+  7  --wait: not done within --timeout
+version exits 0 when the cluster cannot be asked; with --server it exits 5 then, and 3 when no
+operator is found."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +115,8 @@ class Options:
     digest: str | None = None
     wait: bool = False
     timeout: float = DEFAULT_TIMEOUT
+    client_only: bool = False
+    server_required: bool = False
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
@@ -143,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_connection_flags(parser, on_command=False)
+    parser.add_argument("--version", action="version", version=f"kubectl-pko {VERSION}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for spec in COMMANDS:
         sub = commands.add_parser(
@@ -152,8 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
             epilog=EXIT_CODES,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        nargs = "?" if spec.stack_name == "optional" else None
-        sub.add_argument("name", metavar="NAME", nargs=nargs, help="the Stack's name")
+        if spec.stack_name != "none":
+            nargs = "?" if spec.stack_name == "optional" else None
+            sub.add_argument("name", metavar="NAME", nargs=nargs, help="the Stack's name")
         _add_connection_flags(sub, on_command=True)
         if spec.all_namespaces:
             sub.add_argument(
@@ -179,6 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
                 metavar="DURATION",
                 help="how long --wait waits (default 10m; e.g. 90s, 5m, 1h)",
             )
+        if spec.version_flags:
+            which = sub.add_mutually_exclusive_group()
+            which.add_argument("--client", action="store_true", help="the plugin's version only")
+            which.add_argument(
+                "--server", action="store_true", help="fail (exit 5, or 3) when the operator's is unknown"
+            )
     return parser
 
 
@@ -188,7 +211,7 @@ def parse(argv: Sequence[str]) -> Options:
     ns = parser.parse_args(list(argv))
     options = Options(
         command=ns.command,
-        name=ns.name,
+        name=getattr(ns, "name", None),
         namespace=getattr(ns, "namespace", None),
         all_namespaces=bool(getattr(ns, "all_namespaces", False)),
         context=getattr(ns, "context", None),
@@ -198,6 +221,8 @@ def parse(argv: Sequence[str]) -> Options:
         digest=getattr(ns, "digest", None),
         wait=bool(getattr(ns, "wait", False)),
         timeout=getattr(ns, "timeout", None) or DEFAULT_TIMEOUT,
+        client_only=bool(getattr(ns, "client", False)),
+        server_required=bool(getattr(ns, "server", False)),
     )
     if getattr(ns, "timeout", None) is not None and not options.wait:
         parser.error("--timeout is how long --wait waits: add --wait")

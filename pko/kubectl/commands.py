@@ -7,15 +7,13 @@ command is a runner here and a :class:`~pko.kubectl.args.CommandSpec` there.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, TextIO
 
-from kubernetes_asyncio.client import ApiException
-
-from pko.kubectl import actions, approval, status, why
+from pko.kubectl import actions, approval, status, versions, why
+from pko.kubectl.apiserver import ApiError
 from pko.kubectl.args import Options
 from pko.kubectl.cluster import Cluster
 from pko.kubectl.exitcodes import ExitCode, PluginError
@@ -37,13 +35,13 @@ class Context:
     now: Callable[[], datetime]
 
 
-Runner = Callable[[Options, Context], Awaitable[ExitCode]]
+Runner = Callable[[Options, Context], ExitCode]
 
 
-async def _stack(options: Options, ctx: Context) -> Obj:
+def _stack(options: Options, ctx: Context) -> Obj:
     """The named Stack, or exit 3."""
     assert options.name is not None  # the parser requires it for every command but status
-    found = await ctx.cluster.stack(ctx.namespace, options.name)
+    found = ctx.cluster.stack(ctx.namespace, options.name)
     if found is None:
         raise PluginError(
             ExitCode.NOT_FOUND, f'stack "{options.name}" not found in namespace "{ctx.namespace}"'
@@ -51,14 +49,14 @@ async def _stack(options: Options, ctx: Context) -> Obj:
     return found
 
 
-async def _named_update(ctx: Context, name: Any) -> Obj | None:
-    return await ctx.cluster.update(ctx.namespace, str(name)) if name else None
+def _named_update(ctx: Context, name: Any) -> Obj | None:
+    return ctx.cluster.update(ctx.namespace, str(name)) if name else None
 
 
-async def run_status(options: Options, ctx: Context) -> ExitCode:
+def run_status(options: Options, ctx: Context) -> ExitCode:
     if options.name:
-        stack = await _stack(options, ctx)
-        update = await _named_update(ctx, (status_of(stack).get("lastUpdate") or {}).get("name"))
+        stack = _stack(options, ctx)
+        update = _named_update(ctx, (status_of(stack).get("lastUpdate") or {}).get("name"))
         if options.output:
             ctx.out.write(status.document([status.summary(stack, update)], single=True, fmt=options.output))
         else:
@@ -66,7 +64,7 @@ async def run_status(options: Options, ctx: Context) -> ExitCode:
         return status.exit_code([stack])
     where = None if options.all_namespaces else ctx.namespace
     stacks = sorted(
-        await ctx.cluster.stacks(where),
+        ctx.cluster.stacks(where),
         key=lambda s: ((s.get("metadata") or {}).get("namespace", ""), (s.get("metadata") or {}).get("name")),
     )
     if options.output:
@@ -79,14 +77,14 @@ async def run_status(options: Options, ctx: Context) -> ExitCode:
     return status.exit_code(stacks)
 
 
-async def run_why(options: Options, ctx: Context) -> ExitCode:
-    stack = await _stack(options, ctx)
+def run_why(options: Options, ctx: Context) -> ExitCode:
+    stack = _stack(options, ctx)
     stat = status_of(stack)
     current_name = (stat.get("currentUpdate") or {}).get("name")
     last_name = (stat.get("lastUpdate") or {}).get("name")
-    current, last = await asyncio.gather(_named_update(ctx, current_name), _named_update(ctx, last_name))
+    current, last = _named_update(ctx, current_name), _named_update(ctx, last_name)
     ws_name = str(((current or {}).get("spec") or {}).get("workspaceName") or options.name)
-    workspace = await ctx.cluster.workspace(ctx.namespace, ws_name)
+    workspace = ctx.cluster.workspace(ctx.namespace, ws_name)
     said = why.explain(stack, workspace=workspace, last_update=last, current_update=current, now=ctx.now())
     if options.output:
         doc = {"name": options.name, "namespace": ctx.namespace, "ready": said.ready, "why": said.text}
@@ -96,12 +94,12 @@ async def run_why(options: Options, ctx: Context) -> ExitCode:
     return ExitCode.OK if said.ready else ExitCode.NOT_READY
 
 
-async def run_logs(options: Options, ctx: Context) -> ExitCode:
-    stack = await _stack(options, ctx)
+def run_logs(options: Options, ctx: Context) -> ExitCode:
+    stack = _stack(options, ctx)
     name = chosen_update(stack, options.update)
     if name is None:
         raise PluginError(ExitCode.NOT_FOUND, f"stack {options.name!r} has run no Update yet")
-    update = await ctx.cluster.update(ctx.namespace, name)
+    update = ctx.cluster.update(ctx.namespace, name)
     if update is None:
         recorded = str((status_of(stack).get("lastUpdate") or {}).get("message") or "")
         if recorded and name == (status_of(stack).get("lastUpdate") or {}).get("name"):
@@ -113,7 +111,7 @@ async def run_logs(options: Options, ctx: Context) -> ExitCode:
     _, pod = workspace_pod(update, str(options.name))
     unavailable = ""
     for previous in (False, True):
-        read = await ctx.cluster.pod_log(ctx.namespace, pod, PULUMI_CONTAINER, previous=previous)
+        read = ctx.cluster.pod_log(ctx.namespace, pod, PULUMI_CONTAINER, previous=previous)
         if read.text is None:
             unavailable = unavailable or read.unavailable
             continue
@@ -139,16 +137,16 @@ def _request_runner(command: str) -> Runner:
     about when it runs, and with ``--wait`` (refresh, cancel) the wait until it was carried out."""
     request = actions.REQUESTS[command]
 
-    async def run(options: Options, ctx: Context) -> ExitCode:
-        stack = await _stack(options, ctx)
+    def run(options: Options, ctx: Context) -> ExitCode:
+        stack = _stack(options, ctx)
         token = actions.retry_value(ctx.now(), actions.annotation(stack, request.annotation))
-        patched = await ctx.cluster.annotate(ctx.namespace, str(options.name), request.annotation, token)
+        patched = ctx.cluster.annotate(ctx.namespace, str(options.name), request.annotation, token)
         ctx.out.write(f"stack.pulumi.com/{options.name} {command} requested ({request.annotation}={token})\n")
         for note in actions.notes(command, stack):
             ctx.err.write(note + "\n")
         if not options.wait:
             return ExitCode.OK
-        final, done = await ctx.cluster.wait_stack(
+        final, done = ctx.cluster.wait_stack(
             patched, lambda s: actions.done(command, s, token), options.timeout
         )
         if not done:
@@ -167,14 +165,14 @@ def _request_runner(command: str) -> Runner:
     return run
 
 
-async def run_approve(options: Options, ctx: Context) -> ExitCode:
-    stack = await _stack(options, ctx)
+def run_approve(options: Options, ctx: Context) -> ExitCode:
+    stack = _stack(options, ctx)
     plan = approval.check_approvable(stack, options.digest)
     ctx.out.write(approval.describe(plan, ctx.now()) + "\n")
     if plan.update:
         try:
-            preview = await ctx.cluster.update(ctx.namespace, plan.update)
-        except ApiException as exc:  # e.g. no read access to Updates: the counts must do
+            preview = ctx.cluster.update(ctx.namespace, plan.update)
+        except ApiError as exc:  # e.g. no read access to Updates: the counts must do
             preview = None
             ctx.err.write(
                 f"The plan's changes are not shown: reading Update {plan.update}: {exc.status} {exc.reason}\n"
@@ -184,9 +182,40 @@ async def run_approve(options: Options, ctx: Context) -> ExitCode:
     if approval.approved_digest(stack) == plan.digest:
         ctx.out.write(f"stack.pulumi.com/{options.name} plan already approved ({annotation}={plan.digest})\n")
         return ExitCode.OK
-    await ctx.cluster.annotate(ctx.namespace, str(options.name), annotation, plan.digest)
+    ctx.cluster.annotate(ctx.namespace, str(options.name), annotation, plan.digest)
     ctx.out.write(f"stack.pulumi.com/{options.name} plan approved ({annotation}={plan.digest})\n")
     return ExitCode.OK
+
+
+def operators(cluster: Cluster) -> list[versions.Operator]:
+    """The operators the user can see: listed in every namespace, else (403) in the operator's."""
+    try:
+        found = cluster.deployments(None, versions.OPERATOR_SELECTOR)
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+        found = cluster.deployments(versions.OPERATOR_NAMESPACE, versions.OPERATOR_SELECTOR)
+    return versions.operators(found)
+
+
+def run_version(options: Options, ctx: Context) -> ExitCode:
+    """The client's version, and the operators found (connected: the caller handles the
+    unreachable cluster, see :func:`print_version`)."""
+    found = operators(ctx.cluster)
+    print_version(options, ctx.out, found)
+    return ExitCode.NOT_FOUND if options.server_required and not found else ExitCode.OK
+
+
+def print_version(
+    options: Options, out: TextIO, found: list[versions.Operator] | None, unknown: str = ""
+) -> None:
+    """``version``'s output: ``found`` None when the server's version is unknown (``unknown``: why)."""
+    client_only = options.client_only
+    if options.output:
+        doc = versions.document(found, unknown, client_only=client_only)
+        out.write(status.document([doc], single=True, fmt=options.output))
+    else:
+        out.write(versions.text(found, unknown, client_only=client_only))
 
 
 RUNNERS: Final[dict[str, Runner]] = {
@@ -197,4 +226,5 @@ RUNNERS: Final[dict[str, Runner]] = {
     "refresh": _request_runner("refresh"),
     "cancel": _request_runner("cancel"),
     "approve": run_approve,
+    "version": run_version,
 }

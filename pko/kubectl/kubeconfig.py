@@ -5,9 +5,8 @@ lists files (``:``-separated; missing ones are skipped) merged so that the first
 cluster, user or context wins, and the first to set ``current-context`` wins; else
 ``~/.kube/config``; with none of those, inside a pod, the in-cluster config. ``--context``
 overrides the current context, and the default namespace is the context's (``default`` when it
-sets none). kubernetes-asyncio's own merger lets the *last* file's ``current-context`` win, so
-the context is chosen here (:func:`select_context`, pure) and handed to its loader, which does the
-authentication (tokens, certificates, exec plugins) exactly as it does for the operator.
+sets none). The cluster and user of the context are then the first of their names too, and
+:mod:`pko.kubectl.credentials` turns them into an endpoint (tokens, certificates, exec plugins).
 """
 
 from __future__ import annotations
@@ -20,9 +19,11 @@ from typing import Any, Final
 
 import yaml
 
+from pko.kubectl.apiserver import Endpoint
+from pko.kubectl.credentials import endpoint, in_cluster_endpoint
 from pko.kubectl.exitcodes import ExitCode, PluginError
 
-__all__ = ["Connection", "Selection", "kubeconfig_files", "load", "select_context"]
+__all__ = ["Connection", "Selection", "kubeconfig_files", "load", "named", "select_context"]
 
 DEFAULT_NAMESPACE: Final = "default"
 _SA_NAMESPACE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -38,9 +39,9 @@ class Selection:
 
 @dataclass(frozen=True, slots=True)
 class Connection:
-    """A loaded client configuration (kubernetes-asyncio's) and the default namespace."""
+    """Where and as whom to connect, and the default namespace."""
 
-    configuration: Any
+    endpoint: Endpoint
     namespace: str
 
 
@@ -89,41 +90,49 @@ def _in_cluster_namespace(environ: Mapping[str, str]) -> str:
         return DEFAULT_NAMESPACE
 
 
-async def load(
+def named(
+    configs: Sequence[tuple[Mapping[str, Any], Path]], section: str, name: str
+) -> tuple[Mapping[str, Any], Path]:
+    """The first entry called ``name`` in ``section`` (``clusters``, ``users``) of the parsed files,
+    with the directory of its file; an error when none is."""
+    key = section.removesuffix("s")
+    for config, path in configs:
+        for entry in config.get(section) or []:
+            if isinstance(entry, Mapping) and entry.get("name") == name:
+                return entry.get(key) or {}, path.parent
+    raise PluginError(ExitCode.API_ERROR, f"the kubeconfig has no {key} {name!r}")
+
+
+def load(
     kubeconfig: str | None,
     context: str | None,
     environ: Mapping[str, str] | None = None,
     home: Path | None = None,
 ) -> Connection:
-    """The client configuration and default namespace kubectl would use."""
-    from kubernetes_asyncio.client import Configuration
-    from kubernetes_asyncio.config import ConfigException, load_incluster_config
-    from kubernetes_asyncio.config.kube_config import KubeConfigLoader, KubeConfigMerger
-
+    """The endpoint and default namespace kubectl would use."""
     env = os.environ if environ is None else environ
     files = kubeconfig_files(kubeconfig, env, Path.home() if home is None else home)
-    configuration = Configuration()
     if not files:
         if env.get("KUBERNETES_SERVICE_HOST") and not context:
-            try:
-                load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            except ConfigException as exc:
-                raise PluginError(ExitCode.API_ERROR, f"in-cluster config: {exc}") from None
-            return Connection(configuration, _in_cluster_namespace(env))
+            return Connection(in_cluster_endpoint(env), _in_cluster_namespace(env))
         raise PluginError(
             ExitCode.API_ERROR, "no kubeconfig: pass --kubeconfig, set KUBECONFIG or create ~/.kube/config"
         )
     try:
-        parsed = [yaml.safe_load(path.read_text()) or {} for path in files]
+        parsed = [(yaml.safe_load(path.read_text()) or {}, path) for path in files]
     except (OSError, yaml.YAMLError) as exc:
         raise PluginError(ExitCode.API_ERROR, f"cannot read the kubeconfig: {exc}") from None
-    selection = select_context([p for p in parsed if isinstance(p, Mapping)], context)
-    try:
-        merged = KubeConfigMerger(os.pathsep.join(str(p) for p in files))
-        loader = KubeConfigLoader(
-            config_dict=merged.config, config_base_path=None, active_context=selection.context
-        )
-        await loader.load_and_set(configuration)
-    except (ConfigException, KeyError, ValueError, AssertionError, OSError) as exc:
-        raise PluginError(ExitCode.API_ERROR, f"kubeconfig context {selection.context!r}: {exc}") from None
-    return Connection(configuration, selection.namespace)
+    configs = [(c, p) for c, p in parsed if isinstance(c, Mapping)]
+    selection = select_context([c for c, _ in configs], context)
+    chosen = next(
+        entry.get("context") or {}
+        for config, _ in configs
+        for entry in config.get("contexts") or []
+        if isinstance(entry, Mapping) and entry.get("name") == selection.context
+    )
+    cluster, cluster_dir = named(configs, "clusters", str(chosen.get("cluster") or ""))
+    user, user_dir = (
+        named(configs, "users", str(chosen["user"])) if chosen.get("user") else ({}, files[0].parent)
+    )
+    where = endpoint(cluster, user, cluster_dir=cluster_dir, user_dir=user_dir, environ=env)
+    return Connection(where, selection.namespace)

@@ -8,9 +8,10 @@ does: it says since when a condition holds, which is what users (and ``kubectl w
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from pko.machinery.resource import Obj
+if TYPE_CHECKING:  # at run time the kubectl plugin's one file imports this module without aiohttp
+    from pko.machinery.resource import Obj
 
 __all__ = [
     "ConditionStatus",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tomllib
+from dataclasses import astuple
 from pathlib import Path
 
 from pko.api.stack import (
@@ -16,16 +17,26 @@ from pko.controllers import resources
 from pko.controllers.stack.approval import AWAITING_APPROVAL
 from pko.controllers.workspace.workloads import PULUMI_CONTAINER, pod_name
 from pko.kubectl import actions, approval, cluster, logs, stackview
+from pko.machinery.resource import PODS, Resource
 
 from .stacks import update
 
 
 def test_resources_annotation_and_workspace_names_agree() -> None:
-    assert (cluster.STACKS, cluster.UPDATES, cluster.WORKSPACES) == (
-        resources.STACKS,
-        resources.UPDATES,
-        resources.WORKSPACES,
-    )
+    pairs = [
+        (cluster.STACKS, resources.STACKS),
+        (cluster.UPDATES, resources.UPDATES),
+        (cluster.WORKSPACES, resources.WORKSPACES),
+        (cluster.PODS, PODS),
+        (cluster.DEPLOYMENTS, Resource("apps", "v1", "deployments", "Deployment")),
+    ]
+    for ours, operators in pairs:
+        # The plugin's Resource (pko.kubectl.apiserver, without aiohttp) spells paths as the operator's.
+        assert astuple(ours) == astuple(operators)
+        assert (ours.api_version, ours.name) == (operators.api_version, operators.name)
+        for namespace in (None, "team a/b"):
+            assert ours.collection_path(namespace) == operators.collection_path(namespace)
+        assert ours.object_path("ns", "n/ame?") == operators.object_path("ns", "n/ame?")
     assert actions.RECONCILE_REQUEST_ANNOTATION == RECONCILE_REQUEST_ANNOTATION
     assert actions.REFRESH_REQUEST_ANNOTATION == REFRESH_REQUEST_ANNOTATION
     assert actions.CANCEL_REQUEST_ANNOTATION == CANCEL_REQUEST_ANNOTATION
