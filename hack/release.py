@@ -106,12 +106,12 @@ def check_registry(registry: Registry, ref: RegistryRef, version: str) -> None:
     for name in (*IMAGES, CHART_REPOSITORY):
         repository = ref.repository(name)
         try:
+            registry.check_push(repository)
             existing = registry.manifest_digest(repository, version)
             if existing:
                 raise ReleaseError(
                     f"{ref.host}/{repository}:{version} exists ({existing}): a release is never replaced"
                 )
-            registry.check_push(repository)
         except RegistryError as exc:
             raise ReleaseError(str(exc)) from None
 
