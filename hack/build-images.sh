@@ -99,8 +99,9 @@ if ! up_to_date pko "$op_hash"; then
 fi
 
 # --- the agent ----------------------------------------------------------------------------------------
-agent_hash="$(inputs_hash "" agent api pko/__init__.py pko/logging.py pyproject.toml requirements.lock \
-    requirements-build.lock hack/locks.py hack/build-agent.sh hack/build-agent-image.sh)"
+# What the agent imports of pko beyond pko.agent and pko.api (pko/version.py: its --version and User-Agent).
+agent_hash="$(inputs_hash "" agent api pko/__init__.py pko/logging.py pko/version.py pko/git pyproject.toml \
+    requirements.lock requirements-build.lock hack/locks.py hack/build-agent.sh hack/build-agent-image.sh)"
 if ! up_to_date pko-agent "$agent_hash"; then
     echo "build-images: building pko-agent:dev" >&2
     PKO_AGENT_IMAGE=docker.io/library/pko-agent:dev bash "$REPO/hack/build-agent-image.sh" "$OUT" >&2
