@@ -446,3 +446,40 @@ def test_helm_install_and_upgrade_from_the_oci_chart(
     _helm(kube, "upgrade", "pko", chart, "--version", b.version, *common)
     _wait_operator(kube, b)
     _settled_after_upgrade(kube, b, before)
+
+
+def test_a_pinned_digest_the_registry_lacks_is_an_image_pull_error_naming_it(
+    kube: Kube, releases: dict[str, Release], bare_node: None
+) -> None:
+    missing = "sha256:" + "0" * 64
+    image = releases["A"].pins["pko"].split("@", 1)[0] + "@" + missing
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "pinned-missing"},
+        "spec": {
+            "serviceAccountName": "pulumi",
+            "restartPolicy": "Never",
+            "securityContext": {
+                "runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [{
+                "name": "manager", "image": image,
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    }  # fmt: skip
+    kube.apply(json.dumps(pod))
+    try:
+
+        def waiting() -> dict[str, Any] | None:
+            statuses = ((kube.get("pod", "pinned-missing") or {}).get("status") or {}).get(
+                "containerStatuses"
+            )
+            state = (statuses or [{}])[0].get("state", {}).get("waiting") or {}
+            return state if state.get("reason") in ("ErrImagePull", "ImagePullBackOff") else None
+
+        state = kube.until("the pod's image pull fails", waiting, 120)
+        assert missing in state.get("message", ""), state
+    finally:
+        kube.run("delete", "pod", "pinned-missing", "--ignore-not-found", "--wait=false")
