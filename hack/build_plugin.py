@@ -81,11 +81,11 @@ class BuildError(Exception):
     """The file cannot be built as pinned (an import outside the bundle, a file off its hash)."""
 
 
-def _package_dirs() -> dict[str, Path]:
+def _package_dirs(repo: Path) -> dict[str, Path]:
     """pyproject.toml's ``package-dir`` (``pko.api`` lives in ``api/``): where each package's source is."""
-    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((repo / "pyproject.toml").read_text())
     mapping = pyproject["tool"]["setuptools"].get("package-dir") or {}
-    return {str(name): REPO / str(path) for name, path in mapping.items()}
+    return {str(name): repo / str(path) for name, path in mapping.items()}
 
 
 def _source(module: str, dirs: Mapping[str, Path]) -> Path | None:
@@ -134,12 +134,12 @@ def _imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
     return found
 
 
-def plugin_modules() -> dict[str, Path]:
+def plugin_modules(repo: Path = REPO) -> dict[str, Path]:
     """The pko modules the plugin needs (name -> source): ``pko.kubectl``'s and those their imports
     reach. Raises :class:`BuildError` for an import that is neither pko's, the standard library's
     nor a bundled package's."""
-    dirs = _package_dirs()
-    roots = sorted(p for p in (REPO / "pko" / "kubectl").glob("*.py") if p.name != "__init__.py")
+    dirs = _package_dirs(repo)
+    roots = sorted(p for p in (repo / "pko" / "kubectl").glob("*.py") if p.name != "__init__.py")
     pending = [f"{ENTRY_PACKAGE}.{p.stem}" for p in roots]
     modules: dict[str, Path] = {}
     outside: dict[str, set[str]] = {}
@@ -149,7 +149,7 @@ def plugin_modules() -> dict[str, Path]:
             continue
         path = _source(module, dirs)
         if path is None:
-            raise BuildError(f"{module}: no source under {REPO}")
+            raise BuildError(f"{module}: no source under {repo}")
         if path.name != "__init__.py":
             modules[module] = path
         tree = ast.parse(path.read_bytes(), str(path))
@@ -173,10 +173,10 @@ def _packages(modules: Iterable[str]) -> list[str]:
     return sorted(found)
 
 
-def _lock() -> dict[str, Any]:
-    data = json.loads(LOCK.read_text())
+def _lock(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text())
     if not isinstance(data, dict):
-        raise BuildError(f"{LOCK}: not a JSON object")
+        raise BuildError(f"{path}: not a JSON object")
     return data
 
 
@@ -187,9 +187,9 @@ def _installed(dist_name: str) -> importlib.metadata.Distribution:
         raise BuildError(f"{dist_name} is not installed beside the build (pip install it)") from None
 
 
-def vendored_files() -> dict[str, bytes]:
+def vendored_files(lock_path: Path = LOCK) -> dict[str, bytes]:
     """The bundled distributions' files (path in the zip -> bytes), each checked against the lock."""
-    lock = _lock()
+    lock = _lock(lock_path)
     files: dict[str, bytes] = {}
     for top, dist_name in sorted(VENDORED.items()):
         pin = lock.get(dist_name)
@@ -245,24 +245,25 @@ def write_lock() -> dict[str, Any]:
     return lock
 
 
-def bundle_entries() -> dict[str, bytes]:
-    """Every file of the zip (path -> bytes)."""
-    modules = plugin_modules()
-    entries: dict[str, bytes] = {"__main__.py": MAIN, "LICENSES/pko/LICENSE": (REPO / "LICENSE").read_bytes()}
+def bundle_entries(repo: Path = REPO) -> dict[str, bytes]:
+    """Every file of the zip (path -> bytes), from the checkout ``repo``."""
+    modules = plugin_modules(repo)
+    entries: dict[str, bytes] = {"__main__.py": MAIN, "LICENSES/pko/LICENSE": (repo / "LICENSE").read_bytes()}
     for package in _packages(modules):
         entries[package.replace(".", "/") + "/__init__.py"] = b""
     for module, path in modules.items():
         entries[module.replace(".", "/") + ".py"] = path.read_bytes()
-    entries.update(vendored_files())
+    entries.update(vendored_files(repo / LOCK.relative_to(REPO)))
     return dict(sorted(entries.items()))
 
 
-def build_plugin(out_dir: Path) -> Path:
-    """Write ``out_dir/kubectl-pko`` (executable) and return its path."""
+def build_plugin(out_dir: Path, repo: Path = REPO) -> Path:
+    """Write ``out_dir/kubectl-pko`` (executable), built from the checkout ``repo`` (default: this
+    one; a release passes its clean worktree), and return its path."""
     buffer = io.BytesIO()
     buffer.write(SHEBANG)
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
-        for name, data in bundle_entries().items():
+        for name, data in bundle_entries(repo).items():
             info = zipfile.ZipInfo(name, date_time=EPOCH)
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = (stat.S_IFREG | 0o644) << 16

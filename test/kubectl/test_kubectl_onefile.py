@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from build_plugin import EPOCH, FILE_NAME, LOCK, build_plugin, plugin_modules
+from build_plugin import EPOCH, FILE_NAME, LOCK, BuildError, build_plugin, plugin_modules
 from kubernetes_asyncio.client import ApiClient
 
 from pko.machinery.resource import Resource, ResourceClient
@@ -75,6 +75,23 @@ def test_the_file_holds_only_what_the_plugin_imports(onefile: Path) -> None:
     assert "pko/machinery/resource.py" not in names
     assert {n.split("/")[0] for n in names} == {"__main__.py", "LICENSES", "pko", "yaml"}
     assert not any(n.endswith((".so", ".pyd", ".pyc")) for n in names)  # nothing a zip cannot load
+
+
+def test_an_import_the_file_cannot_hold_fails_the_build(tmp_path: Path) -> None:
+    """A checkout whose plugin imports aiohttp (at run time) does not build; under TYPE_CHECKING,
+    in a relative import or from pko's own modules, imports are followed as Python follows them."""
+    (tmp_path / "pyproject.toml").write_text('[tool.setuptools]\npackage-dir = { "pko" = "pko" }\n')
+    (tmp_path / "pko" / "kubectl").mkdir(parents=True)
+    (tmp_path / "pko" / "__init__.py").write_text("import aiohttp\n")  # a package: never bundled
+    (tmp_path / "pko" / "kubectl" / "__init__.py").write_text("")
+    helper = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import aiohttp\n"
+    (tmp_path / "pko" / "helper.py").write_text(helper)
+    main = tmp_path / "pko" / "kubectl" / "__main__.py"
+    main.write_text("def f() -> None:\n    from .. import helper\n")
+    assert set(plugin_modules(tmp_path)) == {"pko.kubectl.__main__", "pko.helper"}
+    main.write_text("def f() -> None:\n    import aiohttp.web\n")
+    with pytest.raises(BuildError, match=r"aiohttp \(by pko.kubectl.__main__\)"):
+        plugin_modules(tmp_path)
 
 
 def test_version_without_a_cluster(onefile: Path, tmp_path: Path) -> None:
