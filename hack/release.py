@@ -197,7 +197,7 @@ def release(args: argparse.Namespace) -> Path:
             shutil.copytree(tree / "charts" / "pko", work / "chart")
             from build_plugin import build_plugin
 
-            plugin = build_plugin(work / "plugin")
+            plugin = build_plugin(work / "plugin", repo=tree)
 
         labels = oci_labels(version, revision, source)
         pinned: dict[str, str] = {}
