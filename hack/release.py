@@ -35,6 +35,7 @@ REPO = HACK.parent
 sys.path.insert(0, str(HACK))
 sys.path.insert(0, str(REPO))
 
+from build_plugin import build_plugin  # noqa: E402
 from ociclient import Registry, RegistryError, RegistryRef  # noqa: E402
 from ocilayout import push_archive  # noqa: E402
 from releasefiles import (  # noqa: E402
@@ -195,8 +196,6 @@ def release(args: argparse.Namespace) -> Path:
             default = kustomize(tree, kubectl, "config/default")
             quickstart = kustomize(tree, kubectl, "config/quickstart")
             shutil.copytree(tree / "charts" / "pko", work / "chart")
-            from build_plugin import build_plugin
-
             plugin = build_plugin(work / "plugin", repo=tree)
 
         labels = oci_labels(version, revision, source)
