@@ -3,10 +3,11 @@ private registry does: TLS verified against its own CA, htpasswd auth (401 witho
 an image pushed with buildah by digest is served by that digest, a push with wrong credentials is refused,
 and a manifest can be deleted. On the loopback, in a state directory of the test's own.
 
-And the node's side of it (hack/localnode.py), against a containerd 1.6 of the test's own: the hosts.toml
-``trust_registry`` writes makes containerd trust the registry's CA (a pull with credentials works, one
-without that file fails), and ``remove_images`` deletes images with their content (the GC ran) which
-``import_images`` puts back."""
+And the node's side of it (hack/localnode.py), against a containerd 1.6 of the test's own run with the
+node's own config: the hosts.toml ``trust_registry`` writes makes containerd trust the registry's CA, read
+at each pull without a restart, both by ``ctr --hosts-dir`` and by the CRI's PullImage (what the kubelet
+calls, with a pull secret's credentials: 401 without them); ``remove_images`` deletes whole images (the
+CRI's tag, digest and id names) with their content (the GC ran), which ``import_images`` puts back."""
 
 from __future__ import annotations
 
