@@ -2,14 +2,15 @@
 """Write charts/pko, the Helm chart, from what `kubectl kustomize config/default` renders.
 
 Usage:
-    hack/gen_helm.py                      # (re)write charts/pko
+    hack/gen_helm.py                      # (re)write charts/pko and the values table of docs/helm.md
     hack/gen_helm.py --check              # exit 1 and list the files that differ from what config/ gives
     hack/gen_helm.py --kubectl PATH ...   # the kubectl whose kustomize to run (default: `kubectl` on
                                           # PATH; hack/test.sh puts the control plane's first)
 
 Kustomize stays the primary install path, and the chart cannot drift from it: every object of the chart
 is an object of config/default, with values substituted at fixed places, and rendered with the default
-values it is that object again (test/test_helm_chart.py renders it with the real helm and compares).
+values it is that object again, but for the image tags, which are the chart's appVersion where config/
+says `latest` (test/test_helm_chart.py renders it with the real helm and compares).
 Where the values go, and nothing else:
 
 - the namespace: wherever kustomize's namespace transformer puts it (found by rendering config/default
@@ -17,19 +18,32 @@ Where the values go, and nothing else:
   ``system:serviceaccount:<ns>:`` user names of strings such as CEL expressions, becomes
   ``{{ .Release.Namespace }}``; the Namespace object itself is rendered only with
   ``namespace.create=true`` (Helm's release namespace exists before the chart's objects do);
+- every object's name becomes ``pko.objname`` of config's name (config's name unless nameOverride or
+  fullnameOverride), and so does every reference to it (roleRef, the admission policy binding's
+  policyName, the file server Service in ``--program-fs-adv-addr``); the manager's ServiceAccount is
+  ``pko.serviceAccountName`` wherever config names it (the Deployment, binding subjects, the token
+  request Role's resourceNames, ``system:serviceaccount:`` strings), rendered only with
+  ``serviceAccount.create``; the operator's own Roles, ClusterRoles and their bindings (those bound to
+  that ServiceAccount) only with ``rbac.create``, the manager's ClusterRole with ``rbac.extraRules``;
 - ``app.kubernetes.io/managed-by: kustomize`` says ``{{ .Release.Service }}`` (Helm);
-- the manager Deployment: replicas, image and pull policy, the agent image, resources, both security
-  contexts, the grace period, ``--leader-elect`` and the log flags, optional environment (leader
-  election timings, WATCH_NAMESPACE, KUBE_API_TIMEOUT, FLUX_MAX_UNTAR_SIZE_BYTES, extraEnv), pod
-  annotations and labels, scheduling (nodeSelector, affinity, tolerations), imagePullSecrets;
+- the manager Deployment: replicas, the manager, agent and workspace images and pull policies,
+  resources, both security contexts, probes, the grace period, priorityClassName, ``--leader-elect``
+  and the log flags, optional environment (leader election timings, WATCH_NAMESPACE, KUBE_API_TIMEOUT,
+  FLUX_MAX_UNTAR_SIZE_BYTES, WORKSPACE_IMAGE, extraEnv), extra volumes and mounts, pod annotations and
+  labels, scheduling (nodeSelector, affinity, tolerations), imagePullSecrets;
 - the metrics Service (the Service whose only port is named ``http-metrics``) exists only while
-  ``metrics.service.enabled``; a ServiceMonitor for it is added with ``serviceMonitor.enabled``.
+  ``metrics.service.enabled``; a ServiceMonitor for it is added with ``serviceMonitor.enabled``, a
+  PodDisruptionBudget for the manager with ``podDisruptionBudget.enabled`` (hack/helm_templates.py).
 
-The values' defaults are read from the same render, so values.yaml says what config/ says. Anything
-config/ changes that the generator relies on (one Deployment, its ``manager`` container, the
-``--leader-elect`` and ``--log-*`` flags, the metrics port) fails the generator with the reason rather
-than producing a chart that quietly differs. The CRDs go to charts/pko/crds/ unchanged (Helm installs
-them before the templates and never upgrades or deletes them).
+The values are described once, in hack/helm_values.py, with config/'s settings as their defaults:
+values.yaml, values.schema.json and the values table of docs/helm.md are written from that description.
+Anything config/ changes that the generator relies on (one Deployment, its ``manager`` container, the
+``--leader-elect``, ``--log-*`` and ``--program-fs-adv-addr`` flags, the metrics port, the probes)
+fails the generator with the reason rather than producing a chart that quietly differs. The CRDs go to
+charts/pko/crds/ unchanged (Helm installs them before the templates and never upgrades or deletes them).
+
+Hand-kept, not written here (the --check leaves them alone): charts/pko/README.md, and docs/helm.md
+but for its values table.
 """
 
 from __future__ import annotations
@@ -37,36 +51,33 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
-import textwrap
-import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import helm_templates
+import helm_values
 import yaml
+from helm_markers import MARK, NS_MARK, Markers, Obj, apply_markers, dump, one, with_items, with_key
+from helm_names import Names
 
-from pko import defaults
+from pko.version import VERSION
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DEFAULT = REPO_ROOT / "config" / "default"
 CHART = REPO_ROOT / "charts" / "pko"
+DOCS = REPO_ROOT / "docs" / "helm.md"
 # Written by hand, not by this script (the --check leaves it alone).
 HAND_WRITTEN = frozenset({CHART / "README.md"})
-
-# Every marker is a plain YAML scalar made of letters and underscores, which PyYAML writes unquoted and
-# never folds, and which no config/ object contains (checked).
-MARK = "PKOHELM_"
-NS_MARK = MARK + "NAMESPACE"
+# docs/helm.md is hand-written but for the values table between these lines.
+TABLE_BEGIN = "<!-- values: generated by hack/gen_helm.py from hack/helm_values.py -->"
+TABLE_END = "<!-- end of the generated values -->"
 SENTINEL_NAMESPACE = "pko-helm-sentinel-namespace"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 METRICS_PORT = "http-metrics"
-
-Obj = dict[str, Any]
 
 
 # ------------------------------------------------------------------------------------ rendering config/
@@ -104,7 +115,7 @@ def config_namespace(objs: list[Obj]) -> str:
         raise SystemExit(
             f"gen_helm: config/default puts objects in {sorted(namespaces)}, expected one namespace"
         )
-    return namespaces.pop()
+    return str(namespaces.pop())
 
 
 def mark_namespace(obj: Any, moved: Any, namespace: str) -> Any:
@@ -129,74 +140,6 @@ def mark_namespace(obj: Any, moved: Any, namespace: str) -> Any:
     return obj
 
 
-# ------------------------------------------------------------------------------ markers and their text
-
-
-@dataclass
-class Markers:
-    """What each marker in the dumped YAML becomes. ``inline``: the marker token is replaced by an
-    expression. ``block``: the line holding the marker (``key: MARKER``, ``- MARKER`` or, for entries
-    added to a map, ``MARKER: null``) is replaced by lines, each prefixed by that line's indentation,
-    with ``<key>``, ``<n>`` (the indentation's width) and ``<n2>`` (two more) filled in."""
-
-    inline: dict[str, str] = field(default_factory=dict)
-    block: dict[str, str] = field(default_factory=dict)
-
-    def new_inline(self, name: str, expr: str) -> str:
-        marker = MARK + name
-        self.inline[marker] = expr
-        return marker
-
-    def new_block(self, name: str, text: str) -> str:
-        marker = MARK + name
-        self.block[marker] = text
-        return marker
-
-
-_BLOCK_LINE = re.compile(r"^(?P<indent> *)(?:- (?P<item>\w+)|(?P<key>[^\s:]+): (?P<value>\S+))$")
-
-
-def apply_markers(text: str, markers: Markers) -> str:
-    text = text.replace("{{", '{{ "{{" }}')  # a literal `{{` of config/ stays literal under Helm
-    out: list[str] = []
-    for line in text.splitlines():
-        m = _BLOCK_LINE.match(line)
-        marker = None
-        if m:
-            marker = next((t for t in (m["item"], m["value"], m["key"]) if t in markers.block), None)
-        if m and marker:
-            indent = m["indent"]
-            key = "" if marker == m["key"] else m["key"] or ""
-            body = markers.block[marker].replace("<key>", key)
-            body = body.replace("<n2>", str(len(indent) + 2)).replace("<n>", str(len(indent)))
-            out.extend(indent + b for b in body.splitlines())
-            continue
-        out.append(line)
-    text = "\n".join(out) + "\n"
-    for marker, expr in markers.inline.items():
-        text = text.replace(marker, expr)
-    text = text.replace(NS_MARK, "{{ .Release.Namespace }}")
-    leftover = re.search(MARK + r"\w*", text)
-    if leftover:
-        raise SystemExit(f"gen_helm: marker {leftover[0]} was not replaced (did PyYAML move or quote it?)")
-    return text
-
-
-def dump(obj: Obj) -> str:
-    return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, width=100)
-
-
-# Block texts. `with` renders nothing for an empty value; toYaml keeps the value's shape.
-def with_key(value: str) -> str:
-    """``key:`` and the value below it, only when the value is not empty."""
-    return "{{- with " + value + " }}\n<key>:\n  {{- toYaml . | nindent <n2> }}\n{{- end }}"
-
-
-def with_items(value: str) -> str:
-    """The value's list items (or map entries) at the marker's own indentation, when not empty."""
-    return "{{- with " + value + " }}\n{{- toYaml . | nindent <n> }}\n{{- end }}"
-
-
 # ---------------------------------------------------------------------------------------- the chart
 
 
@@ -217,11 +160,11 @@ def parse_image(ref: str) -> dict[str, str]:
 
 
 def join_image(image: dict[str, str]) -> str:
-    """What the chart's ``pko.image`` helper renders (the Python twin, to check parse_image)."""
+    """What the chart's ``pko.image`` helper renders, given a tag (the Python twin, to check
+    parse_image): ``REGISTRY/REPOSITORY:TAG@DIGEST``."""
     ref = (image["registry"] + "/" if image["registry"] else "") + image["repository"]
-    if image["digest"]:
-        return ref + "@" + image["digest"]
-    return ref + (":" + image["tag"] if image["tag"] else "")
+    ref += ":" + image["tag"] if image["tag"] else ""
+    return ref + ("@" + image["digest"] if image["digest"] else "")
 
 
 def helm_labels(obj: Obj) -> None:
@@ -230,14 +173,9 @@ def helm_labels(obj: Obj) -> None:
         labels[MANAGED_BY] = MARK + "MANAGED_BY"
 
 
-def one(items: list[Obj], what: str) -> Obj:
-    if len(items) != 1:
-        raise SystemExit(f"gen_helm: expected one {what} in config/default, found {len(items)}")
-    return items[0]
-
-
-def template_deployment(deploy: Obj, markers: Markers, values: dict[str, Any]) -> None:
-    """Put the values' markers into the manager Deployment, and record config's settings as defaults."""
+def template_deployment(deploy: Obj, markers: Markers, found: dict[str, Any]) -> None:
+    """Put the values' markers into the manager Deployment, and record config's settings in ``found``
+    (the values' defaults: hack/helm_values.py)."""
     spec = deploy["spec"]
     pod = spec["template"]["spec"]
     meta = spec["template"].setdefault("metadata", {})
@@ -246,7 +184,7 @@ def template_deployment(deploy: Obj, markers: Markers, values: dict[str, Any]) -
         [c for c in pod["containers"] if c["name"] == container_name], f"container {container_name}"
     )
 
-    values["replicaCount"] = spec.get("replicas", 1)
+    found["replicas"] = spec.get("replicas", 1)
     spec["replicas"] = markers.new_inline("REPLICAS", "{{ .Values.replicaCount | int64 }}")
 
     if "annotations" in deploy["metadata"]:
@@ -256,21 +194,19 @@ def template_deployment(deploy: Obj, markers: Markers, values: dict[str, Any]) -
     deploy["metadata"]["annotations"] = markers.new_block(
         "DEPLOYMENT_ANNOTATIONS", with_key(".Values.deploymentAnnotations")
     )
-    values["deploymentAnnotations"] = {}
     # Added to the pod template's own annotations and labels (the selector's labels stay as they are).
     meta.setdefault("annotations", {})[
         markers.new_block("POD_ANNOTATIONS", with_items(".Values.podAnnotations"))
     ] = None
     meta.setdefault("labels", {})[markers.new_block("POD_LABELS", with_items(".Values.podLabels"))] = None
-    values["podAnnotations"] = {}
-    values["podLabels"] = {}
 
-    image = parse_image(container["image"])
-    values["image"] = {**image, "pullPolicy": container.get("imagePullPolicy", "IfNotPresent")}
+    found["image"] = parse_image(container["image"])
+    found["image_pull_policy"] = container.get("imagePullPolicy", "IfNotPresent")
     env = container.setdefault("env", [])
     agent_image = one([e for e in env if e["name"] == "AGENT_IMAGE"], "AGENT_IMAGE variable")
     agent_policy = one([e for e in env if e["name"] == "AGENT_IMAGE_PULL_POLICY"], "AGENT_IMAGE_PULL_POLICY")
-    values["agent"] = {"image": {**parse_image(agent_image["value"]), "pullPolicy": agent_policy["value"]}}
+    found["agent_image"] = parse_image(agent_image["value"])
+    found["agent_pull_policy"] = agent_policy["value"]
     agent_image["value"] = markers.new_inline(
         "AGENT_IMAGE", '{{ include "pko.image" (dict "image" .Values.agent.image "chart" .Chart) | quote }}'
     )
@@ -283,8 +219,6 @@ def template_deployment(deploy: Obj, markers: Markers, values: dict[str, Any]) -
         raise SystemExit(
             "gen_helm: the manager's args have no --leader-elect (the leaderElection.enabled value)"
         )
-    values["leaderElection"] = {"enabled": True, "leaseDuration": "", "renewDeadline": "", "retryPeriod": ""}
-    values["controller"] = {}
     new_args: list[str] = []
     for arg in args:
         flag, _, value = arg.partition("=")
@@ -296,7 +230,7 @@ def template_deployment(deploy: Obj, markers: Markers, values: dict[str, Any]) -
             )
         elif flag in ("--log-level", "--log-format"):
             key = "logLevel" if flag == "--log-level" else "logFormat"
-            values["controller"][key] = value
+            found["log_level" if key == "logLevel" else "log_format"] = value
             new_args.append(
                 markers.new_inline(
                     key.upper(),
@@ -305,7 +239,7 @@ def template_deployment(deploy: Obj, markers: Markers, values: dict[str, Any]) -
             )
         else:
             new_args.append(arg)
-    if set(values["controller"]) != {"logLevel", "logFormat"}:
+    if not {"log_level", "log_format"} <= found.keys():
         raise SystemExit("gen_helm: the manager's args lack --log-level=... or --log-format=...")
     container["args"] = new_args
 
@@ -317,7 +251,7 @@ def template_deployment(deploy: Obj, markers: Markers, values: dict[str, Any]) -
         ("KUBE_API_TIMEOUT", ".Values.kubeAPI.timeout"),
         ("FLUX_MAX_UNTAR_SIZE_BYTES", ".Values.flux.maxUntarSizeBytes"),
     )
-    taken = sorted({name for name, _ in optional} & {e["name"] for e in env})
+    taken = sorted(({name for name, _ in optional} | {"WORKSPACE_IMAGE"}) & {e["name"] for e in env})
     if taken:
         raise SystemExit(f"gen_helm: config/ sets {taken} itself: the chart's values would duplicate them")
     optional_env = "\n".join(
@@ -325,21 +259,27 @@ def template_deployment(deploy: Obj, markers: Markers, values: dict[str, Any]) -
         '  value: {{ include "pko.string" . | quote }}\n{{- end }}'
         for name, value in optional
     )
+    # The workspace image only when it names a repository (else the operator's own default).
+    optional_env += (
+        "\n{{- if .Values.workspace.image.repository }}\n- name: WORKSPACE_IMAGE\n"
+        '  value: {{ include "pko.image" (dict "image" .Values.workspace.image "chart" .Chart) | quote }}'
+        "\n{{- end }}"
+    )
     env.append(markers.new_block("OPTIONAL_ENV", optional_env))
     env.append(markers.new_block("EXTRA_ENV", with_items(".Values.extraEnv")))
-    values["watchNamespace"] = ""
-    values["kubeAPI"] = {"timeout": ""}
-    values["flux"] = {"maxUntarSizeBytes": ""}
-    values["extraEnv"] = []
 
-    if "terminationGracePeriodSeconds" not in pod or not {"resources", "securityContext"} <= container.keys():
+    needed = {"resources", "securityContext", "livenessProbe", "readinessProbe"}
+    if "terminationGracePeriodSeconds" not in pod or not needed <= container.keys():
         raise SystemExit(
-            "gen_helm: the manager pod lacks terminationGracePeriodSeconds, resources or securityContext"
+            "gen_helm: the manager pod lacks terminationGracePeriodSeconds, resources, securityContext "
+            "or a probe"
         )
-    values["resources"] = container["resources"]
-    values["securityContext"] = container["securityContext"]
-    values["podSecurityContext"] = pod.get("securityContext", {})
-    values["terminationGracePeriodSeconds"] = pod["terminationGracePeriodSeconds"]
+    found["resources"] = container["resources"]
+    found["security_context"] = container["securityContext"]
+    found["liveness_probe"] = container["livenessProbe"]
+    found["readiness_probe"] = container["readinessProbe"]
+    found["pod_security_context"] = pod.get("securityContext", {})
+    found["grace"] = pod["terminationGracePeriodSeconds"]
     pod["terminationGracePeriodSeconds"] = markers.new_inline(
         "GRACE", "{{ .Values.terminationGracePeriodSeconds | int64 }}"
     )
@@ -349,11 +289,16 @@ def template_deployment(deploy: Obj, markers: Markers, values: dict[str, Any]) -
         ("nodeSelector", "NODE_SELECTOR", ".Values.nodeSelector"),
         ("affinity", "AFFINITY", ".Values.affinity"),
         ("tolerations", "TOLERATIONS", ".Values.tolerations"),
+        ("priorityClassName", "PRIORITY_CLASS", ".Values.priorityClassName"),
     ):
         if key in pod:
             raise SystemExit(f"gen_helm: config/ sets the pod's {key}: make it the value's default first")
         pod[key] = markers.new_block(marker, with_key(value))
-        values[key] = [] if key in ("imagePullSecrets", "tolerations") else {}
+    # Extra volumes after config's (the read-only root filesystem's /tmp).
+    if "volumes" in pod:
+        pod["volumes"].append(markers.new_block("EXTRA_VOLUMES", with_items(".Values.extraVolumes")))
+    else:
+        pod["volumes"] = markers.new_block("EXTRA_VOLUMES", with_key(".Values.extraVolumes"))
 
     # The container's name first: a block marker must not sit on a list item's `- ` line.
     rest = {k: v for k, v in container.items() if k != "name"}
@@ -363,105 +308,16 @@ def template_deployment(deploy: Obj, markers: Markers, values: dict[str, Any]) -
     rest["imagePullPolicy"] = markers.new_inline("PULL_POLICY", "{{ .Values.image.pullPolicy }}")
     rest["resources"] = markers.new_block("RESOURCES", with_key(".Values.resources"))
     rest["securityContext"] = markers.new_block("SECURITY", with_key(".Values.securityContext"))
+    rest["livenessProbe"] = markers.new_block("LIVENESS", with_key(".Values.livenessProbe"))
+    rest["readinessProbe"] = markers.new_block("READINESS", with_key(".Values.readinessProbe"))
+    if "volumeMounts" in rest:
+        rest["volumeMounts"].append(
+            markers.new_block("EXTRA_MOUNTS", with_items(".Values.extraVolumeMounts"))
+        )
+    else:
+        rest["volumeMounts"] = markers.new_block("EXTRA_MOUNTS", with_key(".Values.extraVolumeMounts"))
     container.clear()
     container.update({"name": container_name, **rest})
-
-
-def service_monitor(metrics: Obj) -> str:
-    """The optional ServiceMonitor: scrapes the metrics Service's port by name (plain HTTP: pko serves
-    /metrics without authentication, restricted by NetworkPolicy)."""
-    labels = dict(metrics["metadata"].get("labels") or {})
-    selector = {k: v for k, v in labels.items() if k != MANAGED_BY}
-    if MANAGED_BY in labels:
-        labels[MANAGED_BY] = MARK + "MANAGED_BY"
-    indent4 = textwrap.indent(yaml.safe_dump(labels, sort_keys=False).rstrip(), "    ")
-    indent4 = indent4.replace(MARK + "MANAGED_BY", "{{ .Release.Service }}")
-    indent6 = textwrap.indent(yaml.safe_dump(selector, sort_keys=False).rstrip(), "      ")
-    name = metrics["metadata"]["name"]
-    return f"""\
-{{{{- if .Values.serviceMonitor.enabled }}}}
-{{{{- if not .Values.metrics.service.enabled }}}}
-{{{{- fail "serviceMonitor.enabled needs metrics.service.enabled: it scrapes the metrics Service" }}}}
-{{{{- end }}}}
-# Prometheus Operator's ServiceMonitor for the metrics Service (its CRD must be installed).
-apiVersion: monitoring.coreos.com/v1
-kind: ServiceMonitor
-metadata:
-  name: {name}
-  namespace: {{{{ .Values.serviceMonitor.namespace | default .Release.Namespace }}}}
-  labels:
-{indent4}
-    {{{{- with .Values.serviceMonitor.labels }}}}
-    {{{{- toYaml . | nindent 4 }}}}
-    {{{{- end }}}}
-spec:
-  namespaceSelector:
-    matchNames:
-    - {{{{ .Release.Namespace }}}}
-  selector:
-    matchLabels:
-{indent6}
-  endpoints:
-  - port: {METRICS_PORT}
-    scheme: http
-    path: {{{{ .Values.serviceMonitor.telemetryPath | default "/metrics" }}}}
-    {{{{- with .Values.serviceMonitor.interval }}}}
-    interval: {{{{ . }}}}
-    {{{{- end }}}}
-    {{{{- with .Values.serviceMonitor.timeout }}}}
-    scrapeTimeout: {{{{ . }}}}
-    {{{{- end }}}}
-    {{{{- with .Values.serviceMonitor.metricRelabelings }}}}
-    metricRelabelings:
-    {{{{- toYaml . | nindent 4 }}}}
-    {{{{- end }}}}
-  {{{{- with .Values.serviceMonitor.targetLabels }}}}
-  targetLabels:
-  {{{{- toYaml . | nindent 2 }}}}
-  {{{{- end }}}}
-{{{{- end }}}}
-"""
-
-
-HELPERS = """\
-{{/*
-pko.image: [registry/]repository, then @digest, else :tag (default: the chart's appVersion).
-Called with (dict "image" .Values.image "chart" .Chart).
-*/}}
-{{- define "pko.image" -}}
-{{- $ref := .image.repository -}}
-{{- with .image.registry }}{{ $ref = printf "%s/%s" . $ref }}{{ end -}}
-{{- if .image.digest -}}
-{{- printf "%s@%s" $ref .image.digest -}}
-{{- else -}}
-{{- printf "%s:%s" $ref (include "pko.string" (.image.tag | default .chart.AppVersion)) -}}
-{{- end -}}
-{{- end -}}
-
-{{/*
-pko.string: a value as the text a user wrote: YAML numbers reach templates as float64, which toString
-would print as 5.24288e+08.
-*/}}
-{{- define "pko.string" -}}
-{{- if and (kindIs "float64" .) (eq (float64 (int64 .)) .) -}}
-{{- int64 . -}}
-{{- else -}}
-{{- toString . -}}
-{{- end -}}
-{{- end -}}
-
-{{/*
-pko.validate: refuse values the operator would misread, with the reason.
-*/}}
-{{- define "pko.validate" -}}
-{{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) -}}
-{{- fail "replicaCount > 1 needs leaderElection.enabled: replicas without a Lease all reconcile" -}}
-{{- end -}}
-{{- if not (kindIs "string" .Values.watchNamespace) -}}
-{{- fail "watchNamespace is one namespace name, or empty for all: pko watches one namespace or every one" -}}
-{{- end -}}
-{{- end -}}
-"""
 
 
 def file_name(obj: Obj) -> str:
@@ -471,19 +327,37 @@ def file_name(obj: Obj) -> str:
 def build_chart(objs: list[Obj], moved: list[Obj], version: str) -> dict[str, str]:
     """The chart's files (path in the chart -> text) from config/default's objects (``moved``: the same
     under the sentinel namespace)."""
+    return build(objs, moved, version)[0]
+
+
+def build(
+    objs: list[Obj], moved: list[Obj], version: str
+) -> tuple[dict[str, str], tuple[helm_values.Node, ...]]:
+    """The chart's files, and the description of its values they were written from."""
     namespace = config_namespace(objs)
     text = json.dumps(objs)
     if MARK in text or SENTINEL_NAMESPACE in text:
         raise SystemExit(f"gen_helm: config/default contains {MARK} or {SENTINEL_NAMESPACE}")
     files: dict[str, str] = {}
-    values: dict[str, Any] = {}
+    found: dict[str, Any] = {}
     header = "# Generated by hack/gen_helm.py from `kubectl kustomize config/default`. DO NOT EDIT.\n"
 
     crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
     for crd in crds:
         files[f"crds/{crd['metadata']['name']}.yaml"] = header + dump(crd)
 
-    one([o for o in objs if o["kind"] == "Deployment"], "Deployment")
+    deploy = one([o for o in objs if o["kind"] == "Deployment"], "Deployment")
+    prefix = (deploy["metadata"].get("labels") or {}).get("app.kubernetes.io/name")
+    if not prefix:
+        raise SystemExit("gen_helm: the Deployment has no app.kubernetes.io/name label (the names' prefix)")
+    found["name_prefix"] = prefix
+    sa_name = deploy["spec"]["template"]["spec"].get("serviceAccountName", "")
+    one(
+        [o for o in objs if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == sa_name],
+        f"ServiceAccount {sa_name!r} (the manager pod's)",
+    )
+    names = Names.of(objs, namespace, sa_name)
+    services = {o["metadata"]["name"] for o in objs if o["kind"] == "Service"}
     metrics_services = [
         o
         for o in objs
@@ -492,7 +366,9 @@ def build_chart(objs: list[Obj], moved: list[Obj], version: str) -> dict[str, st
     metrics = one(metrics_services, f"Service with a port named {METRICS_PORT}")
     if any(p.get("name") != METRICS_PORT for p in metrics["spec"]["ports"]):
         raise SystemExit(f"gen_helm: Service {metrics['metadata']['name']} serves more than {METRICS_PORT}")
+    found["metrics_service"] = metrics["metadata"]["name"]
 
+    templated_objs = []
     for obj, other in zip(objs, moved, strict=True):
         if obj["kind"] == "CustomResourceDefinition":
             continue
@@ -500,52 +376,83 @@ def build_chart(objs: list[Obj], moved: list[Obj], version: str) -> dict[str, st
             # Cluster-scoped in config's render; an overlay's `namespace:` may still set it on kinds
             # kustomize's schema does not know (config/default takes it off ValidatingAdmissionPolicies).
             other["metadata"].pop("namespace", None)
+        templated_objs.append((obj, mark_namespace(obj, other, namespace)))
+    # The operator's own RBAC: the bindings of its ServiceAccount and the roles they grant.
+    operator_bindings = [t for _, t in templated_objs if names.binds_operator(t)]
+    operator_roles = {(b["roleRef"]["kind"], b["roleRef"]["name"]) for b in operator_bindings}
+    manager_roles = [o["roleRef"]["name"] for o in operator_bindings if o["roleRef"]["kind"] == "ClusterRole"]
+    manager_role = one([o for o in objs if ("ClusterRole", o["metadata"]["name"]) in set(
+        ("ClusterRole", n) for n in manager_roles)], "ClusterRole bound to the manager")  # fmt: skip
+
+    for obj, templated in templated_objs:
         markers = Markers()
-        templated: Obj = mark_namespace(obj, other, namespace)
+        names.add_to(markers)
         helm_labels(templated)
         markers.inline[MARK + "MANAGED_BY"] = "{{ .Release.Service }}"
-        prefix, suffix = "", ""
-        if obj["kind"] == "Namespace":
+        prefix_text, suffix = "", ""
+        kind = obj["kind"]
+        own_rbac = any(templated is b for b in operator_bindings) or (
+            kind in ("Role", "ClusterRole") and (kind, obj["metadata"]["name"]) in operator_roles
+        )
+        if kind == "Namespace":
             if obj["metadata"]["name"] != namespace:
                 raise SystemExit(f"gen_helm: config/default creates namespace {obj['metadata']['name']} too")
             # The label the apiserver sets to the name (kustomize's transformer does not move it).
             labels = templated["metadata"].get("labels") or {}
             if labels.get("kubernetes.io/metadata.name") == namespace:
                 labels["kubernetes.io/metadata.name"] = NS_MARK
-            values["namespace"] = {"create": False}
-            prefix = "{{- if .Values.namespace.create }}\n"
+            prefix_text = "{{- if .Values.namespace.create }}\n"
             suffix = "{{- end }}\n"
-        elif obj["kind"] == "Deployment":
-            template_deployment(templated, markers, values)
-            prefix = '{{- include "pko.validate" . }}\n'
+        else:
+            names.mark(templated)
+        if kind == "Deployment":
+            names.mark_deployment(templated, services)
+            template_deployment(templated, markers, found)
+            prefix_text = '{{- include "pko.validate" . }}\n'
         elif obj is metrics:
-            values["metrics"] = {"service": {"enabled": True}}
-            prefix = "{{- if .Values.metrics.service.enabled }}\n"
+            prefix_text = "{{- if .Values.metrics.service.enabled }}\n"
+            suffix = "{{- end }}\n"
+        elif kind == "ServiceAccount" and obj["metadata"]["name"] == sa_name:
+            if "annotations" in obj["metadata"]:
+                raise SystemExit(
+                    "gen_helm: config/ annotates the ServiceAccount: make it the value's default"
+                )
+            templated["metadata"]["annotations"] = markers.new_block(
+                "SA_ANNOTATIONS", with_key(".Values.serviceAccount.annotations")
+            )
+            prefix_text = "{{- if .Values.serviceAccount.create }}\n"
+            suffix = "{{- end }}\n"
+        elif own_rbac:
+            if obj is manager_role:
+                templated["rules"].append(
+                    markers.new_block("EXTRA_RULES", with_items(".Values.rbac.extraRules"))
+                )
+            prefix_text = "{{- if .Values.rbac.create }}\n"
             suffix = "{{- end }}\n"
         body = apply_markers(dump(templated), markers)
         name = f"templates/{file_name(obj)}"
         if name in files:
             raise SystemExit(f"gen_helm: two objects would both be {name}")
-        files[name] = header + prefix + body + suffix
+        files[name] = header + prefix_text + body + suffix
 
-    if "namespace" not in values:
+    if not any(o["kind"] == "Namespace" for o in objs):
         raise SystemExit("gen_helm: config/default creates no Namespace")
-    values["serviceMonitor"] = {
-        "enabled": False,
-        "namespace": "",
-        "labels": {},
-        "interval": "",
-        "timeout": "",
-        "telemetryPath": "/metrics",
-        "metricRelabelings": [],
-        "targetLabels": [],
-    }
-    files["templates/servicemonitor.yaml"] = header + service_monitor(metrics)
-    files["templates/_helpers.tpl"] = "{{/* " + header.strip("# \n") + " */}}\n" + HELPERS
-    files["values.yaml"] = header + values_yaml(values)
+    nodes = helm_values.describe(found)
+    files["templates/servicemonitor.yaml"] = header + helm_templates.service_monitor(
+        metrics, MANAGED_BY, METRICS_PORT
+    )
+    files["templates/poddisruptionbudget.yaml"] = header + helm_templates.pod_disruption_budget(
+        deploy, MANAGED_BY
+    )
+    files["templates/NOTES.txt"] = helm_templates.notes(deploy["metadata"]["name"])
+    files["templates/_helpers.tpl"] = (
+        "{{/* " + header.strip("# \n") + " */}}\n" + helm_templates.helpers(prefix, sa_name)
+    )
+    files["values.yaml"] = header + helm_values.values_yaml(nodes)
+    files["values.schema.json"] = helm_values.values_schema(nodes)
     files["Chart.yaml"] = header + chart_yaml(version)
     files[".helmignore"] = header + "*.orig\n*.swp\n*~\n.DS_Store\n"
-    return files
+    return files, nodes
 
 
 def chart_yaml(version: str) -> str:
@@ -559,161 +466,32 @@ def chart_yaml(version: str) -> str:
         "appVersion": version,
         "keywords": ["pulumi", "kubernetes", "operator", "infrastructure-as-code"],
     }
-    return dump(chart)
-
-
-def values_yaml(v: dict[str, Any]) -> str:
-    """values.yaml with a comment per value; the defaults are config/default's."""
-
-    def y(value: Any) -> str:
-        """The value after ``key:`` at the top level: inline, or a block below the key."""
-        text = yaml.safe_dump(value, sort_keys=False, default_flow_style=False).rstrip()
-        if isinstance(value, dict | list) and value:
-            return "\n" + textwrap.indent(text, "  ")
-        return " " + text.removesuffix("\n...").strip()
-
-    lease, renew, retry, api_timeout = (
-        defaults.go_duration_text(s)
-        for s in (
-            defaults.LEASE_DURATION,
-            defaults.RENEW_DEADLINE,
-            defaults.RETRY_PERIOD,
-            defaults.KUBE_API_TIMEOUT,
-        )
+    return (
+        dump(chart)
+        + "# The oldest Kubernetes with everything the chart installs: the plan approval policy is a\n"
+        "# ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA and served from 1.30); the CRDs'\n"
+        "# CEL rules need less. pko is tested on 1.37. `-0` admits providers' versions such as\n"
+        "# v1.30.4-eks-a1b2c3, which semver ranks below 1.30.0 otherwise.\n"
+        'kubeVersion: ">=1.30.0-0"\n'
     )
 
-    img, agent = v["image"], v["agent"]["image"]
-    le, sm = v["leaderElection"], v["serviceMonitor"]
-    return f"""\
-# Values of the pko chart. Every default is what `kubectl apply --server-side -k config/default`
-# installs; the names follow the Go operator's chart (deploy/helm/pulumi-operator) where pko has the
-# same setting, so its values files carry over (charts/pko/README.md lists the differences).
 
-# -- Manager replicas. More than one needs leaderElection.enabled: the others stand by.
-replicaCount:{y(v["replicaCount"])}
-
-image:
-  # -- Registry of the manager image (empty: none, as in the repository name)
-  registry:{y(img["registry"])}
-  # -- Repository of the manager image
-  repository:{y(img["repository"])}
-  # -- Tag of the manager image (empty: the chart's appVersion)
-  tag:{y(img["tag"])}
-  # -- Digest (sha256:...); when set it is used instead of the tag
-  digest:{y(img["digest"])}
-  # -- Pull policy of the manager image
-  pullPolicy:{y(img["pullPolicy"])}
-
-# The agent image: every workspace pod's bootstrap and fetch containers run it (pko ships the agent in an
-# image of its own, not in the manager's as the Go operator does).
-agent:
-  image:
-    registry:{y(agent["registry"])}
-    repository:{y(agent["repository"])}
-    # -- Tag of the agent image (empty: the chart's appVersion)
-    tag:{y(agent["tag"])}
-    digest:{y(agent["digest"])}
-    pullPolicy:{y(agent["pullPolicy"])}
-
-# -- Secrets to pull the manager image with
-imagePullSecrets:{y(v["imagePullSecrets"])}
-
-controller:
-  # -- --log-level: debug, info, warn, error or critical
-  logLevel:{y(v["controller"]["logLevel"])}
-  # -- --log-format: json or console
-  logFormat:{y(v["controller"]["logFormat"])}
-
-leaderElection:
-  # -- --leader-elect: run the controllers only while holding the Lease
-  enabled:{y(le["enabled"])}
-  # -- How long a standby waits before taking over an unrenewed Lease (Go duration; empty: {lease})
-  leaseDuration:{y(le["leaseDuration"])}
-  # -- How long the leader tries to renew before it stops leading (empty: {renew})
-  renewDeadline:{y(le["renewDeadline"])}
-  # -- Time between Lease attempts (empty: {retry})
-  retryPeriod:{y(le["retryPeriod"])}
-
-# -- The one namespace to watch and reconcile (WATCH_NAMESPACE); empty: every namespace. The RBAC stays
-# cluster-wide either way.
-watchNamespace:{y(v["watchNamespace"])}
-
-kubeAPI:
-  # -- Timeout of Kubernetes API requests (KUBE_API_TIMEOUT, Go duration; empty: {api_timeout})
-  timeout:{y(v["kubeAPI"]["timeout"])}
-
-flux:
-  # -- Largest Flux artifact a workspace unpacks, in bytes (a positive number; empty: the agent's default)
-  maxUntarSizeBytes:{y(v["flux"]["maxUntarSizeBytes"])}
-
-# -- Extra environment variables of the manager container (name/value or name/valueFrom), after the
-# chart's own: a variable named here again overrides the chart's (the last one wins)
-extraEnv:{y(v["extraEnv"])}
-
-# -- Resource requests and limits of the manager container
-resources:{y(v["resources"])}
-
-# -- Security context of the manager container
-securityContext:{y(v["securityContext"])}
-
-# -- Security context of the manager pod (the defaults satisfy the `restricted` Pod Security Standard)
-podSecurityContext:{y(v["podSecurityContext"])}
-
-# -- Seconds the manager gets to finish its reconciles and release the Lease when stopped
-terminationGracePeriodSeconds:{y(v["terminationGracePeriodSeconds"])}
-
-# -- Annotations of the Deployment
-deploymentAnnotations:{y(v["deploymentAnnotations"])}
-# -- Annotations added to the manager pod
-podAnnotations:{y(v["podAnnotations"])}
-# -- Labels added to the manager pod
-podLabels:{y(v["podLabels"])}
-# -- Node selector of the manager pod
-nodeSelector:{y(v["nodeSelector"])}
-# -- Affinity of the manager pod
-affinity:{y(v["affinity"])}
-# -- Tolerations of the manager pod
-tolerations:{y(v["tolerations"])}
-
-namespace:
-  # -- Render the Namespace object too (with its `restricted` Pod Security label), named after the
-  # release namespace. Off for `helm install`, which needs the namespace before it installs (use
-  # --create-namespace, or create it yourself); on for `helm template | kubectl apply`.
-  create:{y(v["namespace"]["create"])}
-
-metrics:
-  service:
-    # -- The metrics Service (port {METRICS_PORT}, plain HTTP /metrics)
-    enabled:{y(v["metrics"]["service"]["enabled"])}
-
-serviceMonitor:
-  # -- A Prometheus Operator ServiceMonitor for the metrics Service (needs its CRD, monitoring.coreos.com/v1)
-  enabled:{y(sm["enabled"])}
-  # -- Namespace of the ServiceMonitor (empty: the release namespace)
-  namespace:{y(sm["namespace"])}
-  # -- Labels of the ServiceMonitor, e.g. the one your Prometheus selects ServiceMonitors by
-  labels:{y(sm["labels"])}
-  # -- Scrape interval (empty: Prometheus's)
-  interval:{y(sm["interval"])}
-  # -- Scrape timeout (empty: Prometheus's)
-  timeout:{y(sm["timeout"])}
-  # -- Path of the metrics
-  telemetryPath:{y(sm["telemetryPath"])}
-  # -- metricRelabelings of the endpoint
-  metricRelabelings:{y(sm["metricRelabelings"])}
-  # -- Service labels copied onto the scraped series
-  targetLabels:{y(sm["targetLabels"])}
-"""
-
-
-def project_version() -> str:
-    return str(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"])
+def docs_with_table(nodes: tuple[helm_values.Node, ...]) -> str:
+    """docs/helm.md with its values table rewritten from the description."""
+    text = DOCS.read_text()
+    begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
+    if begin < 0 or end < begin:
+        raise SystemExit(f"gen_helm: {DOCS} lacks the lines {TABLE_BEGIN!r} ... {TABLE_END!r}")
+    table = helm_values.values_table(nodes)
+    return text[: begin + len(TABLE_BEGIN)] + "\n\n" + table + "\n" + text[end:]
 
 
 def expected_files(kubectl: str) -> dict[Path, str]:
     objs, moved = render_config(kubectl)
-    files = build_chart(objs, moved, project_version())
-    return {CHART / rel: text for rel, text in files.items()}
+    files, nodes = build(objs, moved, VERSION)
+    expected = {CHART / rel: text for rel, text in files.items()}
+    expected[DOCS] = docs_with_table(nodes)
+    return expected
 
 
 def stale_files(expected: dict[Path, str]) -> list[Path]:

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import functools
 import gzip
 import json
 import os
 import re
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,117 +27,33 @@ from typing import Any
 import gen_helm  # hack/gen_helm.py (hack/ is on sys.path: test/conftest.py)
 import pytest
 import yaml
+from helmtest import (
+    CHART,
+    REPO,
+    Obj,
+    app_version,
+    as_helm_installs,
+    by_key,
+    config_default,
+    config_namespace,
+    env_of,
+    helm,
+    key,
+    manager,
+    refused,
+    template,
+)
 from kubetest import kubectl
 from localcluster import LocalCluster
-
-REPO = Path(__file__).resolve().parent.parent
-CHART = REPO / "charts" / "pko"
-CONFIG_DEFAULT = REPO / "config" / "default"
-MANAGED_BY = "app.kubernetes.io/managed-by"
-TIMEOUT = 180
 
 # The first test that needs helm builds it when the cache has none (about 2 min cold on 2 cores, with an
 # empty Go module cache): more than the suite's 300 s default leaves for a slow machine.
 pytestmark = pytest.mark.timeout(900)
 
-Obj = dict[str, Any]
-Key = tuple[str, str, str | None]
-
-
-@functools.cache
-def helm_binary() -> str:
-    proc = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-helm.sh")],
-        capture_output=True,
-        text=True,
-        timeout=840,
-        check=False,
-    )
-    assert proc.returncode == 0, f"hack/build-helm.sh failed:\n{proc.stderr}"
-    helm = Path(proc.stdout.strip().splitlines()[-1]) / "bin" / "helm"
-    assert os.access(helm, os.X_OK), f"hack/build-helm.sh printed no directory with bin/helm: {proc.stdout}"
-    return str(helm)
-
 
 @pytest.fixture(scope="module")
 def helm_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("helm-home")
-
-
-def helm(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """The pinned helm, with its cache, config and data under ``home`` (nothing of the user's)."""
-    env = {
-        **os.environ,
-        "HELM_CACHE_HOME": str(home / "cache"),
-        "HELM_CONFIG_HOME": str(home / "config"),
-        "HELM_DATA_HOME": str(home / "data"),
-    }
-    cmd = [helm_binary(), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env, check=False)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}")
-    return proc
-
-
-def objects(text: str) -> list[Obj]:
-    return [doc for doc in yaml.safe_load_all(text) if doc]
-
-
-def key(obj: Obj) -> Key:
-    return obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace")
-
-
-def by_key(objs: list[Obj]) -> dict[Key, Obj]:
-    out = {key(o): o for o in objs}
-    assert len(out) == len(objs), "two objects with the same kind, name and namespace"
-    return out
-
-
-@functools.cache
-def kustomized() -> tuple[str, ...]:
-    """`kubectl kustomize config/default`, one YAML document per object (cached as text: callers get
-    their own copies)."""
-    out = subprocess.run(
-        ["kubectl", "kustomize", str(CONFIG_DEFAULT)],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=True,
-    ).stdout
-    return tuple(yaml.safe_dump(o) for o in objects(out))
-
-
-def config_default() -> list[Obj]:
-    return [yaml.safe_load(doc) for doc in kustomized()]
-
-
-def config_namespace() -> str:
-    return next(o["metadata"]["namespace"] for o in config_default() if "namespace" in o["metadata"])
-
-
-def as_helm_installs(obj: Obj) -> Obj:
-    """config/default's object with the one label the chart says differently."""
-    labels = obj["metadata"].get("labels") or {}
-    if labels.get(MANAGED_BY) == "kustomize":
-        labels[MANAGED_BY] = "Helm"
-    return obj
-
-
-def template(home: Path, *args: str, namespace: str | None = None) -> list[Obj]:
-    ns = namespace or config_namespace()
-    return objects(
-        helm(home, "template", "pko", str(CHART), "--namespace", ns, "--include-crds", *args).stdout
-    )
-
-
-def manager(objs: list[Obj]) -> tuple[Obj, Obj]:
-    deploy = next(o for o in objs if o["kind"] == "Deployment")
-    container = next(c for c in deploy["spec"]["template"]["spec"]["containers"] if c["name"] == "manager")
-    return deploy, container
-
-
-def env_of(container: Obj) -> dict[str, Any]:
-    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
 
 # ---------------------------------------------------------------- the default values are config/default
@@ -269,7 +183,8 @@ def test_environment_values_reach_the_operators_variables(custom: list[Obj]) -> 
     assert env["LEADER_ELECTION_RETRY_PERIOD"] == "20s"
     assert env["KUBE_API_TIMEOUT"] == "45s"
     assert env["FLUX_MAX_UNTAR_SIZE_BYTES"] == "524288000"
-    assert env["AGENT_IMAGE"] == "platform/pko-agent@sha256:" + "ab" * 32
+    # An empty tag is the chart's appVersion; a digest is appended to it (NAME:VERSION@sha256:...).
+    assert env["AGENT_IMAGE"] == f"platform/pko-agent:{app_version()}@sha256:" + "ab" * 32
     assert env["AGENT_IMAGE_PULL_POLICY"] == "Always"
     assert env["HTTPS_PROXY"] == "http://proxy.example:3128"
     assert env["PULUMI_ACCESS_TOKEN"] == {"secretKeyRef": {"name": "pulumi", "key": "token"}}
@@ -292,7 +207,7 @@ def test_the_operator_accepts_what_the_chart_configures(custom: list[Obj]) -> No
     assert settings.watch_namespace == "stacks"
     assert settings.kube_api_timeout == 45.0
     assert settings.flux_max_untar_size_bytes == 524288000
-    assert settings.agent_image == "platform/pko-agent@sha256:" + "ab" * 32
+    assert settings.agent_image == f"platform/pko-agent:{app_version()}@sha256:" + "ab" * 32
     assert settings.agent_image_pull_policy == "Always"
     assert (settings.log_level, settings.log_format) == ("debug", "console")
 
@@ -325,24 +240,24 @@ def test_service_monitor_scrapes_the_metrics_service(custom: list[Obj]) -> None:
 def test_a_values_file_written_for_the_go_operators_chart_carries_over(
     helm_home: Path, tmp_path: Path
 ) -> None:
-    """The Go chart's value names pko shares take effect; those it has no use for (its RBAC and naming
-    switches, an empty-string imagePullSecrets, null extra volumes) are ignored, not errors."""
-    go_values = {
+    """The Go chart's value names pko shares take effect (its naming, ServiceAccount and RBAC switches
+    among them, its empty-string imagePullSecrets and null extra volumes too); a setting pko does not
+    have is refused by the schema, naming it, rather than silently ignored."""
+    go_values: dict[str, Any] = {
         "replicaCount": 2,
         "image": {"registry": "ghcr.io", "repository": "example/pko", "tag": "", "pullPolicy": "Always"},
         "imagePullSecrets": "",
-        "controller": {"logLevel": "error", "logFormat": "console", "metricsSecure": True},
+        "controller": {"logLevel": "error", "logFormat": "console"},
         "leaderElection": {"leaseDuration": "60s", "renewDeadline": "45s", "retryPeriod": "10s"},
         "kubeAPI": {"timeout": "30s"},
         "flux": {"maxUntarSizeBytes": ""},
         "extraEnv": [{"name": "GOMEMLIMIT", "value": "100MiB"}],
-        "rbac": {"create": True, "createClusterRole": True, "createRole": False, "extraRules": []},
+        "rbac": {"create": True, "extraRules": []},
         "nameOverride": "",
         "fullnameOverride": "",
         "serviceAccount": {"create": True, "annotations": {}, "name": ""},
         "extraVolumes": None,
         "extraVolumeMounts": None,
-        "extraPorts": None,
         "resources": {
             "limits": {"cpu": "200m", "memory": "128Mi"},
             "requests": {"cpu": "200m", "memory": "128Mi"},
@@ -354,10 +269,7 @@ def test_a_values_file_written_for_the_go_operators_chart_carries_over(
     objs = template(helm_home, "--values", str(path))
     deploy, container = manager(objs)
     assert deploy["spec"]["replicas"] == 2
-    assert (
-        container["image"]
-        == f"ghcr.io/example/pko:{yaml.safe_load((CHART / 'Chart.yaml').read_text())['appVersion']}"
-    )
+    assert container["image"] == f"ghcr.io/example/pko:{app_version()}"
     assert container["imagePullPolicy"] == "Always"
     assert "imagePullSecrets" not in deploy["spec"]["template"]["spec"]
     assert "--log-level=error" in container["args"] and "--log-format=console" in container["args"]
@@ -370,6 +282,9 @@ def test_a_values_file_written_for_the_go_operators_chart_carries_over(
     assert "FLUX_MAX_UNTAR_SIZE_BYTES" not in env
     assert container["resources"] == go_values["resources"]
     helm(helm_home, "lint", "--strict", str(CHART), "--values", str(path))
+    for go_only in ("controller.metricsSecure=true", "rbac.createClusterRole=true", "extraPorts[0].name=x"):
+        name = go_only.split("=")[0].split("[")[0].rsplit(".", 1)[-1]
+        assert f"'{name}' not allowed" in refused(helm_home, "--values", str(path), "--set", go_only)
 
 
 def test_no_service_monitor_by_default(helm_home: Path) -> None:
@@ -380,29 +295,22 @@ def test_metrics_service_can_be_left_out(helm_home: Path) -> None:
     objs = template(helm_home, "--set", "metrics.service.enabled=false")
     ports = [p["name"] for o in objs if o["kind"] == "Service" for p in o["spec"]["ports"]]
     assert ports == ["http-fileserver"]
-    refused = helm(
-        helm_home, "template", "pko", str(CHART), "--set", "metrics.service.enabled=false",
-        "--set", "serviceMonitor.enabled=true", check=False,
-    )  # fmt: skip
-    assert refused.returncode != 0
-    assert "serviceMonitor.enabled needs metrics.service.enabled" in refused.stderr
+    error = refused(
+        helm_home, "--set", "metrics.service.enabled=false", "--set", "serviceMonitor.enabled=true"
+    )
+    assert "serviceMonitor.enabled needs metrics.service.enabled" in error
 
 
 def test_leader_election_can_be_turned_off_for_one_replica_only(helm_home: Path) -> None:
     _, container = manager(template(helm_home, "--set", "leaderElection.enabled=false"))
     assert "--leader-elect" not in container["args"]
-    refused = helm(
-        helm_home, "template", "pko", str(CHART), "--set", "leaderElection.enabled=false",
-        "--set", "replicaCount=2", check=False,
-    )  # fmt: skip
-    assert refused.returncode != 0
-    assert "replicaCount > 1 needs leaderElection.enabled" in refused.stderr
+    error = refused(helm_home, "--set", "leaderElection.enabled=false", "--set", "replicaCount=2")
+    assert "replicaCount > 1 needs leaderElection.enabled" in error
 
 
 def test_several_watched_namespaces_are_refused_with_the_reason(helm_home: Path) -> None:
-    refused = helm(helm_home, "template", "pko", str(CHART), "--set", "watchNamespace={a,b}", check=False)
-    assert refused.returncode != 0
-    assert "watchNamespace is one namespace name" in refused.stderr
+    # pko watches one namespace or every one: the schema says watchNamespace is a string.
+    assert "/watchNamespace': got array, want string" in refused(helm_home, "--set", "watchNamespace={a,b}")
 
 
 def test_helm_lint_passes_with_default_and_custom_values(helm_home: Path, values_file: Path) -> None:
@@ -425,6 +333,10 @@ def test_the_committed_chart_is_what_the_generator_writes() -> None:
         ("pko", ("", "pko", "", "")),
         ("registry.example:5000/platform/pko:v1", ("registry.example:5000", "platform/pko", "v1", "")),
         ("localhost/pko-agent@sha256:" + "0" * 64, ("localhost", "pko-agent", "", "sha256:" + "0" * 64)),
+        (
+            "registry.example/pko:0.1.0@sha256:" + "0" * 64,
+            ("registry.example", "pko", "0.1.0", "sha256:" + "0" * 64),
+        ),
         ("pulumi/pulumi-kubernetes-operator:v2.9.0", ("", "pulumi/pulumi-kubernetes-operator", "v2.9.0", "")),
     ],
 )
@@ -448,34 +360,6 @@ def test_the_generator_refuses_a_config_it_would_misrepresent(change: Any, reaso
         change(manager(render)[1])
     with pytest.raises(SystemExit, match=re.escape(reason)):
         gen_helm.build_chart(objs, moved, "0.0.0")
-
-
-def leaf_paths(values: dict[str, Any], prefix: str = "") -> Iterator[str]:
-    for name, value in values.items():
-        path = f"{prefix}{name}"
-        if (
-            isinstance(value, dict)
-            and value
-            and name not in ("resources", "securityContext", "podSecurityContext")
-        ):
-            yield from leaf_paths(value, path + ".")
-        else:
-            yield path
-
-
-def test_the_chart_readme_documents_every_value() -> None:
-    """Each value of values.yaml has a row in the README's table: its own (`image.tag`), or its
-    parent's listing it (`agent.image.registry`, `.repository`, ...)."""
-    rows = [line for line in (CHART / "README.md").read_text().splitlines() if line.startswith("| `")]
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
-    missing = []
-    for path in leaf_paths(values):
-        parent, _, leaf = path.rpartition(".")
-        if not any(
-            f"`{path}`" in row or (parent and f"`{parent}." in row and f".{leaf}`" in row) for row in rows
-        ):
-            missing.append(path)
-    assert not missing, f"charts/pko/README.md does not document {missing}"
 
 
 def test_chart_version_is_the_projects() -> None:
@@ -558,7 +442,10 @@ def test_helm_install_creates_what_config_default_creates(
 def _install_and_uninstall(cluster: Any, helm_home: Path, helm_release: str) -> None:
     namespace = helm_release
     kubeconfig = ["--kubeconfig", str(cluster.kubeconfig)]
-    helm(helm_home, "install", "pko", str(CHART), "--namespace", namespace, *kubeconfig)
+    installed = helm(helm_home, "install", "pko", str(CHART), "--namespace", namespace, *kubeconfig)
+    # NOTES.txt: the next steps, for this release's namespace and Deployment.
+    assert f"kubectl -n {namespace} rollout status deployment/controller-manager" in installed.stdout
+    assert "--clusterrole=system:auth-delegator" in installed.stdout and "kind: Stack" in installed.stdout
     for obj in config_default():
         if obj["kind"] == "Namespace":
             continue  # the release namespace, created before the install
