@@ -380,9 +380,14 @@ def build(
     # The operator's own RBAC: the bindings of its ServiceAccount and the roles they grant.
     operator_bindings = [t for _, t in templated_objs if names.binds_operator(t)]
     operator_roles = {(b["roleRef"]["kind"], b["roleRef"]["name"]) for b in operator_bindings}
-    manager_roles = [o["roleRef"]["name"] for o in operator_bindings if o["roleRef"]["kind"] == "ClusterRole"]
-    manager_role = one([o for o in objs if ("ClusterRole", o["metadata"]["name"]) in set(
-        ("ClusterRole", n) for n in manager_roles)], "ClusterRole bound to the manager")  # fmt: skip
+    manager_role = one(
+        [
+            o
+            for o in objs
+            if (o["kind"], o["metadata"]["name"]) in operator_roles and o["kind"] == "ClusterRole"
+        ],
+        "ClusterRole bound to the manager (rbac.extraRules go there)",
+    )
 
     for obj, templated in templated_objs:
         markers = Markers()

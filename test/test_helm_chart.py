@@ -352,6 +352,16 @@ def test_image_references_split_into_the_values_the_chart_joins(ref: str, split:
         (lambda c: c["args"].remove("--leader-elect"), "no --leader-elect"),
         (lambda c: c["env"].append({"name": "WATCH_NAMESPACE", "value": "x"}), "sets ['WATCH_NAMESPACE']"),
         (lambda c: c.pop("resources"), "lacks terminationGracePeriodSeconds, resources"),
+        (lambda c: c.pop("livenessProbe"), "securityContext or a probe"),
+        (lambda c: c["env"].append({"name": "WORKSPACE_IMAGE", "value": "x"}), "sets ['WORKSPACE_IMAGE']"),
+        # Workspaces fetch artifacts through the Service this names: the chart renames it with the release.
+        (
+            lambda c: c["args"].__setitem__(
+                [a.split("=")[0] for a in c["args"]].index("--program-fs-adv-addr"),
+                "--program-fs-adv-addr=elsewhere.$(POD_NAMESPACE):80",
+            ),
+            "does not name a Service of config/",
+        ),
     ],
 )
 def test_the_generator_refuses_a_config_it_would_misrepresent(change: Any, reason: str) -> None:

@@ -72,8 +72,14 @@ def assert_consistent(objs: list[Obj]) -> None:
     adv = next(a for a in container["args"] if a.startswith("--program-fs-adv-addr="))
     service = adv.removeprefix("--program-fs-adv-addr=").split(".")[0]
     fileserver = next(o for o in of_kind(objs, "Service") if o["metadata"]["name"] == service)
-    assert fileserver["spec"]["ports"][0]["name"] == "http-fileserver"
     assert adv == f"--program-fs-adv-addr={service}.$(POD_NAMESPACE):80"
+    # ... whose port 80 reaches the port the manager's file server listens on, on the manager's pods.
+    (port,) = [p for p in fileserver["spec"]["ports"] if p["port"] == 80]
+    (listening,) = [p for p in container["ports"] if p["name"] == port["targetPort"]]
+    assert f"--program-fs-addr=:{listening['containerPort']}" in container["args"]
+    pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    assert fileserver["spec"]["selector"].items() <= pod_labels.items()
+    assert fileserver["metadata"]["namespace"] == deploy["metadata"]["namespace"]
 
 
 # ---------------------------------------------------------------------------------- the schema
