@@ -89,7 +89,9 @@ def kustomize(kubectl: str, path: Path) -> list[Obj]:
     )
     if proc.returncode != 0:
         raise SystemExit(f"gen_helm: {kubectl} kustomize {path} failed:\n{proc.stderr}")
-    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+    # libyaml's loader where PyYAML has it (the CRDs take a second to parse in pure Python).
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return [doc for doc in yaml.load_all(proc.stdout, Loader=loader) if doc]
 
 
 def render_config(kubectl: str) -> tuple[list[Obj], list[Obj]]:
