@@ -21,6 +21,7 @@ import json
 import os
 import re
 import tempfile
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -462,7 +463,11 @@ def _install_and_uninstall(cluster: Any, helm_home: Path, helm_release: str) -> 
     installed = helm(helm_home, "install", "pko", str(CHART), "--namespace", namespace, *kubeconfig)
     # NOTES.txt: the next steps, for this release's namespace and Deployment.
     assert f"kubectl -n {namespace} rollout status deployment/controller-manager" in installed.stdout
-    assert "--clusterrole=system:auth-delegator" in installed.stdout and "kind: Stack" in installed.stdout
+    assert "--clusterrole=system:auth-delegator" in installed.stdout
+    # The first Stack it shows is one the apiserver accepts (the CRDs' schemas and CEL rules).
+    example = installed.stdout.split("<<'EOF'\n", 1)[1].split("\n     EOF\n", 1)[0]
+    assert "kind: Stack" in example and "kind: Program" in example
+    kubectl(cluster, "apply", "-n", "default", "--dry-run=server", "-f", "-", input=textwrap.dedent(example))
     for obj in config_default():
         if obj["kind"] == "Namespace":
             continue  # the release namespace, created before the install
