@@ -100,7 +100,11 @@ def _make_b(tree: Path, version: str) -> None:
     changelog.write_text(
         changelog.read_text().replace("## [Unreleased]\n\n", f"## [Unreleased]\n\n{entry}", 1)
     )
-    for crd in (tree / "config" / "crd" / "bases").glob("*stacks*.yaml"):
+    crds = [
+        *(tree / "config" / "crd" / "bases").glob("*stacks*.yaml"),
+        tree / "charts/pko/crds/stacks.pulumi.com.yaml",
+    ]
+    for crd in crds:
         doc = yaml.safe_load(crd.read_text())
         for served in doc["spec"]["versions"]:
             spec = served["schema"]["openAPIV3Schema"]["properties"]["spec"]
@@ -443,6 +447,10 @@ def test_helm_install_and_upgrade_from_the_oci_chart(
     _wait_operator(kube, a)
     _settled_after_upgrade(kube, a, before)
     before = _snapshot(kube)
+    # The documented upgrade: the new CRDs first (Helm never upgrades a chart's crds/), then the chart.
+    crds = _helm(kube, "show", "crds", chart, "--version", b.version, "--ca-file", str(registry.ca), *config)
+    assert CRD_MARKER in crds
+    kube.run("apply", "--server-side", "-f", "-", input=crds)
     _helm(kube, "upgrade", "pko", chart, "--version", b.version, *common)
     _wait_operator(kube, b)
     _settled_after_upgrade(kube, b, before)
