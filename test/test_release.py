@@ -132,3 +132,47 @@ def test_a_tag_that_exists_is_refused_and_nothing_else_is_pushed(tree: Path, reg
     proc = _release(tree, reg, f"v{VERSION}")
     _refused(proc, f"{reg.address}/team/pko-agent:{VERSION} exists ({existing})", reg, before)
     assert client.manifest_digest("team/pko", VERSION) is None
+
+
+def _oci_archive(path: Path, layer: bytes) -> None:
+    """A one-image OCI archive as hack/build-images.sh writes them (oci-layout, index.json, blobs)."""
+    import io
+    import tarfile
+
+    oci = "application/vnd.oci.image"
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {"built": "here"}},
+                         "rootfs": {"type": "layers", "diff_ids": [digest_of(layer)]}}).encode()  # fmt: skip
+    manifest = json.dumps({
+        "schemaVersion": 2, "mediaType": f"{oci}.manifest.v1+json",
+        "config": {"mediaType": f"{oci}.config.v1+json", "digest": digest_of(config), "size": len(config)},
+        "layers": [{"mediaType": f"{oci}.layer.v1.tar", "digest": digest_of(layer), "size": len(layer)}],
+    }).encode()  # fmt: skip
+    entry = {"mediaType": f"{oci}.manifest.v1+json", "digest": digest_of(manifest), "size": len(manifest)}
+    index = json.dumps({"schemaVersion": 2, "manifests": [entry]}).encode()
+    files = {"oci-layout": b'{"imageLayoutVersion":"1.0.0"}', "index.json": index}
+    for blob in (layer, config, manifest):
+        files[f"blobs/sha256/{digest_of(blob).removeprefix('sha256:')}"] = blob
+    with tarfile.open(path, "w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_an_image_is_pushed_by_digest_with_the_release_labels(reg: registry.Registry, tmp_path: Path) -> None:
+    from ocilayout import push_archive
+
+    layer = b"a layer's bytes" * 1000
+    archive = tmp_path / "image.oci.tar"
+    _oci_archive(archive, layer)
+    client = Registry(reg.address, reg.username, reg.password, reg.ca)
+    labels = {"org.opencontainers.image.version": VERSION}
+    pushed = push_archive(archive, client, "labelled/pko", VERSION, labels)
+    assert pushed.pinned == f"{reg.address}/labelled/pko:{VERSION}@{pushed.digest}"
+    assert client.manifest_digest("labelled/pko", VERSION) == pushed.digest
+    manifest = client.get_manifest("labelled/pko", pushed.digest)
+    config = json.loads(client.get_blob("labelled/pko", manifest["config"]["digest"]))
+    assert config["config"]["Labels"] == {"built": "here", **labels}
+    assert client.get_blob("labelled/pko", manifest["layers"][0]["digest"]) == layer
+    # The same archive again (a retried release): the layer is not uploaded twice, the digest is the same.
+    assert push_archive(archive, client, "labelled/pko", VERSION, labels).digest == pushed.digest
