@@ -10,6 +10,7 @@ kube-scheduler, kubelet, containerd + runc, a CNI bridge, kube-proxy and cluster
     python3 hack/localnode.py node-lose     # pko-node2's machine dies (SIGKILL, no cleanup)
     python3 hack/localnode.py node-remove   # pko-node2 goes, and all it made (`down` does it too)
     python3 hack/localnode.py trust-registry HOST:PORT CA_FILE   # containerd trusts a registry's CA
+    python3 hack/localnode.py untrust-registry HOST:PORT
     python3 hack/localnode.py remove-images PATTERN...           # e.g. 'docker.io/library/pko*:dev'
     python3 hack/localnode.py import-images [--import FILE.oci.tar ...]   # back in (default: all of up's)
 
@@ -628,6 +629,11 @@ def trust_registry(address: str, ca_file: Path, certs_d: Path = CERTS_D) -> Path
     )
     _log(f"containerd trusts https://{address} ({hosts})")
     return hosts
+
+
+def untrust_registry(address: str, certs_d: Path = CERTS_D) -> None:
+    """Undo :func:`trust_registry` for ``address``: containerd's next pull from it sees no CA of its own."""
+    shutil.rmtree(certs_d / address, ignore_errors=True)
 
 
 # --- up / down ----------------------------------------------------------------------------------------
@@ -1340,6 +1346,7 @@ def main(argv: list[str] | None = None) -> int:
             "node-remove",
             "node-lose",
             "trust-registry",
+            "untrust-registry",
             "remove-images",
             "import-images",
         ),
@@ -1347,7 +1354,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "operands",
         nargs="*",
-        help="restart: the component; trust-registry: HOST:PORT CA_FILE; remove-images: PATTERN...",
+        help="restart: the component; (un)trust-registry: HOST:PORT [CA_FILE]; remove-images: PATTERN...",
     )
     p.add_argument("--signal", default="TERM", choices=("TERM", "KILL"), help="restart: how it stops")
     p.add_argument("--down-for", type=float, default=0.0, help="restart: seconds between stop and start")
@@ -1365,6 +1372,11 @@ def main(argv: list[str] | None = None) -> int:
         if len(args.operands) != 2:
             p.error("trust-registry needs HOST:PORT CA_FILE")
         print(trust_registry(args.operands[0], Path(args.operands[1])))
+        return 0
+    if args.command == "untrust-registry":
+        if len(args.operands) != 1:
+            p.error("untrust-registry needs HOST:PORT")
+        untrust_registry(args.operands[0])
         return 0
     if args.command == "remove-images":
         if not args.operands:

@@ -434,6 +434,11 @@ def test_kubelets_pull_trusts_the_registry_and_takes_the_pull_secrets_credential
         assert sorted(removed) == sorted([image, f"{reg.address}/pko/cri@{digest}", image_id])
         assert image_id not in {i.id for i in images.ListImages(pb.ListImagesRequest()).images}
 
+        localnode.untrust_registry(reg.address, certs_d)
+        with pytest.raises(grpc.RpcError) as untrusted:  # the next pull verifies against no CA of its own
+            pull(reg.username, reg.password)
+        assert "401" not in str(untrusted.value)
+
 
 def test_remove_images_drops_their_content_and_import_puts_them_back(
     bah: Buildah, containerd: Path, tmp_path: Path
