@@ -14,6 +14,7 @@ KUBE_BIN="$("$PY" hack/localcluster.py build | tail -1)"
 export PATH="$KUBE_BIN:$PATH"
 bash hack/build-pulumi.sh >/dev/null
 bash hack/build-helm.sh >/dev/null   # the chart's tests render and install with the real helm
+bash hack/build-registry.sh >/dev/null   # the release tests push to a real OCI registry (Distribution)
 bash hack/lint.sh
 
 check() {  # pytest's exit code 5 (nothing collected) is a failure, not a pass
