@@ -299,7 +299,7 @@ def _snapshot(kube: Kube) -> dict[str, Any]:
 
 def _helm(kube: Kube, *args: str, check: bool = True, input: str | None = None) -> str:
     helm = subprocess.run(["bash", str(HACK / "build-helm.sh")], check=True, capture_output=True, text=True)
-    binary = helm.stdout.strip().splitlines()[-1]
+    binary = str(Path(helm.stdout.strip().splitlines()[-1]) / "bin" / "helm")
     proc = subprocess.run(
         [binary, *args], env=kube.env, capture_output=True, text=True, timeout=600, input=input
     )

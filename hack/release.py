@@ -155,9 +155,9 @@ def kustomize(tree: Path, kubectl: str, directory: str) -> list[dict[str, object
     return [o for o in yaml.safe_load_all(run(kubectl, "kustomize", str(tree / directory))) if o]
 
 
-def tool(script: str) -> str:
-    """The last line a hack/ build script prints: the path of the binary it built (or found cached)."""
-    return run("bash", str(HACK / script)).strip().splitlines()[-1]
+def helm_binary() -> str:
+    """The pinned helm: hack/build-helm.sh prints the directory whose bin/helm it built (or found cached)."""
+    return str(Path(run("bash", str(HACK / "build-helm.sh")).strip().splitlines()[-1]) / "bin" / "helm")
 
 
 # --- the release -----------------------------------------------------------------------------------
@@ -185,7 +185,7 @@ def release(args: argparse.Namespace) -> Path:
     kubectl = args.kubectl or shutil.which("kubectl") or ""
     if not kubectl:
         raise ReleaseError("kubectl (for `kubectl kustomize`) is not on PATH; say --kubectl")
-    helm = tool("build-helm.sh")
+    helm = helm_binary()
     # Under the cache: the image archives are hard links into it (the same filesystem).
     (cache_dir() / "tmp").mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="release-", dir=cache_dir() / "tmp"))
