@@ -139,6 +139,7 @@ def registry(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[R
         yield Registry(reg.address, reg.ca, reg.username, reg.password)
     finally:
         reg.stop()
+        _hack("localnode").untrust_registry(reg.address)
 
 
 @pytest.fixture(scope="module")
