@@ -6,6 +6,9 @@
 #   requirements-build.lock  what the agent's build runs: PyInstaller (its spec in the dev extras) and its
 #                            needs, and the build backend ([build-system].requires); pinned to the same
 #                            versions as requirements.lock where the two share a package
+#   requirements-workspace.lock  the workspace image's Python SDK (pulumi==PULUMI_SDK_VERSION of
+#                            hack/versions.env) and its needs, and pip, setuptools and wheel (its wheelhouse
+#                            for programs' own virtualenvs); the same versions as requirements.lock where shared
 #
 # Both are resolved for the images' Python (CPython 3.11, Linux x86_64) with uv's `pip compile`, every
 # entry with the sha256 of each of its files. The resolution only sees files uploaded before a cutoff
@@ -27,7 +30,7 @@ UV_VERSION=0.13.8
 TOOLS="$CACHE/uv-$UV_VERSION"
 PYTHON_VERSION=3.11
 PLATFORM=x86_64-unknown-linux-gnu
-LOCKS=(requirements.lock requirements-build.lock)
+LOCKS=(requirements.lock requirements-build.lock requirements-workspace.lock)
 
 mode="${1:-}"
 case "$mode" in
@@ -80,6 +83,14 @@ grep -qi '^pyinstaller' "$WORK/build.in" || { echo "lock.sh: no pyinstaller in t
 compile "$WORK/new/requirements-build.lock" \
     "# What the agent's build runs (PyInstaller, the build backend), beside requirements.lock." \
     "$WORK/build.in" -c "$WORK/new/requirements.lock" --no-annotate
+
+# The workspace image's input: the SDK of hack/versions.env, and the wheelhouse's packaging tools.
+sdk="$(sed -n 's/^PULUMI_SDK_VERSION=//p' "$REPO/hack/versions.env")"
+[ -n "$sdk" ] || { echo "lock.sh: hack/versions.env names no PULUMI_SDK_VERSION" >&2; exit 1; }
+printf '%s\n' "pulumi==$sdk" pip setuptools wheel > "$WORK/workspace.in"
+compile "$WORK/new/requirements-workspace.lock" \
+    "# The workspace image's Python: the Pulumi SDK of hack/versions.env, and pip, setuptools and wheel." \
+    "$WORK/workspace.in" -c "$WORK/new/requirements.lock" --no-annotate
 
 if [ "$mode" = --check ]; then
     status=0

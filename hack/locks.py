@@ -17,6 +17,8 @@ from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# The locks .venv and the agent are installed from (the workspace image's, requirements-workspace.lock,
+# is installed in that image only).
 LOCKS = (REPO / "requirements.lock", REPO / "requirements-build.lock")
 # No environment marker: the locks are resolved for one platform (hack/lock.sh), so none is expected.
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)\s*\\?$")

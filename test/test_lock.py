@@ -169,3 +169,31 @@ def test_images_install_only_from_the_locks(dockerfile: str, wanted: list[str]) 
     ignore = (REPO / f"{dockerfile}.dockerignore").read_text().split() if "/" in dockerfile else None
     if ignore is not None:
         assert {f"!{lock}" for lock in wanted} <= set(ignore)
+
+
+WORKSPACE = REPO / "requirements-workspace.lock"
+
+
+def test_the_workspace_lock_pins_the_sdk_of_versions_env_as_the_runtime_lock_does() -> None:
+    from versions import versions  # hack/versions.py
+
+    pins, runtime = locks.read_lock(WORKSPACE), locks.read_lock(RUNTIME)
+    assert pins["pulumi"].version == versions()["PULUMI_SDK_VERSION"]
+    assert {"pip", "setuptools", "wheel"} <= set(pins), "the wheelhouse's packaging tools"
+    assert all(pin.hashes for pin in pins.values())
+    for name in pins.keys() & runtime.keys():
+        assert pins[name] == runtime[name], f"{name}: the workspace's and the agent's SDK stacks differ"
+
+
+def test_the_workspace_image_installs_and_downloads_only_its_lock() -> None:
+    dockerfile = REPO / "images" / "workspace" / "Dockerfile"
+    text = dockerfile.read_text()
+    assert "COPY requirements-workspace.lock /opt/pulumi/requirements.lock" in text
+    assert "!requirements-workspace.lock" in (REPO / "images/workspace/Dockerfile.dockerignore").read_text()
+    flat = text.replace("\\\n", " ")
+    steps = [s for s in re.split(r"&&|;|\n", flat) if re.search(r"\bpip (install|download)\b", s)]
+    assert len(steps) == 2, steps
+    for step in steps:
+        words = shlex.split(step)
+        assert {"--no-deps", "--require-hashes"} <= set(words), step
+        assert words[words.index("-r") + 1] == "/opt/pulumi/requirements.lock", step
