@@ -23,48 +23,13 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=hack/versions.env
 . "$REPO/hack/versions.env"
-CACHE_ROOT="${PKO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pko}"
-
-log() { echo "build-helm: $(date +%T) $*" >&2; }
-die() { echo "build-helm: $*" >&2; exit 1; }
+# shellcheck source=hack/gotool.sh
+. "$REPO/hack/gotool.sh"
 
 [ $# -eq 0 ] || die "usage: hack/build-helm.sh"
 
 # Helm's module path carries its major version (helm.sh/helm/v3 for 3.x).
-MODULE="helm.sh/helm/v${HELM_VERSION%%.*}"
-VERSION="v$HELM_VERSION"
-# The cache key: the version, and a digest of the pin and of this recipe's revision (bump v1 when the way
-# it builds changes).
-pins="helm $HELM_VERSION $MODULE"
-KEY="helm-${HELM_VERSION}-$(sha256sum <<<"$pins v1" | cut -c1-10)"
-OUT="$CACHE_ROOT/$KEY"
-DIST="$OUT/dist"
-
-have_all() { [ -x "$DIST/bin/helm" ]; }
-if have_all; then echo "$DIST"; exit 0; fi
-
-mkdir -p "$CACHE_ROOT"
-exec 9>"$CACHE_ROOT/.build-helm.lock"
-flock 9
-if have_all; then echo "$DIST"; exit 0; fi
-
-# shellcheck source=hack/gomod.sh
-. "$REPO/hack/gomod.sh"
-gomod_env
-
-WORK="$OUT/src"
-NEW="$OUT/dist.partial"
-rm -rf "$WORK" "$NEW"
-mkdir -p "$NEW/bin"
-
-step_start=0
-step() { log "$*"; step_start=$SECONDS; }
-took() { log "  took $((SECONDS - step_start)) s"; }
-total_start=$SECONDS
-
-step "module $MODULE@$VERSION"
-gomod_copy "$MODULE" "$VERSION" "$WORK"
-took
+gotool_begin helm helm "$HELM_VERSION" "helm.sh/helm/v${HELM_VERSION%%.*}" helm
 
 # A -X for a variable that is not there is silently ignored: check each stamp's variable exists, and that
 # the module's own version names the pin's minor release, so a wrong pin cannot pass for a right one.
@@ -91,7 +56,4 @@ reported="$("$NEW/bin/helm" version --template '{{.Version}}')"
 log "helm $reported (Kubernetes 1.$k8s_minor, client-go $client_go)"
 took
 
-rm -rf "$DIST" "$WORK"
-mv "$NEW" "$DIST"
-log "done in $((SECONDS - total_start)) s"
-echo "$DIST"
+gotool_finish

@@ -20,48 +20,13 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=hack/versions.env
 . "$REPO/hack/versions.env"
-CACHE_ROOT="${PKO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pko}"
-
-log() { echo "build-registry: $(date +%T) $*" >&2; }
-die() { echo "build-registry: $*" >&2; exit 1; }
+# shellcheck source=hack/gotool.sh
+. "$REPO/hack/gotool.sh"
 
 [ $# -eq 0 ] || die "usage: hack/build-registry.sh"
 
 # The module path carries its major version (v3 for 3.x).
-MODULE="github.com/distribution/distribution/v${DISTRIBUTION_VERSION%%.*}"
-VERSION="v$DISTRIBUTION_VERSION"
-# The cache key: the version, and a digest of the pin and of this recipe's revision (bump v1 when the way
-# it builds changes).
-pins="distribution $DISTRIBUTION_VERSION $MODULE"
-KEY="registry-${DISTRIBUTION_VERSION}-$(sha256sum <<<"$pins v1" | cut -c1-10)"
-OUT="$CACHE_ROOT/$KEY"
-DIST="$OUT/dist"
-
-have_all() { [ -x "$DIST/bin/registry" ]; }
-if have_all; then echo "$DIST"; exit 0; fi
-
-mkdir -p "$CACHE_ROOT"
-exec 9>"$CACHE_ROOT/.build-registry.lock"
-flock 9
-if have_all; then echo "$DIST"; exit 0; fi
-
-# shellcheck source=hack/gomod.sh
-. "$REPO/hack/gomod.sh"
-gomod_env
-
-WORK="$OUT/src"
-NEW="$OUT/dist.partial"
-rm -rf "$WORK" "$NEW"
-mkdir -p "$NEW/bin"
-
-step_start=0
-step() { log "$*"; step_start=$SECONDS; }
-took() { log "  took $((SECONDS - step_start)) s"; }
-total_start=$SECONDS
-
-step "module $MODULE@$VERSION"
-gomod_copy "$MODULE" "$VERSION" "$WORK"
-took
+gotool_begin registry distribution "$DISTRIBUTION_VERSION" "github.com/distribution/distribution/v${DISTRIBUTION_VERSION%%.*}" registry
 
 # A -X for a variable that is not there is silently ignored: check the stamps' variables exist, and that the
 # module's own default version names the pin, so a wrong pin cannot pass for a right one.
@@ -80,7 +45,4 @@ reported="$("$NEW/bin/registry" --version)"
 log "registry ${reported#* }"
 took
 
-rm -rf "$DIST" "$WORK"
-mv "$NEW" "$DIST"
-log "done in $((SECONDS - total_start)) s"
-echo "$DIST"
+gotool_finish
