@@ -20,7 +20,9 @@ import ssl
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import urlencode, urlsplit
+
+from pko.machinery.resourcetype import Resource
 
 __all__ = ["ApiError", "ApiServer", "Endpoint", "Resource", "status_message"]
 
@@ -28,38 +30,6 @@ Obj = dict[str, Any]
 Query = Sequence[tuple[str, str]]
 
 MERGE_PATCH: Final = "application/merge-patch+json"
-
-
-@dataclass(frozen=True, slots=True)
-class Resource:
-    """A resource type (``group`` ``""`` for the core API), its paths spelled as
-    :class:`pko.machinery.resource.Resource` spells them (which loads aiohttp; a test keeps the two
-    equal). Its fields are that class's, so an operator's ``ResourceClient`` takes one too."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def name(self) -> str:
-        return f"{self.plural}.{self.group}" if self.group else self.plural
-
-    def collection_path(self, namespace: str | None) -> str:
-        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if namespace and self.namespaced:
-            return f"{prefix}/namespaces/{quote(namespace, safe='')}/{self.plural}"
-        return f"{prefix}/{self.plural}"
-
-    def object_path(self, namespace: str | None, name: str) -> str:
-        if self.namespaced and not namespace:
-            raise ValueError(f"{self.name} is namespaced: a namespace is required")
-        return f"{self.collection_path(namespace)}/{quote(name, safe='')}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient, ApiException
 
 from pko import defaults
+from pko.machinery.resourcetype import Resource as Resource  # the one definition, re-exported
 
 Obj = dict[str, Any]
 
@@ -56,37 +57,6 @@ _PATCH_CONTENT_TYPES: dict[str, str] = {
 }
 # Server-side apply takes YAML, and JSON is YAML: the body is sent as JSON under this type.
 _APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
-
-
-@dataclass(frozen=True, slots=True)
-class Resource:
-    """A resource type: ``group`` is ``""`` for the core API."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def name(self) -> str:
-        """``plural.group`` (or ``plural`` for core), as kubectl names it; used in logs and metrics."""
-        return f"{self.plural}.{self.group}" if self.group else self.plural
-
-    def collection_path(self, namespace: str | None) -> str:
-        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if namespace and self.namespaced:
-            return f"{prefix}/namespaces/{quote(namespace, safe='')}/{self.plural}"
-        return f"{prefix}/{self.plural}"
-
-    def object_path(self, namespace: str | None, name: str) -> str:
-        if self.namespaced and not namespace:
-            raise ValueError(f"{self.name} is namespaced: a namespace is required")
-        return f"{self.collection_path(namespace)}/{quote(name, safe='')}"
 
 
 # A few built-in types, for convenience and tests.
