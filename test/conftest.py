@@ -106,6 +106,18 @@ async def namespace(request: pytest.FixtureRequest, api_client: Any, crds: list[
         await core.delete_namespace(name)
 
 
+@pytest.fixture(scope="module")
+def reg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A private OCI registry on loopback (hack/registry.py: Distribution, TLS from its own CA, htpasswd)."""
+    import registry
+
+    running = registry.start(tmp_path_factory.mktemp("registry"), "127.0.0.1")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     mode = f"external ($KUBECONFIG={os.environ['KUBECONFIG']})" if os.environ.get("KUBECONFIG") else "local"
     return f"pko control plane: {mode}"

@@ -40,15 +40,6 @@ OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
-@pytest.fixture(scope="module")
-def reg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[registry.Registry]:
-    running = registry.start(tmp_path_factory.mktemp("registry"), "127.0.0.1")
-    try:
-        yield running
-    finally:
-        running.stop()
-
-
 @functools.cache
 def _buildah() -> str:
     if shutil.which("buildah") is None:

@@ -27,15 +27,6 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def reg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[registry.Registry]:
-    running = registry.start(tmp_path_factory.mktemp("registry"), "127.0.0.1")
-    try:
-        yield running
-    finally:
-        running.stop()
-
-
-@pytest.fixture(scope="module")
 def tree() -> Iterator[Path]:
     """A clean worktree of HEAD (this checkout may hold uncommitted work)."""
     path = Path(tempfile.mkdtemp(prefix="pko-release-test-"))
