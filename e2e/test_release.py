@@ -37,6 +37,7 @@ import pytest
 import yaml
 
 from .conftest import OPERATOR_NS, REPO, Kube
+from .test_walkthrough import program, ready, stack
 
 pytestmark = pytest.mark.pko_only("installs pko's own releases")
 
@@ -309,65 +310,6 @@ def _helm(kube: Kube, *args: str, check: bool = True, input: str | None = None) 
     return proc.stdout
 
 
-STACK_MANIFEST = f"""
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata:
-  name: {STACK}-state
-spec:
-  accessModes: [ReadWriteOnce]
-  resources:
-    requests:
-      storage: 1Gi
----
-apiVersion: pulumi.com/v1
-kind: Program
-metadata:
-  name: {STACK}
-program:
-  resources:
-    note:
-      type: kubernetes:core/v1:ConfigMap
-      properties:
-        metadata:
-          name: {STACK}-note
-        data:
-          said: deployed by a released pko
-  outputs:
-    configMap: ${{note.metadata.name}}
----
-apiVersion: pulumi.com/v1
-kind: Stack
-metadata:
-  name: {STACK}
-spec:
-  serviceAccountName: pulumi
-  stack: dev
-  programRef:
-    name: {STACK}
-  backend: file:///state
-  destroyOnFinalize: true
-  envRefs:
-    PULUMI_CONFIG_PASSPHRASE:
-      type: Literal
-      literal:
-        value: e2e-passphrase
-  workspaceTemplate:
-    spec:
-      podTemplate:
-        spec:
-          containers:
-            - name: pulumi
-              volumeMounts:
-                - name: state
-                  mountPath: /state
-          volumes:
-            - name: state
-              persistentVolumeClaim:
-                claimName: {STACK}-state
-"""
-
-
 # --- the tests ----------------------------------------------------------------------------------------
 
 
@@ -378,11 +320,11 @@ def test_install_yaml_from_the_registry_runs_a_stack_on_a_node_without_our_image
     kube.run("apply", "--server-side", "-f", str(a.dist / "install.yaml"), timeout=300)
     _wait_operator(kube, a)
     kube.run("apply", "--server-side", "-f", str(a.dist / "quickstart.yaml"))
-    kube.apply(STACK_MANIFEST)
-    kube.until("the released Stack Ready", lambda: _ready(kube), 600)
+    kube.apply(program(STACK) + "---\n" + stack(STACK, f"programRef:\n    name: {STACK}"))
+    ready(kube, STACK)
     ids = _image_ids(_workspace_pod(kube) or {})
     assert ids["bootstrap"] == a.digest("pko-agent") and ids["pulumi"] == a.digest("pko-workspace"), ids
-    assert kube.get("configmap", f"{STACK}-note") is not None
+    assert kube.get("configmap", f"{STACK}-settings") is not None
 
 
 def test_the_downloaded_plugin_runs_on_a_bare_python(kube: Kube, releases: dict[str, Release]) -> None:
