@@ -28,8 +28,8 @@ def test_pyproject_reads_the_version_from_the_code() -> None:
     assert read_attr(attr, package_dir={"pko": str(REPO / "pko")}, root_dir=REPO) == VERSION
 
 
-def test_the_operator_and_the_agent_print_it() -> None:
-    for module, prog in (("pko", "pko"), ("pko.agent", "agent")):
+def test_the_operator_the_agent_and_the_plugin_print_it() -> None:
+    for module, prog in (("pko", "pko"), ("pko.agent", "agent"), ("pko.kubectl", "kubectl-pko")):
         out = subprocess.run(
             [sys.executable, "-m", module, "--version"], capture_output=True, text=True, check=True
         )
