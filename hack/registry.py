@@ -6,6 +6,8 @@ over the same protocol, and with the same credentials flow (an imagePullSecret),
 
     python3 hack/registry.py up [--host 10.87.0.1] [--port 0] [--state DIR]   # prints JSON: address, ca,
                                                                               # username, password
+    python3 hack/registry.py up --env ...   # the same as shell exports: REGISTRY, REGISTRY_CA,
+                                            # PKO_REGISTRY_USERNAME, PKO_REGISTRY_PASSWORD
     python3 hack/registry.py down [--state DIR]
 
 The server runs detached (its own session), so ``up`` returns once it answers ``GET /v2/`` with 401
@@ -28,6 +30,7 @@ import dataclasses
 import json
 import os
 import secrets
+import shlex
 import signal
 import ssl
 import subprocess
@@ -291,9 +294,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1", help="up: the address to serve on (the node's: 10.87.0.1)")
     p.add_argument("--port", type=int, default=0, help="up: the port (0: one the server picks)")
     p.add_argument("--state", type=Path, default=DEFAULT_STATE, help=f"its state (default {DEFAULT_STATE})")
+    p.add_argument("--env", action="store_true", help="up: print shell exports, not JSON")
     args = p.parse_args(argv)
     if args.command == "up":
-        print(json.dumps(start(args.state, args.host, args.port).as_json(), indent=1))
+        running = start(args.state, args.host, args.port)
+        if args.env:
+            exports = {
+                "REGISTRY": running.address,
+                "REGISTRY_CA": str(running.ca),
+                "PKO_REGISTRY_USERNAME": running.username,
+                "PKO_REGISTRY_PASSWORD": running.password,
+            }
+            print("".join(f"export {k}={shlex.quote(v)}\n" for k, v in exports.items()), end="")
+        else:
+            print(json.dumps(running.as_json(), indent=1))
     else:
         stop(args.state.resolve())
     return 0
