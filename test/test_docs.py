@@ -10,6 +10,7 @@ and a heading of a docs page where it names one.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -134,3 +135,29 @@ def test_a_mistake_fails_the_build(tmp_path: Path, mistake: str) -> None:
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, output
     assert warning in output, output
+# --- the front door ----------------------------------------------------------------------------
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def local_links(path: Path) -> list[str]:
+    return [t for t in _LINK.findall(path.read_text()) if not re.match(r"[a-z]+:", t)]
+
+
+def test_the_readme_is_short() -> None:
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines (at most {README_MAX_LINES})"
+
+
+@pytest.mark.parametrize("name", ["README.md", "CONTRIBUTING.md"])
+def test_front_door_links_reach_their_target(site: Path, name: str) -> None:
+    """Each relative link names a file of the repository; one into docs/ with ``#x`` names a heading."""
+    source = REPO / name
+    for target in local_links(source):
+        file, _, anchor = target.partition("#")
+        assert file, f"{name}: an anchor of its own ({target}): link into docs/ instead"
+        assert (REPO / file).exists(), f"{name}: {target}: no such file"
+        if anchor and file.startswith("docs/") and file.endswith(".md"):
+            page = file.removeprefix("docs/").removesuffix(".md")
+            html = site / ("index.html" if page == "index" else f"{page}/index.html")
+            assert f'id="{anchor}"' in html.read_text(), f"{name}: {target}: no such heading"

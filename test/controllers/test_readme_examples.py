@@ -1,20 +1,22 @@
-"""The README's Stack and Program examples run: applied as a user would, they deploy as the README says.
+"""The Stack and Program examples of docs/stacks.md and the README run: applied as a user would, they
+deploy as the page says.
 
-The YAML blocks of the README's "Stacks" and "Programs" sections that are preceded by an
-``<!-- example: NAME -->`` comment are applied; a block preceded by ``<!-- status: NAME -->`` is
-what ``kubectl get stack -o yaml`` shows for example NAME, and is compared with the real status.
-Unmarked blocks (fragments) are skipped. Every example names the ``default`` namespace; the test
-moves namespaced objects into its own namespace and gives the ClusterRoleBinding a unique name.
+The YAML blocks of docs/stacks.md that are preceded by an ``<!-- example: NAME -->`` comment are
+applied; a block preceded by ``<!-- status: NAME -->`` is what ``kubectl get stack -o yaml`` shows for
+example NAME, and is compared with the real status. Unmarked blocks (fragments) are skipped.
+Every example names the ``default`` namespace; the test moves namespaced objects into its own
+namespace and gives the ClusterRoleBinding a unique name.
 
 * ``service-account``: the workspace ServiceAccount and its ``system:auth-delegator`` binding,
-  applied first (no fixture grants it: the README's step is what makes the agents accept the operator);
+  applied first (no fixture grants it: the page's step is what makes the agents accept the operator);
 * ``program-stack``: end to end (real operator, play-kubelet, agents with the stand-in Pulumi CLI,
   whose image environment supplies a file backend and a passphrase, so the access token the
   example references is set but unused); then deleted, which runs the destroy;
 * ``git-stack``: end to end, with ``projectRepo`` replaced by a local dulwich HTTP git server
   serving ``random-yaml/Pulumi.yaml`` on ``master`` (the token is sent, the server ignores it);
 * ``flux-stack``: Flux's CRDs are not installed here, so its Stack is checked with a server-side
-  dry run only (the GitRepository is not applied); ``test_stack_reconciler`` covers Flux sources.
+  dry run only (the GitRepository is not applied); ``test_stack_reconciler`` covers Flux sources;
+* ``first-stack``, the README's first Stack: its Program and Stack pass a server-side dry run.
 """
 
 from __future__ import annotations
@@ -45,34 +47,27 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
 Obj = dict[str, Any]
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-SECTIONS = ("Stacks", "Programs")
+REPO = Path(__file__).resolve().parents[2]
+PAGE = REPO / "docs" / "stacks.md"
+README = REPO / "README.md"
 APPLIED = {"service-account", "program-stack", "git-stack"}
 DRY_RUN = {"flux-stack"}
+README_DRY_RUN = {"first-stack"}
 ACCESS_TOKEN = "pul-readme-example-token-0123456789"
 GIT_TOKEN = "ghp-readme-example-token-0123456789"
 
 _MARKED = re.compile(r"<!-- (example|status): ([a-z0-9-]+) -->\n```yaml\n(.*?)```", re.DOTALL)
 
 
-# --- the README ------------------------------------------------------------------------------
+# --- the pages -------------------------------------------------------------------------------
 
 
-def section(text: str, title: str) -> str:
-    """The body of the level-2 section ``title`` (up to the next level-2 heading)."""
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.MULTILINE | re.DOTALL)
-    assert match, f"README has no '## {title}' section"
-    return match.group(1)
-
-
-def marked_blocks() -> dict[tuple[str, str], list[Obj]]:
-    """(kind of mark, name) -> the YAML documents of that block, from the Stacks and Programs sections."""
-    text = README.read_text()
+def marked_blocks(page: Path = PAGE) -> dict[tuple[str, str], list[Obj]]:
+    """(kind of mark, name) -> the YAML documents of that block of ``page``."""
     blocks: dict[tuple[str, str], list[Obj]] = {}
-    for title in SECTIONS:
-        for mark, name, body in _MARKED.findall(section(text, title)):
-            assert (mark, name) not in blocks, f"two README blocks marked {mark}: {name}"
-            blocks[(mark, name)] = [d for d in yaml.safe_load_all(body) if d]
+    for mark, name, body in _MARKED.findall(page.read_text()):
+        assert (mark, name) not in blocks, f"two blocks of {page.name} marked {mark}: {name}"
+        blocks[(mark, name)] = [d for d in yaml.safe_load_all(body) if d]
     return blocks
 
 
@@ -91,7 +86,7 @@ def localize(docs: list[Obj], namespace: str) -> list[Obj]:
     return out
 
 
-def test_the_readme_marks_its_examples() -> None:
+def test_the_pages_mark_their_examples() -> None:
     blocks = marked_blocks()
     names = {name for mark, name in blocks if mark == "example"}
     assert names == APPLIED | DRY_RUN, names
@@ -103,6 +98,9 @@ def test_the_readme_marks_its_examples() -> None:
     for name in ("program-stack", "git-stack", "flux-stack"):
         stack = next(d for d in blocks[("example", name)] if d["kind"] == "Stack")
         assert stack["spec"]["serviceAccountName"] == "pulumi", name
+    readme = marked_blocks(README)
+    assert {name for _, name in readme} == README_DRY_RUN, readme
+    assert [d["kind"] for d in readme[("example", "first-stack")]] == ["Program", "Stack"]
 
 
 # --- the cluster -----------------------------------------------------------------------------
@@ -169,7 +167,7 @@ async def env(
     api_client: ApiClient, cluster: Any, namespace: str, operator: Operator, kubelet: PlayKubelet
 ) -> AsyncIterator[Env]:
     e = Env(api_client, cluster, namespace, operator, kubelet)
-    # The README's prerequisites: the ServiceAccount with system:auth-delegator, the access token.
+    # The page's prerequisites: the ServiceAccount with system:auth-delegator, the access token.
     docs = e.example("service-account")
     await apply(cluster, docs)
     await e.kubectl(
@@ -185,11 +183,11 @@ async def env(
 
 
 def _same_shape(expected: Any, actual: Any, path: str = "status") -> None:
-    """``actual`` has what the README shows: the same keys, equal scalars except times, names and
+    """``actual`` has what the page shows: the same keys, equal scalars except times, names and
     generated values (compared by type)."""
     if isinstance(expected, dict):
         assert isinstance(actual, dict), f"{path}: {actual!r}"
-        assert set(expected) == set(actual), f"{path}: README shows {sorted(expected)}, got {sorted(actual)}"
+        assert set(expected) == set(actual), f"{path}: shown {sorted(expected)}, got {sorted(actual)}"
         for key in expected:
             _same_shape(expected[key], actual[key], f"{path}.{key}")
     elif isinstance(expected, list):
@@ -197,7 +195,7 @@ def _same_shape(expected: Any, actual: Any, path: str = "status") -> None:
         for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
             _same_shape(e, a, f"{path}[{i}]")
     else:
-        assert type(expected) is type(actual), f"{path}: README shows {expected!r}, got {actual!r}"
+        assert type(expected) is type(actual), f"{path}: the page shows {expected!r}, got {actual!r}"
 
 
 _GENERATED = (
@@ -224,7 +222,7 @@ def _scalars(obj: Any, path: str = "") -> dict[str, Any]:
     return {path: obj}
 
 
-async def test_program_example_deploys_with_the_status_the_readme_shows(env: Env) -> None:
+async def test_program_example_deploys_with_the_status_the_page_shows(env: Env) -> None:
     docs = env.example("program-stack")
     assert [d["kind"] for d in docs] == ["Program", "Stack"]
     await apply(env.cluster, docs)
@@ -233,7 +231,7 @@ async def test_program_example_deploys_with_the_status_the_readme_shows(env: Env
     status = stack["status"]
 
     shown = env.blocks[("status", "program-stack")][0]["status"]
-    # The README shows Pulumi Cloud's permalink; the stand-in's file backend has none.
+    # The page shows Pulumi Cloud's permalink; the stand-in's file backend has none.
     assert shown["lastUpdate"].pop("permalink", "").startswith("https://app.pulumi.com/")
     _same_shape(shown, status)
     # Equal, except what differs per run (times, generated names and commits) and generated values.
@@ -242,7 +240,7 @@ async def test_program_example_deploys_with_the_status_the_readme_shows(env: Env
     for path, value in expected.items():
         if path.rsplit(".", 1)[-1] in _GENERATED or path.startswith(".outputs.petName"):
             continue
-        assert actual[path] == value, f"status{path}: README shows {value!r}, got {actual[path]!r}"
+        assert actual[path] == value, f"status{path}: the page shows {value!r}, got {actual[path]!r}"
     # The Stack's config (petLength: 3) reached the program.
     length = docs[1]["spec"]["config"]["petLength"]
     assert len(status["outputs"]["petName"].split("-")) == length
@@ -261,14 +259,12 @@ async def test_program_example_deploys_with_the_status_the_readme_shows(env: Env
     ).items
     stack_events = [e for e in events if e["involvedObject"]["kind"] == "Stack"]
     assert {"StackUpdateDetected", "StackCreated"} <= {e["reason"] for e in stack_events}, stack_events
-    # kubectl describe's "From" column, as the README shows it.
+    # kubectl describe's "From" column, as the page shows it.
     assert {(e.get("source") or {}).get("component") for e in stack_events} == {"pulumi-kubernetes-operator"}
 
-    # kubectl get stacks: the columns the README shows, and this Stack's row.
-    shown_listing = re.search(
-        r"^\$ kubectl get stacks\n(.*)\n(.*)\n", section(README.read_text(), "Stacks"), re.M
-    )
-    assert shown_listing, "README shows no `kubectl get stacks`"
+    # kubectl get stacks: the columns the page shows, and this Stack's row.
+    shown_listing = re.search(r"^\$ kubectl get stacks\n(.*)\n(.*)\n", PAGE.read_text(), re.M)
+    assert shown_listing, "docs/stacks.md shows no `kubectl get stacks`"
     header, row = (await env.kubectl("get", "stacks")).splitlines()[:2]
     assert header.split() == shown_listing.group(1).split()
     assert row.split()[:3] == shown_listing.group(2).split()[:3] and row.split()[4] == "True"
@@ -341,3 +337,9 @@ async def test_flux_example_is_accepted_by_the_apiserver(env: Env) -> None:
     assert docs, "the Flux example has no Stack"
     out = await apply(env.cluster, docs, "--dry-run=server")
     assert "serverside-applied (server dry run)" in out, out
+
+
+async def test_the_readme_first_stack_is_accepted_by_the_apiserver(env: Env) -> None:
+    docs = localize(marked_blocks(README)[("example", "first-stack")], env.ns)
+    out = await apply(env.cluster, docs, "--dry-run=server")
+    assert out.count("serverside-applied (server dry run)") == 2, out
