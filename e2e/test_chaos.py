@@ -44,6 +44,6 @@ def test_fault_during_operation_loses_and_repeats_nothing(
     chaos.run([cell], step_seconds=5, bound=600)
     figures = chaos.REPO / ".bench-logs" / "chaos-e2e.jsonl"
     figures.parent.mkdir(parents=True, exist_ok=True)
-    with figures.open("a") as f:  # the figures of every run, kept for the README's table
+    with figures.open("a") as f:  # the figures of every run, kept for docs/fault-matrix.md's table
         f.write(json.dumps(asdict(cell)) + "\n")
     assert cell.outcome == "pass", chaos.table([cell]) + "\n" + matrix.diagnose()

@@ -2,9 +2,10 @@
 store served in the cluster, SeaweedFS (localhost/pko-seaweedfs:dev, hack/build-seaweedfs.sh), through the
 CLI's ``s3://`` backend with the keys from a Secret (envRefs).
 
-Applied as the README says, in one ``kubectl apply -k``: the SeaweedFS server creates its bucket at start
-and the workspace pod waits for it (the sample's init container). Then, from the SeaweedFS side (the
-filer's HTTP listing on loopback, ``kubectl exec`` into its pod): the bucket exists and holds the stack's
+Applied as docs/concepts.md (State backends) says, in one ``kubectl apply -k``: the SeaweedFS server
+creates its bucket at start and the workspace pod waits for it (the sample's init container). Then,
+from the SeaweedFS side (the filer's HTTP listing on loopback, ``kubectl exec`` into its pod): the
+bucket exists and holds the stack's
 checkpoint with every resource; the workspace pod has no volume for the state at all. The workspace pod
 deleted, the next update (asked for by annotation) runs in a new pod that finds every resource in the
 bucket: nothing created or replaced (the ConfigMap keeps its uid), a preview there expects no changes.

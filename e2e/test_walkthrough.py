@@ -584,7 +584,7 @@ def test_config_and_secrets_from_a_configmap_and_a_secret_reach_the_program_only
 
 
 def test_the_sample_deploys_kubernetes_objects_and_its_state_survives_pod_deletions(kube: Kube) -> None:
-    """The README's main job (config/samples, as hack/up.sh applies it): the real engine creates a
+    """hack/up.sh's sample (config/samples, as it applies it; docs/development.md): the real engine creates a
     ConfigMap and a Deployment through pulumi-kubernetes, the secret output is masked, and the state on
     the PersistentVolumeClaim outlives the workspace pod and the operator pod: the recreated pod finds
     the stack with every resource, and the next update changes nothing."""

@@ -15,7 +15,7 @@
 # `git clone --depth 1 --branch`, a bare commit with `git fetch --depth 1`) and HEAD must be the pinned
 # commit. Either way the source is extracted into the cache's scratch directory, never into the repo.
 #
-# How (measured, see README "The real Pulumi engine, built from source"):
+# How (measured, see docs/development.md, "Providers and language hosts built from pinned source"):
 #  - pulumi-random: the bridge requires pulumi-yaml and pulumi-dotnet's language host at pseudo-versions
 #    the proxy refuses; the pinned archives of exactly those commits are used through local `replace`
 #    directives (go.sum unchanged). The embedded schema is generated first (`go generate`, as upstream).

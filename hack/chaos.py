@@ -1304,7 +1304,7 @@ def table(matrix: list[Cell]) -> str:
 
 
 def grid(matrix: list[Cell]) -> str:
-    """The matrix as the README shows it: a row per fault, a column per operation and backend, each
+    """The matrix as docs/fault-matrix.md shows it: a row per fault, a column per operation and backend, each
     cell the seconds from the fault to recovery (or what else it ended as)."""
     columns = sorted({(c.operation, c.backend) for c in matrix}, key=lambda k: (OPERATIONS.index(k[0]), k[1]))
     faults = list(dict.fromkeys(c.fault for c in matrix))

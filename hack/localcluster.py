@@ -6,7 +6,7 @@ Standard library only, so it runs before the project's virtualenv exists.
 
 Why hand-rolled rather than kind/envtest: no container engine or registry is reachable on our
 machines; the binaries (Kubernetes and etcd, at the versions in `hack/versions.env`) are built once
-from their Go modules by `hack/build-kubernetes.sh` and cached outside the repo (see the README).
+from their Go modules by `hack/build-kubernetes.sh` and cached outside the repo (see docs/development.md).
 
 Every port is picked free at start, so two runs never collide. State (pids, ports) is written to
 `<dir>/state.json` so a later process can stop a cluster it did not start.

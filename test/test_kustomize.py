@@ -3,7 +3,7 @@
 Pure tests build each overlay with kubectl's built-in kustomize and check what users and the
 operator rely on (namespace, names, flags, restricted security context, least-privilege RBAC).
 Cluster tests apply `config/default` to the real control plane, first as a server-side dry run,
-then exactly as the README says (`kubectl apply --server-side -k config/default`), and ask the
+then exactly as docs/install.md says (`kubectl apply --server-side -k config/default`), and ask the
 apiserver (SubjectAccessReview via `kubectl auth can-i`) what the operator's account may do.
 
 The cluster is shared by the whole session, so cleanup removes what `config/default` created
@@ -363,12 +363,12 @@ def _wait_namespace_gone(kubeconfig: Path, name: str, timeout: float = 120.0) ->
 
 @pytest.fixture(scope="module")
 def installed(cluster: Any, crds: list[str]) -> Iterator[Path]:
-    """config/default applied with the README's command; removed again (except the CRDs) afterwards."""
+    """config/default applied with docs/install.md's command; removed again (except the CRDs) afterwards."""
     kubeconfig: Path = cluster.kubeconfig
     if run_kubectl("get", "namespace", NAMESPACE, kubeconfig=kubeconfig, check=False).returncode == 0:
         pytest.skip(f"namespace {NAMESPACE} already exists in this cluster; not touching it")
     try:
-        # Exactly the README's install command.
+        # Exactly docs/install.md's install command.
         run_kubectl("apply", "--server-side", "-k", str(CONFIG / "default"), kubeconfig=kubeconfig)
         yield kubeconfig
     finally:
@@ -427,7 +427,7 @@ def test_readme_install_command_creates_the_operator(installed: Path) -> None:
         ("clusterrolebinding", "pulumi-kubernetes-operator"),
     ]:
         run_kubectl("get", kind, name, kubeconfig=installed)
-    # Applying again is a no-op that succeeds (the README command is safe to re-run).
+    # Applying again is a no-op that succeeds (the install command is safe to re-run).
     run_kubectl("apply", "--server-side", "-k", str(CONFIG / "default"), kubeconfig=installed)
 
 

@@ -1,5 +1,5 @@
 """config/argocd/argocd-cm.yaml is what hack/gen_argocd.py makes of the .lua sources, holds them byte
-for byte where Argo CD reads them, and the README's patch command applies it to an argocd-cm."""
+for byte where Argo CD reads them, and docs/gitops.md's patch command applies it to an argocd-cm."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_the_patch_holds_every_script_byte_for_byte_under_argo_cds_keys() -> Non
 
 def test_the_readme_command_merges_the_patch_into_an_existing_argocd_cm(cluster: Any, tmp_path: Path) -> None:
     """``kubectl -n argocd patch configmap argocd-cm --patch-file config/argocd/argocd-cm.yaml``, the
-    README's command, on a real apiserver: the two keys are added, the settings already there stay."""
+    docs/gitops.md's command, on a real apiserver: the two keys are added, the settings already there stay."""
     ns = f"argocd-patch-{uuid.uuid4().hex[:8]}"
     kubectl(cluster, "create", "namespace", ns)
     try:

@@ -2,7 +2,7 @@
 kube-controller-manager (its garbage collector) and the play-kubelet running real agents with the
 stand-in Pulumi CLI.
 
-README (Suspend, deletion, workspaces): "Without ``destroyOnFinalize`` ... [the finalizer] is removed
+docs/stacks.md (Suspend, deletion, workspaces): "Without ``destroyOnFinalize`` ... [the finalizer] is removed
 once any running Update has been recorded, and the Stack's Workspace and Updates are
 garbage-collected with it."
 

@@ -4,7 +4,7 @@ As in test_stack_reconciler, only the stack controller runs and the test plays t
 Update controllers (``Env`` from there), so each step is exact. Retries are slow in this module
 (60 s): nothing runs again unless a test asks for it.
 
-* a preview-only Stack with ``destroyOnFinalize`` is released without a destroy (README, Deletion);
+* a preview-only Stack with ``destroyOnFinalize`` is released without a destroy (docs/stacks.md, Deletion);
 * prerequisites are neither waited for nor triggered while a Stack is being deleted;
 * ``workspaceReclaimPolicy: Delete`` reclaims the Workspace after a success only, never a failure;
 * the Stack gauges forget a deleted Stack (``stacks_active`` goes down; no series of it says 1);
@@ -75,7 +75,7 @@ async def _ready_once(env: Env, name: str, spec: Obj) -> Obj:
 
 
 async def test_a_preview_stack_with_destroy_on_finalize_is_released_without_a_destroy(env: Env) -> None:
-    """README: "Without destroyOnFinalize (or for a preview-only Stack) it is removed once any running
+    """docs/stacks.md: "Without destroyOnFinalize (or for a preview-only Stack) it is removed once any running
     Update has been recorded": a preview-only Stack never changed anything, so nothing is destroyed."""
     await env.program("prog")
     spec = {"programRef": {"name": "prog"}, "preview": True, "destroyOnFinalize": True}
@@ -174,7 +174,7 @@ async def test_prerequisites_are_neither_awaited_nor_triggered_while_deleting(en
 
 
 async def test_reclaim_policy_delete_keeps_the_workspace_after_a_failure(env: Env) -> None:
-    """README: ``Delete`` deletes the Workspace "after each successful operation": a failed one keeps
+    """docs/stacks.md: ``Delete`` deletes the Workspace "after each successful operation": a failed one keeps
     it (and its pod, for the retry and for a look at what went wrong)."""
     await env.program("prog")
     await env.create_stack("keeps", {"programRef": {"name": "prog"}, "workspaceReclaimPolicy": "Delete"})
@@ -264,8 +264,8 @@ async def test_last_update_message_is_the_failed_updates_message(env: Env) -> No
 
 
 async def test_a_stack_that_never_ran_and_cannot_is_released_at_once(env: Env) -> None:
-    """README: "A Stack that never ran an operation and cannot (an invalid spec, a Stalled Workspace) is
-    released at once", even with ``destroyOnFinalize``: there is nothing to destroy."""
+    """docs/stacks.md: "A Stack that never ran an operation and cannot (an invalid spec, a Stalled
+    Workspace) is released at once", even with ``destroyOnFinalize``: there is nothing to destroy."""
     await env.program("prog")
     invalid = {"programRef": {"name": "prog"}, "destroyOnFinalize": True, "prerequisites": [{"name": "inv"}]}
     await env.create_stack("inv", invalid)

@@ -46,7 +46,7 @@ def kubectl(
 
 
 def default_objects(kubeconfig: Path) -> list[Obj]:
-    """``kubectl kustomize config/default``: what the README's install command applies."""
+    """``kubectl kustomize config/default``: what docs/install.md's install command applies."""
     out = kubectl(kubeconfig, "kustomize", str(REPO / "config" / "default")).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
 

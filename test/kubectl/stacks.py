@@ -1,7 +1,7 @@
 """Stacks, Updates and Workspaces with statuses, as the operator writes them, for the plugin's tests.
 
 Shared by the pure tests and the apiserver tests (which create them): one place that knows the
-status shapes (README: Status and conditions; ``pko.controllers.stack.status``).
+status shapes (docs/stacks.md: Status and conditions; ``pko.controllers.stack.status``).
 """
 
 from __future__ import annotations
