@@ -6,7 +6,7 @@ for the apiserver itself, is rejected), then a SubjectAccessReview asks whether 
 ``use`` the ``workspaces/rpc`` subresource (group ``auto.pulumi.com``) of this Workspace. A token
 that fails review, or a review the agent may not make (its account lacks ``system:auth-delegator``),
 is ``UNAUTHENTICATED``; a SubjectAccessReview that says no is ``PERMISSION_DENIED``; any other
-apiserver error is ``INTERNAL`` and an unreachable apiserver ``UNAVAILABLE`` (README: Security).
+apiserver error is ``INTERNAL`` and an unreachable apiserver ``UNAVAILABLE`` (docs/security.md).
 
 Decisions are cached in bounded LRUs: TokenReview success 2 min (kube-apiserver's own webhook token
 cache default; the Go agent's 1 h let a token outlive its expiry, its service account's deletion and

@@ -268,6 +268,6 @@ Next steps
      EOF
      kubectl -n default get stack hello -w
 
-3. The chart's values and what they change: docs/helm.md; Stacks, Programs and approvals: README.md
+3. The chart's values and what they change: docs/helm.md; Stacks, Programs and approvals: docs/stacks.md
    and docs/ in pko's repository.
 """

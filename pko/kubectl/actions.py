@@ -3,7 +3,7 @@ each a fresh token in an annotation of the Stack, as ``kubectl annotate`` would 
 
 * ``retry``: ``pulumi.com/reconciliation-request``. The operator starts an Update at once
   (``Sync request: "<token>"``), and a new request resets the failure count and the backoff, also
-  of a Stalled Stack (README: When ``pulumi up`` runs; Failures and retries).
+  of a Stalled Stack (docs/stacks.md: When ``pulumi up`` runs; docs/retries.md).
 * ``refresh``: ``pulumi.com/refresh-request``. The operator runs one ``refresh`` (after the Update
   in flight, not while ``spec.suspend`` is set or the Stack is being deleted), retried after a
   transient failure, and records the token in ``status.observedRefreshRequest`` once the refresh

@@ -5,7 +5,7 @@ The paragraph is built from what the operator already records: the Stack's decid
 the Workspace's ``Ready`` condition and the last (or running) Update's ``Progressing``/``Failed``
 condition and message; ``status.plan`` while a plan awaits approval, and ``status.drift``. Each
 part is one sentence; the last one starts ``Fix:`` and gives the command to run when there is one.
-The texts of the hints follow the README's tables of reasons (Status and conditions, Failures and
+The texts of the hints follow docs/stacks.md's tables of reasons (Status and conditions, Failures and
 retries, Workspaces and Updates).
 """
 
@@ -137,9 +137,9 @@ def _rerun(fix: str, failure: Mapping[str, Any], names: _Names, *, stalled: bool
 
 _WORKSPACE_FIXES: Final = {
     "Unauthenticated": "bind the ClusterRole system:auth-delegator to the workspace's ServiceAccount "
-    "(spec.serviceAccountName; README: Before the first Stack)",
+    "(spec.serviceAccountName; docs/stacks.md: Before the first Stack)",
     "PermissionDenied": "bind the ClusterRole system:auth-delegator to the workspace's ServiceAccount "
-    "(spec.serviceAccountName; README: Before the first Stack)",
+    "(spec.serviceAccountName; docs/stacks.md: Before the first Stack)",
     "ImagePullFailed": "fix the image name or its pull secret (spec.workspaceTemplate)",
     "InitContainerFailed": "fix the source or its git credentials",
     "ContainerConfigError": "create the Secret or ConfigMap the pod's env refers to (spec.envRefs)",
@@ -281,7 +281,7 @@ def explain(
 
 
 def _stalled_fix(reason: str, failure: Mapping[str, Any], names: _Names) -> str:
-    """What to do about a Stalled reason (the README's table)."""
+    """What to do about a Stalled reason (docs/stacks.md's table)."""
     if reason == "SpecInvalid":
         return (
             f"correct what the message names (kubectl edit stack {names.flags}); for a missing Secret "
