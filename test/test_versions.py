@@ -38,10 +38,12 @@ def test_the_workspace_image_is_built_from_the_pinned_versions_only() -> None:
     dockerfile = (REPO / "images/workspace/Dockerfile").read_text()
     scripts = "hack/gomod.sh hack/build-pulumi.sh hack/build-sources.sh hack/build-runtimes.sh"
     assert f"COPY hack/versions.env {scripts} hack/" in dockerfile
-    assert 'pip install "pulumi==${PULUMI_SDK_VERSION}"' in dockerfile
+    # The Python SDK of PULUMI_SDK_VERSION, from its hash-pinned lock (test/test_lock.py checks the pin).
+    assert "COPY requirements-workspace.lock /opt/pulumi/requirements.lock" in dockerfile
     ignore = (REPO / "images/workspace/Dockerfile.dockerignore").read_text().split()
     assert [line for line in ignore if line.startswith("!")] == [
         "!hack/versions.env",
+        "!requirements-workspace.lock",
         "!hack/gomod.sh",
         "!hack/build-pulumi.sh",
         "!hack/build-sources.sh",
