@@ -93,7 +93,8 @@ POD_SUBNET = "10.88.0.0/24"
 SERVICE_CIDR = "10.0.0.0/24"
 APISERVER_PORT = 6443
 STORAGE_CLASS = "local"
-STATIC_VOLUMES = 32  # enough for the e2e suite, whose every Stack keeps its state on a claim
+# The e2e suite keeps every Stack's state on a claim and leaves the claims: 32 ran out before test_release.
+STATIC_VOLUMES = 48
 PACKAGES = (
     "containerd",
     "runc",
