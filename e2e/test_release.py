@@ -50,7 +50,9 @@ CRD_MARKER = "releaseUpgradeMarker"  # the field B's Stack CRD adds
 
 
 def _hack(module: str) -> Any:
-    sys.path.insert(0, str(HACK))
+    """A hack/ module (hack/ is not a package; its scripts import each other by name)."""
+    if str(HACK) not in sys.path:
+        sys.path.insert(0, str(HACK))
     return __import__(module)
 
 

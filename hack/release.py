@@ -18,6 +18,7 @@ the krew manifest ``plugins/pko.yaml``, ``images.txt`` and ``SHA256SUMS``.
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import shutil
 import subprocess
@@ -46,6 +47,7 @@ from releasefiles import (  # noqa: E402
     oci_labels,
     pin_values,
     quickstart_objects,
+    sha256_of,
     sha256sums,
     to_yaml,
     validate_version,
@@ -245,7 +247,7 @@ def release(args: argparse.Namespace) -> Path:
         download = (args.download_url or f"{source}/releases/download/v{version}").rstrip("/")
         (staging / "plugins").mkdir()
         (staging / "plugins" / "pko.yaml").write_text(
-            krew_manifest(version, f"{download}/{archive_name}", _sha256(staging / archive_name), source)
+            krew_manifest(version, f"{download}/{archive_name}", sha256_of(staging / archive_name), source)
         )
         (staging / "SHA256SUMS").write_text(sha256sums(staging))
         dist.parent.mkdir(parents=True, exist_ok=True)
@@ -291,18 +293,10 @@ def _plugin_archive(plugin: Path, archive: Path) -> None:
         info.mtime = 0
         return info
 
-    import gzip
-
     with archive.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
         with tarfile.open(fileobj=gz, mode="w") as tar:
             tar.add(plugin, "kubectl-pko", filter=fixed)
             tar.add(REPO / "LICENSE", "LICENSE", filter=fixed)
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:

@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from pko.kubectl.versions import VERSION_LABEL  # what `kubectl pko version` reads back
+
 __all__ = [
     "IMAGES",
     "Pins",
@@ -32,6 +34,7 @@ __all__ = [
     "oci_labels",
     "pin_values",
     "quickstart_objects",
+    "sha256_of",
     "sha256sums",
     "to_yaml",
     "validate_version",
@@ -41,7 +44,6 @@ Obj = dict[str, Any]
 
 # The images a release pushes: name in the registry -> the archive hack/build-images.sh writes.
 IMAGES: Mapping[str, str] = {"pko": "pko", "pko-agent": "pko-agent", "pko-workspace": "pko-workspace"}
-VERSION_LABEL = "app.kubernetes.io/version"
 # SemVer 2.0.0, and 0.N.M while the API is not declared stable (a pre-release part is allowed: 0.2.0-rc.1).
 _SEMVER = re.compile(r"0\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?")
 
@@ -226,10 +228,11 @@ def krew_manifest(version: str, uri: str, sha256: str, homepage: str) -> str:
     return yaml.safe_dump(manifest, sort_keys=False, width=1000)
 
 
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def sha256sums(directory: Path) -> str:
     """``sha256sum``'s format over every file under ``directory`` (paths relative to it, sorted)."""
-    lines = []
-    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != "SHA256SUMS"):
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        lines.append(f"{digest}  {path.relative_to(directory).as_posix()}\n")
-    return "".join(lines)
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != "SHA256SUMS")
+    return "".join(f"{sha256_of(path)}  {path.relative_to(directory).as_posix()}\n" for path in files)
