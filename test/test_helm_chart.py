@@ -526,7 +526,14 @@ def test_helm_install_upgrade_and_uninstall_on_a_cluster_without_the_crds(
 ) -> None:
     namespace = config_namespace()
     kubeconfig = ["--kubeconfig", str(fresh_cluster.kubeconfig)]
-    helm(helm_home, "install", "pko", str(CHART), "--namespace", namespace, "--create-namespace", *kubeconfig)
+    install = ["install", "pko", str(CHART), "--namespace", namespace, "--create-namespace", *kubeconfig]
+    proc = helm(helm_home, *install, check=False)
+    if proc.returncode != 0 and "connection reset by peer" in proc.stderr:
+        # Seen once in CI: the fresh apiserver reset the connection Helm posted a CRD on, before Helm
+        # recorded a release. A transport error is retried once; any other failure fails the test.
+        assert not kubectl(fresh_cluster, "get", "secret", "-n", namespace, "-o", "name").stdout.strip()
+        proc = helm(helm_home, *install, check=False)
+    assert proc.returncode == 0, f"helm install failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}"
     crds = [o["metadata"]["name"] for o in config_default() if o["kind"] == "CustomResourceDefinition"]
     kubectl(
         fresh_cluster, "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in crds]
