@@ -2,7 +2,7 @@
 # The test command: venv, lint (ruff + mypy --strict), the whole pytest suite against a real control
 # plane that the tests start themselves (or $KUBECONFIG), then the end-to-end suite (e2e/) on a real
 # node this machine runs (hack/localnode.py; skipped, with the reason, where a node cannot run).
-# Extra args go to the first pytest run. PKO_SKIP_E2E=1 skips the e2e suite.
+# Extra args go to the first pytest run. Each run ends with its 25 slowest steps (CI's budget, issue 45). PKO_SKIP_E2E=1 skips the e2e suite.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$REPO"
@@ -22,7 +22,7 @@ check() {  # pytest's exit code 5 (nothing collected) is a failure, not a pass
   return "$1"
 }
 set +e
-"$PY" -m pytest -p no:cacheprovider "$@"
+"$PY" -m pytest -p no:cacheprovider --durations=25 "$@"
 rc=$?
 set -e
 check "$rc" test/ || exit $?
@@ -31,7 +31,7 @@ if [ "${PKO_SKIP_E2E:-}" = 1 ]; then
   exit 0
 fi
 set +e
-"$PY" -m pytest -p no:cacheprovider -rs e2e
+"$PY" -m pytest -p no:cacheprovider --durations=25 -rs e2e
 rc=$?
 set -e
 check "$rc" e2e/
