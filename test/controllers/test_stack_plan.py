@@ -364,3 +364,94 @@ def test_an_update_that_could_not_be_created_is_not_named_in_flight() -> None:
     assert "currentUpdate" not in statuses(retry)[0]
     assert "currentUpdate" in copy.deepcopy(rest.status)  # the plan it came from is untouched
     assert refused(obs, rest, create, Failure(409, "exists")) is None  # ours, in flight
+
+
+# --- after a switch from the Go operator: a Workspace naming a digest nobody serves --------------
+
+GO_URL = "http://pulumi-kubernetes-operator.pulumi-kubernetes-operator.svc.cluster.local/programs/ns/p/1"
+GO_DIGEST = "sha256:9e9a" + "0" * 60  # what the Go operator packed and recorded
+PKO_DIGEST = "sha256:0d24" + "0" * 60  # what pko's artifact server serves for the same Program
+
+
+def go_workspace(*, url: str = GO_URL, digest: str = GO_DIGEST, stamped: bool = False) -> Obj:
+    """The Workspace as the Go operator wrote it: the Program artifact by its own digest, no stamp."""
+    ws = workspace()
+    ws["spec"]["flux"] = {"url": url, "digest": digest}
+    if stamped:
+        ws["metadata"]["annotations"] = {"auto.pulumi.com/applied-digest": "0" * 32}
+    return ws
+
+
+def go_in_flight() -> tuple[Obj, Obj]:
+    """The Go operator's Stack with its Update in flight (``currentUpdate``), and that Update Progressing."""
+    current = {"name": "s-go", "generation": 1, "reconcileRequest": "", "commit": GO_DIGEST}
+    done = {**DONE_UP, "lastAttemptedCommit": GO_DIGEST, "lastSuccessfulCommit": GO_DIGEST}
+    obj = stack(status={"lastUpdate": done, "currentUpdate": current})
+    running = update("s-go")
+    running["status"]["conditions"] = [
+        {"type": "Progressing", "status": "True", "reason": "Progressing"},
+        {"type": "Complete", "status": "False", "reason": "Progressing"},
+    ]
+    return obj, running
+
+
+def served(url: str = GO_URL, digest: str = PKO_DIGEST, *, ok: bool = True) -> Resolved:
+    return Resolved(ArtifactRevision(url, digest, "1"), digest, ok)
+
+
+def test_a_go_workspace_is_rewritten_with_the_served_digest_under_the_update_in_flight() -> None:
+    obj, running = go_in_flight()
+    ws = go_workspace()
+    # the source is read although an Update runs: the Workspace may name a digest nobody serves
+    assert needs_source(obj, parsed(obj), running, ws)
+    plan = decide(observed(obj, current_update=running, workspace=ws, source=served()))
+    assert kinds(plan) == ["WriteStatus", "Log", "ApplyWorkspace"]  # no Update: the one in flight stays
+    apply = plan.writes[-1]
+    assert isinstance(apply, ApplyWorkspace)
+    assert apply.body["spec"]["flux"] == {"url": GO_URL, "digest": PKO_DIGEST}
+    assert "auto.pulumi.com/applied-digest" in apply.body["metadata"]["annotations"]
+    assert plan.then is None
+    assert statuses(plan)[0]["currentUpdate"]["name"] == "s-go"
+    assert condition(statuses(plan)[0], "Reconciling") == (
+        "True",
+        "StackProcessing",
+        "stack is being processed",
+    )
+
+
+def test_a_digest_that_is_not_served_yet_is_never_written_under_a_running_update() -> None:
+    """The Program status the Go operator left (no Ready condition for this generation): pko's
+    Program controller has not packed it yet, so its digest would fail the same way."""
+    obj, running = go_in_flight()
+    plan = decide(observed(obj, current_update=running, workspace=go_workspace(), source=served(ok=False)))
+    assert kinds(plan) == ["WriteStatus"]
+    unresolved = Unresolved("SourceUnavailable", "unable to retrieve program for stack")
+    plan = decide(observed(obj, current_update=running, workspace=go_workspace(), source=unresolved))
+    assert kinds(plan) == ["WriteStatus"]
+    assert "Stalled" not in [c["type"] for c in statuses(plan)[0].get("conditions") or []]
+
+
+def test_a_workspace_pko_wrote_keeps_its_source_under_a_running_update() -> None:
+    obj, running = go_in_flight()
+    newer = served(url=GO_URL.replace("/1", "/2"))  # the Program's next generation: another URL
+    ws = go_workspace(stamped=True)
+    plan = decide(observed(obj, current_update=running, workspace=ws, source=newer))
+    assert kinds(plan) == ["WriteStatus"]
+    same = go_workspace(digest=PKO_DIGEST)
+    plan = decide(observed(obj, current_update=running, workspace=same, source=served()))
+    assert kinds(plan) == ["WriteStatus"]
+
+
+def test_a_stamped_workspace_whose_url_now_serves_other_bytes_is_rewritten() -> None:
+    """A pko upgrade that packs a Program differently: same URL, another digest."""
+    obj, running = go_in_flight()
+    plan = decide(
+        observed(obj, current_update=running, workspace=go_workspace(stamped=True), source=served())
+    )
+    assert kinds(plan) == ["WriteStatus", "Log", "ApplyWorkspace"]
+
+
+def test_a_git_workspace_is_not_looked_up_under_a_running_update() -> None:
+    obj, running = go_in_flight()
+    assert not needs_source(obj, parsed(obj), running, workspace())
+    assert not needs_source(obj, parsed(obj), running, None)

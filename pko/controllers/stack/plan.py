@@ -75,6 +75,7 @@ from pko.controllers.stack.status import (
     release_command,
     requirement_error,
 )
+from pko.controllers.stack.switch import may_name_stale_artifact, stale_artifact
 from pko.controllers.stack.updateobject import Run, build_update, kind_of, update_type_for
 from pko.controllers.stack.watches import update_complete, workspace_ready, workspace_stalled
 from pko.controllers.stack.workspaceobject import ProjectInfoRevision, ResolvedSource, build_workspace
@@ -117,6 +118,7 @@ __all__ = [
     "saved_project",
     "stack_ref",
     "terminating_message",
+    "unservable_workspace",
     "workspace_body",
     "workspace_for_destroy",
     "write_status",
@@ -324,10 +326,12 @@ def plan_update(
 
 @dataclass(frozen=True, slots=True)
 class Resolved:
-    """The source at a revision (``source`` None: the workspace template brings the program)."""
+    """The source at a revision (``source`` None: the workspace template brings the program);
+    ``served``: its artifact is the one its server serves now (:func:`artifact_served`)."""
 
     source: ResolvedSource | None
     commit: str
+    served: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,18 +375,42 @@ class Settings:
 
 def needs_source(obj: Obj, stack: Stack | None, current_update: Obj | None, workspace: Obj | None) -> bool:
     """Whether :func:`decide` will look at the source (so the reconciler reads it: a branch lookup,
-    Secrets): not for an invalid Stack, an Update still in flight, a deletion without a destroy,
+    Secrets): not for an invalid Stack, an Update still in flight (unless its Workspace may name
+    an artifact nobody serves: :mod:`pko.controllers.stack.switch`), a deletion without a destroy,
     or a destroy that runs in the Workspace as it is."""
     if stack is None:
         return False
     status = obj.get("status") or {}
     if status.get("currentUpdate") and current_update is not None and not update_complete(current_update):
-        return False
+        return may_name_stale_artifact(workspace)
     if (obj.get("metadata") or {}).get("deletionTimestamp"):
         if not stack.spec.destroy_on_finalize or stack.spec.preview:
             return False
         return workspace_for_destroy(workspace) is None
     return True
+
+
+def unservable_workspace(observed: Observed, stack: Stack) -> list[Write]:
+    """The Workspace rewritten under the Update in flight when it names an artifact digest nobody
+    serves and the source's served one is known (:mod:`pko.controllers.stack.switch`); else nothing."""
+    got = observed.source
+    if not isinstance(got, Resolved) or not stale_artifact(observed.workspace, got.source, served=got.served):
+        return []
+    deleting = bool((observed.obj.get("metadata") or {}).get("deletionTimestamp"))
+    try:
+        body = workspace_body(stack, got.source, observed.settings.workspace_image, deleting=deleting)
+    except ValueError:
+        return []  # the Stack's own reconcile reports it once the Update ends
+    flux = ((observed.workspace or {}).get("spec") or {}).get("flux") or {}
+    fields = {
+        "stack": (observed.obj.get("metadata") or {}).get("name"),
+        "stale": flux.get("digest"),
+        "served": got.commit,
+    }
+    said = Log(
+        "workspace names an artifact digest that is not served; rewritten under the running update", fields
+    )
+    return [said, ApplyWorkspace(body)]
 
 
 def workspace_for_destroy(workspace: Obj | None) -> Obj | None:
@@ -469,7 +497,8 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
             stranded = mark_workspace_stalled(status, observed.workspace, generation, now)
             if not stranded and current.get("kind") != "drift" and not current.get("cancelRequest"):
                 mark_reconciling(status, "StackProcessing", MSG_UPDATE, generation, now)
-            return Plan([*writes, write_status(status)], Result.done(), status)
+            writes.append(write_status(status))
+            return Plan([*writes, *unservable_workspace(observed, stack)], Result.done(), status)
         else:
             writes += absorb(status, current, update, observed.outputs, generation, now)
             status.pop("currentUpdate", None)

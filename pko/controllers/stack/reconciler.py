@@ -248,8 +248,7 @@ class StackReconciler:
         source: Resolved | Unresolved | None = None
         if stack is not None and needs_source(obj, stack, current, workspace):
             try:
-                resolved, commit = await self.sources.resolve(obj, stack)
-                source = Resolved(resolved, commit)
+                source = await self.sources.resolve(obj, stack)
             except Stall as stall:
                 source = Unresolved(stall.reason, stall.message, stall.requeue)
         return Observed(

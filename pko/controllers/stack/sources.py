@@ -14,12 +14,12 @@ from typing import Any
 
 from pko.api.stack import Stack
 from pko.controllers.stack.branchpoll import BranchResolver, GitCredentials, GitLookupError
-from pko.controllers.stack.plan import SOURCE_UNAVAILABLE_REQUEUE
+from pko.controllers.stack.plan import SOURCE_UNAVAILABLE_REQUEUE, Resolved
+from pko.controllers.stack.switch import artifact_served
 from pko.controllers.stack.watches import FLUX_SOURCES, artifact_of, namespace_of
 from pko.controllers.stack.workspaceobject import (
     ArtifactRevision,
     GitRevision,
-    ResolvedSource,
 )
 from pko.machinery.conditions import get_condition
 from pko.machinery.informer import SharedInformer
@@ -64,9 +64,10 @@ class SourceResolver:
         self.branches = branches
         self.secret_recheck = secret_recheck
 
-    async def resolve(self, obj: Obj, stack: Stack) -> tuple[ResolvedSource | None, str]:
-        """The source at its current revision, and the revision; raises :class:`Stall` when it
-        cannot be had (the reconciler may then destroy from :func:`saved_project`)."""
+    async def resolve(self, obj: Obj, stack: Stack) -> Resolved:
+        """The source at its current revision, the revision, and whether its artifact is the one
+        served now; raises :class:`Stall` when it cannot be had (the reconciler may then destroy
+        from :func:`saved_project`)."""
         spec = stack.spec
         namespace = namespace_of(obj)
         if spec.project_repo:
@@ -79,7 +80,7 @@ class SourceResolver:
                     )
                 except GitLookupError as exc:
                     raise Stall("SourceUnavailable", str(exc), SOURCE_UNAVAILABLE_REQUEUE) from exc
-            return GitRevision(spec.project_repo, commit, spec.repo_dir, spec.shallow), commit
+            return Resolved(GitRevision(spec.project_repo, commit, spec.repo_dir, spec.shallow), commit)
         if spec.flux_source is not None:
             ref = spec.flux_source.source_ref
             resource = self.flux_resource(ref.api_version, ref.kind)
@@ -117,9 +118,8 @@ class SourceResolver:
             digest = str(artifact.get("digest") or "")
             # The digest is what changed (Flux may keep the revision for new content, e.g. a new
             # ignore rule), so it is the "commit" compared and recorded, as upstream does.
-            return ArtifactRevision(
-                str(artifact["url"]), digest, revision, spec.flux_source.dir
-            ), digest or revision
+            source = ArtifactRevision(str(artifact["url"]), digest, revision, spec.flux_source.dir)
+            return Resolved(source, digest or revision, artifact_served(source_obj))
         if spec.program_ref is not None:
             program = self.programs.indexer.get_by_key(object_key(namespace, spec.program_ref.name))
             if program is None:
@@ -131,8 +131,9 @@ class SourceResolver:
                 raise Stall("SourceUnavailable", "Program has no artifact", SOURCE_UNAVAILABLE_REQUEUE)
             revision = str(artifact.get("revision") or "")
             digest = str(artifact.get("digest") or "")
-            return ArtifactRevision(str(artifact["url"]), digest, revision), digest or revision
-        return None, ""
+            source = ArtifactRevision(str(artifact["url"]), digest, revision)
+            return Resolved(source, digest or revision, artifact_served(program))
+        return Resolved(None, "")
 
     def flux_resource(self, api_version: str, kind: str) -> Resource | None:
         group, _, version = api_version.partition("/")
