@@ -35,6 +35,7 @@ from pko.controllers.update.plan import (
     decide,
     refused,
     stack_recorded,
+    watch_ended,
 )
 from pko.machinery.conditions import get_condition
 from pko.machinery.controller import Result
@@ -513,3 +514,60 @@ def test_a_plan_is_only_resolved_for_an_up() -> None:
     preview = make_update(type="preview", plan="s-17e")
     (start,) = decide(observed(preview)).writes
     assert isinstance(start, SelectAndStart) and start.request.preview is not None
+
+
+# --- another operator's agent (a switch from the Go operator) --------------------------------------
+
+GO_ANSWER = "unknown service pko.agent.v1.AutomationService"
+
+
+def go_running() -> dict[str, Any]:
+    """An Update the Go operator started (its conditions as Go writes them), Progressing."""
+    update = make_update()
+    update["status"] = {
+        "observedGeneration": 1,
+        "startTime": "2025-01-02T03:00:00Z",
+        "conditions": [
+            {"type": "Progressing", "status": "True", "reason": "Progressing", "message": ""},
+            {"type": "Complete", "status": "False", "reason": "Progressing", "message": ""},
+        ],
+    }
+    return update
+
+
+def test_a_followed_operation_ends_at_once_when_the_agent_is_another_operators() -> None:
+    ended = watch_ended(UID, "UNIMPLEMENTED", GO_ANSWER)
+    assert ended is not None and ended.uid == UID and ended.reason == us.REASON_OPERATION_LOST
+    assert GO_ANSWER in ended.message
+    for said in ("another operator's agent", "Go Pulumi Kubernetes Operator", "rolls to pko's agent"):
+        assert said in ended.message
+    lost = watch_ended(UID, "NOT_FOUND", "unknown operation")
+    assert lost is not None and lost.reason == us.REASON_OPERATION_LOST and "replaced" in lost.message
+    # anything else leaves it running: tried again within the unreachable budget
+    for code in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "UNAUTHENTICATED", "INTERNAL"):
+        assert watch_ended(UID, code, "x") is None
+
+
+def test_the_go_operators_update_in_flight_is_followed_then_ends_with_one_result_never_started() -> None:
+    update = go_running()
+    assert kinds(decide(observed(update))) == ["Follow"]  # never started again: only followed
+    ended = watch_ended(UID, "UNIMPLEMENTED", GO_ANSWER)
+    assert ended is not None
+    plan = decide(observed(update, outcome=ended))
+    assert_ended(plan, us.REASON_OPERATION_LOST, ended.message, keep=False)
+    write = plan.writes[0]
+    assert isinstance(write, WriteStatus) and write.outcome == ended  # preconditioned: written once
+    update["status"] = write.status
+    after = decide(observed(update, outcome=ended))
+    assert kinds(after) == ["ForgetOutcome"]  # recorded: nothing is written or started again
+    assert kinds(decide(observed(update))) == []
+
+
+def test_an_update_not_started_waits_for_pkos_agent_instead_of_failing() -> None:
+    plan = start_refused(Failure(code="UNIMPLEMENTED", reason="Unimplemented", message=GO_ANSWER))
+    assert plan is not None
+    text = cond(only_status(plan), "Progressing")[2]
+    assert_transient_wait(plan, text)
+    assert (
+        GO_ANSWER in text and "another operator's agent" in text and text.endswith("the Update starts there")
+    )

@@ -64,11 +64,35 @@ __all__ = [
     "stack_owner",
     "stack_recorded",
     "uid_of",
+    "watch_ended",
 ]
 
 TRANSIENT_REQUEUE: Final = 5.0  # the Go operator's requeue after a TransientFailure
 STACK_RECORD_RECHECK: Final = 60.0  # a fallback: the Stack watch normally wakes a waiting TTL
 RECORD_RETRY: Final = 1.0  # a result write refused as stale is tried again this soon
+
+# What an agent that is not pko's says to every call pko makes (its gRPC service has another name):
+# the Go operator's agent, still running in a workspace pod after a switch to pko.
+FOREIGN_AGENT: Final = (
+    "the workspace agent answered UNIMPLEMENTED ({detail}): the pod runs another operator's agent "
+    "(the Go Pulumi Kubernetes Operator's, or an older pko's), which does not serve pko's agent API; "
+    "the workspace pod rolls to pko's agent"
+)
+# Agent answers that end a followed operation at once (no unreachable budget): the agent will never
+# report it. By gRPC code: the Update's Failed reason and what to tell the user.
+_WATCH_ENDS: Final[dict[str, tuple[str, str]]] = {
+    "NOT_FOUND": (
+        us.REASON_OPERATION_LOST,
+        "the workspace agent no longer knows this operation: the workspace pod was replaced or lost "
+        "its journal ({detail})",
+    ),
+    "UNIMPLEMENTED": (
+        us.REASON_OPERATION_LOST,
+        FOREIGN_AGENT + ", which cannot report the operation this Update ran there (its result is "
+        "unknown; check the stack's resources and its history in the Pulumi backend); the Stack runs "
+        "its operation again in the new pod",
+    ),
+}
 
 
 # --- what a reconcile reads -------------------------------------------------------------------------
@@ -459,6 +483,16 @@ def plan_record(update: Obj, outcome: Outcome, now: datetime, *, keep: bool = Tr
     return Plan(writes, _DONE)
 
 
+def watch_ended(uid: str, code: str, detail: str) -> Outcome | None:
+    """How the operation ``uid`` a watch task follows ends when its agent answers ``code`` (with
+    ``detail``); None when the answer leaves it running (tried again within the unreachable budget)."""
+    ends = _WATCH_ENDS.get(code)
+    if ends is None:
+        return None
+    reason, message = ends
+    return Outcome(uid, reason=reason, message=message.format(detail=detail))
+
+
 def plan_end(update: Obj, reason: str, message: str, now: datetime) -> Plan:
     """End the Update without a result from the agent (Failed with ``reason``)."""
     return plan_record(update, Outcome(uid_of(update), reason=reason, message=message), now)
@@ -479,6 +513,10 @@ def refused(observed: Observed, write: Write, failure: Failure, now: datetime) -
         if failure.transient or failure.code in ("ABORTED", "FAILED_PRECONDITION"):
             # Unreachable, or busy with another operation: try again shortly.
             message = f"{failure.reason}: {failure.message}"
+            return _wait(update, us.REASON_TRANSIENT_FAILURE, message, now, TRANSIENT_REQUEUE)
+        if failure.code == "UNIMPLEMENTED":
+            # Not started anywhere: it starts, once, on pko's agent when the pod has rolled.
+            message = FOREIGN_AGENT.format(detail=failure.message) + "; the Update starts there"
             return _wait(update, us.REASON_TRANSIENT_FAILURE, message, now, TRANSIENT_REQUEUE)
         if failure.code == "NOT_FOUND":
             # The stack is not in the backend and this operation may not create it.

@@ -13,8 +13,9 @@ The Go operator's update controller, with operations owned by the agent:
 * The reconcile is the one writer of an Update's status. The result is recorded once: the write
   carries the resourceVersion it was computed from, so a write from a stale read gets 409 and the
   outcome is kept and written again from a fresh read; a recorded result is never rewritten.
-* No Update stays Progressing forever: an agent that no longer knows the operation (pod replaced)
-  ends it ``OperationLost``; the agent's own results say ``AgentRestarted``/``Terminated``; an agent
+* No Update stays Progressing forever: an agent that no longer knows the operation (pod replaced),
+  or another operator's agent (UNIMPLEMENTED: the Go operator's, still in the pod after a switch),
+  ends it ``OperationLost`` at once; the agent's own results say ``AgentRestarted``/``Terminated``; an agent
   unreachable beyond a budget ends it ``AgentUnreachable``. A Workspace whose readiness flaps does
   not fail a running Update (upstream PR 1155): only the agent's answers do.
 * A completed Update is deleted after ``ttlAfterCompleted``, never before the Stack that created it
@@ -82,6 +83,7 @@ from pko.controllers.update.plan import (
     stack_owner,
     stack_recorded,
     uid_of,
+    watch_ended,
 )
 from pko.controllers.update.watch import UpdateWatches
 from pko.machinery.controller import Result
@@ -395,12 +397,9 @@ class UpdateReconciler:
                             self.watches.set_sequence(uid, event.sequence)
                 last_error = "the agent ended the watch without a result"
             except AgentError as exc:
-                if exc.code == "NOT_FOUND":
-                    message = (
-                        "the workspace agent no longer knows this operation: the workspace pod was "
-                        f"replaced or lost its journal ({exc.message})"
-                    )
-                    self._conclude(key, Outcome(uid, reason=us.REASON_OPERATION_LOST, message=message))
+                ended = watch_ended(uid, exc.code, exc.message)
+                if ended is not None:
+                    self._conclude(key, ended)
                     return
                 last_error = f"{exc.reason}: {exc.message}"
             except _Unreachable as exc:
