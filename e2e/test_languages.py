@@ -1,18 +1,22 @@
-"""Programs in every language the workspace image runs, on the real node with the real engine: the seed
-walkthrough's TypeScript nginx (a Deployment and a Service through @pulumi/kubernetes) from git, as the
-seed's Stack is written; a JavaScript program; a Go program from git; Python programs with their own
-requirements, with and without a virtualenv; and the bad input a user meets first (a TypeScript type
+"""Programs in every language the workspace image runs, on the real node with the real engine, applied
+from examples/ as users apply them (docs/examples.md), with examples/components/local-node and the
+addresses of the servers below: the seed walkthrough's TypeScript nginx (a Deployment and a Service
+through @pulumi/kubernetes) from git, as the seed's Stack is written; a JavaScript program; a Go program;
+a Python program with its requirements.txt; a Python program in a virtualenv with a requirement of its
+own from an index (inline here); and the bad input a user meets first (a TypeScript type
 error, a missing npm or pip package, a runtime the image lacks, a misspelled one), each ending in a
 condition that says what to fix in the compiler's, npm's, pip's or the engine's own words.
 
 Workspace pods reach no registry here, as in an air-gapped cluster: a program's own dependencies come
 from what the test serves on the node's address, as users serve theirs: an npm registry
-(test/npmregistry.py: the TypeScript program's lockfile from the npm cache the image build filled, and
-a package the test makes), a Go module proxy (test/goproxy.py: the pko module cache, which
-hack/build-runtimes.sh filled with the modules a Go program on the pinned SDK needs) and a Python package
-index (test/pypiindex.py: a wheel the test makes). What a program does not install itself
-(@pulumi/pulumi, the providers' SDKs, TypeScript) the image has in /node_modules; the Python SDK is in
-the image's Python, and a virtualenv gets it and pip's own tools from the image's wheelhouse."""
+(test/npmregistry.py: the TypeScript and JavaScript examples' lockfiles, which must be cut from the
+image's own, from the npm cache the image build filled), a Go module proxy (test/goproxy.py: the pko
+module cache, which hack/build-runtimes.sh filled with the modules a Go program on the pinned SDK needs:
+the Go example's go.sum must be what they resolve to) and a Python package index (test/pypiindex.py: a
+wheel the test makes). The git server serves the examples' program folders at their paths in this
+repository. What a program does not install itself (@pulumi/pulumi, the providers' SDKs, TypeScript)
+the image has in /node_modules; the Python SDK is in the image's Python, and a virtualenv gets it and
+pip's own tools from the image's wheelhouse."""
 
 from __future__ import annotations
 
@@ -26,10 +30,10 @@ import pytest
 from dulwich.repo import Repo
 from gitserver import git_commit, serve_git
 from goproxy import go_sum, serve_module_cache
-from npmregistry import Registry, lockfile_subset, make_package, serve_registry
+from npmregistry import Registry, lockfile_subset, serve_registry
 from pypiindex import Index, make_wheel, serve_index
 
-from .conftest import Kube
+from .conftest import EXAMPLES, Kube, local_example
 from .test_walkthrough import NODE_IP, gone, ready, stack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hack"))
@@ -40,138 +44,13 @@ pytestmark = pytest.mark.timeout(1800)
 REPO = Path(__file__).resolve().parents[1]
 IMAGE_LOCK = REPO / "images" / "workspace" / "nodejs" / "package-lock.json"
 
-# What pulumi-kubernetes awaits a Service through, beyond config/samples/rbac.yaml's Deployment kinds.
-SERVICES_ROLE = """\
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata:
-  name: pulumi-services
-rules:
-  - apiGroups: [""]
-    resources: [services]
-    verbs: [get, list, watch, create, update, patch, delete]
-  - apiGroups: [""]
-    resources: [endpoints]
-    verbs: [get, list, watch]
-  - apiGroups: [discovery.k8s.io]
-    resources: [endpointslices]
-    verbs: [get, list, watch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata:
-  name: pulumi-services
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: Role
-  name: pulumi-services
-subjects:
-  - kind: ServiceAccount
-    name: pulumi
-"""
-
-# The seed's kubernetes-ts-nginx, with a Service in front, and the web server this node can run (no
-# image registry here): Debian's python3 serving HTTP under the restricted profile.
-NGINX_TS = """\
-import * as k8s from "@pulumi/kubernetes";
-
-const appLabels = { app: "nginx" };
-const deployment = new k8s.apps.v1.Deployment("nginx", {
-    spec: {
-        selector: { matchLabels: appLabels },
-        replicas: 1,
-        template: {
-            metadata: { labels: appLabels },
-            spec: {
-                securityContext: {
-                    runAsNonRoot: true, runAsUser: 1000, seccompProfile: { type: "RuntimeDefault" },
-                },
-                containers: [{
-                    name: "nginx",
-                    image: "localhost/pko-base-python:bookworm",
-                    imagePullPolicy: "Never",
-                    command: ["python3", "-m", "http.server", "8080"],
-                    ports: [{ containerPort: 8080 }],
-                    readinessProbe: { httpGet: { path: "/", port: 8080 }, periodSeconds: 1 },
-                    securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] } },
-                }],
-            },
-        },
-    },
-});
-const service = new k8s.core.v1.Service("nginx", {
-    spec: { selector: appLabels, ports: [{ port: 80, targetPort: 8080 }] },
-});
-
-export const name = deployment.metadata.name;
-export const serviceName = service.metadata.name;
-export const clusterIP = service.spec.clusterIP;
-"""
-
-TSCONFIG = {
-    "compilerOptions": {
-        "strict": True,
-        "outDir": "bin",
-        "target": "es2020",
-        "module": "commonjs",
-        "moduleResolution": "node",
-        "sourceMap": True,
-        "noImplicitReturns": True,
-        "forceConsistentCasingInFileNames": True,
-    },
-    "files": ["index.ts"],
+# The npm packages each JavaScript/TypeScript example pins in its package-lock.json: the image's
+# versions, so its lockfile is the closure of these in the image's lockfile (asserted below).
+NPM_EXAMPLES = {
+    "nginx": ("@pulumi/pulumi", "@pulumi/kubernetes", "@types/node", "typescript"),
+    "javascript": ("@pulumi/pulumi", "@pulumi/kubernetes"),
 }
-
-# The SDK packages the TypeScript program declares and installs from its lockfile (the seed's
-# package.json lists these; the versions are the image's, so the lockfile is cut from the image's).
-TS_DEPENDENCIES = ("@pulumi/pulumi", "@pulumi/kubernetes", "@types/node", "typescript")
-
-# A JavaScript program: @pulumi/kubernetes from the image, its own dependency from the registry.
-GREETER_JS = """\
-"use strict";
-const k8s = require("@pulumi/kubernetes");
-const { greet } = require("pko-e2e-greeting");
-
-const settings = new k8s.core.v1.ConfigMap("greeting", {
-    metadata: { name: "javascript-greeting" },
-    data: { greeting: greet("javascript") },
-});
-exports.greeting = settings.data["greeting"];
-"""
-
-GREETING_PACKAGE = {"index.js": 'exports.greet = (who) => "hello from " + who;\n'}
-
-# A Go program on the Pulumi SDK alone: the ConfigMap is registered by its type token, and the engine
-# loads the image's kubernetes provider at the version asked for.
-MAIN_GO = """\
-package main
-
-import (
-	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
-)
-
-type ConfigMap struct {
-	pulumi.CustomResourceState
-	Data pulumi.StringMapOutput `pulumi:"data"`
-}
-
-func main() {
-	pulumi.Run(func(ctx *pulumi.Context) error {
-		var settings ConfigMap
-		err := ctx.RegisterResource("kubernetes:core/v1:ConfigMap", "settings", pulumi.Map{
-			"apiVersion": pulumi.String("v1"),
-			"kind":       pulumi.String("ConfigMap"),
-			"metadata":   pulumi.Map{"name": pulumi.String("golang-settings")},
-			"data":       pulumi.StringMap{"language": pulumi.String("go")},
-		}, &settings, pulumi.Version("%(kubernetes)s"))
-		if err != nil {
-			return err
-		}
-		ctx.Export("language", settings.Data.MapIndex(pulumi.String("language")))
-		return nil
-	})
-}
-"""
+PROGRAMS = EXAMPLES / "programs"
 
 # A Python program with a requirement of its own: the ConfigMap is registered by its type token.
 GREETER_PY = """\
@@ -212,52 +91,52 @@ def _json(doc: Any) -> bytes:
     return (json.dumps(doc, indent=2) + "\n").encode()
 
 
+def _example_files() -> dict[str, bytes]:
+    """The examples' program folders, at their paths in this repository (what a Stack's repoDir names)."""
+    return {
+        str(path.relative_to(REPO)): path.read_bytes()
+        for path in sorted(PROGRAMS.rglob("*"))
+        if path.is_file()
+    }
+
+
+def _check_pins(tmp_path: Path) -> None:
+    """The examples' dependency pins are the workspace image's (what an air-gapped cluster has): the npm
+    lockfiles are cut from the image's, and go.sum is what the pko module cache resolves go.mod to."""
+    v = versions()
+    lock = json.loads(IMAGE_LOCK.read_text())
+    pinned = lock["packages"][""]["dependencies"]
+    for name, roots in NPM_EXAMPLES.items():
+        want = lockfile_subset(lock, {root: pinned[root] for root in roots}, name)
+        have = json.loads((PROGRAMS / name / "package-lock.json").read_text())
+        assert have == want, f"examples/programs/{name}/package-lock.json: not the image's pins"
+        package = json.loads((PROGRAMS / name / "package.json").read_text())
+        assert package["dependencies"] == want["packages"][""]["dependencies"], package
+    go = PROGRAMS / "go"
+    go_mod, main_go = (go / "go.mod").read_text(), (go / "main.go").read_text()
+    assert f"github.com/pulumi/pulumi/sdk/v3 v{v['PULUMI_VERSION']}" in go_mod, go_mod
+    assert f'pulumi.Version("{v["PULUMI_KUBERNETES_VERSION"]}")' in main_go
+    tidy = go_sum(tmp_path / "golang", {"go.mod": go_mod, "main.go": main_go}, cache_dir() / "go" / "mod")
+    assert (go / "go.sum").read_bytes() == tidy, "examples/programs/go/go.sum: not what go mod tidy resolves"
+
+
 @pytest.fixture
 def sources(tmp_path: Path) -> Iterator[dict[str, str]]:
     """The programs' git repository, npm registry and Go module proxy, on the node's address."""
     v = versions()
-    lock = json.loads(IMAGE_LOCK.read_text())
-    pinned = lock["packages"][""]["dependencies"]
-    ts_lock = lockfile_subset(lock, {name: pinned[name] for name in TS_DEPENDENCIES}, "nginx")
-    ts_package = {
-        "name": "nginx",
-        "main": "index.ts",
-        "dependencies": ts_lock["packages"][""]["dependencies"],
-    }
-
+    _check_pins(tmp_path)
     registry = Registry()
-    registry.add_lockfile(ts_lock, cache_dir() / "npm")
-    registry.add_tarball(make_package("pko-e2e-greeting", "1.0.0", GREETING_PACKAGE))
+    for name in NPM_EXAMPLES:
+        lockfile = json.loads((PROGRAMS / name / "package-lock.json").read_text())
+        registry.add_lockfile(lockfile, cache_dir() / "npm")
 
     index = Index()
     index.add_wheel(make_wheel(tmp_path / "wheels", "pko-e2e-greeting", "1.0.0", GREETING_WHEEL))
     python = {"kubernetes": v["PULUMI_KUBERNETES_VERSION"]}
 
-    sdk = f"github.com/pulumi/pulumi/sdk/v3 v{v['PULUMI_VERSION']}"
-    go_mod = f"module example.com/golang\n\ngo 1.25\n\nrequire {sdk}\n"
-    main_go = MAIN_GO % {"kubernetes": v["PULUMI_KUBERNETES_VERSION"]}
     files = {
-        # The seed's shape: a program folder in a repository, on a branch.
-        "nginx/Pulumi.yaml": _project("nginx", "nodejs"),
-        "nginx/index.ts": NGINX_TS.encode(),
-        "nginx/tsconfig.json": _json(TSCONFIG),
-        "nginx/package.json": _json(ts_package),
-        "nginx/package-lock.json": _json(ts_lock),
-        "greeter/Pulumi.yaml": _project("greeter", "nodejs"),
-        "greeter/index.js": GREETER_JS.encode(),
-        "greeter/package.json": _json(
-            {"name": "greeter", "main": "index.js", "dependencies": {"pko-e2e-greeting": "^1.0.0"}}
-        ),
-        "golang/Pulumi.yaml": _project("golang", "go"),
-        "golang/main.go": main_go.encode(),
-        "golang/go.mod": go_mod.encode(),
-        "golang/go.sum": go_sum(
-            tmp_path / "golang", {"go.mod": go_mod, "main.go": main_go}, cache_dir() / "go" / "mod"
-        ),
-        # Python: requirements into the image's Python; a virtualenv made by the language host.
-        "pyplain/Pulumi.yaml": _project("pyplain", "python"),
-        "pyplain/__main__.py": (GREETER_PY % {**python, "name": "pyplain"}).encode(),
-        "pyplain/requirements.txt": PY_REQUIREMENTS,
+        **_example_files(),
+        # A virtualenv made by the language host, its requirement from the index.
         "pyvenv/Pulumi.yaml": b"name: pyvenv\nruntime:\n  name: python\n  options:\n    virtualenv: venv\n",
         "pyvenv/__main__.py": (GREETER_PY % {**python, "name": "pyvenv"}).encode(),
         "pyvenv/requirements.txt": PY_REQUIREMENTS,
@@ -296,6 +175,16 @@ def _from_git(url: str, directory: str) -> str:
     return f"projectRepo: {url}\n  branch: main\n  repoDir: {directory}"
 
 
+def _example(k: Kube, folder: Path, name: str, sources: dict[str, str], env: dict[str, str]) -> None:
+    """``examples/<name>`` applied as docs/examples.md says for the local node: its program from the
+    test's git server, ``env`` (the package mirrors' addresses) in its workspace pod."""
+    ops: list[dict[str, Any]] = [{"op": "replace", "path": "/spec/projectRepo", "value": sources["git"]}]
+    for key, value in env.items():
+        literal = {"type": "Literal", "literal": {"value": value}}
+        ops.append({"op": "add", "path": f"/spec/envRefs/{key}", "value": literal})
+    k.apply(k.run("kustomize", str(local_example(name, folder / name, ops))))
+
+
 def _finish(k: Kube, *names: str) -> None:
     for name in names:
         k.run("delete", "stack", name, "--wait=false")
@@ -305,24 +194,26 @@ def _finish(k: Kube, *names: str) -> None:
         k.run("delete", "pvc", f"{name}-state", "--wait=false")
 
 
-def test_the_seed_typescript_nginx_javascript_and_go_programs_deploy(
-    kube: Kube, sources: dict[str, str]
+def test_the_seed_typescript_nginx_javascript_and_go_examples_deploy(
+    kube: Kube, sources: dict[str, str], tmp_path: Path
 ) -> None:
     k = kube
-    k.apply(SERVICES_ROLE)
     npm = {"NPM_CONFIG_REGISTRY": sources["npm"]}
     go = {"GOPROXY": sources["goproxy"], "GOSUMDB": "off", "GOFLAGS": "-mod=mod"}
-    k.apply(stack("nginx", _from_git(sources["git"], "nginx"), npm))
-    k.apply(stack("greeter", _from_git(sources["git"], "greeter"), npm))
-    k.apply(stack("golang", _from_git(sources["git"], "golang"), go))
+    _example(k, tmp_path, "nginx", sources, npm)
+    _example(k, tmp_path, "javascript", sources, npm)
+    _example(k, tmp_path, "go", sources, go)
 
-    # TypeScript: the seed's program, its dependencies installed from its lockfile, compiled by ts-node.
+    # TypeScript: the seed's program, its dependencies installed from its lockfile, compiled by ts-node;
+    # the web server's image from the stack's config (the local node's own, by the local-node component).
     s = ready(k, "nginx", within=900)
     outputs = s["status"]["outputs"]
     assert set(outputs) == {"name", "serviceName", "clusterIP"}, outputs
     deployment = k.get("deployment", outputs["name"])
     assert deployment is not None
     assert deployment["status"].get("readyReplicas") == 1, deployment["status"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "localhost/pko-base-python:bookworm", container
     k.run("rollout", "status", f"deployment/{outputs['name']}", "--timeout=60s")
     service = k.get("service", outputs["serviceName"])
     assert service is not None and service["spec"]["clusterIP"] == outputs["clusterIP"], service
@@ -336,10 +227,11 @@ def test_the_seed_typescript_nginx_javascript_and_go_programs_deploy(
     assert where.startswith("/share/") and "/node_modules/@pulumi/kubernetes/" in where, installed
     assert version == versions()["PULUMI_KUBERNETES_VERSION"], installed
 
-    # JavaScript: the image's @pulumi/kubernetes and the registry's package.
-    s = ready(k, "greeter", within=600)
-    assert s["status"]["outputs"] == {"greeting": "hello from javascript"}, s["status"]
-    settings = k.get("configmap", "javascript-greeting")
+    # JavaScript: no compile step, its text from the stack's config.
+    s = ready(k, "javascript", within=600)
+    greeting = s["status"]["outputs"]
+    assert greeting["greeting"] == "hello from javascript" and set(greeting) == {"name", "greeting"}, greeting
+    settings = k.get("configmap", greeting["name"])
     assert settings is not None and settings["data"] == {"greeting": "hello from javascript"}
 
     # Go: modules from the proxy, compiled in the pod by the image's toolchain.
@@ -347,10 +239,10 @@ def test_the_seed_typescript_nginx_javascript_and_go_programs_deploy(
     assert s["status"]["outputs"] == {"language": "go"}, s["status"]
     assert k.get("configmap", "golang-settings") is not None
 
-    _finish(k, "nginx", "greeter", "golang")
+    _finish(k, "nginx", "javascript", "golang")
     gone(k, "deployment", outputs["name"])
     gone(k, "service", outputs["serviceName"])
-    gone(k, "configmap", "javascript-greeting")
+    gone(k, "configmap", greeting["name"])
     gone(k, "configmap", "golang-settings")
 
 
@@ -377,33 +269,31 @@ def _said(s: dict[str, Any]) -> str:
 
 
 def test_python_programs_install_their_requirements_with_and_without_a_virtualenv(
-    kube: Kube, sources: dict[str, str]
+    kube: Kube, sources: dict[str, str], tmp_path: Path
 ) -> None:
     k = kube
-    names = ("pyplain", "pyvenv")
-    for name in names:
-        k.apply(stack(name, _from_git(sources["git"], name), _pip(sources)))
-    for name in names:
-        s = ready(k, name, within=900)
-        assert s["status"]["outputs"] == {"greeting": f"hello from {name}"}, s["status"]
-        settings = k.get("configmap", f"{name}-greeting")
-        assert settings is not None and settings["data"] == {"greeting": f"hello from {name}"}
-    # Without a virtualenv the requirement is in the Python the program ran with (the image's); with
-    # one, in the virtualenv the language host made in the program's folder, beside the SDK.
-    where = k.run(
-        "exec", "pyplain-workspace-0", "-c", "pulumi", "--",
-        "python3", "-c", "import pko_e2e_greeting; print(pko_e2e_greeting.__file__)",
-    )  # fmt: skip
-    assert where.startswith("/opt/pulumi/python/"), where
+    # The example, its requirements.txt installed into the image's Python (nothing to download: the
+    # index would refuse what it lacks); a virtualenv the language host makes, with a package from the index.
+    _example(k, tmp_path, "python", sources, _pip(sources))
+    k.apply(stack("pyvenv", _from_git(sources["git"], "pyvenv"), _pip(sources)))
+    s = ready(k, "python", within=900)
+    assert s["status"]["outputs"] == {"next": "1.3.0"}, s["status"]
+    release = k.get("configmap", "python-release")
+    assert release is not None and release["data"] == {"release": "1.2.3", "next": "1.3.0"}, release
+    s = ready(k, "pyvenv", within=900)
+    assert s["status"]["outputs"] == {"greeting": "hello from pyvenv"}, s["status"]
+    settings = k.get("configmap", "pyvenv-greeting")
+    assert settings is not None and settings["data"] == {"greeting": "hello from pyvenv"}
+    # In the virtualenv the language host made in the program's folder, beside the SDK.
     where = k.run(
         "exec", "pyvenv-workspace-0", "-c", "pulumi", "--", "sh", "-c",
         "cd /share/workspace && venv/bin/python -c "
         "'import pko_e2e_greeting, pulumi; print(pko_e2e_greeting.__file__, pulumi.__file__)'",
     )  # fmt: skip
     assert where.count("/share/") == 2 and "/venv/" in where, where
-    _finish(k, *names)
-    for name in names:
-        gone(k, "configmap", f"{name}-greeting")
+    _finish(k, "python", "pyvenv")
+    gone(k, "configmap", "python-release")
+    gone(k, "configmap", "pyvenv-greeting")
 
 
 def test_bad_programs_end_in_a_condition_in_the_tools_own_words(kube: Kube, sources: dict[str, str]) -> None:
