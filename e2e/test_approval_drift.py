@@ -1,7 +1,8 @@
 """Issue 29 on a real node, as a user drives it: a Stack with ``approval.mode: Always`` waits with its
 plan, ``kubectl pko approve`` approves it and exactly that plan is applied (one up, with the plan); a
 ConfigMap that Pulumi manages (through pulumi-kubernetes) changed out of band shows as drift on the
-Stack and in the metrics, and ``remediate: true`` puts it back and clears ``Drifted``."""
+Stack and in the metrics, and ``remediate: true`` puts it back and clears ``Drifted``. The Stack is
+examples/approval as users apply it (docs/examples.md), with drift detection added (report only)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from .conftest import Kube
-from .test_walkthrough import gone, metrics, program, stack
+from .conftest import Kube, local_example
+from .test_walkthrough import gone, metrics
 
 pytestmark = [
     pytest.mark.timeout(1500),
@@ -41,15 +42,10 @@ def ups(k: Kube) -> list[dict[str, Any]]:
     return [u for u in items if (u.get("spec") or {}).get("type") == "up"]
 
 
-def test_an_approved_plan_is_applied_once_and_drift_is_seen_and_repaired(kube: Kube) -> None:
+def test_an_approved_plan_is_applied_once_and_drift_is_seen_and_repaired(kube: Kube, tmp_path: Path) -> None:
     k = kube
-    k.apply(program(NAME))
-    source = (
-        "programRef:\n    name: approved\n"
-        "  approval:\n    mode: Always\n"
-        "  driftDetection:\n    intervalSeconds: 60"
-    )
-    k.apply(stack(NAME, source))
+    drift = {"op": "add", "path": "/spec/driftDetection", "value": {"intervalSeconds": 60}}
+    k.apply(k.run("kustomize", str(local_example("approval", tmp_path / "approval", [drift]))))
 
     # It waits, with its plan: one ConfigMap to create, nothing applied yet.
     k.until("AwaitingApproval", lambda: condition(k, "Ready").get("reason") == "AwaitingApproval", 600)

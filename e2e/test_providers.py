@@ -12,36 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Kube
+from .conftest import Kube, local_example
 from .test_walkthrough import gone, ready, stack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hack"))
 from versions import versions  # hack/versions.py: the pinned versions
 
 pytestmark = pytest.mark.timeout(1800)
-
-# Upstream's random-yaml example, shaped as a Program: the password's `result` is secret by the
-# provider's schema, so the output is secret with no fn::secret.
-RANDOM_PROGRAM = """\
-apiVersion: pulumi.com/v1
-kind: Program
-metadata:
-  name: {name}
-program:
-  resources:
-    pet:
-      type: random:RandomPet
-      properties:
-        length: 2
-    password:
-      type: random:RandomPassword
-      properties:
-        length: 20
-        special: true
-  outputs:
-    petName: ${{pet.id}}
-    password: ${{password.result}}
-"""
 
 # A local command with a create and a delete script. The create takes two seconds and leaves a line on
 # the state claim; the delete appends the create's stdout (PULUMI_COMMAND_STDOUT, which the provider
@@ -108,10 +85,11 @@ def _seconds(update: dict[str, object]) -> float:
     return (end - start).total_seconds()
 
 
-def test_random_pet_and_password_with_a_secret_output(kube: Kube) -> None:
-    k, name = kube, "random"
-    k.apply(RANDOM_PROGRAM.format(name=name))
-    k.apply(stack(name, f"programRef:\n    name: {name}"))
+def test_random_pet_and_password_with_a_secret_output(kube: Kube, tmp_path: Path) -> None:
+    """examples/random-yaml (upstream's random-yaml as a Program) as users apply it: the password's
+    ``result`` is secret by the provider's schema, so the output is secret with no fn::secret."""
+    k, name = kube, "random-yaml"
+    k.apply(k.run("kustomize", str(local_example(name, tmp_path / name))))
     s = ready(k, name)
 
     outputs = s["status"]["outputs"]
