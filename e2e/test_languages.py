@@ -2,8 +2,8 @@
 from examples/ as users apply them (docs/examples.md), with examples/components/local-node and the
 addresses of the servers below: the seed walkthrough's TypeScript nginx (a Deployment and a Service
 through @pulumi/kubernetes) from git, as the seed's Stack is written; a JavaScript program; a Go program;
-a Python program with its requirements.txt; a Python program in a virtualenv with a requirement of its
-own from an index (inline here); and the bad input a user meets first (a TypeScript type
+a Python program with its requirements.txt; Python programs with a requirement from an index, with and
+without a virtualenv (inline here); and the bad input a user meets first (a TypeScript type
 error, a missing npm or pip package, a runtime the image lacks, a misspelled one), each ending in a
 condition that says what to fix in the compiler's, npm's, pip's or the engine's own words.
 
@@ -136,7 +136,11 @@ def sources(tmp_path: Path) -> Iterator[dict[str, str]]:
 
     files = {
         **_example_files(),
-        # A virtualenv made by the language host, its requirement from the index.
+        # A requirement from the index, into the image's Python; and into a virtualenv the language
+        # host makes.
+        "pyplain/Pulumi.yaml": _project("pyplain", "python"),
+        "pyplain/__main__.py": (GREETER_PY % {**python, "name": "pyplain"}).encode(),
+        "pyplain/requirements.txt": PY_REQUIREMENTS,
         "pyvenv/Pulumi.yaml": b"name: pyvenv\nruntime:\n  name: python\n  options:\n    virtualenv: venv\n",
         "pyvenv/__main__.py": (GREETER_PY % {**python, "name": "pyvenv"}).encode(),
         "pyvenv/requirements.txt": PY_REQUIREMENTS,
@@ -272,18 +276,28 @@ def test_python_programs_install_their_requirements_with_and_without_a_virtualen
     kube: Kube, sources: dict[str, str], tmp_path: Path
 ) -> None:
     k = kube
-    # The example, its requirements.txt installed into the image's Python (nothing to download: the
-    # index would refuse what it lacks); a virtualenv the language host makes, with a package from the index.
+    # The example: its requirements.txt is satisfied by the image's Python (nothing to download: the
+    # index would refuse what it lacks). Inline: a requirement the index serves, installed into the
+    # image's Python, and into a virtualenv the language host makes.
+    names = ("pyplain", "pyvenv")
     _example(k, tmp_path, "python", sources, _pip(sources))
-    k.apply(stack("pyvenv", _from_git(sources["git"], "pyvenv"), _pip(sources)))
+    for name in names:
+        k.apply(stack(name, _from_git(sources["git"], name), _pip(sources)))
     s = ready(k, "python", within=900)
     assert s["status"]["outputs"] == {"next": "1.3.0"}, s["status"]
     release = k.get("configmap", "python-release")
     assert release is not None and release["data"] == {"release": "1.2.3", "next": "1.3.0"}, release
-    s = ready(k, "pyvenv", within=900)
-    assert s["status"]["outputs"] == {"greeting": "hello from pyvenv"}, s["status"]
-    settings = k.get("configmap", "pyvenv-greeting")
-    assert settings is not None and settings["data"] == {"greeting": "hello from pyvenv"}
+    for name in names:
+        s = ready(k, name, within=900)
+        assert s["status"]["outputs"] == {"greeting": f"hello from {name}"}, s["status"]
+        settings = k.get("configmap", f"{name}-greeting")
+        assert settings is not None and settings["data"] == {"greeting": f"hello from {name}"}
+    # Without a virtualenv the requirement is in the Python the program ran with (the image's).
+    where = k.run(
+        "exec", "pyplain-workspace-0", "-c", "pulumi", "--",
+        "python3", "-c", "import pko_e2e_greeting; print(pko_e2e_greeting.__file__)",
+    )  # fmt: skip
+    assert where.startswith("/opt/pulumi/python/"), where
     # In the virtualenv the language host made in the program's folder, beside the SDK.
     where = k.run(
         "exec", "pyvenv-workspace-0", "-c", "pulumi", "--", "sh", "-c",
@@ -291,9 +305,10 @@ def test_python_programs_install_their_requirements_with_and_without_a_virtualen
         "'import pko_e2e_greeting, pulumi; print(pko_e2e_greeting.__file__, pulumi.__file__)'",
     )  # fmt: skip
     assert where.count("/share/") == 2 and "/venv/" in where, where
-    _finish(k, "python", "pyvenv")
+    _finish(k, "python", *names)
     gone(k, "configmap", "python-release")
-    gone(k, "configmap", "pyvenv-greeting")
+    for name in names:
+        gone(k, "configmap", f"{name}-greeting")
 
 
 def test_bad_programs_end_in_a_condition_in_the_tools_own_words(kube: Kube, sources: dict[str, str]) -> None:
