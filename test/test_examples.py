@@ -80,8 +80,6 @@ def test_the_local_node_component_swaps_only_images(tmp_path: Path) -> None:
 @pytest.mark.cluster
 def test_the_apiserver_accepts_every_example(cluster: Any, crds: list[str], namespace: str) -> None:
     for name in FOLDERS:
-        objs = [
-            o for o in _build(EXAMPLES / name) if o["apiVersion"].split("/")[0] not in NOT_SERVED_HERE
-        ]
+        objs = [o for o in _build(EXAMPLES / name) if o["apiVersion"].split("/")[0] not in NOT_SERVED_HERE]
         text = yaml.safe_dump_all(objs)
         kubectl(cluster, "apply", "--server-side", "--dry-run=server", "-n", namespace, "-f", "-", input=text)
