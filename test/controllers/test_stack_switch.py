@@ -4,11 +4,13 @@ is written into a Workspace under a running Update (:mod:`pko.controllers.stack.
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime
 from typing import Any
 
 from pko.controllers.program.artifact import build_artifact
 from pko.controllers.program.reconciler import desired_status
 from pko.controllers.stack.switch import artifact_served, stale_artifact
+from pko.controllers.stack.takeover import merge_fields, take_over_status
 from pko.controllers.stack.workspaceobject import ArtifactRevision, GitRevision
 
 Obj = dict[str, Any]
@@ -67,3 +69,47 @@ def test_only_an_artifact_workspace_can_be_stale() -> None:
     assert not stale_artifact({"metadata": {}, "spec": {"git": {"url": "x"}}}, served, served=True)
     going = {**ws, "metadata": {"name": "s", "deletionTimestamp": "2026-11-27T04:00:00Z"}}
     assert not stale_artifact(going, served, served=True)
+
+
+# --- the status the Go operator wrote, taken over -------------------------------------------------
+
+GO_ENTRY: Obj = {  # the Go operator's plain status update (no field owner: its User-Agent's name)
+    "manager": "manager", "operation": "Update", "apiVersion": "pulumi.com/v1",
+    "time": "2026-12-06T17:00:00Z", "fieldsType": "FieldsV1", "subresource": "status",
+    "fieldsV1": {"f:status": {"f:currentUpdate": {".": {}, "f:name": {}, "f:commit": {}},
+                              "f:conditions": {'k:{"type":"Reconciling"}': {".": {}, "f:message": {}}}}},
+}  # fmt: skip
+PKO_ENTRY: Obj = {
+    "manager": "pulumi-kubernetes-operator/stack-status", "operation": "Apply", "apiVersion": "pulumi.com/v1",
+    "time": "2026-12-06T17:01:00Z", "fieldsType": "FieldsV1", "subresource": "status",
+    "fieldsV1": {"f:status": {"f:conditions": {'k:{"type":"Ready"}': {".": {}, "f:status": {}}}}},
+}  # fmt: skip
+SPEC_ENTRY: Obj = {"manager": "kubectl", "operation": "Apply", "apiVersion": "pulumi.com/v1",
+                   "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:stack": {}}}}  # fmt: skip
+NOW = datetime(2026, 12, 6, 17, 2, tzinfo=UTC)
+
+
+def test_the_go_operators_claims_on_the_status_become_pkos() -> None:
+    manager = "pulumi-kubernetes-operator/stack-status"
+    entries = take_over_status([SPEC_ENTRY, GO_ENTRY, PKO_ENTRY], manager, "pulumi.com/v1", NOW)
+    assert entries is not None
+    assert entries[0] == SPEC_ENTRY  # the spec's managers are left alone
+    (mine,) = [e for e in entries if e.get("subresource") == "status"]
+    assert (mine["manager"], mine["operation"], mine["time"]) == (manager, "Apply", "2026-12-06T17:02:00Z")
+    status = mine["fieldsV1"]["f:status"]
+    assert status["f:currentUpdate"] == {".": {}, "f:name": {}, "f:commit": {}}
+    assert status["f:conditions"] == {
+        'k:{"type":"Reconciling"}': {".": {}, "f:message": {}},
+        'k:{"type":"Ready"}': {".": {}, "f:status": {}},
+    }
+    # without an apply entry of its own yet, one is made; with no other claim, nothing to do
+    made = take_over_status([GO_ENTRY], manager, "pulumi.com/v1", NOW)
+    assert made is not None and made[0]["fieldsV1"] == GO_ENTRY["fieldsV1"]
+    assert take_over_status([SPEC_ENTRY, PKO_ENTRY], manager, "pulumi.com/v1", NOW) is None
+
+
+def test_merged_field_sets_keep_every_path_of_both() -> None:
+    a = {"f:a": {"f:x": {}}, "f:b": {}}
+    b = {"f:a": {"f:y": {}}, "f:c": {".": {}}}
+    assert merge_fields(a, b) == {"f:a": {"f:x": {}, "f:y": {}}, "f:b": {}, "f:c": {".": {}}}
+    assert a == {"f:a": {"f:x": {}}, "f:b": {}}  # inputs untouched

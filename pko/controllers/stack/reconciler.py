@@ -92,6 +92,7 @@ from pko.controllers.stack.status import (
     outputs_from_secret,
     utcnow,
 )
+from pko.controllers.stack.takeover import take_over_status
 from pko.controllers.stack.watches import (
     FLUX_SOURCES,
     INDEX_FLUX,
@@ -202,11 +203,16 @@ class StackReconciler:
         self._stack_client = manager.client(STACKS)
         self._update_client = manager.client(UPDATES)
         self._secrets = manager.client(SECRETS)
+        # Forced, as the other controllers' status writers are: the Go operator wrote these fields
+        # with plain updates (filed under ``manager``), and after a switch a non-forced apply of any
+        # value it left differently conflicts on every reconcile, for as long as the Stack exists.
         self.status_writer = StatusWriter(
-            self.stacks, FIELD_MANAGER_STACK_STATUS, OWNED_STATUS, client=self._stack_client
+            self.stacks, FIELD_MANAGER_STACK_STATUS, OWNED_STATUS, client=self._stack_client, force=True
         )
+        # Forced too: the Workspace is this controller's to write, and the Go operator's writes of it
+        # (another manager, or an update) must not hold it at their values after a switch.
         self.workspace_applier = DigestApplier(
-            self.workspaces, FIELD_MANAGER, client=manager.client(WORKSPACES)
+            self.workspaces, FIELD_MANAGER, client=manager.client(WORKSPACES), force=True
         )
         self.sources = SourceResolver(manager, self.programs, self._secrets, self.branches, secret_recheck)
         self.events = manager.events
@@ -320,13 +326,53 @@ class StackReconciler:
         return None
 
     async def _write_status(self, obj: Obj, status: Obj) -> None:
-        """Apply the status this controller owns (skipped when unchanged); ``obj`` then holds it."""
-        written = await self.status_writer.write(obj, status)
+        """Apply the status this controller owns (skipped when unchanged); ``obj`` then holds it.
+        A status another manager still holds parts of (the Go operator's, after a switch: refused
+        half removed, or left other than written) is taken over, then written again."""
+        try:
+            written = await self.status_writer.write(obj, status)
+        except ApiException as exc:
+            if api_error_status(exc) != 422 or not await self._take_over_status(obj):
+                raise
+            written = await self.status_writer.write(obj, status)
+        else:
+            if written is not None and self.status_writer.changed(written, status):
+                if await self._take_over_status(written):
+                    written = await self.status_writer.write(written, status) or written
         if written is not None:
             self.metrics.observe(written)
             # Later writes in this reconcile compare with what is now stored.
             obj["metadata"] = written.get("metadata") or obj.get("metadata")
             obj["status"] = written.get("status") or {}
+
+    async def _take_over_status(self, obj: Obj) -> bool:
+        """Hand the other managers' claims on the Stack's status to this controller's apply entry
+        (:mod:`pko.controllers.stack.takeover`); False when no other manager claims it."""
+        meta = metadata_of(obj)
+        name, namespace = str(meta.get("name")), namespace_of(obj)
+        fresh = await self._stack_client.get(name, namespace)
+        managed = (fresh.get("metadata") or {}).get("managedFields") or []
+        entries = take_over_status(managed, FIELD_MANAGER_STACK_STATUS, STACKS.api_version, utcnow())
+        if entries is None:
+            return False
+        version = (fresh.get("metadata") or {}).get("resourceVersion")
+        await self._stack_client.patch(
+            name,
+            [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+                {"op": "replace", "path": "/metadata/managedFields", "value": entries},
+            ],
+            namespace=namespace,
+            patch_type="json",
+            field_manager=FIELD_MANAGER_STACK_STATUS,
+        )
+        others = sorted({str(e.get("manager")) for e in managed if e.get("subresource") == "status"})
+        _log.info(
+            "took the Stack's status over from its earlier managers",
+            stack=f"{namespace}/{name}",
+            managers=others,
+        )
+        return True
 
     async def _request_reconcile(self, namespace: str | None, name: str, request: str) -> None:
         await self._stack_client.apply(
