@@ -58,6 +58,11 @@ class Env(OperatorEnv):
     async def get(self, rc: ResourceClient, name: str) -> Obj | None:
         return await get_or_none(rc, name)
 
+    async def seeded(self, name: str) -> Obj:
+        """A Workspace of the seed's spec (:func:`seed_spec`) of this test's own, once Ready."""
+        await self.create(name, seed_spec())
+        return await self.ready(name, "Succeeded", "True", within=180)
+
     async def until(self, what: str, probe: Callable[[], Awaitable[Any]], within: float = 120.0) -> Any:
         try:
             return await wait_until(what, probe, within=within)
@@ -231,47 +236,47 @@ async def test_a_config_change_reaches_the_live_agent_without_a_new_pod(
 ) -> None:
     """``stacks`` are not in the pod's revision: the running agent gets them again, its stack settings
     file reset first, so a removed key goes as it would from a new pod."""
-    ws = await env.ready("my-stack", "Succeeded", "True", within=180)
-    before = await env.pods.get("my-stack-workspace-0")
-    settings = env.kubelet.pod_dir(f"{env.ns}/my-stack-workspace-0")
+    ws = await env.seeded("config-change")
+    before = await env.pods.get("config-change-workspace-0")
+    settings = env.kubelet.pod_dir(f"{env.ns}/config-change-workspace-0")
     assert settings is not None
     settings = settings / "volumes" / "share" / "workspace" / "Pulumi.dev.yaml"
     assert "hello" in settings.read_text()
-    counter = writes("my-stack")
+    counter = writes("config-change")
     stacks = [{"name": "dev", "create": True, "config": [{"key": "farewell", "value": "bye"}]}]
-    patched = await env.workspaces.patch("my-stack", {"spec": {"stacks": stacks}})
+    patched = await env.workspaces.patch("config-change", {"spec": {"stacks": stacks}})
     generation = patched["metadata"]["generation"]
     assert generation > ws["metadata"]["generation"]
 
     async def reinitialized() -> Obj | None:
-        current = await env.get(env.workspaces, "my-stack")
+        current = await env.get(env.workspaces, "config-change")
         ready = ready_of(current)
         done = ready.get("status") == "True" and ready.get("observedGeneration") == generation
         return current if done else None
 
     await env.until("Ready for the new stacks", reinitialized, within=120)
-    pod = await env.pods.get("my-stack-workspace-0")
+    pod = await env.pods.get("config-change-workspace-0")
     assert pod["metadata"]["uid"] == before["metadata"]["uid"]
     assert pod["metadata"]["annotations"][ANNOTATION_STACKS_HASH] == stacks_hash(patched["spec"])
     text = settings.read_text()
     assert "farewell: bye" in text and "greeting" not in text, text
-    assert "Reinitialized" in await env.event_reasons("my-stack")
+    assert "Reinitialized" in await env.event_reasons("config-change")
     assert not any("statefulsets" in w for w in counter.writes), counter.writes
 
 
 async def test_spec_change_rolls_the_pod(env: Env) -> None:
-    await env.ready("my-stack", "Succeeded", "True", within=180)
-    before = await env.pods.get("my-stack-workspace-0")
-    await env.workspaces.patch("my-stack", {"spec": {"env": [{"name": "ROLL", "value": "1"}]}})
+    await env.seeded("spec-change")
+    before = await env.pods.get("spec-change-workspace-0")
+    await env.workspaces.patch("spec-change", {"spec": {"env": [{"name": "ROLL", "value": "1"}]}})
 
     async def new_pod() -> Obj | None:
-        pod = await env.get(env.pods, "my-stack-workspace-0")
+        pod = await env.get(env.pods, "spec-change-workspace-0")
         return pod if pod and pod["metadata"]["uid"] != before["metadata"]["uid"] else None
 
     await env.until("a new pod", new_pod, within=120)
-    ws = await env.ready("my-stack", "Succeeded", "True", within=180)
+    ws = await env.ready("spec-change", "Succeeded", "True", within=180)
     assert ws["status"]["observedGeneration"] == ws["metadata"]["generation"]
-    pod = await env.pods.get("my-stack-workspace-0")
+    pod = await env.pods.get("spec-change-workspace-0")
     assert pod["metadata"]["annotations"][ANNOTATION_INITIALIZED] == "true"
     (pulumi,) = pod["spec"]["containers"]
     assert {"name": "ROLL", "value": "1"} in pulumi["env"]
