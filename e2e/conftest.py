@@ -141,27 +141,6 @@ def with_local_workspace_image(manifest: str) -> str:
     return yaml.safe_dump_all(docs)
 
 
-EXAMPLES = REPO / "examples"  # what users apply (docs/examples.md); the suite applies them from there
-
-
-def local_example(name: str, folder: Path, stack_ops: list[dict[str, Any]] | None = None) -> Path:
-    """An overlay in ``folder`` of ``examples/<name>`` as written, with ``examples/components/local-node``
-    and ``stack_ops`` (JSON patch operations on its Stacks: the addresses of the servers a test runs);
-    ``kubectl kustomize`` it. Kustomize takes only relative paths to a base, so they are made relative."""
-    folder.mkdir(parents=True, exist_ok=True)
-    up = Path(os.path.relpath(EXAMPLES, folder))
-    overlay: dict[str, Any] = {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": [str(up / name)],
-        "components": [str(up / "components" / "local-node")],
-    }
-    if stack_ops:
-        overlay["patches"] = [{"target": {"kind": "Stack"}, "patch": yaml.safe_dump(stack_ops)}]
-    (folder / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
-    return folder
-
-
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "pko_only(why): a pko feature the Go operator lacks (skipped there)")
 

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from exampletest import local_example
 
-from .conftest import Kube, local_example
+from .conftest import Kube
 from .test_walkthrough import gone, metrics
 
 pytestmark = [

@@ -28,12 +28,13 @@ from typing import Any
 
 import pytest
 from dulwich.repo import Repo
+from exampletest import EXAMPLES, local_example
 from gitserver import git_commit, serve_git
 from goproxy import go_sum, serve_module_cache
 from npmregistry import Registry, lockfile_subset, serve_registry
 from pypiindex import Index, make_wheel, serve_index
 
-from .conftest import EXAMPLES, Kube, local_example
+from .conftest import Kube
 from .test_walkthrough import NODE_IP, gone, ready, stack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hack"))

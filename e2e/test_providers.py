@@ -11,8 +11,9 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from exampletest import local_example
 
-from .conftest import Kube, local_example
+from .conftest import Kube
 from .test_walkthrough import gone, ready, stack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hack"))

@@ -6,7 +6,6 @@ folder added without its docs row."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -14,10 +13,10 @@ from typing import Any
 
 import pytest
 import yaml
+from exampletest import EXAMPLES, local_example
 from kubetest import kubectl
 
 REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "examples"
 NOT_EXAMPLES = {"components", "programs"}  # what the examples share, not examples themselves
 FOLDERS = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir() and p.name not in NOT_EXAMPLES)
 # Flux's kinds are served by Flux's source-controller, which the test apiserver does not have.
@@ -60,14 +59,7 @@ def test_each_example_builds_with_a_stack_that_runs_as_the_workspace_account(nam
 def test_the_local_node_component_swaps_only_images(tmp_path: Path) -> None:
     """With the component, the images the node has replace the public ones; nothing else changes."""
     for name in ("nginx", "custom-workspace"):
-        overlay = tmp_path / name
-        overlay.mkdir()
-        # kustomize takes only relative paths.
-        spec = {
-            "resources": [os.path.relpath(EXAMPLES / name, overlay)],
-            "components": [os.path.relpath(EXAMPLES / "components" / "local-node", overlay)],
-        }
-        (overlay / "kustomization.yaml").write_text(yaml.safe_dump(spec))
+        overlay = local_example(name, tmp_path / name)
         as_written, local = _build(EXAMPLES / name), _build(overlay)
         assert [(o["kind"], o["metadata"]["name"]) for o in local] == [
             (o["kind"], o["metadata"]["name"]) for o in as_written
