@@ -20,6 +20,7 @@ in flight keeps it.
 
 from __future__ import annotations
 
+from pko.controllers.stack.watches import artifact_of
 from pko.controllers.stack.workspaceobject import ArtifactRevision, ResolvedSource
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import Obj
@@ -34,8 +35,8 @@ def artifact_served(source: Obj | None) -> bool:
     Flux's source-controller write it with the artifact; the Go operator's Program status has no
     conditions, so a digest it recorded does not count as served."""
     status = (source or {}).get("status") or {}
-    artifact = status.get("artifact")
-    if not isinstance(artifact, dict) or not artifact.get("url") or not artifact.get("digest"):
+    artifact = artifact_of(source)
+    if artifact is None or not artifact.get("digest"):
         return False
     generation = int(((source or {}).get("metadata") or {}).get("generation") or 0)
     ready = get_condition(status.get("conditions"), "Ready")
