@@ -1,6 +1,6 @@
-"""The Stack reconcile's decisions as pure functions (no cluster): ``decide``, ``needs_source`` and
-``refused``, branch by branch (the black-box tests in test_stack_reconciler.py drive the same
-paths through a real apiserver)."""
+"""The Stack reconcile's decisions as pure functions (no cluster): ``decide`` (with the source read
+it asks for) and ``refused``, branch by branch (the black-box tests in test_stack_reconciler.py
+drive the same paths through a real apiserver)."""
 
 from __future__ import annotations
 
@@ -24,13 +24,13 @@ from pko.controllers.stack.plan import (
     Observed,
     Plan,
     PruneHistory,
+    ReadSource,
     RequestReconcile,
     Resolved,
     Settings,
     Unresolved,
     WriteStatus,
     decide,
-    needs_source,
     refused,
 )
 from pko.controllers.stack.reconciler import OWNED_STATUS
@@ -93,6 +93,17 @@ def parsed(obj: Obj) -> Stack:
 
 def observed(obj: Obj, **fields: Any) -> Observed:
     return Observed(obj, now=NOW, created=NOW, settings=SETTINGS, **fields)
+
+
+def reads_source(obj: Obj, **fields: Any) -> bool:
+    """Whether deciding ``obj`` asks for the source first (then decides again with it)."""
+    plan = decide(observed(obj, **fields))
+    if plan.writes != [ReadSource(parsed(obj))]:
+        return False
+    assert plan.then is not None
+    again = plan.then(SOURCE)
+    assert kinds(again) == kinds(decide(observed(obj, **fields, source=SOURCE)))
+    return True
 
 
 def kinds(plan: Plan) -> list[str]:
@@ -186,7 +197,7 @@ def test_an_update_still_running_is_waited_for() -> None:
         "StackProcessing",
         "stack is being processed",
     )
-    assert not needs_source(in_flight(), parsed(in_flight()), running, None)
+    assert not reads_source(in_flight(), current_update=running)
 
 
 def test_an_update_that_is_gone_is_a_lost_transient_failure() -> None:
@@ -230,7 +241,7 @@ def deployed(spec: Obj | None = None, **status: Any) -> Obj:
 
 def test_deleting_without_destroy_releases_the_stack() -> None:
     obj = stack(status={"lastUpdate": DONE_UP}, deleting=True)
-    assert not needs_source(obj, parsed(obj), None, None)
+    assert not reads_source(obj)
     plan = decide(observed(obj))
     assert kinds(plan) == ["WriteStatus", "RemoveFinalizer"]
 
@@ -238,7 +249,7 @@ def test_deleting_without_destroy_releases_the_stack() -> None:
 def test_a_destroy_runs_in_the_workspace_as_it_is() -> None:
     obj = deployed()
     ready = workspace()
-    assert not needs_source(obj, parsed(obj), None, ready)
+    assert not reads_source(obj, workspace=ready)
     plan = decide(observed(obj, workspace=ready))
     assert "ApplyWorkspace" not in kinds(plan) and plan.then is None
     create = next(w for w in plan.writes if isinstance(w, CreateUpdate))
@@ -254,7 +265,7 @@ def test_a_destroy_runs_in_the_workspace_as_it_is() -> None:
 def test_without_a_usable_workspace_the_destroy_gets_one_that_never_creates_the_stack() -> None:
     obj = deployed()
     for ws in (None, workspace(ready=False, stalled=True)):
-        assert needs_source(obj, parsed(obj), None, ws)
+        assert reads_source(obj, workspace=ws)
         plan = decide(observed(obj, workspace=ws, source=SOURCE))
         apply = next(w for w in plan.writes if isinstance(w, ApplyWorkspace))
         assert apply.body["spec"]["stacks"] == [{"name": "dev", "create": False}]
@@ -403,7 +414,7 @@ def test_a_go_workspace_is_rewritten_with_the_served_digest_under_the_update_in_
     obj, running = go_in_flight()
     ws = go_workspace()
     # the source is read although an Update runs: the Workspace may name a digest nobody serves
-    assert needs_source(obj, parsed(obj), running, ws)
+    assert reads_source(obj, current_update=running, workspace=ws)
     plan = decide(observed(obj, current_update=running, workspace=ws, source=served()))
     assert kinds(plan) == ["WriteStatus", "Log", "ApplyWorkspace"]  # no Update: the one in flight stays
     apply = plan.writes[-1]
@@ -453,5 +464,5 @@ def test_a_stamped_workspace_whose_url_now_serves_other_bytes_is_rewritten() -> 
 
 def test_a_git_workspace_is_not_looked_up_under_a_running_update() -> None:
     obj, running = go_in_flight()
-    assert not needs_source(obj, parsed(obj), running, workspace())
-    assert not needs_source(obj, parsed(obj), running, None)
+    assert not reads_source(obj, current_update=running, workspace=workspace())
+    assert not reads_source(obj, current_update=running)

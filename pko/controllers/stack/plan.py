@@ -1,9 +1,11 @@
 """What one Stack reconcile decides: the writes to make, in order, and when to look again (pure).
 
 The reconciler reads (:class:`Observed`: the caches, and before deciding the few reads no cache
-holds: the Update in flight when the cache lacks it, its outputs Secret, the source with its
-Secrets and branch head), asks :func:`decide` what to do, and carries out the :class:`Plan` in one
-place (``StackReconciler._act``), the only code that writes. A Stack that cannot be processed as
+holds: the Update in flight when the cache lacks it, its outputs Secret), asks :func:`decide` what
+to do, and carries out the :class:`Plan` in one place (``StackReconciler._act``), the only code
+that writes. A read only some decisions need (the source with its Secrets and branch head) is
+asked for as data (:class:`ReadSource`): the reconciler reads, and :func:`decide` runs again with
+the answer. A Stack that cannot be processed as
 written is a planned ``Stalled`` status, not an exception. Where the rest depends on what a write
 returned (the Workspace as applied decides whether an Update starts), a plan ends with ``then``:
 the pure function that plans the rest from it. When a write fails in a way the reconcile expects
@@ -17,9 +19,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 from pko.api.meta import parse_go_duration
 from pko.api.stack import DriftDetectionSpec, Stack
@@ -47,6 +49,7 @@ from pko.controllers.stack.drift import (
     record_drift_failure,
     remediation_due,
 )
+from pko.controllers.stack.guidance import destroy_from_project_message, release_command
 from pko.controllers.stack.refresh import (
     RefreshWait,
     record_refresh,
@@ -57,7 +60,6 @@ from pko.controllers.stack.status import (
     MSG_UPDATE,
     MSG_WORKSPACE,
     StackRef,
-    destroy_from_project_message,
     destroyed_nothing,
     mark_ephemeral_backend,
     mark_ready,
@@ -72,7 +74,6 @@ from pko.controllers.stack.status import (
     record_failed,
     record_lost,
     record_succeeded,
-    release_command,
     requirement_error,
 )
 from pko.controllers.stack.switch import may_name_stale_artifact, stale_artifact
@@ -100,6 +101,7 @@ __all__ = [
     "Observed",
     "Plan",
     "PruneHistory",
+    "ReadSource",
     "ReleaseUpdate",
     "RemoveFinalizer",
     "RequestReconcile",
@@ -109,7 +111,6 @@ __all__ = [
     "Write",
     "WriteStatus",
     "decide",
-    "needs_source",
     "plan_synced",
     "plan_update",
     "prerequisites_unmet",
@@ -199,8 +200,18 @@ class RequestReconcile:
     request: str
 
 
+@dataclass(frozen=True, slots=True)
+class ReadSource:
+    """Read the Stack's source at its current revision (its Secrets, a branch head, a Flux object's
+    or Program's artifact): a read only some decisions need. Answer: :class:`Resolved` or
+    :class:`Unresolved`; ``then`` decides again with it."""
+
+    stack: Stack
+
+
 Write = (
     WriteStatus
+    | ReadSource
     | Log
     | AddFinalizer
     | RemoveFinalizer
@@ -218,12 +229,13 @@ Write = (
 @dataclass(slots=True)
 class Plan:
     """Writes in order, the ``Result``, the status they leave (a stall found while carrying them out
-    is marked on it), and ``then``: what to plan from the Workspace once it is applied."""
+    is marked on it), and ``then``: what to plan from the last write's answer (the Workspace as
+    applied; the source, read)."""
 
     writes: list[Write]
     result: Result
     status: Obj = field(default_factory=dict)
-    then: Callable[[Obj], Plan] | None = None
+    then: Callable[[Any], Plan] | None = None
 
 
 def write_status(status: Obj, recorded: Obj | None = None) -> WriteStatus:
@@ -373,21 +385,12 @@ class Settings:
     owned_status: tuple[str, ...] = ()
 
 
-def needs_source(obj: Obj, stack: Stack | None, current_update: Obj | None, workspace: Obj | None) -> bool:
-    """Whether :func:`decide` will look at the source (so the reconciler reads it: a branch lookup,
-    Secrets): not for an invalid Stack, an Update still in flight (unless its Workspace may name
-    an artifact nobody serves: :mod:`pko.controllers.stack.switch`), a deletion without a destroy,
-    or a destroy that runs in the Workspace as it is."""
-    if stack is None:
-        return False
-    status = obj.get("status") or {}
-    if status.get("currentUpdate") and current_update is not None and not update_complete(current_update):
-        return may_name_stale_artifact(workspace)
-    if (obj.get("metadata") or {}).get("deletionTimestamp"):
-        if not stack.spec.destroy_on_finalize or stack.spec.preview:
-            return False
-        return workspace_for_destroy(workspace) is None
-    return True
+def read_source(observed: Observed, stack: Stack) -> Plan:
+    """Read the source first, then decide again with it: only the decisions that use it ask (not
+    an invalid Stack, an Update in flight whose Workspace cannot name an unserved artifact, a
+    deletion without a destroy, a destroy in the Workspace as it is). Nothing is written before
+    the read: deciding again plans every write."""
+    return Plan([ReadSource(stack)], Result.done(), then=lambda got: decide(replace(observed, source=got)))
 
 
 def unservable_workspace(observed: Observed, stack: Stack) -> list[Write]:
@@ -497,6 +500,8 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
             stranded = mark_workspace_stalled(status, observed.workspace, generation, now)
             if not stranded and current.get("kind") != "drift" and not current.get("cancelRequest"):
                 mark_reconciling(status, "StackProcessing", MSG_UPDATE, generation, now)
+            if observed.source is None and may_name_stale_artifact(observed.workspace):
+                return read_source(observed, stack)
             writes.append(write_status(status))
             return Plan([*writes, *unservable_workspace(observed, stack)], Result.done(), status)
         else:
@@ -519,7 +524,8 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
         commit = str((status.get("lastUpdate") or {}).get("lastAttemptedCommit") or "")
     else:
         got = observed.source
-        assert got is not None, "needs_source() said the source was not needed"
+        if got is None:
+            return read_source(observed, stack)
         if isinstance(got, Unresolved):
             saved = saved_project(stack, status) if deleting else None
             if saved is None:

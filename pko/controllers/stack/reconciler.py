@@ -75,19 +75,17 @@ from pko.controllers.stack.plan import (
     Observed,
     Plan,
     PruneHistory,
+    ReadSource,
     ReleaseUpdate,
     RemoveFinalizer,
     RequestReconcile,
-    Resolved,
     Settings,
-    Unresolved,
     Write,
     WriteStatus,
     decide,
-    needs_source,
     refused,
 )
-from pko.controllers.stack.sources import SourceResolver, Stall
+from pko.controllers.stack.sources import SourceResolver
 from pko.controllers.stack.status import (
     outputs_from_secret,
     utcnow,
@@ -232,9 +230,10 @@ class StackReconciler:
     # --- reading (caches first; then what no cache holds) ------------------------------------
 
     async def _observe(self, obj: Obj) -> Observed:
-        """Everything :func:`decide` needs, read before deciding: the caches, the Update in flight
-        (read directly when the cache lacks it: gone or not yet seen), its outputs Secret once it
-        completed, and the source (Secrets, the branch head) when the decision will use it."""
+        """What every decision needs, read before deciding: the caches, the Update in flight (read
+        directly when the cache lacks it: gone or not yet seen), its outputs Secret once it
+        completed. The source (Secrets, the branch head) is read when a decision asks
+        (:class:`~pko.controllers.stack.plan.ReadSource`)."""
         namespace, name = namespace_of(obj), str(metadata_of(obj).get("name"))
         stack, errors = parse_stack(obj)
         if errors:
@@ -251,12 +250,6 @@ class StackReconciler:
             p.name: self.stacks.indexer.get_by_key(object_key(namespace, p.name))
             for p in (stack.spec.prerequisites or [] if stack is not None else [])
         }
-        source: Resolved | Unresolved | None = None
-        if stack is not None and needs_source(obj, stack, current, workspace):
-            try:
-                source = await self.sources.resolve(obj, stack)
-            except Stall as stall:
-                source = Unresolved(stall.reason, stall.message, stall.requeue)
         return Observed(
             obj,
             now=utcnow(),
@@ -266,7 +259,6 @@ class StackReconciler:
             outputs=outputs,
             workspace=workspace,
             prerequisites=prerequisites,
-            source=source,
         )
 
     async def _current_update(self, namespace: str | None, name: str) -> Obj | None:
@@ -292,8 +284,10 @@ class StackReconciler:
         )
         return done.result
 
-    async def _carry_out(self, obj: Obj, write: Write) -> Obj | None:
-        """One write; the Workspace, when it applied one."""
+    async def _carry_out(self, obj: Obj, write: Write) -> Any:
+        """One write; its answer: the Workspace, when it applied one; the source, when it read it."""
+        if isinstance(write, ReadSource):
+            return await self.sources.resolve(obj, write.stack)
         if isinstance(write, WriteStatus):
             await self._write_status(obj, write.status)
             await self._release_update(write.recorded)

@@ -14,7 +14,7 @@ from typing import Any
 
 from pko.api.stack import Stack
 from pko.controllers.stack.branchpoll import BranchResolver, GitCredentials, GitLookupError
-from pko.controllers.stack.plan import SOURCE_UNAVAILABLE_REQUEUE, Resolved
+from pko.controllers.stack.plan import SOURCE_UNAVAILABLE_REQUEUE, Resolved, Unresolved
 from pko.controllers.stack.switch import artifact_served
 from pko.controllers.stack.watches import FLUX_SOURCES, artifact_of, namespace_of
 from pko.controllers.stack.workspaceobject import (
@@ -27,17 +27,7 @@ from pko.machinery.manager import CACHE_SYNCED, Manager
 from pko.machinery.resource import Obj, Resource, ResourceClient
 from pko.machinery.store import object_key
 
-__all__ = ["SourceResolver", "Stall"]
-
-
-class Stall(Exception):
-    """The Stack cannot be processed as written; ``reason`` is a Stalled reason."""
-
-    def __init__(self, reason: str, message: str, requeue: float | None = None) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-        self.requeue = requeue
+__all__ = ["SourceResolver"]
 
 
 def _decode(secret: Obj, key: str) -> str | None:
@@ -64,14 +54,16 @@ class SourceResolver:
         self.branches = branches
         self.secret_recheck = secret_recheck
 
-    async def resolve(self, obj: Obj, stack: Stack) -> Resolved:
+    async def resolve(self, obj: Obj, stack: Stack) -> Resolved | Unresolved:
         """The source at its current revision, the revision, and whether its artifact is the one
-        served now; raises :class:`Stall` when it cannot be had (the reconciler may then destroy
-        from :func:`saved_project`)."""
+        served now; :class:`Unresolved` when it cannot be had (a destroy may still run from
+        :func:`saved_project`)."""
         spec = stack.spec
         namespace = namespace_of(obj)
         if spec.project_repo:
             creds = await self.git_credentials(stack)
+            if isinstance(creds, Unresolved):
+                return creds
             commit = spec.commit or ""
             if not commit:
                 try:
@@ -79,18 +71,18 @@ class SourceResolver:
                         spec.project_repo, spec.branch or "", creds, float(spec.resync_frequency())
                     )
                 except GitLookupError as exc:
-                    raise Stall("SourceUnavailable", str(exc), SOURCE_UNAVAILABLE_REQUEUE) from exc
+                    return Unresolved("SourceUnavailable", str(exc), SOURCE_UNAVAILABLE_REQUEUE)
             return Resolved(GitRevision(spec.project_repo, commit, spec.repo_dir, spec.shallow), commit)
         if spec.flux_source is not None:
             ref = spec.flux_source.source_ref
             resource = self.flux_resource(ref.api_version, ref.kind)
             if resource is None:
-                raise Stall(
+                return Unresolved(
                     "SpecInvalid",
                     f"cannot process source reference: unsupported Flux source {ref.api_version} {ref.kind}",
                 )
             if self.manager.optional_cache_status(resource) != CACHE_SYNCED:
-                raise Stall(
+                return Unresolved(
                     "SourceUnavailable",
                     f"could not resolve sourceRef: {resource.kind} ({resource.api_version}) is not served "
                     "by the cluster (are Flux's CRDs installed?)",
@@ -98,7 +90,7 @@ class SourceResolver:
                 )
             source_obj = self.manager.informer(resource).indexer.get_by_key(object_key(namespace, ref.name))
             if source_obj is None:
-                raise Stall(
+                return Unresolved(
                     "SourceUnavailable",
                     f'could not resolve sourceRef: {resource.plural}.{resource.group} "{ref.name}" not found',
                     SOURCE_UNAVAILABLE_REQUEUE,
@@ -111,7 +103,7 @@ class SourceResolver:
                     if ready and ready.get("status") != "True"
                     else ""
                 )
-                raise Stall(
+                return Unresolved(
                     "SourceUnavailable", f"Flux source has no artifact{detail}", SOURCE_UNAVAILABLE_REQUEUE
                 )
             revision = str(artifact.get("revision") or "")
@@ -123,12 +115,12 @@ class SourceResolver:
         if spec.program_ref is not None:
             program = self.programs.indexer.get_by_key(object_key(namespace, spec.program_ref.name))
             if program is None:
-                raise Stall(
+                return Unresolved(
                     "SourceUnavailable", "unable to retrieve program for stack", SOURCE_UNAVAILABLE_REQUEUE
                 )
             artifact = artifact_of(program)
             if artifact is None:
-                raise Stall("SourceUnavailable", "Program has no artifact", SOURCE_UNAVAILABLE_REQUEUE)
+                return Unresolved("SourceUnavailable", "Program has no artifact", SOURCE_UNAVAILABLE_REQUEUE)
             revision = str(artifact.get("revision") or "")
             digest = str(artifact.get("digest") or "")
             source = ArtifactRevision(str(artifact["url"]), digest, revision)
@@ -142,36 +134,40 @@ class SourceResolver:
                 return resource
         return None
 
-    async def _secret(self, namespace: str | None, name: str, context: str = "") -> Obj:
+    async def _secret(self, namespace: str | None, name: str, context: str = "") -> Obj | Unresolved:
         """The Secret, read directly; a missing one Stalls the Stack (looked for again later).
         ``context`` prefixes the message (what the Secret was for)."""
         secret = await self.secrets.get_or_none(name, namespace)
         if secret is None:
-            raise Stall(
+            return Unresolved(
                 "SpecInvalid",
                 f'{context}unable to get secret {namespace}/{name}: secrets "{name}" not found',
                 self.secret_recheck,
             )
         return secret
 
-    async def _secret_value(self, namespace: str | None, name: str, key: str, what: str) -> str:
+    async def _secret_value(self, namespace: str | None, name: str, key: str, what: str) -> str | Unresolved:
         secret = await self._secret(namespace, name, f"{what}: ")
+        if isinstance(secret, Unresolved):
+            return secret
         value = _decode(secret, key)
         if value is None:
-            raise Stall(
+            return Unresolved(
                 "SpecInvalid",
                 f'{what}: no key "{key}" found in secret {namespace}/{name}',
                 self.secret_recheck,
             )
         return value
 
-    async def git_credentials(self, stack: Stack) -> GitCredentials:
+    async def git_credentials(self, stack: Stack) -> GitCredentials | Unresolved:
         """Credentials for the branch lookup, read from Secrets (Go: resolveGitAuth)."""
         spec = stack.spec
         namespace = stack.metadata.namespace
         if spec.git_auth_secret:
             name = spec.git_auth_secret
             secret = await self._secret(namespace, name)
+            if isinstance(secret, Unresolved):
+                return secret
             if _decode(secret, "sshPrivateKey") is not None:
                 return GitCredentials(
                     ssh_private_key=_decode(secret, "sshPrivateKey"), password=_decode(secret, "password")
@@ -181,7 +177,7 @@ class SourceResolver:
             if _decode(secret, "username") is not None:
                 password = _decode(secret, "password")
                 if password is None:
-                    raise Stall(
+                    return Unresolved(
                         "SpecInvalid",
                         f'creating gitAuth: no key "password" found in secret {namespace}/{name}',
                         self.secret_recheck,
@@ -192,21 +188,25 @@ class SourceResolver:
         if auth is None:
             return GitCredentials()
 
-        async def value(ref: Any, what: str) -> str:
-            return await self._secret_value(
-                namespace, ref.secret.name, ref.secret.key, f"resolving gitAuth {what}"
-            )
-
+        # (field, secret reference, what it is), read in this order; the first that cannot be had stalls
+        refs: list[tuple[str, Any, str]] = []
         if auth.ssh_auth is not None:
-            key = await value(auth.ssh_auth.ssh_private_key, "SSH private key")
-            password = await value(auth.ssh_auth.password, "SSH password") if auth.ssh_auth.password else None
-            return GitCredentials(ssh_private_key=key, password=password)
-        if auth.access_token is not None:
-            return GitCredentials(token=await value(auth.access_token, "personal access token"))
-        if auth.basic_auth is not None:
-            return GitCredentials(
-                username=await value(auth.basic_auth.user_name, "username"),
-                password=await value(auth.basic_auth.password, "password"),
-            )
+            refs.append(("ssh_private_key", auth.ssh_auth.ssh_private_key, "SSH private key"))
+            if auth.ssh_auth.password:
+                refs.append(("password", auth.ssh_auth.password, "SSH password"))
+        elif auth.access_token is not None:
+            refs.append(("token", auth.access_token, "personal access token"))
+        elif auth.basic_auth is not None:
+            refs.append(("username", auth.basic_auth.user_name, "username"))
+            refs.append(("password", auth.basic_auth.password, "password"))
+        values: dict[str, str] = {}
+        for field, ref, what in refs:
+            secret = ref.secret
+            got = await self._secret_value(namespace, secret.name, secret.key, f"resolving gitAuth {what}")
+            if isinstance(got, Unresolved):
+                return got
+            values[field] = got
+        if values:
+            return GitCredentials(**values)
         # A GitHub App token is minted by the workspace's fetch step; the lookup goes without.
         return GitCredentials()

@@ -30,6 +30,7 @@ from pko.api.stack import StackSpec
 from pko.controllers.resources import RECONCILIATION_REQUEST_ANNOTATION, SECRETS_ANNOTATION
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack.branchpoll import next_poll
+from pko.controllers.stack.guidance import StackRef, stack_not_found_message
 from pko.controllers.stack.retry import (
     STALL_AT_ONCE,
     classify_failure,
@@ -38,7 +39,6 @@ from pko.controllers.stack.retry import (
     retry_delay,
     tail_lines,
 )
-from pko.controllers.stack.workspaceobject import ProjectInfoRevision
 from pko.machinery.conditions import format_time, get_condition, is_true, remove_condition, set_condition
 
 __all__ = [
@@ -50,7 +50,6 @@ __all__ = [
     "STACK_NOT_FOUND",
     "StackRef",
     "SyncDecision",
-    "destroy_from_project_message",
     "destroyed_nothing",
     "go_duration",
     "mark_cancelled",
@@ -67,11 +66,9 @@ __all__ = [
     "record_destroyed_nothing",
     "record_failed",
     "record_succeeded",
-    "release_command",
     "requirement_error",
     "resources_after",
     "retry_schedule",
-    "stack_not_found_message",
 ]
 
 Obj = dict[str, Any]
@@ -345,14 +342,6 @@ STACK_NOT_FOUND: Final = "StackNotFound"
 _KEPT_OPS: Final = frozenset({"create", "update", "same", "replace", "read", "import", "refresh"})
 
 
-@dataclass(frozen=True, slots=True)
-class StackRef:
-    """The Stack's name and namespace, for the ``kubectl`` commands a message gives."""
-
-    name: str
-    namespace: str
-
-
 def resources_after(update: Mapping[str, Any]) -> int | None:
     """How many resources the stack holds after a successful ``update`` (from its
     ``resourceChanges``); None for a preview or when the Update did not say."""
@@ -397,48 +386,6 @@ def record_destroyed_nothing(
         },
     }
     record_failed(status, current, found, now)
-
-
-def release_command(stack: StackRef | None) -> str:
-    """The command that releases a Stack by hand (its finalizer removed)."""
-    name, namespace = (stack.name, stack.namespace) if stack else ("<name>", "<namespace>")
-    return (
-        f"""kubectl patch stack {name} -n {namespace} --type=merge -p '{{"metadata":{{"finalizers":[]}}}}'"""
-    )
-
-
-def stack_not_found_message(status: Mapping[str, Any], stack: StackRef | None, update_type: str) -> str:
-    """What a user can do about a stack missing from its backend (``lastFailure`` says where it
-    was looked for), with what the Stack last knew it held."""
-    failure = str((status.get("lastFailure") or {}).get("message") or "the stack is not in its backend")
-    known = status.get("resourceCount")
-    outputs = sorted((status.get("outputs") or {}).keys())
-    held = [f"{known} resource(s)"] if known is not None else []
-    if outputs:
-        held.append("outputs " + ", ".join(outputs[:10]) + (", ..." if len(outputs) > 10 else ""))
-    knew = f"The Stack last knew of {' and '.join(held)}. " if held else ""
-    name, namespace = (stack.name, stack.namespace) if stack else ("<name>", "<namespace>")
-    retry = (
-        f"kubectl annotate stack {name} -n {namespace} --overwrite "
-        'pulumi.com/reconciliation-request="$(date +%s)"'
-    )
-    if update_type != "destroy":
-        return f"{failure}. {knew}Put the stack in the backend, then request a retry ({retry})."
-    return (
-        f"{failure}; nothing was destroyed. {knew}Put the stack's state back in the backend, then "
-        f"request a retry ({retry}); or release the Stack, knowing its resources stay behind "
-        f"({release_command(stack)})."
-    )
-
-
-def destroy_from_project_message(unavailable: str, project: ProjectInfoRevision) -> str:
-    """The Stack's word when its source is gone and the destroy runs in a new workspace pod from
-    the saved ``projectInfo``."""
-    return (
-        f"the source is unavailable ({unavailable}); the destroy runs in a new workspace pod from the "
-        f"saved project info (project {project.name!r}, runtime {project.runtime!r}) and the state in "
-        "the backend"
-    )
 
 
 # --- retries and the result conditions -------------------------------------------------------
