@@ -1,0 +1,293 @@
+"""The runner's long operations (preview, up, refresh, destroy): one Automation API call each, its
+answer or its failure turned into a result, and the update plan a preview saves or an up applies.
+
+A failed operation is a result with a structured Failure, not an exception; an up, refresh or
+destroy that succeeded leaves no pending operation in the state that it made stale (stackstate).
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from pko.agent import failures, plans
+from pko.agent.engineevents import ChangeSet, engine_event_to_json
+from pko.agent.operations import EventSink, OperationRequest, operation_type
+from pko.agent.runnerresults import (
+    capped,
+    change_counts,
+    done_counts,
+    error_text,
+    output_values,
+    permalink,
+    plan_not_found,
+    update_summary,
+    writes_state,
+)
+from pko.agent.stackstate import StackState
+from pko.api.generated.pko.agent import v1 as pb
+from pulumi import automation as auto
+from pulumi.automation import errors as auto_errors
+from pulumi.automation.events import EngineEvent
+
+if TYPE_CHECKING:
+    from pko.agent.pulumirunner import RunnerSettings
+
+log = structlog.get_logger("pko.agent.pulumi")
+
+
+class RunnerOperations:
+    """The operations half of :class:`pko.agent.pulumirunner.PulumiRunner`, which sets these."""
+
+    settings: RunnerSettings
+    project_info: pb.ProjectInfo
+    _stack: auto.Stack | None
+    _confirmed: str | None
+    _select_lock: threading.Lock
+    _plans: plans.PlanStore
+    _state: StackState
+
+    def _run_sync(
+        self, stack: auto.Stack, operation_id: str, request: OperationRequest, sink: EventSink
+    ) -> pb.OperationResult:
+        kind = operation_type(request)
+        observations = failures.RunObservations()
+        changes = ChangeSet()
+
+        def on_event(event: EngineEvent) -> None:
+            data = engine_event_to_json(event)
+            observations.observe(data)
+            changes.observe(data)
+            sink(data)
+
+        def on_output(line: str) -> None:
+            log.info("pulumi", operation=operation_id, line=line)
+
+        def on_error(line: str) -> None:
+            log.warning("pulumi", operation=operation_id, line=line)
+
+        common: dict[str, Any] = {
+            "on_event": on_event,
+            "on_output": on_output,
+            "on_error": on_error,
+            "color": "never",
+            "parallel": request.parallel,
+            "message": request.message,
+            "target": list(request.target) or None,
+        }
+        if self.settings.pulumi_log_level > 0:
+            common.update(log_verbosity=self.settings.pulumi_log_level, log_to_std_err=True, log_flow=True)
+        base = pb.OperationResult(operation_id=operation_id, type=kind, project_info=self.project_info)
+        started = datetime.now(UTC)
+        log.info("operation started", operation=operation_id, type=kind.name.lower(), stack_name=stack.name)
+        plan = self._plan_file(operation_id, request)
+        if isinstance(request, pb.UpRequest) and request.plan and plan is None:
+            return plan_not_found(base, request.plan, started, self._plans.keep)
+        try:
+            self._invoke(stack, request, common, base, plan)
+        except auto_errors.CommandError as exc:
+            stdout, stderr = error_text(exc)
+            if (
+                plan is not None
+                and isinstance(request, pb.UpRequest)
+                and observations.applied_silently(stderr)
+            ):
+                # Every planned step applied and the engine reported no error: a success whose
+                # outputs and summary the Automation API never read (it raised first).
+                log.warning(
+                    "pulumi up --plan exited with an error it did not report after applying the plan; "
+                    "recorded as succeeded",
+                    operation=operation_id,
+                )
+                self._read_back(stack, base, stdout, stderr)
+                self._record_outputs(stack, operation_id, common, base)
+                return self._succeeded(stack, operation_id, request, base, changes, started)
+            base.state = pb.OperationState.FAILED
+            self._confirmed = None  # whatever failed, the next selection asks the CLI again
+            base.stdout, base.stderr = capped(stdout), capped(stderr)
+            base.failure = self._state.classify(exc, observations, stack)
+            base.summary = pb.UpdateSummary(
+                start_time=started, end_time=datetime.now(UTC), result="failed", message=base.failure.message
+            )
+            base.permalink = permalink(stdout)
+            base.changes = changes.changes()
+            base.pending_operations = list(base.failure.pending_operations)
+            self._settle_plan(operation_id, request, base)
+            log.warning(
+                "operation failed",
+                operation=operation_id,
+                reason=base.failure.reason,
+                message=base.failure.message,
+            )
+            return base
+        return self._succeeded(stack, operation_id, request, base, changes, started)
+
+    def _succeeded(
+        self,
+        stack: auto.Stack,
+        operation_id: str,
+        request: OperationRequest,
+        base: pb.OperationResult,
+        changes: ChangeSet,
+        started: datetime,
+    ) -> pb.OperationResult:
+        base.state = pb.OperationState.SUCCEEDED
+        base.changes = changes.changes()
+        if base.summary is None:
+            base.summary = pb.UpdateSummary(
+                start_time=started, end_time=datetime.now(UTC), result="succeeded"
+            )
+        self._settle_plan(operation_id, request, base)
+        if writes_state(request):
+            self._state.settle_pending(stack, request, base)
+        log.info("operation succeeded", operation=operation_id, type=operation_type(request).name.lower())
+        return base
+
+    def _record_outputs(
+        self, stack: auto.Stack, operation_id: str, common: dict[str, Any], out: pb.OperationResult
+    ) -> None:
+        """After an up whose plan the engine held the stack's outputs to (it keeps the old ones when
+        an output the preview could not know came out otherwise): plan again, now that every
+        resource is known, and apply that plan only if it changes no resource (the engine enforces
+        it), so the outputs are recorded in the same operation. Otherwise the state keeps its
+        outputs and the next update records them."""
+        quiet = {k: v for k, v in common.items() if k not in ("on_event", "message")}
+        quiet["message"] = "record the stack outputs of the approved plan"
+        follow = self._plans.partial(f"{operation_id}-outputs")
+        try:
+            preview = stack.preview(**quiet, plan=str(follow))
+            changed = {
+                str(getattr(op, "value", op)) for op, n in (preview.change_summary or {}).items() if n
+            } - {"same"}
+            if changed:
+                log.warning(
+                    "outputs not recorded: the plan moved", operation=operation_id, ops=sorted(changed)
+                )
+            else:
+                stack.up(**quiet, plan=str(follow), suppress_progress=True)
+        except auto_errors.CommandError as exc:
+            log.warning("outputs not recorded", operation=operation_id, error=error_text(exc)[1][-300:])
+        finally:
+            follow.unlink(missing_ok=True)
+        out.outputs = output_values(stack.outputs())  # recorded now, or the state's as they were
+
+    def _read_back(self, stack: auto.Stack, out: pb.OperationResult, stdout: str, stderr: str) -> None:
+        """What ``stack.up`` returns, read from the stack after an up it reported as failed (the
+        outputs: :meth:`_record_outputs`)."""
+        out.stdout, out.stderr = capped(stdout), capped(stderr)
+        out.permalink = permalink(stdout)
+        info = stack.info()
+        out.summary = update_summary(info)
+        if out.summary is not None:  # the history says "failed": the CLI's exit code
+            out.summary.result = "succeeded"
+            out.summary.message = "applied every planned step; the engine exited 1 without an error"
+        out.change_summary = done_counts(info)
+
+    def _plan_file(self, operation_id: str, request: OperationRequest) -> str | None:
+        """The update plan file the CLI gets: where a preview saves its plan (``--save-plan``), the
+        saved plan an up applies (``--plan``; None when this pod has none)."""
+        if isinstance(request, pb.PreviewRequest) and request.save_plan:
+            return str(self._plans.partial(operation_id))
+        if isinstance(request, pb.UpRequest) and request.plan:
+            found = self._plans.find(request.plan)
+            return str(found) if found is not None else None
+        return None
+
+    def _settle_plan(self, operation_id: str, request: OperationRequest, result: pb.OperationResult) -> None:
+        """Keep the plan of a preview that succeeded (no other); delete a plan an up has spent: it
+        succeeded (the state moved on), or the program no longer matches it. An up that failed
+        otherwise (a lock, a provider error) keeps it, for its retry."""
+        succeeded = result.state == pb.OperationState.SUCCEEDED
+        if isinstance(request, pb.PreviewRequest) and request.save_plan:
+            if not succeeded:
+                self._plans.discard(operation_id)
+            elif not self._plans.commit(operation_id):
+                log.warning("the preview saved no update plan", operation=operation_id)
+        elif isinstance(request, pb.UpRequest) and request.plan:
+            reason = result.failure.reason if result.failure is not None else ""
+            if succeeded or reason == failures.REASON_PLAN_MISMATCH:
+                self._plans.remove(request.plan)
+
+    def _invoke(
+        self,
+        stack: auto.Stack,
+        request: OperationRequest,
+        common: dict[str, Any],
+        out: pb.OperationResult,
+        plan: str | None = None,
+    ) -> None:
+        """Run the Automation API call for ``request`` and copy its answer into ``out``; ``plan``: the
+        update plan file a preview saves or an up applies."""
+        if isinstance(request, pb.PreviewRequest):
+            res_p = stack.preview(
+                **common,
+                expect_no_changes=request.expect_no_changes,
+                replace=list(request.replace) or None,
+                target_dependents=request.target_dependents,
+                policy_packs=[p.name for p in request.policy_pack] or None,
+                refresh=request.refresh,
+                diff=True,
+                plan=plan,
+            )
+            out.stdout, out.stderr = capped(res_p.stdout), capped(res_p.stderr)
+            out.change_summary = change_counts(res_p.change_summary)
+            out.permalink = permalink(res_p.stdout)
+        elif isinstance(request, pb.UpRequest):
+            res_u = stack.up(
+                **common,
+                expect_no_changes=request.expect_no_changes,
+                replace=list(request.replace) or None,
+                target_dependents=request.target_dependents,
+                policy_packs=[p.name for p in request.policy_pack] or None,
+                refresh=request.refresh,
+                continue_on_error=request.continue_on_error,
+                suppress_progress=True,
+                diff=True,
+                plan=plan,
+            )
+            out.stdout, out.stderr = capped(res_u.stdout), capped(res_u.stderr)
+            out.summary = update_summary(res_u.summary)
+            out.change_summary = done_counts(res_u.summary)
+            out.permalink = permalink(res_u.stdout)
+            out.outputs = output_values(res_u.outputs)
+        elif isinstance(request, pb.RefreshRequest) and request.preview_only:
+            # `refresh --preview-only`: reads every resource back, writes nothing; the drift is in the
+            # events (see engineevents.ChangeSet) and the would-be counts in the change summary.
+            res_pr = stack.preview_refresh(
+                **common,
+                expect_no_changes=request.expect_no_changes,
+                run_program=request.run_program,
+                diff=True,
+            )
+            out.stdout, out.stderr = capped(res_pr.stdout), capped(res_pr.stderr)
+            out.change_summary = change_counts(res_pr.change_summary)
+            out.permalink = permalink(res_pr.stdout)
+        elif isinstance(request, pb.RefreshRequest):
+            res_r = stack.refresh(
+                **common,
+                expect_no_changes=request.expect_no_changes,
+                run_program=request.run_program,
+            )
+            out.stdout, out.stderr = capped(res_r.stdout), capped(res_r.stderr)
+            out.summary = update_summary(res_r.summary)
+            out.change_summary = done_counts(res_r.summary)
+            out.permalink = permalink(res_r.stdout)
+        else:
+            res_d = stack.destroy(
+                **common,
+                target_dependents=request.target_dependents,
+                refresh=request.refresh,
+                continue_on_error=request.continue_on_error,
+                remove=request.remove,
+                run_program=request.run_program,
+            )
+            out.stdout, out.stderr = capped(res_d.stdout), capped(res_d.stderr)
+            out.summary = update_summary(res_d.summary)
+            out.change_summary = done_counts(res_d.summary)
+            out.permalink = permalink(res_d.stdout)
+            if request.remove:
+                with self._select_lock:
+                    self._stack = None
+                    self._confirmed = None
