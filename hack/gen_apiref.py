@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Write docs/reference/api.md (from the pko.api models) and docs/reference/conditions.md (from the
-operator's code: condition and Event reasons, annotations, labels, metrics).
+"""Write docs/reference/api.md (from the pko.api models), docs/reference/conditions.md (from the
+operator's code: condition and Event reasons, annotations, labels, metrics) and the settings table of
+docs/operator.md (from the declared settings, pko.settings; the rest of that page is prose).
 
 Usage:
     hack/gen_apiref.py            # (re)write the pages
     hack/gen_apiref.py --check    # exit 1 and list the pages that differ from what the code generates
 
-The pages are written by hack/apiref_api.py and hack/apiref_tables.py (what each reads is in its
-docstring); this script only compares and writes files. test/test_apiref.py runs the check.
+The pages are written by hack/apiref_api.py, hack/apiref_tables.py and hack/apiref_settings.py (what
+each reads is in its docstring); this script only compares and writes files. test/test_apiref.py runs
+the check.
 """
 
 from __future__ import annotations
@@ -17,17 +19,23 @@ import sys
 from pathlib import Path
 
 import apiref_api
+import apiref_settings
 import apiref_tables
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = REPO_ROOT / "docs" / "reference"
 API_PAGE = REFERENCE / "api.md"
 CONDITIONS_PAGE = REFERENCE / "conditions.md"
+SETTINGS_PAGE = REPO_ROOT / "docs" / "operator.md"  # its settings table
 
 
 def expected_files() -> dict[Path, str]:
     """Every generated page, by absolute path."""
-    return {API_PAGE: apiref_api.render(), CONDITIONS_PAGE: apiref_tables.render()}
+    return {
+        API_PAGE: apiref_api.render(),
+        CONDITIONS_PAGE: apiref_tables.render(),
+        SETTINGS_PAGE: apiref_settings.render_page(SETTINGS_PAGE.read_text()),
+    }
 
 
 def stale_files(expected: dict[Path, str]) -> list[Path]:

@@ -1,9 +1,11 @@
-"""Operator-wide settings the reconcilers share (flags and environment, parsed in ``pko.__main__``)."""
+"""Operator-wide settings the reconcilers share. The operator builds them from its declared settings
+(:meth:`pko.settings.operator.Settings.controller_options`: each field's flag, variable and default
+are declared there); tests and tools build them directly, with the same defaults (:mod:`pko.defaults`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Literal
 
 from pko import defaults
 from pko.api.workspace import DEFAULT_IMAGES, SecurityProfile
@@ -12,10 +14,6 @@ from pko.machinery.manager import Manager
 from pko.tokens import TokenSource
 
 AddressMode = Literal["dns", "pod-ip", "static"]
-
-DEFAULT_AGENT_IMAGE: Final = defaults.AGENT_IMAGE
-DEFAULT_OPERATOR_NAMESPACE: Final = defaults.OPERATOR_NAMESPACE
-DEFAULT_OPERATOR_SERVICE_ACCOUNT: Final = defaults.OPERATOR_SERVICE_ACCOUNT
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,10 +27,10 @@ class ControllerOptions:
     the Go operator's ``WORKSPACE_LOCALHOST``, e.g. with ``kubectl port-forward``).
     """
 
-    operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE
+    operator_namespace: str = defaults.OPERATOR_NAMESPACE
     # The operator's own identity: TokenRequest tokens for the agents are minted for it (POD_SA_NAME).
-    operator_service_account: str = DEFAULT_OPERATOR_SERVICE_ACCOUNT
-    agent_image: str = DEFAULT_AGENT_IMAGE
+    operator_service_account: str = defaults.OPERATOR_SERVICE_ACCOUNT
+    agent_image: str = defaults.AGENT_IMAGE
     agent_image_pull_policy: str = defaults.AGENT_IMAGE_PULL_POLICY
     # The Pulumi image of a Workspace that names none (None: the Go operator's default per profile).
     default_workspace_image: str | None = None

@@ -53,7 +53,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import structlog
@@ -63,21 +62,21 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from pko import defaults
 from pko.machinery.builder import ControllerBuilder
 from pko.machinery.controller import DEFAULT_WORKERS, Controller, Reconciler
 from pko.machinery.events import EventRecorder
 from pko.machinery.handler import Enqueuer
 from pko.machinery.informer import SharedInformer
 from pko.machinery.informerfactory import InformerFactory
-from pko.machinery.leaderelection import LeaderElectionConfig, LeaderElector
+from pko.machinery.leaderelection import LeaderElector
+from pko.machinery.manageroptions import ManagerOptions
 from pko.machinery.metrics import PrometheusControllerMetrics, PrometheusWorkqueueMetrics
 from pko.machinery.predicates import Predicate, generation_changed
 from pko.machinery.ratelimit import RateLimiter
 from pko.machinery.ratelimitingqueue import RateLimitingQueue
 from pko.machinery.resource import DEFAULT_FIELD_MANAGER, Resource, ResourceClient, served
+from pko.machinery.runnables import Runnables
 from pko.machinery.serving import (
-    DEFAULT_STALL_THRESHOLD,
     Heartbeat,
     ReadinessCheck,
     Route,
@@ -99,8 +98,6 @@ __all__ = [
 
 # The component that signs the manager's Events, as the Go operator's recorder does.
 EVENT_COMPONENT: Final = "pulumi-kubernetes-operator"
-RUNNABLE_BACKOFF_INITIAL: Final = 1.0
-RUNNABLE_BACKOFF_MAX: Final = 60.0
 
 # The status of an optional informer (see Manager.optional_cache_status).
 CACHE_ABSENT: Final = "absent"  # the kind is not served (CRD not installed)
@@ -111,41 +108,6 @@ CACHE_STALLED: Final = "stalled"  # served, but not synced within optional_sync_
 
 class LeaderElectionLost(RuntimeError):
     """This replica stopped leading before it was asked to stop; the process should exit."""
-
-
-@dataclass(frozen=True, slots=True)
-class ManagerOptions:
-    """How the manager runs. Durations are seconds.
-
-    ``max_concurrent_reconciles`` maps controller names to worker counts (overriding
-    :data:`~pko.machinery.controller.DEFAULT_WORKERS`); ``namespace`` limits every informer to one
-    namespace (``None``: all). Bind addresses are ``host:port``; ``"0"`` disables that server.
-    ``discovery_interval`` and ``optional_sync_timeout`` govern optional watches.
-    ``kube_api_timeout`` bounds every request of the informers, the event recorder and the clients
-    :meth:`Manager.client` hands out. The process-level defaults are :mod:`pko.defaults`'.
-    ``liveness_stall_threshold``: ``/healthz`` fails once the event loop has not run its
-    once-a-second heartbeat for this long (see :data:`~pko.machinery.serving.DEFAULT_STALL_THRESHOLD`).
-    """
-
-    metrics_bind_address: str = defaults.METRICS_BIND_ADDRESS
-    health_probe_bind_address: str = defaults.HEALTH_PROBE_BIND_ADDRESS
-    leader_election: LeaderElectionConfig | None = None
-    shutdown_grace_period: float = defaults.SHUTDOWN_GRACE_PERIOD
-    max_concurrent_reconciles: Mapping[str, int] = field(default_factory=dict)
-    namespace: str | None = None
-    resync_period: float = 0.0
-    kube_api_timeout: float = defaults.KUBE_API_TIMEOUT
-    discovery_interval: float = 30.0
-    optional_sync_timeout: float = 60.0
-    liveness_stall_threshold: float = DEFAULT_STALL_THRESHOLD
-
-
-@dataclass(slots=True)
-class _Runnable:
-    name: str
-    fn: Callable[[], Awaitable[None]]
-    leader_only: bool
-    task: asyncio.Task[None] | None = None
 
 
 class Manager:
@@ -193,7 +155,6 @@ class Manager:
         self._heartbeat = Heartbeat(self.options.liveness_stall_threshold)
         registry.register(self._heartbeat)
         self._builders: dict[str, ControllerBuilder] = {}
-        self._runnables: dict[str, _Runnable] = {}
         # Watches declared optional / required, by (group, version, plural).
         self._optional: dict[tuple[str, str, str], Resource] = {}
         self._required: set[tuple[str, str, str]] = set()
@@ -211,6 +172,7 @@ class Manager:
         self._servers: list[ThreadedHttpServer] = []
         self._readiness: list[ReadinessCheck] = [("informer-sync", self._informers_synced)]
         self._log = structlog.get_logger("pko.manager")
+        self._runnables = Runnables(self._log)
 
     # --- declaration -------------------------------------------------------------------------
 
@@ -268,13 +230,10 @@ class Manager:
         replica from start to stop. An exception is logged and ``fn`` is called again after a
         backoff (1 s doubling to 60 s); returning ends the runnable. May be called while running.
         """
-        if name in self._runnables:
-            raise ValueError(f"a runnable named {name!r} is already added")
-        runnable = _Runnable(name, fn, leader_only)
-        self._runnables[name] = runnable
+        runnable = self._runnables.add(name, fn, leader_only=leader_only)
         if self._ran and not self._stopping:
             if not leader_only or self._controllers_started:
-                self._start_runnable(runnable)
+                self._runnables.start(runnable)
 
     def optional_cache_status(self, resource: Resource) -> str:
         """``absent`` (not served yet), ``syncing``, ``synced`` or ``stalled`` (not synced within
@@ -384,20 +343,18 @@ class Manager:
             self.factory.start(exclude=optional)
             if optional:
                 self._spawn(self._discover(optional), "manager:discovery")
-            for runnable in self._runnables.values():
-                if not runnable.leader_only:
-                    self._start_runnable(runnable)
+            self._runnables.start_all(leader_only=False)
             self._log.info(
                 "manager started",
                 controllers=sorted(self._builders),
-                runnables=sorted(self._runnables),
+                runnables=self._runnables.names(),
                 optional_watches=sorted(r.name for r in optional),
                 leader_election=self.options.leader_election is not None,
             )
             await self._run_until_stopped()
         finally:
             self._stopping = True
-            await self._stop_runnables(leader_only=False)
+            await self._runnables.stop_all(leader_only=False)
             background, self._background = self._background, set()
             for task in background:
                 task.cancel()
@@ -458,9 +415,7 @@ class Manager:
             if not self._stopping:
                 self._start_controllers()
                 self._controllers_started = True
-                for runnable in self._runnables.values():
-                    if runnable.leader_only:
-                        self._start_runnable(runnable)
+                self._runnables.start_all(leader_only=True)
             await asyncio.Future()  # until cancelled
         finally:
             self._leading = False
@@ -469,53 +424,14 @@ class Manager:
             # still running means leadership was lost: another replica may lead as soon as the
             # lease expires, so in-flight reconciles are cancelled now.
             await self._stop_controllers(0.0)
-            await self._stop_runnables(leader_only=True)
+            await self._runnables.stop_all(leader_only=True)
 
-    # --- runnables and optional informers ------------------------------------------------------
+    # --- background tasks and optional informers -----------------------------------------------
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-
-    def _start_runnable(self, runnable: _Runnable) -> None:
-        if runnable.task is None or runnable.task.done():
-            runnable.task = asyncio.create_task(self._supervise(runnable), name=f"runnable:{runnable.name}")
-
-    async def _stop_runnables(self, *, leader_only: bool) -> None:
-        tasks = []
-        for runnable in self._runnables.values():
-            if runnable.leader_only == leader_only and runnable.task is not None:
-                runnable.task.cancel()
-                tasks.append(runnable.task)
-                runnable.task = None
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _supervise(self, runnable: _Runnable) -> None:
-        log = self._log.bind(runnable=runnable.name)
-        loop = asyncio.get_running_loop()
-        delay = RUNNABLE_BACKOFF_INITIAL
-        while True:
-            started = loop.time()
-            try:
-                await runnable.fn()
-            except Exception as exc:
-                if loop.time() - started > RUNNABLE_BACKOFF_MAX:
-                    delay = RUNNABLE_BACKOFF_INITIAL  # it ran well for a while: not a crash loop
-                log.error("runnable failed; restarting", retry_in=delay, exc_info=exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RUNNABLE_BACKOFF_MAX)
-                continue
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise
-                log.error("runnable failed (cancelled from within); restarting", retry_in=delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RUNNABLE_BACKOFF_MAX)
-                continue
-            log.info("runnable finished")
-            return
 
     async def _discover(self, resources: list[Resource]) -> None:
         """Start each optional informer once discovery says its kind is served."""
