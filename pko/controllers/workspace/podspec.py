@@ -1,0 +1,278 @@
+"""The workspace pod's spec: its containers (``bootstrap``, ``fetch``, ``pulumi``), the restricted
+security profile, the ``spec.podTemplate`` merge and the default ephemeral storage (pure functions).
+
+:mod:`pko.controllers.workspace.workloads` wraps it in the StatefulSet and says why it differs from
+the Go operator's.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any, Final
+
+from pko.api.workspace import WorkspaceSpec
+from pko.controllers.options import ControllerOptions
+from pko.controllers.strategicmerge import strategic_merge
+from pko.machinery.quantity import parse_quantity
+
+Obj = dict[str, Any]
+
+WORKSPACE_PORT: Final = 50051
+PULUMI_CONTAINER: Final = "pulumi"
+BOOTSTRAP_CONTAINER: Final = "bootstrap"
+FETCH_CONTAINER: Final = "fetch"
+# The agent image's executable, the folder it runs from (a PyInstaller one-folder build: no unpacking
+# at each start) and tini, copied where the user's Pulumi image can run them.
+BOOTSTRAP_COPY: Final = ("cp", "-r", "/agent", "/agent-lib", "/tini", "/share/")
+SHARE_VOLUME: Final = "share"
+SHARE_PATH: Final = "/share"
+WORKSPACE_DIR: Final = "/share/workspace"
+SOURCE_DIR: Final = "/share/source"
+ENV_FILE: Final = "/share/.env"
+TERMINATION_GRACE_PERIOD_SECONDS: Final = 600
+
+_RESTRICTED_CAPABILITIES: Final[Obj] = {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}
+
+EPHEMERAL_STORAGE: Final = "ephemeral-storage"
+# The ``pulumi`` container's ephemeral storage by default. What a workspace pod writes to the node's disk
+# (the container's writable layer, its logs and the ``share`` emptyDir, all counted against the pod's limit)
+# is, measured (2026-11-27, the images of hack/build-images.sh): the agent copied into /share, 121 MB; the
+# program's source and dependencies: node_modules with the Node.js SDK and the kubernetes, random and
+# command SDKs, 155 MB (what a program's own `npm install` of them writes); a Go program on the Pulumi SDK
+# alone (e2e/test_languages.py's), 1.05 GB, as the language host builds it in the pod (Go's module cache
+# 500 MB, its build cache 515 MB, the binary 39 MB), more with a provider's Go SDK; and any plugin the
+# engine downloads at run time into $PULUMI_HOME (those in the image, such as the 159 MB kubernetes
+# provider, are not written). Go operator users measured 1.3 to 2.4 GiB per workspace pod. So: request 1Gi,
+# what a typical program holds, so the scheduler stops placing workspace pods on a node whose disk they
+# would fill; limit 4Gi, above the largest figure measured with room to spare, so the kubelet evicts a
+# runaway pod alone (not its neighbours, under node disk pressure). A program that needs more (a Go program
+# on a large provider SDK) raises either in spec.resources or in the pulumi container's resources in
+# spec.podTemplate (the Stack's workspaceTemplate sets both).
+DEFAULT_EPHEMERAL_STORAGE_REQUEST: Final = "1Gi"
+DEFAULT_EPHEMERAL_STORAGE_LIMIT: Final = "4Gi"
+
+
+def pod_spec(name: str, namespace: str, spec: WorkspaceSpec, options: ControllerOptions) -> Obj:
+    """The pod spec the operator builds for Workspace ``namespace/name``, before ``spec.podTemplate``."""
+    init_containers = [_agent_container(BOOTSTRAP_CONTAINER, options, list(BOOTSTRAP_COPY), [])]
+    fetch = _fetch_container(spec, options)
+    if fetch is not None:
+        init_containers.append(fetch)
+    built: Obj = {
+        "serviceAccountName": spec.service_account_name,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_PERIOD_SECONDS,
+        "initContainers": init_containers,
+        "containers": [_pulumi_container(name, namespace, spec, options)],
+        # No sizeLimit on ``share``: the kubelet already counts this emptyDir against the pod's
+        # ephemeral-storage limit (the sum of its containers' limits: the pulumi container's, by
+        # default 4Gi), and a sizeLimit would be a second cap that a user who raised the container's
+        # limit for a large Go or node_modules program would also have to find and raise (in the pod
+        # template's volumes) before the pod stopped being evicted.
+        "volumes": [{"name": SHARE_VOLUME, "emptyDir": {}}],
+    }
+    if spec.security_profile == "restricted":
+        _restrict(built)
+    return built
+
+
+def finish_pod_spec(merged: Obj) -> None:
+    """What the operator adds after the template merge, so no template removes it: the ``pulumi``
+    container's default ephemeral storage, ``PULUMI_ENV`` in every container."""
+    for container in merged.get("containers", []):
+        if container.get("name") == PULUMI_CONTAINER:
+            _default_ephemeral_storage(container)
+    for container in [*merged.get("initContainers", []), *merged.get("containers", [])]:
+        _set_env(container.setdefault("env", []), {"name": "PULUMI_ENV", "value": ENV_FILE})
+
+
+def _set_env(env: list[Obj], var: Obj) -> None:
+    """Set ``var`` in ``env``, replacing a same-named entry (apply refuses duplicate names)."""
+    for i, existing in enumerate(env):
+        if existing.get("name") == var["name"]:
+            env[i] = var
+            return
+    env.append(var)
+
+
+def _share_mount() -> Obj:
+    return {"name": SHARE_VOLUME, "mountPath": SHARE_PATH}
+
+
+def _agent_container(name: str, options: ControllerOptions, args: list[str], env: list[Obj]) -> Obj:
+    container: Obj = {
+        "name": name,
+        "image": options.agent_image,
+        "imagePullPolicy": options.agent_image_pull_policy,
+        "args": args,
+        "volumeMounts": [_share_mount()],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if env:
+        container["env"] = env
+    return container
+
+
+def _secret_env(name: str, selector: Mapping[str, Any] | None) -> list[Obj]:
+    return [] if selector is None else [{"name": name, "valueFrom": {"secretKeyRef": dict(selector)}}]
+
+
+def _fetch_container(spec: WorkspaceSpec, options: ControllerOptions) -> Obj | None:
+    """The ``fetch`` init container for the spec's source (None without one); secrets by reference only."""
+    init = ["/share/agent", "init", "-t", SOURCE_DIR, "--workspace-dir", WORKSPACE_DIR]
+    if spec.git is not None:
+        git = spec.git
+        env: list[Obj] = [
+            {"name": "GIT_URL", "value": git.url or ""},
+            {"name": "GIT_REVISION", "value": git.ref or ""},
+            {"name": "GIT_DIR", "value": git.dir or ""},
+        ]
+        if git.shallow:
+            env.append({"name": "GIT_SHALLOW", "value": "true"})
+        auth = git.auth
+        if auth is not None:
+            env += _secret_env("GIT_SSH_PRIVATE_KEY", auth.ssh_private_key)
+            env += _secret_env("GIT_USERNAME", auth.username)
+            env += _secret_env("GIT_PASSWORD", auth.password)
+            env += _secret_env("GIT_TOKEN", auth.token)
+            if auth.github_app is not None:
+                env += _secret_env("GIT_GITHUB_APP_ID", auth.github_app.app_id)
+                env += _secret_env("GIT_GITHUB_APP_INSTALLATION_ID", auth.github_app.installation_id)
+                env += _secret_env("GIT_GITHUB_APP_PRIVATE_KEY", auth.github_app.private_key)
+        return _agent_container(FETCH_CONTAINER, options, init, env)
+    if spec.flux is not None:
+        flux = spec.flux
+        env = [
+            {"name": "FLUX_URL", "value": flux.url or ""},
+            {"name": "FLUX_DIGEST", "value": flux.digest or ""},
+            {"name": "FLUX_DIR", "value": flux.dir or ""},
+        ]
+        if options.flux_max_untar_size_bytes is not None:
+            env.append({"name": "FLUX_MAX_UNTAR_SIZE_BYTES", "value": str(options.flux_max_untar_size_bytes)})
+        return _agent_container(FETCH_CONTAINER, options, init, env)
+    if spec.local is not None:
+        local_dir = spec.local.dir or ""
+        args = ["/bin/busybox", "ln", "-sfn", local_dir, WORKSPACE_DIR]
+        return _agent_container(FETCH_CONTAINER, options, args, [{"name": "LOCAL_DIR", "value": local_dir}])
+    if spec.project_info is not None:
+        info = spec.project_info
+        env = [
+            {"name": "PROJECT_NAME", "value": info.name},
+            {"name": "PROJECT_RUNTIME", "value": info.runtime},
+        ]
+        return _agent_container(FETCH_CONTAINER, options, ["/share/agent", "init", "-t", WORKSPACE_DIR], env)
+    return None
+
+
+def _serve_command(name: str, namespace: str, spec: WorkspaceSpec) -> list[str]:
+    command = [
+        "/share/tini", "/share/agent", "--", "serve",
+        "--workspace", WORKSPACE_DIR,
+        "--skip-install",
+        "--env-file", ENV_FILE,
+        "--auth-mode", "kube",
+        "--kube-audience", f"{name}.{namespace}",
+        "--kube-workspace-namespace", namespace,
+        "--kube-workspace-name", name,
+    ]  # fmt: skip
+    if spec.pulumi_log_level:
+        command += ["--pulumi-log-level", str(spec.pulumi_log_level)]
+    return command
+
+
+def _pulumi_container(name: str, namespace: str, spec: WorkspaceSpec, options: ControllerOptions) -> Obj:
+    env: list[Obj] = [copy.deepcopy(dict(v)) for v in spec.env or []]
+    _set_env(env, {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}})
+    _set_env(
+        env, {"name": "POD_SA_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}}
+    )
+    # The agent's memory limit is the reserved amount (Go operator issue 698).
+    memlimit = {"containerName": PULUMI_CONTAINER, "resource": "requests.memory"}
+    _set_env(env, {"name": "AGENT_MEMLIMIT", "valueFrom": {"resourceFieldRef": memlimit}})
+    container: Obj = {
+        "name": PULUMI_CONTAINER,
+        "image": spec.image or options.workspace_image(spec.security_profile),
+        "command": _serve_command(name, namespace, spec),
+        "workingDir": WORKSPACE_DIR,
+        "ports": [{"name": "grpc", "containerPort": WORKSPACE_PORT, "protocol": "TCP"}],
+        "env": env,
+        # The Go operator's defaulter: small requests, no limits.
+        "resources": copy.deepcopy(dict(spec.with_defaults().resources or {})),
+        "volumeMounts": [_share_mount()],
+    }
+    if spec.image_pull_policy:
+        container["imagePullPolicy"] = spec.image_pull_policy
+    if spec.env_from:
+        container["envFrom"] = [copy.deepcopy(dict(v)) for v in spec.env_from]
+    return container
+
+
+def merge_pod_template(base: Mapping[str, Any], template: Mapping[str, Any] | None) -> Obj:
+    """``template`` (a pod template: metadata + spec) merged over ``base`` as the Go operator does.
+
+    Containers, init containers, volumes, env and ports merge by name (volume mounts by mount
+    path): a template entry overrides the fields it sets and keeps the rest; a new entry is added
+    after the operator's (so ``bootstrap`` and ``fetch`` still run first). Maps merge key by key;
+    any other field the template sets (tolerations, terminationGracePeriodSeconds...) replaces.
+    """
+    if not template:
+        return copy.deepcopy(dict(base))
+    patch = {k: v for k, v in template.items() if k in ("metadata", "spec") and v is not None}
+    return strategic_merge(base, patch)
+
+
+def _restrict(pod_spec: Obj) -> None:
+    """The restricted Pod Security profile: non-root 1000:1000, no privilege escalation, caps dropped."""
+    pod_spec["securityContext"].update({"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000})
+    for container in [*pod_spec.get("initContainers", []), *pod_spec.get("containers", [])]:
+        context = container.setdefault("securityContext", {})
+        context["allowPrivilegeEscalation"] = False
+        context["capabilities"] = copy.deepcopy(_RESTRICTED_CAPABILITIES)
+
+
+def _quantity(value: Any) -> Decimal | None:
+    """A Kubernetes resource quantity (``1Gi``, ``500M``, ``1e9``) as a number; None when it is not one
+    (the API server then refuses the pod, naming it: nothing here second-guesses it)."""
+    if not isinstance(value, str | int | float):
+        return None
+    try:
+        return parse_quantity(value)
+    except ValueError:
+        return None
+
+
+def _unset(value: Any) -> bool:
+    """An absent or zero quantity: as for the cpu and memory requests (``WorkspaceSpec.with_defaults``),
+    zero means "the default" (a zero limit would evict the pod at its first byte written)."""
+    return value is None or _quantity(value) == 0
+
+
+def _at_most(a: str, b: Any) -> bool:
+    """``a`` <= ``b``, both quantities (False when either is not one)."""
+    qa, qb = _quantity(a), _quantity(b)
+    return qa is not None and qb is not None and qa <= qb
+
+
+def _default_ephemeral_storage(container: Obj) -> None:
+    """The default ephemeral-storage request and limit, where the container's resources name none.
+
+    Kubernetes refuses a request above the limit, so a default never crosses what the user set: with
+    only a limit set, the request is the smaller of the default and that limit; with only a request set,
+    the limit is the larger of the default and that request. A figure that is no quantity is copied to
+    the other side as it is, for the API server to refuse with its own message.
+    """
+    resources = container.setdefault("resources", {})
+    requests: Obj = dict(resources.get("requests") or {})
+    limits: Obj = dict(resources.get("limits") or {})
+    if _unset(requests.get(EPHEMERAL_STORAGE)):
+        limit = limits.get(EPHEMERAL_STORAGE)
+        keep_under = not _unset(limit) and not _at_most(DEFAULT_EPHEMERAL_STORAGE_REQUEST, limit)
+        requests[EPHEMERAL_STORAGE] = limit if keep_under else DEFAULT_EPHEMERAL_STORAGE_REQUEST
+    if _unset(limits.get(EPHEMERAL_STORAGE)):
+        request = requests[EPHEMERAL_STORAGE]
+        keep_over = not _at_most(request, DEFAULT_EPHEMERAL_STORAGE_LIMIT)
+        limits[EPHEMERAL_STORAGE] = request if keep_over else DEFAULT_EPHEMERAL_STORAGE_LIMIT
+    resources["requests"] = requests
+    resources["limits"] = limits
