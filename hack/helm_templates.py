@@ -1,6 +1,7 @@
 """The texts of the pko chart that config/default has no object for: the helpers, the optional
-ServiceMonitor and PodDisruptionBudget, and NOTES.txt. hack/gen_helm.py fills in what they take from
-config/ (the name prefix, the metrics Service, the Deployment's selector) and writes them.
+ServiceMonitor, PrometheusRule and PodDisruptionBudget, and NOTES.txt. hack/gen_helm.py fills in
+what they take from config/ (the name prefix, the metrics Service, the Deployment's selector) and
+writes them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import Any
 import yaml
 
 Obj = dict[str, Any]
+# Where the chart keeps config/prometheus/prometheusrule.yaml's spec (the PrometheusRule reads it).
+PROMETHEUS_RULE_SPEC = "files/prometheusrule-spec.yaml"
 
 
 def name_expr(config_name: str) -> str:
@@ -126,6 +129,30 @@ def labels_block(labels: dict[str, str], managed_by: str, indent: int) -> str:
         out[managed_by] = "MANAGED_BY_HELM"
     text = textwrap.indent(yaml.safe_dump(out, sort_keys=False).rstrip(), " " * indent)
     return text.replace("MANAGED_BY_HELM", "{{ .Release.Service }}")
+
+
+def prometheus_rule(labels: dict[str, str], managed_by: str) -> str:
+    """The optional PrometheusRule: config/prometheus's rules, read from the chart's files/ as they are
+    (Helm does not template a file it reads, so the alerts' own ``{{ $labels }}`` pass through)."""
+    indent4 = textwrap.indent(yaml.safe_dump(labels, sort_keys=False).rstrip(), "    ")
+    return f"""\
+{{{{- if .Values.prometheusRule.enabled }}}}
+# The operator's alerts (config/prometheus/prometheusrule.yaml; docs: Metrics and alerts).
+apiVersion: monitoring.coreos.com/v1
+kind: PrometheusRule
+metadata:
+  name: {{{{ include "pko.objname" (list $ "pulumi-kubernetes-operator") }}}}
+  namespace: {{{{ .Values.prometheusRule.namespace | default .Release.Namespace }}}}
+  labels:
+    {managed_by}: {{{{ .Release.Service }}}}
+{indent4}
+    {{{{- with .Values.prometheusRule.labels }}}}
+    {{{{- toYaml . | nindent 4 }}}}
+    {{{{- end }}}}
+spec:
+  {{{{- .Files.Get "{PROMETHEUS_RULE_SPEC}" | nindent 2 }}}}
+{{{{- end }}}}
+"""
 
 
 def service_monitor(metrics: Obj, managed_by: str, port: str) -> str:

@@ -382,6 +382,20 @@ def describe(found: dict[str, Any]) -> tuple[Node, ...]:
                 ),
             ),
         ),
+        Group(
+            "prometheusRule",
+            "",
+            (
+                Leaf(
+                    "enabled",
+                    False,
+                    BOOL,
+                    "The alerts of config/prometheus as a Prometheus Operator PrometheusRule (needs its CRD)",
+                ),
+                Leaf("namespace", "", STRING, "Its namespace (empty: the release namespace)"),
+                Leaf("labels", {}, STRING_MAP, "Its labels, e.g. the one your ruleSelector reads"),
+            ),
+        ),
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import gen_helm  # hack/gen_helm.py (hack/ is on sys.path: test/conftest.py)
 import yaml
+from gotools import tool_binary
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "pko"
@@ -22,19 +23,8 @@ Obj = dict[str, Any]
 Key = tuple[str, str, str | None]
 
 
-@functools.cache
 def helm_binary() -> str:
-    proc = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-helm.sh")],
-        capture_output=True,
-        text=True,
-        timeout=840,
-        check=False,
-    )
-    assert proc.returncode == 0, f"hack/build-helm.sh failed:\n{proc.stderr}"
-    helm = Path(proc.stdout.strip().splitlines()[-1]) / "bin" / "helm"
-    assert os.access(helm, os.X_OK), f"hack/build-helm.sh printed no directory with bin/helm: {proc.stdout}"
-    return str(helm)
+    return tool_binary("build-helm.sh", "helm")
 
 
 def helm(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -363,3 +363,17 @@ def test_the_apiserver_accepts_a_render_with_every_value_set(
         assert ordered[0]["metadata"]["name"] == namespace
     finally:
         kubectl(cluster, "delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def test_the_prometheus_rule_is_config_prometheus_rule_when_enabled(helm_home: Path) -> None:
+    assert not of_kind(template(helm_home), "PrometheusRule")
+    objs = template(
+        helm_home, "--set", "prometheusRule.enabled=true", "--set", "prometheusRule.labels.release=kps",
+        namespace="monitoring",
+    )  # fmt: skip
+    (rule,) = of_kind(objs, "PrometheusRule")
+    shipped = yaml.safe_load((CHART.parents[1] / "config" / "prometheus" / "prometheusrule.yaml").read_text())
+    assert rule["spec"] == shipped["spec"]
+    assert rule["metadata"]["namespace"] == "monitoring"
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    assert rule["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"

@@ -19,6 +19,7 @@ __all__ = [
     "get_condition",
     "is_false",
     "is_true",
+    "parse_time",
     "remove_condition",
     "set_condition",
 ]
@@ -30,6 +31,16 @@ def format_time(when: datetime | None = None) -> str:
     """RFC 3339 in UTC with second precision, as ``metav1.Time`` serializes (default: now)."""
     when = datetime.now(UTC) if when is None else when.astimezone(UTC)
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: object) -> datetime | None:
+    """A ``metav1.Time`` as the API serializes it (``...Z``), or None when absent or malformed."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def get_condition(conditions: list[Obj] | None, type_: str) -> Obj | None:
