@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Write docs/reference/api.md (from the pko.api models), docs/reference/conditions.md (from the
-operator's code: condition and Event reasons, annotations, labels, metrics) and the settings table of
-docs/operator.md (from the declared settings, pko.settings; the rest of that page is prose).
+operator's code: condition and Event reasons, annotations, labels, metrics) and the settings tables of
+docs/operator.md and docs/retries.md (from the declared settings, pko.settings; the rest of those
+pages is prose).
 
 Usage:
     hack/gen_apiref.py            # (re)write the pages
@@ -27,6 +28,7 @@ REFERENCE = REPO_ROOT / "docs" / "reference"
 API_PAGE = REFERENCE / "api.md"
 CONDITIONS_PAGE = REFERENCE / "conditions.md"
 SETTINGS_PAGE = REPO_ROOT / "docs" / "operator.md"  # its settings table
+RETRIES_PAGE = REPO_ROOT / "docs" / "retries.md"  # its table of the settings a Stack may override
 
 
 def expected_files() -> dict[Path, str]:
@@ -35,6 +37,7 @@ def expected_files() -> dict[Path, str]:
         API_PAGE: apiref_api.render(),
         CONDITIONS_PAGE: apiref_tables.render(),
         SETTINGS_PAGE: apiref_settings.render_page(SETTINGS_PAGE.read_text()),
+        RETRIES_PAGE: apiref_settings.render_retries_page(RETRIES_PAGE.read_text()),
     }
 
 

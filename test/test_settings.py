@@ -22,6 +22,7 @@ from pko.machinery.manageroptions import ManagerOptions
 from pko.settings import DECLARED, Settings, build_parser, parse_settings
 from pko.settings.operator import GROUPS
 
+REPO = Path(__file__).resolve().parents[1]
 OPTIONS: dict[str, type[Any]] = {
     cls.__name__: cls for cls in (ControllerOptions, RetrySettings, ManagerOptions, LeaderElectionConfig)
 }
@@ -153,3 +154,45 @@ def test_the_committed_table_drifts_when_a_declaration_changes(monkeypatch: pyte
 def test_a_page_without_the_markers_is_refused() -> None:
     with pytest.raises(SystemExit, match="lacks the lines"):
         apiref_settings.render_page("# no table here\n")
+
+
+def test_each_retry_setting_names_a_stack_field_of_the_crd_and_the_retries_table_lists_it() -> None:
+    """A second reading of the Stack fields: the Stack CRD's schema, not the models' names."""
+    from pko.api import crdgen
+
+    stack = next(d for d in crdgen.DEFINITIONS if d.kind == "Stack")
+    schema = crdgen.object_schema(stack)
+    overridable = [s for s in DECLARED if s.overrides]
+    assert {s.name for s in overridable} == {s.name for s in fed()["RetrySettings"].values()}
+    page = apiref_settings.render_retries_page(gen_apiref.RETRIES_PAGE.read_text())
+    for setting in overridable:
+        node = schema
+        for part in setting.overrides.split("."):
+            node = node["properties"][part]
+        assert node["type"] in ("integer", "number"), setting.overrides
+        assert f"| `{setting.flag}` | `{setting.env[0]}` | `{setting.overrides}` |" in page
+
+
+# Read by the process itself, not a setting: the pod's name prefixes its leader election identity.
+PROCESS_VARIABLES = {"POD_NAME"}
+MANAGER_MANIFESTS = [
+    *sorted((REPO / "config").glob("manager/*.yaml")),
+    *sorted((REPO / "config").glob("local/*.yaml")),
+    REPO / "charts/pko/templates/deployment-controller-manager.yaml",
+]
+
+
+def test_the_manifests_and_the_chart_give_the_manager_only_flags_and_variables_it_declares() -> None:
+    """An unknown flag stops the operator, but a misspelt variable would be ignored without a word."""
+    variables = {var for s in DECLARED for var in s.env} | PROCESS_VARIABLES
+    flags = {flag for s in DECLARED for flag in (s.flag, *s.aliases)}
+    seen_variables: set[str] = set()
+    seen_flags: set[str] = set()
+    for path in MANAGER_MANIFESTS:
+        text = path.read_text()
+        seen_variables |= set(re.findall(r"^\s*- name: ([A-Z][A-Z0-9_]*)\s*$", text, flags=re.MULTILINE))
+        seen_flags |= set(re.findall(r"^\s*- (--[a-z][a-z-]*)", text, flags=re.MULTILINE))
+    assert {"POD_NAMESPACE", "AGENT_IMAGE", "LEADER_ELECTION_LEASE_DURATION"} <= seen_variables
+    assert {"--leader-elect", "--program-fs-adv-addr"} <= seen_flags
+    assert seen_variables <= variables
+    assert seen_flags <= flags

@@ -303,9 +303,9 @@ class Settings:
         COUNT,
         ("STACK_MAX_UPDATE_FAILURES",),
         str(defaults.MAX_UPDATE_FAILURES),
-        "retries of a deterministic failure (program, config, install, auth) before the Stack is "
-        "Stalled; spec.maxUpdateFailures overrides",
+        "retries of a deterministic failure (program, config, install, auth) before the Stack is Stalled",
         STACKS,
+        overrides="spec.maxUpdateFailures",
         feeds=("RetrySettings.max_update_failures",),
     )
     transient_retry_base = Setting(
@@ -313,9 +313,9 @@ class Settings:
         RETRY_DURATION,
         ("STACK_TRANSIENT_RETRY_BASE",),
         go_duration_text(defaults.TRANSIENT_RETRY_BASE),
-        "wait before the first retry of a transient failure (network, 5xx, 429, lock, conflict); "
-        "spec.retryPolicy.transient.baseSeconds overrides",
+        "wait before the first retry of a transient failure (network, 5xx, 429, lock, conflict)",
         STACKS,
+        overrides="spec.retryPolicy.transient.baseSeconds",
         feeds=("RetrySettings.transient_base",),
     )
     transient_retry_factor = Setting(
@@ -323,9 +323,9 @@ class Settings:
         FACTOR,
         ("STACK_TRANSIENT_RETRY_FACTOR",),
         f"{defaults.TRANSIENT_RETRY_FACTOR:g}",
-        "how much that wait grows with each transient failure in a row (at least 1); "
-        "spec.retryPolicy.transient.factor overrides",
+        "how much that wait grows with each transient failure in a row (at least 1)",
         STACKS,
+        overrides="spec.retryPolicy.transient.factor",
         feeds=("RetrySettings.transient_factor",),
     )
     transient_retry_cap = Setting(
@@ -333,9 +333,9 @@ class Settings:
         RETRY_DURATION,
         ("STACK_TRANSIENT_RETRY_CAP",),
         go_duration_text(defaults.TRANSIENT_RETRY_CAP),
-        "longest wait before retrying a transient failure, after the jitter; "
-        "spec.retryPolicy.transient.maxSeconds overrides",
+        "longest wait before retrying a transient failure, after the jitter",
         STACKS,
+        overrides="spec.retryPolicy.transient.maxSeconds",
         feeds=("RetrySettings.transient_cap",),
     )
     transient_retry_jitter = Setting(
@@ -343,9 +343,9 @@ class Settings:
         FRACTION,
         ("STACK_TRANSIENT_RETRY_JITTER",),
         f"{defaults.TRANSIENT_RETRY_JITTER:g}",
-        "spread of each transient wait, a fraction either way (0.2: +-20%, 0: none); "
-        "spec.retryPolicy.transient.jitter overrides",
+        "spread of each transient wait, a fraction either way (0.2: +-20%, 0: none)",
         STACKS,
+        overrides="spec.retryPolicy.transient.jitter",
         feeds=("RetrySettings.jitter",),
     )
     deterministic_retry_base = Setting(
@@ -353,9 +353,9 @@ class Settings:
         RETRY_DURATION,
         ("STACK_DETERMINISTIC_RETRY_BASE",),
         go_duration_text(defaults.DETERMINISTIC_RETRY_BASE),
-        "wait before the first retry of a deterministic failure (program, config, install, auth); "
-        "spec.retryPolicy.deterministic.baseSeconds overrides",
+        "wait before the first retry of a deterministic failure (program, config, install, auth)",
         STACKS,
+        overrides="spec.retryPolicy.deterministic.baseSeconds",
         feeds=("RetrySettings.deterministic_base",),
     )
     deterministic_retry_factor = Setting(
@@ -363,9 +363,9 @@ class Settings:
         FACTOR,
         ("STACK_DETERMINISTIC_RETRY_FACTOR",),
         f"{defaults.DETERMINISTIC_RETRY_FACTOR:g}",
-        "how much that wait grows with each deterministic failure in a row (at least 1); "
-        "spec.retryPolicy.deterministic.factor overrides",
+        "how much that wait grows with each deterministic failure in a row (at least 1)",
         STACKS,
+        overrides="spec.retryPolicy.deterministic.factor",
         feeds=("RetrySettings.deterministic_factor",),
     )
     max_retry_backoff = Setting(
@@ -373,9 +373,9 @@ class Settings:
         RETRY_DURATION,
         ("STACK_MAX_RETRY_BACKOFF",),
         go_duration_text(defaults.MAX_RETRY_BACKOFF),
-        "longest wait before any retry (the cap of deterministic ones); "
-        "spec.retryMaxBackoffDurationSeconds overrides",
+        "longest wait before any retry (the cap of deterministic ones)",
         STACKS,
+        overrides="spec.retryMaxBackoffDurationSeconds",
         feeds=("RetrySettings.max_backoff",),
     )
     # --- concurrency: one per controller (pko.machinery.controller.CONTROLLER_NAMES) --------------

@@ -41,8 +41,9 @@ class Setting(Generic[T]):
     ``default``: the text used when neither is given, read by ``kind`` like a flag's value.
     ``shown``: the default in words, for ``--help`` and the docs, when the text alone would mislead
     (empty ``default`` of an optional setting, or ``unset``). ``unset``: the value, from the other
-    settings, when the setting parsed to None. ``feeds``: the Options fields it sets, as
-    ``Class.field`` or ``Class.field[key]`` for a mapping (see :func:`fed_fields`).
+    settings, when the setting parsed to None. ``overrides``: the Stack field that wins over it for
+    that Stack (docs/retries.md). ``feeds``: the Options fields it sets, as ``Class.field`` or
+    ``Class.field[key]`` for a mapping (see :func:`fed_fields`).
     """
 
     flag: str
@@ -51,6 +52,7 @@ class Setting(Generic[T]):
     default: str
     help: str
     group: Group
+    overrides: str = ""
     feeds: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
     shown: str = ""
@@ -77,11 +79,15 @@ class Setting(Generic[T]):
         """The default in words (empty: none worth saying)."""
         return self.shown or self.default
 
+    def says(self) -> str:
+        """What it does, and the Stack field that overrides it."""
+        return f"{self.help}; {self.overrides} overrides" if self.overrides else self.help
+
     def help_text(self) -> str:
         """``pko --help``'s line: what it does, its default and its variables."""
         default = self.default_shown()
         says = f" (default {default})" if default else ""
-        return f"{self.help}{says} [{', else '.join(self.env)}]"
+        return f"{self.says()}{says} [{', else '.join(self.env)}]"
 
 
 def fed_fields(settings: HasValues, declared: tuple[Setting[Any], ...], target: str) -> dict[str, Any]:
