@@ -331,6 +331,9 @@ STACK_COLUMNS: Final = (
     PrinterColumn("Age", "date", ".status.lastUpdate.lastResyncTime"),
     PrinterColumn("Last Commit", "string", ".status.lastUpdate.lastAttemptedCommit", priority=10),
     _condition_column("Ready", stack.CONDITION_READY),
+    # pko: why a Stack is not Ready when nothing reconciles or stalls (AwaitingApproval, Cancelled,
+    # Suspended) shows only in Ready's reason.
+    _condition_column("Reason", stack.CONDITION_READY, "reason"),
     _condition_column("Reconciling", stack.CONDITION_RECONCILING, "reason"),
     _condition_column("Stalled", stack.CONDITION_STALLED, "reason"),
     PrinterColumn("Permalink", "string", ".status.lastUpdate.permalink"),

@@ -107,7 +107,8 @@ def test_stack_serves_legacy_v1alpha1_with_the_same_schema_but_stores_v1() -> No
     [
         ("Workspace", ["Image", "Ready", "Address"]),
         ("Update", ["Workspace", "Progressing", "Failed", "Complete", "URL"]),
-        ("Stack", ["Stack", "Last Update", "Age", "Ready", "Reconciling", "Stalled", "Permalink"]),
+        # The Go operator's columns, and Ready's reason after Ready (pko: docs/differences.md).
+        ("Stack", ["Stack", "Last Update", "Age", "Ready", "Reason", "Reconciling", "Stalled", "Permalink"]),
         ("Program", ["Age", "URL"]),
     ],
 )
@@ -123,6 +124,7 @@ def test_status_columns_read_conditions() -> None:
     }
     assert rendered["Ready"] == '.status.conditions[?(@.type=="Ready")].status'
     assert rendered["Stalled"] == '.status.conditions[?(@.type=="Stalled")].reason'
+    assert rendered["Reason"] == '.status.conditions[?(@.type=="Ready")].reason'
 
 
 @pytest.mark.parametrize("kind", ["Stack", "Program", "Workspace", "Update"])
