@@ -10,6 +10,11 @@ The same schema is served as the legacy ``pulumi.com/v1alpha1`` (not stored).
 The ``@Rule`` decorators are CEL rules the apiserver checks on every write (the Go operator's name
 rule, and the cross-field rules its controllers and API docs state); each has a Python twin in
 ``pko.api.validation``.
+
+The parts of the model are in ``stacksources`` (where the program, config and credentials come
+from), ``stackpolicy`` (retry, approval, drift detection) and ``stackstatus``; the annotations,
+condition types and reasons in ``stackterms`` (no pydantic: the kubectl plugin reads them too). This
+module re-exports them all.
 """
 
 from __future__ import annotations
@@ -68,6 +73,19 @@ from pko.api.stackstatus import (
     StackUpdateState,
     StackUpdateStateMessage,
 )
+from pko.api.stackterms import (
+    APPROVED_PLAN_ANNOTATION,
+    AWAITING_APPROVAL,
+    CANCEL_REQUEST_ANNOTATION,
+    CONDITION_READY,
+    CONDITION_RECONCILING,
+    CONDITION_STALLED,
+    CONDITION_SUSPENDED,
+    PLAN_OPS,
+    RECONCILE_REQUEST_ANNOTATION,
+    REFRESH_REQUEST_ANNOTATION,
+    resource_ops,
+)
 from pydantic import Field
 
 GROUP: Final = "pulumi.com"
@@ -84,19 +102,6 @@ NAME_TOO_LONG_MESSAGE: Final = (
     "(name + '-workspace' + 10-char hash must fit within Kubernetes' 63-character label limit)"
 )
 """The Go operator's message for its CEL rule ``size(self.metadata.name) <= 42`` (users search for it)."""
-
-RECONCILE_REQUEST_ANNOTATION: Final = "pulumi.com/reconciliation-request"
-APPROVED_PLAN_ANNOTATION: Final = "pulumi.com/approved-plan"
-"""Set to ``status.plan.digest`` to let the operator apply that plan (``spec.approval``)."""
-REFRESH_REQUEST_ANNOTATION: Final = "pulumi.com/refresh-request"
-"""Any new token runs one ``refresh``, retried after a transient failure;
-``status.observedRefreshRequest`` holds it once it succeeded or failed for good."""
-CANCEL_REQUEST_ANNOTATION: Final = "pulumi.com/cancel-request"
-"""Any new token cancels the Stack's running Update; ``status.observedCancelRequest`` holds it."""
-
-CONDITION_READY: Final = "Ready"
-CONDITION_STALLED: Final = "Stalled"
-CONDITION_RECONCILING: Final = "Reconciling"
 
 DEFAULT_RESYNC_FREQUENCY_SECONDS: Final = 60
 """Also the minimum: smaller values (including 0) mean 60."""
@@ -298,16 +303,19 @@ class Stack(KubeModel):
 __all__ = [
     "API_VERSION",
     "APPROVED_PLAN_ANNOTATION",
+    "AWAITING_APPROVAL",
     "CANCEL_REQUEST_ANNOTATION",
     "CONDITION_READY",
     "CONDITION_RECONCILING",
     "CONDITION_STALLED",
+    "CONDITION_SUSPENDED",
     "DEFAULT_RESYNC_FREQUENCY_SECONDS",
     "GROUP",
     "KIND",
     "LEGACY_VERSION",
     "MAX_NAME_LENGTH",
     "NAME_TOO_LONG_MESSAGE",
+    "PLAN_OPS",
     "PLURAL",
     "RECONCILE_REQUEST_ANNOTATION",
     "REFRESH_REQUEST_ANNOTATION",
@@ -353,4 +361,5 @@ __all__ = [
     "UpdateApplyConfiguration",
     "WorkspaceApplyConfiguration",
     "WorkspaceReclaimPolicy",
+    "resource_ops",
 ]

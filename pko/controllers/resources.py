@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Final
 
-# The request annotations (issue 29) are declared with the Stack API; named here too, beside the others.
-from pko.api.stack import APPROVED_PLAN_ANNOTATION as APPROVED_PLAN_ANNOTATION
-from pko.api.stack import CANCEL_REQUEST_ANNOTATION as CANCEL_REQUEST_ANNOTATION
-from pko.api.stack import REFRESH_REQUEST_ANNOTATION as REFRESH_REQUEST_ANNOTATION
+# The request annotations are declared with the Stack API (pko.api.stackterms); named here too,
+# beside the others.
+from pko.api.stackterms import APPROVED_PLAN_ANNOTATION as APPROVED_PLAN_ANNOTATION
+from pko.api.stackterms import CANCEL_REQUEST_ANNOTATION as CANCEL_REQUEST_ANNOTATION
+from pko.api.stackterms import RECONCILE_REQUEST_ANNOTATION
+from pko.api.stackterms import REFRESH_REQUEST_ANNOTATION as REFRESH_REQUEST_ANNOTATION
 from pko.machinery.resource import Resource
 
 STACKS: Final = Resource("pulumi.com", "v1", "stacks", "Stack")
@@ -35,7 +37,7 @@ STACK_COMPONENT: Final = "stack"
 UPDATE_COMPONENT: Final = "update"
 UPDATE_NAME_LABEL: Final = "auto.pulumi.com/update-name"
 
-RECONCILIATION_REQUEST_ANNOTATION: Final = "pulumi.com/reconciliation-request"
+RECONCILIATION_REQUEST_ANNOTATION: Final = RECONCILE_REQUEST_ANNOTATION
 SECRETS_ANNOTATION: Final = "pulumi.com/secrets"
 STACK_FINALIZER: Final = "finalizer.stack.pulumi.com"
 

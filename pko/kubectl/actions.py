@@ -25,6 +25,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from pko.api.stackterms import (
+    CANCEL_REQUEST_ANNOTATION,
+    RECONCILE_REQUEST_ANNOTATION,
+    REFRESH_REQUEST_ANNOTATION,
+)
 from pko.kubectl.stackview import deleting, status_of, suspended
 
 __all__ = [
@@ -43,11 +48,6 @@ __all__ = [
     "retry_notes",
     "retry_value",
 ]
-
-RECONCILE_REQUEST_ANNOTATION: Final = "pulumi.com/reconciliation-request"
-REFRESH_REQUEST_ANNOTATION: Final = "pulumi.com/refresh-request"
-CANCEL_REQUEST_ANNOTATION: Final = "pulumi.com/cancel-request"
-"""Also in pko.api.stack (which loads pydantic); a test keeps them equal."""
 
 
 @dataclass(frozen=True, slots=True)

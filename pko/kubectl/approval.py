@@ -19,9 +19,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from pko.controllers.stack.approval import resource_ops
+from pko.api.stackterms import (
+    APPROVED_PLAN_ANNOTATION,
+    AWAITING_APPROVAL,
+    CONDITION_READY,
+    PLAN_OPS,
+    resource_ops,
+)
 from pko.kubectl.exitcodes import ExitCode, PluginError
-from pko.kubectl.stackview import AWAITING_APPROVAL, conditions, status_of, time_since
+from pko.kubectl.stackview import conditions, status_of, time_since
 from pko.machinery.conditions import get_condition
 
 __all__ = [
@@ -37,10 +43,7 @@ __all__ = [
     "summary_text",
 ]
 
-APPROVED_PLAN_ANNOTATION: Final = "pulumi.com/approved-plan"
-"""Also pko.api.stack.APPROVED_PLAN_ANNOTATION (which loads pydantic); a test keeps them equal."""
-_OPS: Final = ("create", "update", "delete", "replace")
-# The engine's steps, per resource, as the operator's summary counts them (pko.controllers.stack.approval).
+# How Pulumi marks each of the operator's per-resource plan operations (pko.api.stackterms.resource_ops).
 _SYMBOLS: Final = {"create": "+", "update": "~", "delete": "-", "replace": "+-"}
 
 
@@ -72,7 +75,7 @@ def plan_of(stack: Mapping[str, Any]) -> Plan | None:
     return Plan(
         digest=str(plan["digest"]),
         update=str(plan.get("update") or ""),
-        summary={op: _count(summary.get(op)) for op in _OPS},
+        summary={op: _count(summary.get(op)) for op in PLAN_OPS},
         time=str(plan.get("time") or ""),
         commit=str(plan.get("commit") or ""),
     )
@@ -80,7 +83,7 @@ def plan_of(stack: Mapping[str, Any]) -> Plan | None:
 
 def summary_text(summary: Mapping[str, int]) -> str:
     """``1 to create, 2 to update, 0 to delete, 1 to replace`` (the operator's wording)."""
-    return ", ".join(f"{_count(summary.get(op))} to {op}" for op in _OPS)
+    return ", ".join(f"{_count(summary.get(op))} to {op}" for op in PLAN_OPS)
 
 
 def approved_digest(stack: Mapping[str, Any]) -> str:
@@ -91,7 +94,7 @@ def approved_digest(stack: Mapping[str, Any]) -> str:
 
 def awaiting_approval(stack: Mapping[str, Any]) -> bool:
     """Ready=False with reason AwaitingApproval."""
-    ready = get_condition(conditions(stack), "Ready")
+    ready = get_condition(conditions(stack), CONDITION_READY)
     return ready is not None and ready.get("status") == "False" and ready.get("reason") == AWAITING_APPROVAL
 
 
@@ -139,7 +142,7 @@ def check_approvable(stack: Mapping[str, Any], requested: str | None) -> Plan:
     status_cmd = f"kubectl pko status {name} -n {namespace}"
     plan = plan_of(stack)
     if plan is None:
-        ready = get_condition(conditions(stack), "Ready") or {}
+        ready = get_condition(conditions(stack), CONDITION_READY) or {}
         state = f" (Ready: {ready.get('status')}, {ready.get('reason')})" if ready else ""
         raise PluginError(
             ExitCode.REFUSED,
@@ -155,14 +158,14 @@ def check_approvable(stack: Mapping[str, Any], requested: str | None) -> Plan:
     if approved_digest(stack) == plan.digest:
         return plan
     if not awaiting_approval(stack):
-        ready = get_condition(conditions(stack), "Ready") or {}
+        ready = get_condition(conditions(stack), CONDITION_READY) or {}
         raise PluginError(
             ExitCode.REFUSED,
             f"{where} is not awaiting approval (Ready: {ready.get('status', 'Unknown')}, "
             f"{ready.get('reason') or 'no reason'}): its plan {plan.digest} is not waiting for one.",
         )
     generation = (stack.get("metadata") or {}).get("generation")
-    observed = (get_condition(conditions(stack), "Ready") or {}).get("observedGeneration")
+    observed = (get_condition(conditions(stack), CONDITION_READY) or {}).get("observedGeneration")
     if isinstance(generation, int) and isinstance(observed, int) and observed < generation:
         raise PluginError(
             ExitCode.REFUSED,

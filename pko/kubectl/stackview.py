@@ -14,6 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from pko.api.stackterms import (
+    AWAITING_APPROVAL,
+    CONDITION_READY,
+    CONDITION_RECONCILING,
+    CONDITION_STALLED,
+    CONDITION_SUSPENDED,
+)
 from pko.machinery.conditions import get_condition
 
 __all__ = [
@@ -36,8 +43,6 @@ __all__ = [
 
 Obj = dict[str, Any]
 
-AWAITING_APPROVAL: Final = "AwaitingApproval"
-"""The Ready condition's reason while a plan waits for approval (pko.controllers.stack.approval)."""
 SECRET_MASK: Final = "[secret]"
 """What the operator writes for a secret output (``status.outputs``), and what the plugin shows."""
 # A Pulumi secret value in its wire form: {SIG_KEY: SECRET_SIG, "value": ...}.
@@ -87,11 +92,11 @@ def _is(condition: Obj | None) -> bool:
 def readiness(stack: Mapping[str, Any]) -> Readiness:
     """Whether the Stack is Ready for its current generation, and the condition that says why not."""
     conds = conditions(stack)
-    for type_ in ("Stalled", "Reconciling"):
+    for type_ in (CONDITION_STALLED, CONDITION_RECONCILING):
         found = get_condition(conds, type_)
         if found is not None and _is(found):
             return Readiness(False, type_, str(found.get("reason") or ""), str(found.get("message") or ""))
-    ready = get_condition(conds, "Ready")
+    ready = get_condition(conds, CONDITION_READY)
     if ready is None:
         return Readiness(False, "Pending", "NotObserved", "the operator has not reported on this Stack yet")
     reason, message = str(ready.get("reason") or ""), str(ready.get("message") or "")
@@ -106,7 +111,7 @@ def readiness(stack: Mapping[str, Any]) -> Readiness:
                 f"generation {generation} is not processed yet (Ready was for generation {observed})",
             )
         return Readiness(True, "Ready", reason, message)
-    if _is(get_condition(conds, "Suspended")):
+    if _is(get_condition(conds, CONDITION_SUSPENDED)):
         return Readiness(False, "Suspended", reason or "Suspended", message)
     if reason == AWAITING_APPROVAL:
         return Readiness(False, AWAITING_APPROVAL, reason, message)

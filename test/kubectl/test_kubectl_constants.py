@@ -1,4 +1,5 @@
-"""The names the plugin spells itself (to stay light at start-up) are the operator's."""
+"""The names the plugin spells itself (to stay light at start-up) are the operator's. The Stack API's
+vocabulary it reads from pko.api.stackterms instead (test_kubectl_layers)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,9 @@ import tomllib
 from dataclasses import astuple
 from pathlib import Path
 
-from pko.api.stack import (
-    APPROVED_PLAN_ANNOTATION,
-    CANCEL_REQUEST_ANNOTATION,
-    RECONCILE_REQUEST_ANNOTATION,
-    REFRESH_REQUEST_ANNOTATION,
-)
-
 from pko.controllers import resources
-from pko.controllers.stack.approval import AWAITING_APPROVAL
 from pko.controllers.workspace.workloads import PULUMI_CONTAINER, pod_name
-from pko.kubectl import actions, approval, cluster, logs, stackview
+from pko.kubectl import cluster, logs
 from pko.machinery.resource import PODS, Resource
 
 from .stacks import update
@@ -37,11 +30,6 @@ def test_resources_annotation_and_workspace_names_agree() -> None:
         for namespace in (None, "team a/b"):
             assert ours.collection_path(namespace) == operators.collection_path(namespace)
         assert ours.object_path("ns", "n/ame?") == operators.object_path("ns", "n/ame?")
-    assert actions.RECONCILE_REQUEST_ANNOTATION == RECONCILE_REQUEST_ANNOTATION
-    assert actions.REFRESH_REQUEST_ANNOTATION == REFRESH_REQUEST_ANNOTATION
-    assert actions.CANCEL_REQUEST_ANNOTATION == CANCEL_REQUEST_ANNOTATION
-    assert approval.APPROVED_PLAN_ANNOTATION == APPROVED_PLAN_ANNOTATION
-    assert stackview.AWAITING_APPROVAL == AWAITING_APPROVAL
     assert logs.PULUMI_CONTAINER == PULUMI_CONTAINER
     assert logs.workspace_pod(update(), "web")[1] == pod_name("web")
 

@@ -28,6 +28,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from pko.api.stackterms import (
+    APPROVED_PLAN_ANNOTATION,
+    AWAITING_APPROVAL,
+    CONDITION_READY,
+    CONDITION_RECONCILING,
+    CONDITION_STALLED,
+    PLAN_OPS,
+    resource_ops,
+)
 from pko.machinery.conditions import format_time, remove_condition, set_condition
 
 __all__ = [
@@ -50,7 +59,6 @@ __all__ = [
 
 Obj = dict[str, Any]
 
-AWAITING_APPROVAL: Final = "AwaitingApproval"
 PLAN_INPUTS_ANNOTATION: Final = "pulumi.com/plan-inputs"
 """On a plan's preview Update: the digest of the inputs it previewed (:func:`plan_inputs`)."""
 
@@ -69,9 +77,6 @@ _INPUT_FIELDS: Final = (
     "targets",
     "targetDependents",
 )
-_REPLACE_OPS: Final = frozenset({"replace", "create-replacement", "delete-replaced"})
-_CREATE_OPS: Final = frozenset({"create", "import"})
-_DELETE_OPS: Final = frozenset({"delete", "discard"})
 
 
 def canonical_json(value: Any) -> str:
@@ -109,37 +114,9 @@ def plan_digest(inputs: str, base: str, changes: Iterable[Mapping[str, Any]], pr
     return _sha256({"inputs": inputs, "base": base, "preview": preview, "changes": _change_entries(changes)})
 
 
-def _bookkeeping(type_: str) -> bool:
-    """The stack's root resource and provider instances: the engine's, not the user's."""
-    return type_ == "pulumi:pulumi:Stack" or type_.startswith("pulumi:providers:")
-
-
-def resource_ops(changes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """What the plan does to each of the user's resources (``create``, ``update``, ``delete`` or
-    ``replace``), each counted once (a replacement is one ``replace`` however many steps the engine
-    reports for it); the stack's root resource, providers and steps that change nothing are left
-    out (the digest still covers them). The one rule for the summary and ``kubectl pko approve``."""
-    steps: dict[str, set[str]] = {}
-    for change in changes:
-        if _bookkeeping(str(change.get("type") or "")):
-            continue
-        steps.setdefault(str(change.get("urn") or ""), set()).add(str(change.get("op") or ""))
-    ops: dict[str, str] = {}
-    for urn, kinds in steps.items():
-        if kinds & _REPLACE_OPS:
-            ops[urn] = "replace"
-        elif kinds & _CREATE_OPS:
-            ops[urn] = "create"
-        elif kinds & _DELETE_OPS:
-            ops[urn] = "delete"
-        elif "update" in kinds:
-            ops[urn] = "update"
-    return ops
-
-
 def summarize(changes: Iterable[Mapping[str, Any]]) -> Obj:
     """The user's resources counted by what the plan does to them (:func:`resource_ops`)."""
-    summary = {"create": 0, "update": 0, "delete": 0, "replace": 0}
+    summary = dict.fromkeys(PLAN_OPS, 0)
     for op in resource_ops(changes).values():
         summary[op] += 1
     return summary
@@ -151,7 +128,7 @@ def destructive(summary: Mapping[str, Any]) -> bool:
 
 
 def _summary_text(summary: Mapping[str, Any]) -> str:
-    return ", ".join(f"{int(summary.get(k) or 0)} to {k}" for k in ("create", "update", "delete", "replace"))
+    return ", ".join(f"{int(summary.get(k) or 0)} to {k}" for k in PLAN_OPS)
 
 
 def record_plan(status: Obj, update: Mapping[str, Any], now: datetime, commit: str) -> Obj:
@@ -176,7 +153,7 @@ def record_plan(status: Obj, update: Mapping[str, Any], now: datetime, commit: s
 
 
 def approve_command(name: str, namespace: str, digest: str) -> str:
-    return f"kubectl annotate stack {name} -n {namespace} --overwrite pulumi.com/approved-plan={digest}"
+    return f"kubectl annotate stack {name} -n {namespace} --overwrite {APPROVED_PLAN_ANNOTATION}={digest}"
 
 
 def plan_recorded_message(plan: Mapping[str, Any], name: str, namespace: str) -> str:
@@ -223,7 +200,7 @@ def gate(
         return Preview("The revision or config changed since the plan was recorded: previewing again")
     digest = str(plan.get("digest") or "")
     summary = plan.get("summary") or {}
-    if not any(int(summary.get(k) or 0) for k in ("create", "update", "delete", "replace")):
+    if not any(int(summary.get(k) or 0) for k in PLAN_OPS):
         # Nothing of the user's changes (the engine refuses any change the plan lacks): no one
         # is asked to approve nothing at every resync.
         return Apply(str(plan.get("update")), digest, f"Applying plan {digest}: it changes no resource")
@@ -242,8 +219,8 @@ def gate(
 def mark_awaiting_approval(status: Obj, message: str, generation: int | None, now: datetime) -> None:
     """Ready=False ``AwaitingApproval``: not Reconciling (nothing runs) and not Stalled (no error)."""
     conditions = remove_condition(
-        remove_condition(list(status.get("conditions") or []), "Reconciling"), "Stalled"
+        remove_condition(list(status.get("conditions") or []), CONDITION_RECONCILING), CONDITION_STALLED
     )
     status["conditions"] = set_condition(
-        conditions, "Ready", "False", AWAITING_APPROVAL, message, generation, now
+        conditions, CONDITION_READY, "False", AWAITING_APPROVAL, message, generation, now
     )

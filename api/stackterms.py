@@ -1,0 +1,83 @@
+"""The ``pulumi.com/v1`` Stack's vocabulary beside its models: the annotations a user sets to ask
+something of the operator, the condition types and the reasons a person acts on, and the rule that
+says what an approved plan does to each resource.
+
+Plain values and one pure function, no pydantic: the controllers, the ``kubectl pko`` plugin (which
+must start fast and bundles only what it imports) and the generated reference (docs/reference) all
+read them from here, so each is spelled once. :mod:`pko.api.stack` re-exports them with the models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+__all__ = [
+    "APPROVED_PLAN_ANNOTATION",
+    "AWAITING_APPROVAL",
+    "CANCEL_REQUEST_ANNOTATION",
+    "CONDITION_READY",
+    "CONDITION_RECONCILING",
+    "CONDITION_STALLED",
+    "CONDITION_SUSPENDED",
+    "PLAN_OPS",
+    "RECONCILE_REQUEST_ANNOTATION",
+    "REFRESH_REQUEST_ANNOTATION",
+    "resource_ops",
+]
+
+RECONCILE_REQUEST_ANNOTATION: Final = "pulumi.com/reconciliation-request"
+"""Any new token starts an Update at once and resets the failure count and the backoff, also of a
+Stalled Stack; ``status.observedReconcileRequest`` holds it."""
+APPROVED_PLAN_ANNOTATION: Final = "pulumi.com/approved-plan"
+"""Set to ``status.plan.digest`` to let the operator apply that plan (``spec.approval``)."""
+REFRESH_REQUEST_ANNOTATION: Final = "pulumi.com/refresh-request"
+"""Any new token runs one ``refresh``, retried after a transient failure;
+``status.observedRefreshRequest`` holds it once it succeeded or failed for good."""
+CANCEL_REQUEST_ANNOTATION: Final = "pulumi.com/cancel-request"
+"""Any new token cancels the Stack's running Update; ``status.observedCancelRequest`` holds it."""
+
+CONDITION_READY: Final = "Ready"
+CONDITION_STALLED: Final = "Stalled"
+CONDITION_RECONCILING: Final = "Reconciling"
+CONDITION_SUSPENDED: Final = "Suspended"
+
+AWAITING_APPROVAL: Final = "AwaitingApproval"
+"""The Ready condition's reason while a plan waits for a person to approve it (``spec.approval``)."""
+
+PLAN_OPS: Final = ("create", "update", "delete", "replace")
+"""What a plan does to one of the user's resources (:func:`resource_ops`), in the order
+``status.plan.summary`` counts them."""
+
+_REPLACE_STEPS: Final = frozenset({"replace", "create-replacement", "delete-replaced"})
+_CREATE_STEPS: Final = frozenset({"create", "import"})
+_DELETE_STEPS: Final = frozenset({"delete", "discard"})
+
+
+def _bookkeeping(type_: str) -> bool:
+    """The stack's root resource and provider instances: the engine's, not the user's."""
+    return type_ == "pulumi:pulumi:Stack" or type_.startswith("pulumi:providers:")
+
+
+def resource_ops(changes: Iterable[Mapping[str, object]]) -> dict[str, str]:
+    """What the plan does to each of the user's resources (``create``, ``update``, ``delete`` or
+    ``replace``), each counted once (a replacement is one ``replace`` however many steps the engine
+    reports for it); the stack's root resource, providers and steps that change nothing are left
+    out (the digest still covers them). ``changes``: an Update's ``status.changes``. The one rule
+    for the summary the operator records and the lines ``kubectl pko approve`` shows."""
+    steps: dict[str, set[str]] = {}
+    for change in changes:
+        if _bookkeeping(str(change.get("type") or "")):
+            continue
+        steps.setdefault(str(change.get("urn") or ""), set()).add(str(change.get("op") or ""))
+    ops: dict[str, str] = {}
+    for urn, kinds in steps.items():
+        if kinds & _REPLACE_STEPS:
+            ops[urn] = "replace"
+        elif kinds & _CREATE_STEPS:
+            ops[urn] = "create"
+        elif kinds & _DELETE_STEPS:
+            ops[urn] = "delete"
+        elif "update" in kinds:
+            ops[urn] = "update"
+    return ops
