@@ -2,7 +2,7 @@
 
 The engine output is not stored in any object: the workspace agent logs each line Pulumi prints
 as a JSON log line of its container (``pulumi``, in pod ``<workspace>-workspace-0``):
-``{"msg": "pulumi", "operation": <the Update's uid>, "line": ...}`` (``pko/agent/pulumirunner.py``,
+``{"msg": "pulumi", "operation": <the Update's uid>, "line": ...}`` (``pko/agent/runneroperations.py``,
 ``on_output``/``on_error``). So the output of an Update lasts as long as that container's log
 (the pod replaced, it is gone); the Update's ``status.message`` keeps the last lines of an error
 for good, and is what the command falls back to.
