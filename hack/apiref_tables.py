@@ -74,7 +74,7 @@ _FORWARDS: Final = "forwards reasons listed at their own call sites"
 PASS_THROUGH: Final = {
     ("pko/controllers/stack/status.py", "mark_reconciling", "set_condition"): _FORWARDS,
     ("pko/controllers/stack/status.py", "mark_stalled", "set_condition"): _FORWARDS,
-    ("pko/controllers/stack/plan.py", "_decide_stack", "mark_stalled"): (
+    ("pko/controllers/stack/nextrun.py", "next_run", "mark_stalled"): (
         "Stack `Stalled`: why the Stack's source could not be resolved (`Unresolved` in "
         "pko/controllers/stack/sources.py: the git, Flux or Program source's own reason)"
     ),

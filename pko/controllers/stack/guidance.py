@@ -10,11 +10,14 @@ from typing import Any
 
 from pko.controllers.stack.workspaceobject import ProjectInfoRevision
 
+Obj = dict[str, Any]
+
 __all__ = [
     "StackRef",
     "destroy_from_project_message",
     "release_command",
     "stack_not_found_message",
+    "stack_ref",
 ]
 
 
@@ -24,6 +27,12 @@ class StackRef:
 
     name: str
     namespace: str
+
+
+def stack_ref(obj: Obj) -> StackRef:
+    """The Stack ``obj`` names, for the commands a message gives."""
+    meta = obj.get("metadata") or {}
+    return StackRef(str(meta.get("name") or ""), str(meta.get("namespace") or ""))
 
 
 def release_command(stack: StackRef | None) -> str:

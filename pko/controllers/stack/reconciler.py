@@ -18,23 +18,24 @@ One reconcile follows the Go operator's ``StackReconciler.Reconcile``:
 pko's additions (issue 29) fit the same steps: a ``pulumi.com/cancel-request`` deletes the Update
 in flight before step 1 (its reconciler cancels the operation); step 1 records each Update by what
 it was for (``currentUpdate.kind``: a plan preview, an approved up, a refresh on request, a drift
-check); step 3 also runs a ``pulumi.com/refresh-request`` (again after a transient failure, once
-the Stack's transient backoff is over: :mod:`pko.controllers.stack.refresh`), a due drift check
+check; one table, :mod:`pko.controllers.stack.kinds`); step 3 also runs a
+``pulumi.com/refresh-request`` (again after a transient failure, once the Stack's transient backoff
+is over: :mod:`pko.controllers.stack.refresh`), a due drift check
 (:mod:`pko.controllers.stack.drift`) or a remediation, and sends an up through the approval gate
 (:mod:`pko.controllers.stack.approval`), which may wait (``AwaitingApproval``) instead.
 
 Each reconcile observes, decides, then acts, as the Workspace and Update reconciles do:
-``_observe`` reads (the caches; then what no cache holds: the Update in flight when the cache
-lacks it, its outputs Secret, the source with its Secrets and branch head:
-:mod:`pko.controllers.stack.sources`), the pure :func:`pko.controllers.stack.plan.decide` plans the
-Stack's status, the ordered writes and the ``Result`` (a Stack that cannot be processed as
+``_observe`` reads (the caches; then what no cache holds: the Update in flight when the cache lacks
+it, its outputs Secret; the source with its Secrets and branch head only when a decision asks for
+it, :mod:`pko.controllers.stack.sources`), the pure :func:`pko.controllers.stack.plan.decide` plans
+the Stack's status, the ordered writes and the ``Result`` (a Stack that cannot be processed as
 written is a planned ``Stalled`` status), and ``_act`` is the one place that writes, and the one
 place the Stack's status is written (:class:`~pko.machinery.writes.StatusWriter`: skipped when
 nothing changed, so an idle Stack costs no writes); a failure a write expects is planned from
-(:func:`pko.controllers.stack.plan.refused`). The Workspace is applied only when its digest
-changed (:class:`~pko.machinery.writes.DigestApplier`). Deletion with ``destroyOnFinalize`` runs a
-destroy and removes the finalizer only after a destroy that succeeded for this deletion and
-deleted what the Stack last deployed.
+(:func:`pko.controllers.stack.plan.refused`). The Workspace is applied only when its digest changed
+(:class:`~pko.machinery.writes.DigestApplier`). Deletion with ``destroyOnFinalize`` runs a destroy
+and removes the finalizer only after a destroy that succeeded for this deletion and deleted what
+the Stack last deployed.
 """
 
 from __future__ import annotations
@@ -63,7 +64,13 @@ from pko.controllers.resources import (
 )
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack.branchpoll import BranchResolver
-from pko.controllers.stack.plan import (
+from pko.controllers.stack.plan import decide, refused
+from pko.controllers.stack.sources import SourceResolver
+from pko.controllers.stack.status import (
+    outputs_from_secret,
+    utcnow,
+)
+from pko.controllers.stack.steps import (
     AddFinalizer,
     ApplyWorkspace,
     CancelUpdate,
@@ -82,13 +89,6 @@ from pko.controllers.stack.plan import (
     Settings,
     Write,
     WriteStatus,
-    decide,
-    refused,
-)
-from pko.controllers.stack.sources import SourceResolver
-from pko.controllers.stack.status import (
-    outputs_from_secret,
-    utcnow,
 )
 from pko.controllers.stack.takeover import take_over_status
 from pko.controllers.stack.watches import (
@@ -233,7 +233,7 @@ class StackReconciler:
         """What every decision needs, read before deciding: the caches, the Update in flight (read
         directly when the cache lacks it: gone or not yet seen), its outputs Secret once it
         completed. The source (Secrets, the branch head) is read when a decision asks
-        (:class:`~pko.controllers.stack.plan.ReadSource`)."""
+        (:class:`~pko.controllers.stack.steps.ReadSource`)."""
         namespace, name = namespace_of(obj), str(metadata_of(obj).get("name"))
         stack, errors = parse_stack(obj)
         if errors:

@@ -22,6 +22,7 @@ from datetime import datetime
 from pko.api.stack import StackSpec
 from pko.controllers.resources import REFRESH_REQUEST_ANNOTATION
 from pko.controllers.retrysettings import RetrySettings
+from pko.controllers.stack.kinds import REFRESH
 from pko.controllers.stack.retry import classify_failure, retry_at, retry_delay, tail_lines
 from pko.controllers.stack.status import FAILED, SUCCEEDED, parse_time, resources_after
 from pko.controllers.stack.updateobject import Run
@@ -70,7 +71,7 @@ def requested_refresh(
         if now < at:
             return RefreshWait(token, failures, at, max(1.0, (at - now).total_seconds()))
     message = f'Refresh request: "{token}"' + (f" (attempt {failures + 1})" if failures else "")
-    return Run("refresh", message, "refresh", annotations={REFRESH_REQUEST_ANNOTATION: token})
+    return Run(REFRESH, message, annotations={REFRESH_REQUEST_ANNOTATION: token})
 
 
 def retrying_message(wait: RefreshWait) -> str:

@@ -1,7 +1,7 @@
 """A Stack's source resolved to a revision: a git commit (a branch head looked up with the Stack's
 credentials), a Flux source's or a Program's artifact (reads only: the caches, Secrets, the git
 remote; no writes). When it cannot be had, a destroy may still run from the saved ``projectInfo``
-(:func:`pko.controllers.stack.plan.saved_project`).
+(:func:`pko.controllers.stack.ensure.saved_project`).
 
 Secrets are read directly, never cached (an operator watching every Secret in the cluster would
 hold them all in memory); a missing one is looked for again after ``secret_recheck`` seconds.
@@ -14,7 +14,7 @@ from typing import Any
 
 from pko.api.stack import Stack
 from pko.controllers.stack.branchpoll import BranchResolver, GitCredentials, GitLookupError
-from pko.controllers.stack.plan import SOURCE_UNAVAILABLE_REQUEUE, Resolved, Unresolved
+from pko.controllers.stack.steps import SOURCE_UNAVAILABLE_REQUEUE, Resolved, Unresolved
 from pko.controllers.stack.switch import artifact_served
 from pko.controllers.stack.watches import FLUX_SOURCES, artifact_of, namespace_of
 from pko.controllers.stack.workspaceobject import (

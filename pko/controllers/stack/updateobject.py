@@ -11,22 +11,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from pko.api.stack import Stack
 from pko.api.update import API_VERSION as UPDATE_API_VERSION
 from pko.api.update import KIND as UPDATE_KIND
 from pko.api.update import UpdateType
 from pko.controllers.resources import STACK_FINALIZER
+from pko.controllers.stack.kinds import UpdateKind, spec_kind
 from pko.controllers.stack.workspaceobject import stack_labels, stack_owner_reference
 from pko.controllers.strategicmerge import strategic_merge
 
 __all__ = [
     "TTL_AFTER_COMPLETED",
     "Run",
-    "RunKind",
     "build_update",
-    "kind_of",
     "update_name",
     "update_type_for",
 ]
@@ -45,40 +44,23 @@ def update_name(stack_name: str, now: datetime | None = None) -> str:
 
 def update_type_for(stack: Stack, *, deleting: bool) -> UpdateType:
     """destroy when finalizing, preview for a preview-only Stack, else up."""
-    if deleting:
-        return "destroy"
-    return "preview" if stack.spec.preview else "up"
-
-
-RunKind = Literal["sync", "plan", "apply", "refresh", "drift"]
-"""What an Update is to its Stack: ``sync`` the operation its spec calls for (up, preview,
-destroy), ``plan`` a preview saving a plan to approve, ``apply`` an up of an approved plan,
-``refresh`` a refresh on request, ``drift`` a read-only refresh that checks for drift."""
+    return spec_kind(preview=stack.spec.preview, deleting=deleting).type
 
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """The Update to start once the Workspace is ready (see :func:`build_update`)."""
+    """The Update to start once the Workspace is ready (see :func:`build_update`): one of the
+    :mod:`~pko.controllers.stack.kinds`."""
 
-    type: UpdateType
+    kind: UpdateKind
     message: str
-    kind: RunKind = "sync"
     refresh: bool | None = None
     plan: str | None = None
     annotations: dict[str, str] = field(default_factory=dict)
 
-
-def kind_of(update: Obj) -> RunKind:
-    """What ``update`` (one this Stack created) is for, read from its spec."""
-    spec = update.get("spec") or {}
-    type_ = spec.get("type")
-    if type_ == "preview" and spec.get("savePlan"):
-        return "plan"
-    if type_ == "up" and spec.get("plan"):
-        return "apply"
-    if type_ == "refresh":
-        return "drift" if spec.get("previewOnly") else "refresh"
-    return "sync"
+    @property
+    def type(self) -> UpdateType:
+        return self.kind.type
 
 
 def _workspace_controller_reference(workspace: Obj) -> Obj:
@@ -149,16 +131,14 @@ def build_update(
 
 
 def _shape(update: Obj, run: Run) -> None:
-    spec = update["spec"]
-    if run.refresh is not None and run.type in ("preview", "up"):
+    spec, kind = update["spec"], run.kind
+    if run.refresh is not None and kind.up_options:
         spec["refresh"] = run.refresh
-    if run.kind == "plan":
-        spec["savePlan"] = True
-    elif run.kind == "apply":
+    if kind.spec_flag:
+        spec[kind.spec_flag] = True
+    if kind.applies_plan:
         spec["plan"] = run.plan
-    elif run.kind == "drift":
-        spec["previewOnly"] = True
-    if run.type == "refresh":
+    if kind.drops_up_options:
         spec.pop("refresh", None)
         spec.pop("targetDependents", None)
     if run.annotations:
