@@ -16,6 +16,7 @@ bash hack/build-pulumi.sh >/dev/null
 bash hack/build-helm.sh >/dev/null   # the chart's tests render and install with the real helm
 bash hack/build-registry.sh >/dev/null   # the release tests push to a real OCI registry (Distribution)
 bash hack/build-prometheus.sh >/dev/null   # promtool tests the alert rules; a real Prometheus fires them
+bash hack/build-kstatus.sh >/dev/null   # kstatus (cli-utils) judges Stacks as Flux and kpt do
 bash hack/lint.sh
 
 check() {  # pytest's exit code 5 (nothing collected) is a failure, not a pass

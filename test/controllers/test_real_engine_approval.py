@@ -15,6 +15,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from kstatustest import kstatus
 from kubernetes_asyncio import client
 from waiting import wait_until
 
@@ -105,9 +106,12 @@ async def test_an_approved_plan_is_applied_once_and_a_new_change_needs_a_new_app
     assert any(e["reason"] == "AwaitingApproval" and "1 to create" in e["message"] for e in events), events
     assert await configmap(env, "gated-cm") is None  # nothing applied before approval
     assert await updates_of(env, "gated", "up") == []
+    # Not Current to kstatus readers (Flux's health checks, dependsOn, kpt): Ready=False holds them.
+    assert kstatus(stack) == "InProgress"
 
     await approve(env, "gated", plan["digest"])
     stack = await ready_after(env, "gated")
+    assert kstatus(stack) == "Current"
     ups = await updates_of(env, "gated", "up")
     assert [u["spec"].get("plan") for u in ups] == [plan["update"]], ups
     assert stack["status"]["lastUpdate"]["name"] == ups[0]["metadata"]["name"]
@@ -414,6 +418,7 @@ async def test_a_cancel_request_cancels_the_running_update_and_holds_until_the_n
     assert "nextRetryTime" not in status, status
     assert get_condition(status["conditions"], "Stalled") is None
     assert get_condition(status["conditions"], "Reconciling") is None
+    assert kstatus(stack) == "InProgress"  # waits for a person, as kstatus readers should
     # Held: no new up starts by itself (a transient failure would be retried within 5-10 s).
     await asyncio.sleep(15)
     ups = await updates_of(env, "cancelled", "up")

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from dulwich.repo import Repo
 from gitserver import git_commit, serve_git
+from kstatustest import kstatus
 from waiting import wait_until
 
 from pko.controllers.resources import PROGRAMS, STACKS, UPDATES, WORKSPACES
@@ -609,6 +610,8 @@ async def test_suspend_starts_nothing_until_cleared(env: Env) -> None:
     await env.create_stack("paused", {"programRef": {"name": "prog"}, "suspend": True})
     await env.wait_condition("paused", "Suspended", "Suspended")
     assert await env.updates_of("paused") == []
+    # Never deployed: not Current to kstatus readers (a Flux dependsOn waits on it).
+    assert kstatus(await env.stack("paused")) == "InProgress"
     await env.quiet("paused")
     await env.stacks.patch("paused", {"spec": {"suspend": False}})
     await env.make_ready("paused")
@@ -904,6 +907,9 @@ async def test_schema_valid_but_wrong_stacks_end_with_a_clear_reason_and_stay_qu
         conditions = await env.wait_condition(name, type_, reason)
         assert text in conditions[type_][2], (name, conditions[type_][2])
         assert ("Stalled" in conditions) != ("Reconciling" in conditions), name
+        # Flux's health checks and kpt (kstatus) see each as a failure or still in progress, never done.
+        expected = "Failed" if type_ == "Stalled" else "InProgress"
+        assert kstatus(await env.stack(name)) == expected, name
     versions = {name: (await env.stack(name))["metadata"]["resourceVersion"] for name, *_ in WRONG}
     reconciles = env.reconciles()
     await asyncio.sleep(60)  # a minute of watching: no write, no Update, no hot loop
