@@ -22,6 +22,7 @@ from .test_stack_plan import (
     DONE_UP,
     SOURCE,
     condition,
+    deployed,
     kinds,
     observed,
     parsed,
@@ -170,6 +171,25 @@ def test_an_update_being_cancelled_keeps_saying_so_while_it_runs() -> None:
     obj = with_current(None, cancel="c1", observedCancelRequest="c1", conditions=cancelling)
     plan = decide(observed(obj, current_update=running()))
     assert condition(statuses(plan)[0], "Reconciling") == ("True", "Cancelling", "cancelling")
+
+
+def test_only_an_up_goes_through_the_approval_gate() -> None:
+    gated = {"approval": {"mode": "Always"}}
+    up = created_by(decide(observed(stack(gated), source=SOURCE)))
+    assert up["spec"]["type"] == "preview" and up["spec"]["savePlan"] is True
+    preview = created_by(decide(observed(stack({**gated, "preview": True}), source=SOURCE)))
+    assert preview["spec"]["type"] == "preview" and "savePlan" not in preview["spec"]
+    destroying = deployed(gated, plan=PLAN_HELD)
+    plan = decide(observed(destroying, workspace=workspace()))
+    destroy = next(w for w in plan.writes if isinstance(w, CreateUpdate)).body
+    assert destroy["spec"]["type"] == "destroy" and "plan" not in destroy["spec"]
+    assert statuses(plan)[-1]["plan"] == PLAN_HELD  # a destroy neither uses nor spends it
+
+
+def created_by(plan: Any) -> Obj:
+    assert plan.then is not None, kinds(plan)
+    body: Obj = next(w for w in plan.then(workspace()).writes if isinstance(w, CreateUpdate)).body
+    return body
 
 
 # --- prerequisites by kind -------------------------------------------------------------------
