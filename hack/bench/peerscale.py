@@ -74,7 +74,7 @@ workspace pod. The shape, the same for both (``--idle-shape``):
 - ``prerequisite``: ``spec.programRef`` names one shared Program that exists and has its artifact,
   and ``spec.prerequisites`` names a Stack that does not exist. Go resolves the source (no API call),
   then (step 3) marks ``Reconciling``/``PrerequisiteNotSatisfied`` and returns with no requeue: it waits
-  for a watch event (a prerequisite becoming Ready). pko: ``prerequisites_unmet`` in ``plan.py``, the
+  for a watch event (a prerequisite becoming Ready). pko: ``prerequisites_unmet`` in ``stack/ensure.py``, the
   same condition, ``Result.done()``. Neither re-checks on a timer: the pure cost of holding N Stacks.
 
 Per N the operator is scaled to 0 while the N Stacks are created (``kubectl create``, lists of 500, 4 at
