@@ -21,7 +21,7 @@ from pko.api.stackterms import (
     CONDITION_STALLED,
     CONDITION_SUSPENDED,
 )
-from pko.machinery.conditions import get_condition
+from pko.machinery.conditions import get_condition, parse_time
 
 __all__ = [
     "AWAITING_APPROVAL",
@@ -116,16 +116,6 @@ def readiness(stack: Mapping[str, Any]) -> Readiness:
     if reason == AWAITING_APPROVAL:
         return Readiness(False, AWAITING_APPROVAL, reason, message)
     return Readiness(False, "NotReady", reason, message)
-
-
-def parse_time(text: Any) -> datetime | None:
-    """An RFC 3339 time of a status (``...Z``), or None."""
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def age(seconds: float) -> str:

@@ -39,7 +39,14 @@ from pko.controllers.stack.retry import (
     retry_delay,
     tail_lines,
 )
-from pko.machinery.conditions import format_time, get_condition, is_true, remove_condition, set_condition
+from pko.machinery.conditions import (
+    format_time,
+    get_condition,
+    is_true,
+    parse_time,
+    remove_condition,
+    set_condition,
+)
 
 __all__ = [
     "MSG_IN_PROGRESS",
@@ -99,16 +106,6 @@ def reconcile_request(obj: Mapping[str, Any]) -> str:
     return str(
         ((obj.get("metadata") or {}).get("annotations") or {}).get(RECONCILIATION_REQUEST_ANNOTATION, "")
     )
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 status time, or None."""
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def go_duration(seconds: float) -> str:

@@ -24,7 +24,7 @@ from pko.api.meta import parse_go_duration
 from pko.api.update import CONDITION_COMPLETE
 from pko.controllers.resources import STACK_FINALIZER
 from pko.controllers.update import status as us
-from pko.machinery.conditions import get_condition, is_true
+from pko.machinery.conditions import get_condition, is_true, parse_time
 from pko.machinery.controller import Result
 from pko.machinery.events import Emit, Log
 from pko.machinery.objects import controller_of, has_finalizer
@@ -135,15 +135,6 @@ def key_of(obj: Obj) -> str:
 
 def uid_of(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("uid", ""))
-
-
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def stack_owner(update: Obj) -> str | None:

@@ -57,6 +57,7 @@ from pko.controllers.workspace.podspec import (
     merge_pod_template,
     pod_spec,
 )
+from pko.machinery.conditions import parse_time
 from pko.machinery.objects import set_controller_reference
 from pko.machinery.writes import ANNOTATION_APPLIED_DIGEST, stamp
 from pko.machinery.writes import digest as applied_digest
@@ -387,13 +388,6 @@ class NodeReading:
         return cls(now, ready=dict(ready) if ready is not None else None, taints=taints)
 
 
-def _parse_time(text: Any) -> datetime | None:
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else None
-    except ValueError:
-        return None
-
-
 def diagnose_node(pod: Mapping[str, Any], reading: NodeReading) -> PodDiagnosis | None:
     """Why a not-ready ``pod`` bound to a node waits on that node (None: the node is Ready, or says
     nothing: the pod's own diagnosis stands).
@@ -418,7 +412,7 @@ def diagnose_node(pod: Mapping[str, Any], reading: NodeReading) -> PodDiagnosis 
     if OUT_OF_SERVICE_TAINT in reading.taints:
         message = f"{where}, which is marked out of service: waiting for Kubernetes to delete the pod"
         return PodDiagnosis(reason, message)
-    since = _parse_time(ready.get("lastTransitionTime"))
+    since = parse_time(ready.get("lastTransitionTime"))
     detail = str(ready.get("message") or ready.get("reason") or "").strip()
     message = (
         f"{where}, which has not been ready since {ready.get('lastTransitionTime') or 'an unknown time'}"
