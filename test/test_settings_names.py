@@ -60,6 +60,8 @@ PINNED: list[tuple[tuple[str, ...], tuple[str, ...], str, Any, str, Any]] = [
         5.0,
     ),
     (("--metrics-bind-address",), ("METRICS_BIND_ADDRESS",), "metrics_bind_address", ":8383", ":1", ":1"),
+    (("--metrics-secure",), ("METRICS_SECURE",), "metrics_secure", True, "false", False),
+    (("--metrics-cert-dir",), ("METRICS_CERT_DIR",), "metrics_cert_dir", None, "/certs", "/certs"),
     (
         ("--health-probe-bind-address",),
         ("HEALTH_PROBE_BIND_ADDRESS",),
@@ -96,6 +98,14 @@ PINNED: list[tuple[tuple[str, ...], tuple[str, ...], str, Any, str, Any]] = [
         "Never",
     ),
     (("--workspace-image",), ("WORKSPACE_IMAGE",), "workspace_image", None, "p:3", "p:3"),
+    (
+        ("--default-workspace-template",),
+        ("DEFAULT_WORKSPACE_TEMPLATE",),
+        "default_workspace_template",
+        None,
+        "ops/base",
+        "ops/base",
+    ),
     (
         ("--workspace-address-mode",),
         ("WORKSPACE_ADDRESS_MODE",),

@@ -34,6 +34,9 @@ class ControllerOptions:
     agent_image_pull_policy: str = defaults.AGENT_IMAGE_PULL_POLICY
     # The Pulumi image of a Workspace that names none (None: the Go operator's default per profile).
     default_workspace_image: str | None = None
+    # The WorkspaceTemplate under every Stack's own, "namespace/name" (a bare name: this operator's
+    # namespace); None: none.
+    default_workspace_template: str | None = None
     workspace_address_mode: AddressMode = defaults.WORKSPACE_ADDRESS_MODE
     workspace_static_address: str | None = None
     # Level at which Pulumi engine events are written to the operator's log.

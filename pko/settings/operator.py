@@ -236,6 +236,16 @@ class Settings:
         shown="by the Workspace's security profile: pulumi/pulumi:latest-nonroot (restricted), "
         "pulumi/pulumi:latest (baseline)",
     )
+    default_workspace_template = Setting(
+        "--default-workspace-template",
+        optional(text("NAMESPACE/NAME", "a WorkspaceTemplate's namespace/name (bare name: the operator's)")),
+        ("DEFAULT_WORKSPACE_TEMPLATE",),
+        "",
+        "WorkspaceTemplate merged into every Stack's Workspace, under the Stack's own (docs/workspaces.md)",
+        WORKSPACES,
+        feeds=("ControllerOptions.default_workspace_template",),
+        shown="none",
+    )
     workspace_address_mode = Setting(
         "--workspace-address-mode",
         optional(choice("dns", "pod-ip", "static")),
