@@ -123,6 +123,16 @@ PINNED: list[tuple[tuple[str, ...], tuple[str, ...], str, Any, str, Any]] = [
         "localhost:1",
     ),
     (("--watch-namespace",), ("WATCH_NAMESPACE",), "watch_namespace", None, "team", "team"),
+    # Added with issue 42 (several namespaces, shards): new names, pinned from their first release.
+    (("--watch-namespaces",), ("WATCH_NAMESPACES",), "watch_namespaces", (), "a, b,a", ("a", "b")),
+    (
+        ("--watch-label-selector",),
+        ("WATCH_LABEL_SELECTOR",),
+        "watch_label_selector",
+        None,
+        "shard=a",
+        "shard=a",
+    ),
     (
         ("--engine-event-log-level",),
         ("ENGINE_EVENT_LOG_LEVEL",),

@@ -41,20 +41,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import threading
 import weakref
 from collections import Counter as TallyCounter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import aiohttp
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
 from pko.machinery.recentwrites import RecentWrites
-from pko.machinery.resource import Resource, ResourceClient, WatchEvent, api_error_status
+from pko.machinery.reflector import Backoff, Reflector, in_namespace
+from pko.machinery.resource import Resource, ResourceClient
 from pko.machinery.store import (
     LAST_APPLIED_ANNOTATION,
     NAMESPACE_INDEX,
@@ -64,7 +63,6 @@ from pko.machinery.store import (
     Obj,
     StoredObject,
     index_by_namespace,
-    resource_version,
     strip_managed_fields,
 )
 
@@ -72,6 +70,7 @@ Transform = Callable[[Obj], Obj]
 
 __all__ = [
     "LAST_APPLIED_ANNOTATION",
+    "Backoff",
     "EventHandler",
     "FuncHandler",
     "SharedInformer",
@@ -173,33 +172,6 @@ class ReflectorMetrics:
             return metrics
 
 
-# ----- backoff -----------------------------------------------------------------------------------
-
-
-class Backoff:
-    """Exponential backoff with jitter: ``initial * 2**n`` capped at ``maximum``, each +-``jitter``."""
-
-    def __init__(self, initial: float, maximum: float, jitter: float = 0.2) -> None:
-        self.initial, self.maximum, self.jitter = initial, maximum, jitter
-        self._next = initial
-
-    def next(self) -> float:
-        delay = self._next
-        self._next = min(self._next * 2, self.maximum)
-        return delay * random.uniform(1 - self.jitter, 1 + self.jitter)
-
-    def reset(self) -> None:
-        self._next = self.initial
-
-
-class _RelistNeeded(Exception):
-    """Raised inside the reflector when the watch cannot resume (410 Gone)."""
-
-
-class _StreamingUnsupported(Exception):
-    """Raised inside the reflector when the server refused or ignored a streaming list."""
-
-
 # ----- the informer ------------------------------------------------------------------------------
 
 
@@ -208,6 +180,10 @@ class SharedInformer:
 
     Use one per resource type (see :mod:`pko.machinery.informerfactory`). ``start()`` needs a
     running event loop; ``stop()`` cancels the reflector and closes its watch connection.
+
+    ``namespaces``: list and watch each of these namespaces apart (one reflector, one watch
+    connection each) into the one cache, instead of ``client``'s scope; ``client`` (best
+    cluster-wide) stays the client writers use. Synced once every namespace has been listed.
     """
 
     def __init__(
@@ -225,6 +201,7 @@ class SharedInformer:
         backoff_max: float = 30.0,
         metrics_registry: CollectorRegistry | None = None,
         streaming_list: bool = True,
+        namespaces: Sequence[str] = (),
     ) -> None:
         self.client = client
         self.resource: Resource = client.resource
@@ -237,24 +214,44 @@ class SharedInformer:
         self._transform = transform
         # Read-your-writes: what controllers wrote through this informer's type, until watched back.
         self.writes = RecentWrites(transform)
-        self._label_selector = label_selector
-        self._field_selector = field_selector
-        self._page_size = page_size
-        self._min_watch_timeout = min_watch_timeout
-        # Whether to list by streaming; turned off for good once the server refuses or ignores it.
-        self.streaming_list = streaming_list
-        self._listed = False  # set by a streaming watch when its initial events are in the cache
-        self._backoff = Backoff(backoff_initial, backoff_max)
+        scopes = [in_namespace(client, ns) for ns in dict.fromkeys(namespaces)] if namespaces else [client]
+        self.reflectors = [
+            Reflector(
+                scope,
+                self,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                page_size=page_size,
+                min_watch_timeout=min_watch_timeout,
+                backoff=Backoff(backoff_initial, backoff_max),
+                streaming_list=streaming_list,
+            )
+            for scope in scopes
+        ]
         self._metrics = ReflectorMetrics.for_registry(metrics_registry) if metrics_registry else None
         self.stats = ReflectorStats()
         self._handlers: list[EventHandler] = []
         self._synced = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
-        self.last_sync_resource_version = ""
         self._log = structlog.get_logger("pko.informer").bind(
-            resource=self.resource.name, namespace=client.namespace or "*"
+            resource=self.resource.name,
+            namespace=",".join(r.client.namespace or "*" for r in self.reflectors),
         )
+
+    @property
+    def last_sync_resource_version(self) -> str:
+        """The resourceVersion the (first) reflector resumes from."""
+        return self.reflectors[0].last_sync_resource_version
+
+    @property
+    def streaming_list(self) -> bool:
+        """Whether every reflector still lists by streaming."""
+        return all(r.streaming_list for r in self.reflectors)
+
+    @property
+    def transform(self) -> Transform | None:
+        return self._transform
 
     # --- reads through the cache
 
@@ -279,7 +276,11 @@ class SharedInformer:
             raise RuntimeError(f"informer for {self.resource.name} was stopped")
         if self._tasks:
             return
-        self._tasks.append(asyncio.create_task(self._reflect(), name=f"reflector:{self.resource.name}"))
+        for reflector in self.reflectors:
+            where = reflector.client.namespace or "*"
+            self._tasks.append(
+                asyncio.create_task(reflector.run(), name=f"reflector:{self.resource.name}:{where}")
+            )
         if self.resync_period > 0:
             self._tasks.append(asyncio.create_task(self._resync(), name=f"resync:{self.resource.name}"))
 
@@ -343,74 +344,28 @@ class SharedInformer:
         for handler in list(self._handlers):
             self._call(handler, "on_delete", obj)
 
-    # --- reflector
+    # --- what the reflectors feed (ReflectorSink)
 
-    def _count(self, what: str) -> None:
+    def count(self, what: str) -> None:
         setattr(self.stats, what, getattr(self.stats, what) + 1)
         if self._metrics is not None:
             getattr(self._metrics, what).labels(self.resource.name).inc()
 
-    async def _reflect(self) -> None:
-        need_list = True
-        consistent = True  # the next list must be a consistent read (first list, or after 410)
-        while True:
-            try:
-                if need_list and self.streaming_list:
-                    self._listed = False
-                    try:
-                        went_on = await self._watch(stream_list=True, consistent=consistent)
-                    finally:
-                        if self._listed:  # the list is in: whatever ended the stream, watch from it
-                            need_list, consistent = False, False
-                elif need_list:
-                    await self._list_and_replace(consistent)
-                    need_list, consistent = False, False
-                    went_on = await self._watch()
-                else:
-                    went_on = await self._watch()
-                if not went_on:
-                    # The server ended a watch at once without news: do not spin.
-                    await asyncio.sleep(self._backoff.next())
-            except _StreamingUnsupported:
-                continue  # list at once, then watch
-            except _RelistNeeded:
-                self._count("relists_gone")
-                self._log.info(
-                    "watch resourceVersion expired (410 Gone); relisting",
-                    resource_version=self.last_sync_resource_version,
-                )
-                need_list, consistent = True, True
-                continue
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._count("errors")
-                status = api_error_status(exc)
-                if need_list:
-                    consistent = True  # e.g. "too large resource version" after an apiserver restart
-                elif status is not None and status != 429 and status < 500:
-                    need_list = True  # 403/404/...: the watch cannot be trusted; resume from a relist
-                delay = self._backoff.next()
-                self._log.warning(
-                    "list failed" if need_list else "watch failed",
-                    error=_describe(exc),
-                    status=status,
-                    retry_in=round(delay, 2),
-                )
-                await asyncio.sleep(delay)
+    def count_event(self, etype: str) -> None:
+        self.stats.events[etype] += 1
+        if self._metrics is not None:
+            self._metrics.events.labels(self.resource.name, etype).inc()
 
-    async def _list_and_replace(self, consistent: bool) -> None:
-        entries, list_rv = await self._list_all(consistent)
-        self._replace(entries, list_rv, streamed=False)
-
-    def _replace(self, entries: list[StoredObject], list_rv: str, *, streamed: bool) -> None:
-        """Make ``entries`` (a complete list at ``list_rv``) the cache; tell handlers what changed."""
-        self._count("lists")
+    def replace(
+        self, entries: list[StoredObject], list_rv: str, *, streamed: bool, namespace: str | None
+    ) -> None:
+        """Make ``entries`` (a complete list at ``list_rv`` of ``namespace``, or of everything) that
+        part of the cache; tell handlers what changed. Synced once every reflector has listed."""
+        self.count("lists")
         if streamed:
-            self._count("streamed_lists")
-        result = self.indexer.replace_entries(entries)
+            self.count("streamed_lists")
+        result = self.indexer.replace_entries(entries, namespace=namespace)
         entries.clear()
-        self.last_sync_resource_version = list_rv
         added, updated, deleted = result.added_entries, result.updated_entries, result.deleted_entries
         if self._handlers:  # decode one object at a time, and only for handlers
             for entry in added:
@@ -419,120 +374,22 @@ class SharedInformer:
                 self._notify_update(old.decode(), new.decode())
             for gone in deleted:
                 self._notify_delete(DeletedFinalStateUnknown(gone.key, gone.decode()))
-        if not self._synced.is_set():
+        log = self._log.bind(namespace=namespace or "*") if len(self.reflectors) > 1 else self._log
+        if not self._synced.is_set() and all(r.synced for r in self.reflectors):
             self._synced.set()
-            self._log.info(
+            log.info(
                 "synced",
                 objects=len(self.indexer),
                 resource_version=list_rv,
                 by="streaming list" if streamed else "list",
             )
         elif added or updated or deleted:
-            self._log.info("relist applied", added=len(added), updated=len(updated), deleted=len(deleted))
+            log.info("relist applied", added=len(added), updated=len(updated), deleted=len(deleted))
 
-    async def _list_all(self, consistent: bool) -> tuple[list[StoredObject], str]:
-        """Every page of one list, transformed and encoded page by page, and the list's
-        resourceVersion. If a continue token expires mid-way, start over unpaged."""
-        rv, match = (None, None) if consistent else (self.last_sync_resource_version, "NotOlderThan")
-        items: list[StoredObject] = []
-        token: str | None = None
-        limit: int | None = self._page_size
-        while True:
-            try:
-                page = await self.client.list(
-                    limit=limit,
-                    continue_token=token,
-                    resource_version=None if token else rv,
-                    resource_version_match=None if token else match,
-                    label_selector=self._label_selector,
-                    field_selector=self._field_selector,
-                )
-            except Exception as exc:
-                if token and api_error_status(exc) == 410:
-                    self._log.info("list continuation expired; listing unpaged")
-                    items, token, limit = [], None, None
-                    continue
-                raise
-            transform, encode = self._transform, self.indexer.encode
-            if transform is not None:
-                items.extend(encode(transform(obj)) for obj in page.items)
-            else:
-                items.extend(encode(obj) for obj in page.items)
-            if not page.continue_token:
-                return items, page.resource_version
-            token = page.continue_token
-            del page
-
-    async def _watch(self, *, stream_list: bool = False, consistent: bool = False) -> bool:
-        """Watch until the server ends the stream; False if it ended at once with no events.
-
-        ``stream_list``: start with a streaming list (a consistent read when ``consistent``, else
-        not older than the last resourceVersion) and replace the cache with it when its
-        initial-events-end bookmark arrives (then ``self._listed`` is set).
-        """
-        timeout = random.randint(self._min_watch_timeout, 2 * self._min_watch_timeout)
-        loop = asyncio.get_running_loop()
-        started, received = loop.time(), 0
-        self._count("watches")
-        stream = self.client.watch(
-            resource_version="" if stream_list and consistent else self.last_sync_resource_version,
-            timeout_seconds=timeout,
-            send_initial_events=stream_list,
-            label_selector=self._label_selector,
-            field_selector=self._field_selector,
-        )
-        initial: list[StoredObject] | None = [] if stream_list else None  # None: past the list
-        try:
-            async with stream as events:
-                async for event in events:
-                    received += 1
-                    self._backoff.reset()
-                    if initial is None:
-                        self._apply(event.type, event.object)
-                    elif event.ends_initial_events:
-                        self._count_event(event.type)
-                        self._replace(initial, resource_version(event.object), streamed=True)
-                        self._listed, initial = True, None
-                    else:
-                        self._collect(initial, event)
-        except (_StreamingUnsupported, asyncio.CancelledError):
-            raise
-        except Exception as exc:
-            status = api_error_status(exc)
-            if status == 410:
-                raise _RelistNeeded() from exc
-            if initial is not None and received == 0 and status in (400, 422):
-                self._streaming_unsupported(f"refused: {_describe(exc)}")
-            raise
-        if initial is not None:
-            self._streaming_unsupported("the stream ended before its initial-events-end bookmark")
-        return received > 0 or loop.time() - started >= 1.0
-
-    def _collect(self, initial: list[StoredObject], event: WatchEvent) -> None:
-        """One initial event of a streaming list: kept aside until the list is complete."""
-        self._count_event(event.type)
-        if event.type != "ADDED":
-            # A bookmark without the end annotation, or a change, before the list ended: the
-            # server ignored sendInitialEvents (what it sent is a plain watch).
-            self._streaming_unsupported(f"a {event.type} event before the initial-events-end bookmark")
-        obj = self._transform(event.object) if self._transform is not None else event.object
-        initial.append(self.indexer.encode(obj))
-
-    def _streaming_unsupported(self, why: str) -> None:
-        self.streaming_list = False
-        self._count("streaming_refusals")
-        self._log.info("the server does not serve streaming lists; listing and watching", reason=why)
-        raise _StreamingUnsupported(why)
-
-    def _count_event(self, etype: str) -> None:
-        self.stats.events[etype] += 1
-        if self._metrics is not None:
-            self._metrics.events.labels(self.resource.name, etype).inc()
-
-    def _apply(self, etype: str, obj: Obj) -> None:
-        self._count_event(etype)
+    def apply(self, etype: str, obj: Obj) -> None:
+        """One watch event: the cache and the handlers (a bookmark only counts)."""
+        self.count_event(etype)
         if etype == "BOOKMARK":
-            self.last_sync_resource_version = resource_version(obj)
             return
         if self._transform is not None:
             obj = self._transform(obj)
@@ -549,8 +406,6 @@ class SharedInformer:
             self._notify_delete(obj)
         else:
             self._log.warning("unknown watch event type", type=etype)
-            return
-        self.last_sync_resource_version = resource_version(obj)
 
     async def _resync(self) -> None:
         """Every ``resync_period``, re-deliver every cached object as an update (old is new)."""
@@ -560,12 +415,3 @@ class SharedInformer:
             for entry in self.indexer.list_entries():
                 obj = entry.decode()  # one copy serves as both old and new, as in client-go
                 self._notify_update(obj, obj)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, aiohttp.ClientError | OSError | TimeoutError):
-        return f"{type(exc).__name__}: {exc}"
-    status = api_error_status(exc)
-    if status is not None:
-        return f"{status} {getattr(exc, 'reason', '')}".strip()
-    return repr(exc)

@@ -7,12 +7,17 @@ raise.
 
 Selectors are per informer and fixed when it is created: a cache of Pods is either every Pod or
 the workspace Pods, never a mix, so a later request for a different selector raises.
+
+Scope: every namespaced informer watches ``namespaces`` (each apart: one reflector per namespace
+into one cache, as client-go's ``MultiNamespacedCacheBuilder``; none: all namespaces), and
+``label_selectors`` gives some resources a selector of their own (by ``Resource.name``): the list
+and watch carry it, so the cache never holds what it leaves out (``--watch-label-selector``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
@@ -33,6 +38,8 @@ class InformerFactory:
         api: ApiClient,
         *,
         namespace: str | None = None,
+        namespaces: Sequence[str] = (),
+        label_selectors: Mapping[str, str] | None = None,
         resync_period: float = 0.0,
         transform: Transform | None = strip_managed_fields,
         label_selector: str | None = None,
@@ -44,7 +51,11 @@ class InformerFactory:
         self._api = api
         # Bounds each list page (watches have their own server-side timeout): --kube-api-timeout.
         self._request_timeout = request_timeout
-        self._namespace = namespace
+        # One namespace is the client's own scope (as before); several are one reflector each.
+        watched = list(dict.fromkeys([*([namespace] if namespace else []), *namespaces]))
+        self._namespace = watched[0] if len(watched) == 1 else None
+        self._namespaces = tuple(watched) if len(watched) > 1 else ()
+        self._label_selectors = dict(label_selectors or {})
         self._resync_period = resync_period
         self._transform = transform
         self._label_selector = label_selector
@@ -90,11 +101,12 @@ class InformerFactory:
                 indexers=indexers,
                 resync_period=self._resync_period,
                 transform=self._transform,
-                label_selector=label_selector,
+                label_selector=self._with_own(resource, label_selector),
                 field_selector=field_selector,
                 page_size=self._page_size,
                 min_watch_timeout=self._min_watch_timeout,
                 metrics_registry=self._metrics_registry,
+                namespaces=self._namespaces if resource.namespaced else (),
             )
             self._informers[key] = informer
             self._selectors[key] = (label_selector, field_selector)
@@ -112,6 +124,10 @@ class InformerFactory:
             if new:
                 informer.add_indexers(new)
         return informer
+
+    def _with_own(self, resource: Resource, asked: str | None) -> str | None:
+        """What the caller asked, and the resource's own selector (both must match)."""
+        return ",".join(s for s in (asked, self._label_selectors.get(resource.name)) if s) or None
 
     def _check_selectors(self, resource: Resource, label: str | None, field: str | None) -> None:
         have_label, have_field = self._selectors[self._key(resource)]

@@ -275,9 +275,13 @@ class Indexer:
                 self._unindex(key, old.index_values)
             return old
 
-    def replace_entries(self, entries: Iterable[StoredObject]) -> ReplaceResult:
+    def replace_entries(
+        self, entries: Iterable[StoredObject], *, namespace: str | None = None
+    ) -> ReplaceResult:
         """Make the store hold exactly ``entries`` and report the differences.
 
+        With ``namespace``, only that namespace's part is replaced (``entries`` are all in it) and
+        the rest kept: one namespace's relist in a cache of several namespaces.
         An entry counts as updated when its resourceVersion changed; keys that disappeared are
         reported with their last known state.
         """
@@ -287,6 +291,15 @@ class Indexer:
         result = ReplaceResult()
         with self._lock:
             new_items = {key: self._complete(entry) for key, entry in new_items.items()}
+            if namespace is not None:
+                prefix = f"{namespace}/"
+                kept = {k: e for k, e in self._items.items() if not k.startswith(prefix)}
+                outside = [k for k in new_items if not k.startswith(prefix)]
+                if outside:
+                    raise ValueError(
+                        f"replacing namespace {namespace!r} with objects outside it: {outside[:3]}"
+                    )
+                new_items = {**kept, **new_items}
             new_indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
             for key, entry in new_items.items():
                 for name, vals in entry.index_values:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -157,6 +158,18 @@ def optional(kind: Kind[T]) -> Kind[T | None]:
     return Kind(read, kind.metavar, kind.label, kind.choices)
 
 
+def _names(text: str) -> tuple[str, ...]:
+    """Comma-separated names (``a,b``), blanks and repeats dropped, in order."""
+    names = [n.strip() for n in text.split(",")]
+    bad = [n for n in names if n and not _DNS_LABEL.fullmatch(n)]
+    if bad:
+        raise argparse.ArgumentTypeError(f"not a namespace name: {bad[0]!r}")
+    return tuple(dict.fromkeys(n for n in names if n))
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+NAMES: Kind[tuple[str, ...]] = Kind(_names, "NAME,...", "comma-separated names")
 BOOL: Kind[bool] = Kind(
     _usage_error(parse_bool), "BOOL", "`true` or `false` (the flag alone: `true`)", bare=True
 )

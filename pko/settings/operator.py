@@ -24,6 +24,7 @@ from pko.settings.kinds import (
     DURATION,
     FACTOR,
     FRACTION,
+    NAMES,
     RETRY_DURATION,
     WORKERS,
     choice,
@@ -160,6 +161,27 @@ class Settings:
         ENDPOINTS,
         feeds=("ManagerOptions.metrics_bind_address",),
     )
+    metrics_secure = Setting(
+        "--metrics-secure",
+        BOOL,
+        ("METRICS_SECURE",),
+        "true",
+        "serve /metrics over HTTPS to scrapers whose token may get /metrics (a TokenReview and a "
+        "SubjectAccessReview each, cached briefly); false: plain HTTP to anyone",
+        ENDPOINTS,
+        feeds=("ManagerOptions.metrics_secure",),
+    )
+    metrics_cert_dir = Setting(
+        "--metrics-cert-dir",
+        optional(text("DIR", "path")),
+        ("METRICS_CERT_DIR",),
+        "",
+        "directory holding the metrics server's tls.crt and tls.key (e.g. a mounted cert-manager Secret), "
+        "reloaded when they change",
+        ENDPOINTS,
+        feeds=("ManagerOptions.metrics_cert_dir",),
+        shown="a self-signed certificate made at start",
+    )
     health_probe_bind_address = Setting(
         "--health-probe-bind-address",
         text("ADDR", "host:port"),
@@ -277,6 +299,28 @@ class Settings:
         WORKSPACES,
         feeds=("ControllerOptions.watch_namespace", "ManagerOptions.namespace"),
         shown="all",
+    )
+    watch_namespaces = Setting(
+        "--watch-namespaces",
+        NAMES,
+        ("WATCH_NAMESPACES",),
+        "",
+        "watch and reconcile only these namespaces (with --watch-namespace: both), each listed and "
+        "watched apart, so Roles in them suffice (docs/install.md, namespaced install)",
+        WORKSPACES,
+        feeds=("ManagerOptions.namespaces",),
+        shown="all",
+    )
+    watch_label_selector = Setting(
+        "--watch-label-selector",
+        optional(text("SELECTOR", "label selector")),
+        ("WATCH_LABEL_SELECTOR",),
+        "",
+        "reconcile only the Stacks this label selector matches (e.g. shard=a); Programs, Workspaces "
+        "and Updates are scoped by namespace only",
+        WORKSPACES,
+        feeds=("ManagerOptions.label_selectors[stacks.pulumi.com]",),
+        shown="every Stack",
     )
     engine_event_log_level = Setting(
         "--engine-event-log-level",
@@ -462,7 +506,10 @@ class Settings:
             election = LeaderElectionConfig(
                 **self._fed("LeaderElectionConfig"), identity=identity, predecessors=_predecessors(identity)
             )
-        return ManagerOptions(**self._fed("ManagerOptions"), leader_election=election)
+        fields = self._fed("ManagerOptions")
+        # A selector left unset selects everything: no entry (e.g. --watch-label-selector).
+        fields["label_selectors"] = {k: v for k, v in fields["label_selectors"].items() if v}
+        return ManagerOptions(**fields, leader_election=election)
 
 
 DECLARED: tuple[Setting[Any], ...] = tuple(v for v in vars(Settings).values() if isinstance(v, Setting))
