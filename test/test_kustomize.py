@@ -28,7 +28,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "config"
-OVERLAYS = ("crd", "rbac", "manager", "default", "quickstart", "samples")
+OVERLAYS = ("crd", "rbac", "manager", "default", "quickstart", "samples", "namespaced")
 NAMESPACE = "pulumi-kubernetes-operator"
 OPERATOR_SA = f"system:serviceaccount:{NAMESPACE}:controller-manager"
 # Sent as a subprocess timeout so that a hung kubectl fails the test instead of the session.
@@ -284,6 +284,63 @@ def test_quickstart_adds_the_default_pulumi_workspace_identity(default_objs: lis
     assert {identity(o) for o in default_objs} <= {identity(o) for o in objs}
 
 
+# Cluster-scoped resources the operator's rules name: a namespaced install leaves them out of its Role.
+CLUSTER_SCOPED_RESOURCES = {"nodes", "tokenreviews", "subjectaccessreviews"}
+
+
+def test_the_namespaced_install_binds_the_operator_by_a_role_in_the_watched_namespace(
+    default_objs: list[dict[str, Any]],
+) -> None:
+    """config/namespaced: the operator's rules on namespaced resources are a Role of the watched
+    namespace, exactly those of the cluster-wide ClusterRole (so the two cannot drift); its
+    ClusterRole keeps only the token and access reviews; the Deployment watches that namespace."""
+    objs = build(CONFIG / "namespaced")
+    full = find(default_objs, "ClusterRole", "pulumi-kubernetes-operator-controller-manager")["rules"]
+    role = find(objs, "Role", "pulumi-kubernetes-operator-watched")
+    assert role["rules"] == [r for r in full if not set(r["resources"]) & CLUSTER_SCOPED_RESOURCES]
+    binding = find(objs, "RoleBinding", "pulumi-kubernetes-operator-watched")
+    assert binding["metadata"]["namespace"] == role["metadata"]["namespace"] == NAMESPACE
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "controller-manager", "namespace": NAMESPACE}
+    ]
+
+    cut = find(objs, "ClusterRole", "pulumi-kubernetes-operator-controller-manager")["rules"]
+    assert {res for r in cut for res in r["resources"]} == {"tokenreviews", "subjectaccessreviews"}
+    assert all(r["verbs"] == ["create"] for r in cut)
+    operator_bindings = [
+        o
+        for o in objs
+        if o["kind"] == "ClusterRoleBinding" and o["subjects"][0]["name"] == "controller-manager"
+    ]
+    assert [b["roleRef"]["name"] for b in operator_bindings] == [
+        "pulumi-kubernetes-operator-controller-manager"
+    ]
+
+    deploy = find(objs, "Deployment", "controller-manager")
+    env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["WATCH_NAMESPACES"] == NAMESPACE
+    # Everything else is config/default's, unchanged.
+    rest = {identity(o) for o in objs} - {identity(role), identity(binding)}
+    assert rest == {identity(o) for o in default_objs}
+
+
+def test_the_namespaced_install_watches_the_namespace_its_role_is_set_to(tmp_path: Path) -> None:
+    """One place to change: `kustomize edit set namespace` in config/namespaced/watched."""
+    import shutil
+
+    shutil.copytree(CONFIG, tmp_path / "config")
+    watched = tmp_path / "config" / "namespaced" / "watched" / "kustomization.yaml"
+    watched.write_text(watched.read_text().replace(f"namespace: {NAMESPACE}", "namespace: team-a"))
+    objs = build(tmp_path / "config" / "namespaced")
+    assert find(objs, "Role", "pulumi-kubernetes-operator-watched")["metadata"]["namespace"] == "team-a"
+    binding = find(objs, "RoleBinding", "pulumi-kubernetes-operator-watched")
+    assert binding["metadata"]["namespace"] == "team-a"
+    assert binding["subjects"][0]["namespace"] == NAMESPACE  # the operator's account stays where it is
+    deploy = find(objs, "Deployment", "controller-manager")
+    env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["WATCH_NAMESPACES"] == "team-a"
+
+
 def test_sample_stack_deploys_the_sample_program_with_its_state_on_a_claim() -> None:
     objs = build(CONFIG / "samples")
     program = find(objs, "Program", "hello")
@@ -483,11 +540,11 @@ OPERATOR_MAY = [
     Access("create", "leases", "coordination.k8s.io", namespace=NAMESPACE),
     Access("update", "leases", "coordination.k8s.io", namespace=NAMESPACE),
     Access("create", "serviceaccounts", "", "token", "controller-manager", NAMESPACE),
-]
-OPERATOR_MAY_NOT = [
-    # The operator authenticates nobody (its /metrics is plain HTTP), so it needs no auth delegation.
+    # Each /metrics scrape's token is reviewed (--metrics-secure, the default).
     Access("create", "tokenreviews", "authentication.k8s.io"),
     Access("create", "subjectaccessreviews", "authorization.k8s.io"),
+]
+OPERATOR_MAY_NOT = [
     # Users own Stacks and Programs; the operator never creates or deletes them.
     Access("create", "stacks", "pulumi.com"),
     Access("delete", "stacks", "pulumi.com"),

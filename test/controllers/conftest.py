@@ -6,7 +6,9 @@
   in-process, leader election off, metrics and probes on free ports, running as a real
   ServiceAccount bound to the shipped RBAC (config/rbac) so a missing permission fails the test.
   Module attributes: ``OPERATOR_OPTIONS`` (a dict of :class:`ControllerOptions` overrides),
-  ``OPERATOR_RBAC = False`` to run as the cluster admin instead.
+  ``OPERATOR_RBAC = False`` to run as the cluster admin instead, ``OPERATOR_NAMESPACED = True`` to
+  run as the namespaced install (config/namespaced's RBAC, watching the module's namespace only),
+  ``OPERATOR_STACK_SELECTOR`` for ``--watch-label-selector``.
 * ``auth_delegator``: ``await auth_delegator("sa")`` binds ``system:auth-delegator`` to a workspace
   ServiceAccount of the module's namespace (the agent's TokenReview/SAR need it).
 
@@ -95,6 +97,7 @@ async def operator(
     api_client: client.ApiClient,
     cluster: Any,
     crds: list[str],
+    namespace: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[Operator]:
     options = ControllerOptions(
@@ -108,7 +111,14 @@ async def operator(
         program_fs_addr="127.0.0.1:0",
     )
     options = replace(options, **getattr(request.module, "OPERATOR_OPTIONS", {}))
-    op = Operator(api_client, cluster, options, rbac=getattr(request.module, "OPERATOR_RBAC", True))
+    op = Operator(
+        api_client,
+        cluster,
+        options,
+        rbac=getattr(request.module, "OPERATOR_RBAC", True),
+        watch_namespaces=[namespace] if getattr(request.module, "OPERATOR_NAMESPACED", False) else [],
+        stack_selector=getattr(request.module, "OPERATOR_STACK_SELECTOR", None),
+    )
     await op.setup(tmp_path_factory.mktemp("operator"))
     try:
         await op.start()

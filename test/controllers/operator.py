@@ -1,6 +1,10 @@
 """The operator as the tests (and the deploy benchmark) run it: a real ServiceAccount bound to the
 shipped RBAC (config/rbac), so a missing permission fails; in-process (``start()``) or, with the
-kubeconfig ``setup()`` writes, as a ``python -m pko`` process."""
+kubeconfig ``setup()`` writes, as a ``python -m pko`` process.
+
+With ``watch_namespaces`` it runs as the namespaced install does (config/namespaced): the overlay's
+RBAC (Roles in each watched namespace, the cut-down ClusterRole) and ``--watch-namespaces``; with
+``stack_selector``, ``--watch-label-selector``."""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import asyncio
 import base64
 import contextlib
 import json
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +23,7 @@ from kubernetes_asyncio.client import ApiException
 
 from pko.controllers import register
 from pko.controllers.options import ControllerOptions
+from pko.controllers.resources import STACKS
 from pko.machinery.apiclient import new_api_client
 from pko.machinery.manager import Manager, ManagerOptions
 from pko.machinery.resource import Resource, ResourceClient
@@ -27,6 +34,11 @@ __all__ = ["OPERATOR_SERVICE_ACCOUNT", "Operator"]
 
 REPO = Path(__file__).resolve().parents[2]
 RBAC_DIR = REPO / "config" / "rbac"
+NAMESPACED_DIR = REPO / "config" / "namespaced"
+# The names config/namespaced gives the operator's namespace and its watched Role and binding.
+_INSTALL_NAMESPACE = "pulumi-kubernetes-operator"
+_WATCHED = "pulumi-kubernetes-operator-watched"
+_BINDINGS = ("RoleBinding", "ClusterRoleBinding")
 
 OPERATOR_SERVICE_ACCOUNT = "controller-manager"
 FIELD_MANAGER = "pko-tests"
@@ -59,9 +71,18 @@ class Operator:
     restarted pod would be). ``api`` is its ApiClient (its own identity); ``manager`` the running one."""
 
     def __init__(
-        self, admin: client.ApiClient, cluster: Any, options: ControllerOptions, *, rbac: bool
+        self,
+        admin: client.ApiClient,
+        cluster: Any,
+        options: ControllerOptions,
+        *,
+        rbac: bool,
+        watch_namespaces: Sequence[str] = (),
+        stack_selector: str | None = None,
     ) -> None:
         self.admin = admin
+        self.watch_namespaces = tuple(watch_namespaces)
+        self.stack_selector = stack_selector
         self.cluster = cluster
         self.options = options
         self.rbac = rbac
@@ -83,7 +104,7 @@ class Operator:
                 continue
             resource = _KINDS[kind]
             await ResourceClient(self.admin, resource).apply(doc, field_manager=FIELD_MANAGER)
-            if not resource.namespaced and kind != "ClusterRole":
+            if not resource.namespaced and (kind != "ClusterRole" or self.watch_namespaces):
                 self._cluster_objects.append((resource, doc["metadata"]["name"]))
         if self.rbac:
             token = await mint_token(self.admin, self.namespace, self.service_account, expiration=86400)
@@ -99,22 +120,55 @@ class Operator:
 
     def _rbac_documents(self) -> list[dict[str, Any]]:
         docs: list[dict[str, Any]] = []
-        for name in _RBAC_FILES:
-            for doc in yaml.safe_load_all((RBAC_DIR / name).read_text()):
-                if not doc:
-                    continue
-                meta = doc["metadata"]
-                if "namespace" in meta:
-                    meta["namespace"] = self.namespace
-                if doc["kind"] == "ClusterRoleBinding":
-                    meta["name"] = f"{meta['name']}-{self.namespace}"
-                if doc["kind"] == "ServiceAccount":
-                    meta["name"] = self.service_account
-                for subject in doc.get("subjects") or []:
-                    if subject.get("kind") == "ServiceAccount":
-                        subject["namespace"] = self.namespace
-                        subject["name"] = self.service_account
-                docs.append(doc)
+        for doc in self._shipped_rbac():
+            meta = doc["metadata"]
+            if meta.get("namespace") == _INSTALL_NAMESPACE:  # not a watched namespace's
+                meta["namespace"] = self.namespace
+            if doc["kind"] == "ClusterRoleBinding":
+                meta["name"] = f"{meta['name']}-{self.namespace}"
+            if doc["kind"] == "ServiceAccount":
+                meta["name"] = self.service_account
+            for subject in doc.get("subjects") or []:
+                if subject.get("kind") == "ServiceAccount":
+                    subject["namespace"] = self.namespace
+                    subject["name"] = self.service_account
+            docs.append(doc)
+        return docs
+
+    def _shipped_rbac(self) -> list[dict[str, Any]]:
+        """The operator's own RBAC objects as shipped: config/rbac's files, or (``watch_namespaces``)
+        what ``kubectl kustomize config/namespaced`` binds to its account, the watched Role and
+        binding once per watched namespace and the ClusterRole named apart (others share the
+        cluster's full one)."""
+        if not self.watch_namespaces:
+            return [
+                doc
+                for name in _RBAC_FILES
+                for doc in yaml.safe_load_all((RBAC_DIR / name).read_text())
+                if doc
+            ]
+        built = subprocess.run(
+            ["kubectl", "kustomize", str(NAMESPACED_DIR)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout
+        docs: list[dict[str, Any]] = []
+        for doc in yaml.safe_load_all(built):
+            if not doc or doc["kind"] not in _KINDS or not _binds_operator(doc, built):
+                continue
+            if doc["metadata"]["name"] == _WATCHED:
+                for ns in self.watch_namespaces:
+                    copy = yaml.safe_load(yaml.safe_dump(doc))
+                    copy["metadata"]["namespace"] = ns
+                    docs.append(copy)
+                continue
+            if doc["kind"] == "ClusterRole":
+                doc["metadata"]["name"] += f"-{self.namespace}"
+            if doc["kind"] == "ClusterRoleBinding":
+                doc["roleRef"]["name"] += f"-{self.namespace}"
+            docs.append(doc)
         return docs
 
     async def teardown(self) -> None:
@@ -138,6 +192,8 @@ class Operator:
         manager = Manager(
             self.api,
             ManagerOptions(
+                namespaces=self.watch_namespaces,
+                label_selectors={STACKS.name: self.stack_selector} if self.stack_selector else {},
                 metrics_bind_address="127.0.0.1:0",
                 health_probe_bind_address="127.0.0.1:0",
                 leader_election=None,
@@ -176,6 +232,19 @@ class Operator:
     @property
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
+
+
+def _binds_operator(doc: dict[str, Any], built: str) -> bool:
+    """Whether ``doc`` (from config/namespaced) is the operator's: its account, or a role or
+    binding for it (the user-facing roles are not)."""
+    if doc["kind"] == "ServiceAccount":
+        return bool(doc["metadata"]["name"] == OPERATOR_SERVICE_ACCOUNT)
+    if doc["kind"] in _BINDINGS:
+        return any(s.get("name") == OPERATOR_SERVICE_ACCOUNT for s in doc.get("subjects") or [])
+    bindings = [d for d in yaml.safe_load_all(built) if d and d["kind"] in _BINDINGS]
+    return any(
+        b["roleRef"]["name"] == doc["metadata"]["name"] and _binds_operator(b, built) for b in bindings
+    )
 
 
 def _kubeconfig(cluster: Any, token: str) -> dict[str, Any]:
