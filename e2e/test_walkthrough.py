@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import ssl
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ import yaml
 from dulwich.repo import Repo
 from gitserver import git_commit, serve_git
 
-from .conftest import OPERATOR_NS, RESTRICTED, WORKSPACE_NS, Kube
+from .conftest import OPERATOR, OPERATOR_NS, RESTRICTED, WORKSPACE_NS, Kube
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -148,9 +149,44 @@ def gone(k: Kube, kind: str, name: str, within: float = 300) -> None:
     k.until(f"{kind} {name} deleted", lambda: k.get(kind, name) is None, within)
 
 
+# Who scrapes pko's /metrics: a ServiceAccount bound to the shipped metrics-reader ClusterRole, as a
+# Prometheus would be (pko serves /metrics over HTTPS to a token allowed to get it: docs/metrics.md).
+METRICS_SCRAPER = f"""\
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: e2e-metrics-scraper
+  namespace: {OPERATOR_NS}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: e2e-metrics-scraper
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: pulumi-kubernetes-operator-metrics-reader
+subjects:
+  - kind: ServiceAccount
+    name: e2e-metrics-scraper
+    namespace: {OPERATOR_NS}
+"""
+
+
 def metrics(k: Kube) -> str:
     pod = k.json("-n", OPERATOR_NS, "get", "pods", "-l", "control-plane=controller-manager")["items"][0]
-    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8383/metrics", timeout=10) as r:
+    if OPERATOR == "go":  # the Go operator serves plain HTTP to anyone
+        request = urllib.request.Request(f"http://{pod['status']['podIP']}:8383/metrics")
+        context = None
+    else:
+        k.apply(METRICS_SCRAPER, OPERATOR_NS)
+        token = k.run("-n", OPERATOR_NS, "create", "token", "e2e-metrics-scraper").strip()
+        request = urllib.request.Request(
+            f"https://{pod['status']['podIP']}:8383/metrics", headers={"Authorization": f"Bearer {token}"}
+        )
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # its self-signed certificate
+    with urllib.request.urlopen(request, timeout=10, context=context) as r:
         text: str = r.read().decode()
         return text
 

@@ -156,8 +156,11 @@ spec:
 
 
 def service_monitor(metrics: Obj, managed_by: str, port: str) -> str:
-    """The optional ServiceMonitor: scrapes the metrics Service's port by name (plain HTTP: pko serves
-    /metrics without authentication, restricted by NetworkPolicy)."""
+    """The optional ServiceMonitor: scrapes the metrics Service's port by name over HTTPS with the
+    Prometheus pod's ServiceAccount token, which the operator reviews (TokenReview, then a
+    SubjectAccessReview for `get` on /metrics: bind that account to the metrics-reader ClusterRole);
+    the operator's certificate is self-signed unless a cert dir is mounted, hence insecureSkipVerify
+    until ``serviceMonitor.tlsConfig`` names a CA."""
     labels = dict(metrics["metadata"].get("labels") or {})
     selector = {k: v for k, v in labels.items() if k != managed_by}
     indent6 = textwrap.indent(yaml.safe_dump(selector, sort_keys=False).rstrip(), "      ")
@@ -186,8 +189,17 @@ spec:
 {indent6}
   endpoints:
   - port: {port}
-    scheme: http
+    scheme: {{{{ .Values.serviceMonitor.scheme }}}}
     path: {{{{ .Values.serviceMonitor.telemetryPath | default "/metrics" }}}}
+    {{{{- if eq .Values.serviceMonitor.scheme "https" }}}}
+    {{{{- with .Values.serviceMonitor.bearerTokenFile }}}}
+    bearerTokenFile: {{{{ . }}}}
+    {{{{- end }}}}
+    {{{{- with .Values.serviceMonitor.tlsConfig }}}}
+    tlsConfig:
+    {{{{- toYaml . | nindent 6 }}}}
+    {{{{- end }}}}
+    {{{{- end }}}}
     {{{{- with .Values.serviceMonitor.interval }}}}
     interval: {{{{ . }}}}
     {{{{- end }}}}

@@ -352,7 +352,7 @@ def describe(found: dict[str, Any]) -> tuple[Node, ...]:
                             True,
                             BOOL,
                             f"The metrics Service (`{found['metrics_service']}`, "
-                            "port `http-metrics`, plain HTTP)",
+                            "port `http-metrics`: HTTPS, a bearer token allowed to get /metrics)",
                         ),
                     ),
                 ),
@@ -373,6 +373,27 @@ def describe(found: dict[str, Any]) -> tuple[Node, ...]:
                 Leaf("interval", "", STRING, "Scrape interval (empty: Prometheus's)"),
                 Leaf("timeout", "", STRING, "Scrape timeout (empty: Prometheus's)"),
                 Leaf("telemetryPath", "/metrics", STRING, "Path of the metrics"),
+                Leaf(
+                    "scheme",
+                    "https",
+                    {"type": "string", "enum": ["https", "http"]},
+                    "`http` only for an operator run with `METRICS_SECURE=false` (in `extraEnv`)",
+                ),
+                Leaf(
+                    "bearerTokenFile",
+                    "/var/run/secrets/kubernetes.io/serviceaccount/token",
+                    STRING,
+                    "The token Prometheus scrapes with (its pod's ServiceAccount token): bind that "
+                    "account to the metrics-reader ClusterRole (docs/metrics.md)",
+                ),
+                Leaf(
+                    "tlsConfig",
+                    {"insecureSkipVerify": True},
+                    OBJECT,
+                    "`tlsConfig` of the endpoint: the operator's certificate is self-signed unless "
+                    "`METRICS_CERT_DIR` names a mounted one; then give its `ca`, `serverName` and "
+                    "`insecureSkipVerify: false`",
+                ),
                 Leaf("metricRelabelings", [], OBJECTS, "`metricRelabelings` of the endpoint"),
                 Leaf(
                     "targetLabels",

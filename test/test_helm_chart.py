@@ -230,8 +230,11 @@ def test_service_monitor_scrapes_the_metrics_service(custom: list[Obj]) -> None:
     assert monitor["spec"]["endpoints"] == [
         {
             "port": "http-metrics",
-            "scheme": "http",
+            # The operator's default: HTTPS, its self-signed certificate, Prometheus' own token.
+            "scheme": "https",
             "path": "/metrics",
+            "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+            "tlsConfig": {"insecureSkipVerify": True},
             "interval": "30s",
             "scrapeTimeout": "10s",
         }
@@ -291,6 +294,31 @@ def test_a_values_file_written_for_the_go_operators_chart_carries_over(
 
 def test_no_service_monitor_by_default(helm_home: Path) -> None:
     assert not [o for o in template(helm_home) if o["kind"] == "ServiceMonitor"]
+
+
+def test_a_service_monitor_for_plain_metrics_or_a_known_ca(helm_home: Path) -> None:
+    """``scheme: http`` for an operator run with METRICS_SECURE=false: no token, no TLS; with a mounted
+    certificate, its CA verifies it."""
+    plain = template(
+        helm_home,
+        *("--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.scheme=http"),
+        *("--set", "extraEnv[0].name=METRICS_SECURE", "--set-string", "extraEnv[0].value=false"),
+    )
+    monitor = next(o for o in plain if o["kind"] == "ServiceMonitor")
+    assert monitor["spec"]["endpoints"] == [{"port": "http-metrics", "scheme": "http", "path": "/metrics"}]
+    _, container = manager(plain)
+    assert {"name": "METRICS_SECURE", "value": "false"} in container["env"]
+    assert refused(helm_home, "--set", "serviceMonitor.scheme=ftp")
+    ca = {
+        "ca": {"secret": {"name": "metrics-cert", "key": "ca.crt"}},
+        "serverName": "pko-metrics.ops.svc",
+        "insecureSkipVerify": False,  # Helm merges maps: the default's true must be turned off
+    }
+    values = helm_home / "ca-values.yaml"
+    values.write_text(json.dumps({"serviceMonitor": {"enabled": True, "tlsConfig": ca}}))
+    verified = template(helm_home, "-f", str(values))
+    (endpoint,) = next(o for o in verified if o["kind"] == "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["tlsConfig"] == ca and endpoint["scheme"] == "https"
 
 
 def test_metrics_service_can_be_left_out(helm_home: Path) -> None:

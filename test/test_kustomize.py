@@ -540,11 +540,11 @@ OPERATOR_MAY = [
     Access("create", "leases", "coordination.k8s.io", namespace=NAMESPACE),
     Access("update", "leases", "coordination.k8s.io", namespace=NAMESPACE),
     Access("create", "serviceaccounts", "", "token", "controller-manager", NAMESPACE),
-]
-OPERATOR_MAY_NOT = [
-    # The operator authenticates nobody (its /metrics is plain HTTP), so it needs no auth delegation.
+    # Each /metrics scrape's token is reviewed (--metrics-secure, the default).
     Access("create", "tokenreviews", "authentication.k8s.io"),
     Access("create", "subjectaccessreviews", "authorization.k8s.io"),
+]
+OPERATOR_MAY_NOT = [
     # Users own Stacks and Programs; the operator never creates or deletes them.
     Access("create", "stacks", "pulumi.com"),
     Access("delete", "stacks", "pulumi.com"),

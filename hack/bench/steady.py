@@ -210,7 +210,9 @@ def start_operator(cluster: LocalCluster, logf: Any) -> tuple[subprocess.Popen[b
     mport, pport = free_port(), free_port()
     cmd = [
         sys.executable, "-m", "pko", "--kubeconfig", str(cluster.kubeconfig),
-        "--metrics-bind-address", f"127.0.0.1:{mport}",
+        # Plain HTTP: the slowest /metrics answers measure collection on a busy process, not a
+        # TokenReview on a cache miss (which waits for the loop; docs/security.md).
+        "--metrics-bind-address", f"127.0.0.1:{mport}", "--metrics-secure=false",
         "--health-probe-bind-address", f"127.0.0.1:{pport}",
         "--program-fs-addr", f"127.0.0.1:{free_port()}",
         "--leader-elect=false",

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final
 
@@ -71,6 +72,7 @@ from pko.machinery.informerfactory import InformerFactory
 from pko.machinery.leaderelection import LeaderElector
 from pko.machinery.manageroptions import ManagerOptions
 from pko.machinery.metrics import PrometheusControllerMetrics, PrometheusWorkqueueMetrics
+from pko.machinery.metricsauth import secure_metrics
 from pko.machinery.predicates import Predicate, generation_changed
 from pko.machinery.ratelimit import RateLimiter
 from pko.machinery.ratelimitingqueue import RateLimitingQueue
@@ -95,6 +97,9 @@ __all__ = [
     "Predicate",
     "generation_changed",
 ]
+
+# A threaded server's routes and its TLS (None: plain HTTP).
+ThreadedHttpServerArgs = tuple[dict[str, Route], ssl.SSLContext | None]
 
 # The component that signs the manager's Events, as the Go operator's recorder does.
 EVENT_COMPONENT: Final = "pulumi-kubernetes-operator"
@@ -515,22 +520,32 @@ class Manager:
         """The probes and metrics servers, each on a thread of its own (see pko.machinery.serving)."""
         opts = self.options
         self._heartbeat.start()
-        wanted: list[tuple[str, str, Callable[[], dict[str, Route]]]] = [
+        wanted: list[tuple[str, str, Callable[[], ThreadedHttpServerArgs]]] = [
             (
                 "probes",
                 opts.health_probe_bind_address,
-                lambda: probe_routes([("ping", self._heartbeat.check)], self._readiness),
+                lambda: (probe_routes([("ping", self._heartbeat.check)], self._readiness), None),
             ),
-            ("metrics", opts.metrics_bind_address, lambda: metrics_routes(self.registry)),
+            ("metrics", opts.metrics_bind_address, self._metrics_server),
         ]
-        for name, address, make_routes in wanted:
+        for name, address, make in wanted:
             bind = parse_bind_address(address)
             if bind is None:
                 continue
-            server = ThreadedHttpServer(name, make_routes(), *bind)
+            routes, tls = make()
+            server = ThreadedHttpServer(name, routes, *bind, tls=tls)
             server.start()
             self._servers.append(server)
             self._log.info("serving", server=name, address=f"{server.host or '*'}:{server.port}")
+
+    def _metrics_server(self) -> ThreadedHttpServerArgs:
+        """``/metrics``, over HTTPS to scrapers the apiserver allows unless ``metrics_secure`` is off."""
+        if not self.options.metrics_secure:
+            return metrics_routes(self.registry), None
+        tls, authorizer = secure_metrics(
+            self.api, self.options.metrics_cert_dir, request_timeout=self.options.kube_api_timeout
+        )
+        return metrics_routes(self.registry, authorizer), tls
 
     async def _stop_servers(self) -> None:
         # Each stop waits (up to half a second) for its thread to notice: not on the loop.

@@ -26,11 +26,16 @@ class ManagerOptions:
     ``discovery_interval`` and ``optional_sync_timeout`` govern optional watches.
     ``kube_api_timeout`` bounds every request of the informers, the event recorder and the clients
     :meth:`Manager.client` hands out. The process-level defaults are :mod:`pko.defaults`'.
+    ``metrics_secure``: ``/metrics`` over HTTPS to scrapers the apiserver authenticates and allows
+    ``get`` on it (:mod:`pko.machinery.metricsauth`), with the pair in ``metrics_cert_dir``
+    (``tls.crt``, ``tls.key``) or a self-signed certificate; false: plain HTTP to anyone.
     ``liveness_stall_threshold``: ``/healthz`` fails once the event loop has not run its
     once-a-second heartbeat for this long (see :data:`~pko.machinery.serving.DEFAULT_STALL_THRESHOLD`).
     """
 
     metrics_bind_address: str = defaults.METRICS_BIND_ADDRESS
+    metrics_secure: bool = True
+    metrics_cert_dir: str | None = None
     health_probe_bind_address: str = defaults.HEALTH_PROBE_BIND_ADDRESS
     leader_election: LeaderElectionConfig | None = None
     shutdown_grace_period: float = defaults.SHUTDOWN_GRACE_PERIOD

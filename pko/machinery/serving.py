@@ -36,6 +36,12 @@ What the answers mean, read from the thread:
   for these values instead (``run_coroutine_threadsafe``) would make a scrape wait for a busy loop
   again, which is what this module avoids.
 
+``/metrics`` is served over HTTPS to scrapers the apiserver authenticates and authorises (as
+controller-runtime's secure metrics server): :class:`ThreadedHttpServer` takes an ``ssl.SSLContext``
+(:mod:`pko.machinery.servingcert`) and does each TLS handshake on the request's own thread, so a
+client that stalls mid-handshake holds that thread only; :func:`metrics_routes` takes a
+:class:`~pko.machinery.metricsauth.MetricsAuthorizer`, which checks each scrape on the same thread.
+
 Addresses use Go's ``host:port`` form (``:8081`` = every interface, ``127.0.0.1:0`` = a free
 loopback port); ``0`` (or an empty string) disables a server, as controller-runtime's
 ``--metrics-bind-address=0`` does.
@@ -45,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -59,6 +66,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
+
+from pko.machinery.metricsauth import MetricsAuthorizer
 
 __all__ = [
     "DEFAULT_STALL_THRESHOLD",
@@ -224,6 +233,17 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a stuck request never holds the process up
     block_on_close = False
     routes: Mapping[str, Route]
+    tls: ssl.SSLContext | None = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """On the request's thread: the TLS handshake first, bounded by the request timeout."""
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(REQUEST_TIMEOUT)
+        with self.tls.wrap_socket(request, server_side=True) as conn:
+            super().finish_request(conn, client_address)
+            self.shutdown_request(conn)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that hung up mid-reply and the like; nothing the operator can act on.
@@ -274,9 +294,18 @@ class ThreadedHttpServer:
     keep-alive connection holds a thread.
     """
 
-    def __init__(self, name: str, routes: Mapping[str, Route], host: str, port: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        routes: Mapping[str, Route],
+        host: str,
+        port: int,
+        *,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.name = name
         self.routes = dict(routes)
+        self.tls = tls
         self.host = host
         self.port = port
         self._server: _Server | None = None
@@ -294,6 +323,7 @@ class ThreadedHttpServer:
         server.socket.close()
         server.socket = sock
         server.routes = self.routes
+        server.tls = self.tls
         self.port = int(sock.getsockname()[1])
         thread = threading.Thread(
             target=server.serve_forever,
@@ -354,13 +384,20 @@ def probe_routes(liveness: Sequence[ReadinessCheck], readiness: Sequence[Readine
     }
 
 
-def metrics_routes(registry: CollectorRegistry) -> dict[str, Route]:
-    """``/metrics``: ``registry`` in the Prometheus text format (or OpenMetrics when asked for).
+def metrics_routes(
+    registry: CollectorRegistry, authorizer: MetricsAuthorizer | None = None
+) -> dict[str, Route]:
+    """``/metrics``: ``registry`` in the Prometheus text format (or OpenMetrics when asked for),
+    to every scrape ``authorizer`` lets through (all, without one).
 
     Collected on the request thread; see the module docstring for why that is safe.
     """
 
     def metrics(request: Request) -> Reply:
+        if authorizer is not None:
+            verdict = authorizer.check(request.headers.get("Authorization"))
+            if not verdict.allowed:
+                return _text(verdict.status, f"{verdict.status}: {verdict.reason}\n")
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         return Reply(200, encoder(registry), content_type)
 

@@ -161,6 +161,27 @@ class Settings:
         ENDPOINTS,
         feeds=("ManagerOptions.metrics_bind_address",),
     )
+    metrics_secure = Setting(
+        "--metrics-secure",
+        BOOL,
+        ("METRICS_SECURE",),
+        "true",
+        "serve /metrics over HTTPS to scrapers whose token may get /metrics (a TokenReview and a "
+        "SubjectAccessReview each, cached briefly); false: plain HTTP to anyone",
+        ENDPOINTS,
+        feeds=("ManagerOptions.metrics_secure",),
+    )
+    metrics_cert_dir = Setting(
+        "--metrics-cert-dir",
+        optional(text("DIR", "path")),
+        ("METRICS_CERT_DIR",),
+        "",
+        "directory holding the metrics server's tls.crt and tls.key (e.g. a mounted cert-manager Secret), "
+        "reloaded when they change",
+        ENDPOINTS,
+        feeds=("ManagerOptions.metrics_cert_dir",),
+        shown="a self-signed certificate made at start",
+    )
     health_probe_bind_address = Setting(
         "--health-probe-bind-address",
         text("ADDR", "host:port"),

@@ -2,7 +2,12 @@
 runs the Stacks of the seed walkthrough (one Program that deploys, one whose program is broken), a
 Prometheus built from its module scrapes its /metrics each second and evaluates the shipped rules, their
 ``for`` shortened to nothing (their durations are promtool's to test: test/test_prometheus_rules.py).
-It must see the new series and fire ``PulumiStackFailing`` for the broken Stack only."""
+It must see the new series and fire ``PulumiStackFailing`` for the broken Stack only.
+
+Prometheus scrapes as a deployed one does (docs/metrics.md): over HTTPS (the operator's self-signed
+certificate, so ``insecure_skip_verify``) with the token of a ServiceAccount bound to the shipped
+metrics-reader ClusterRole, which the operator checks with a TokenReview and a SubjectAccessReview
+under its shipped RBAC."""
 
 from __future__ import annotations
 
@@ -11,15 +16,46 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from kubernetes_asyncio import client
 from prometheustest import rule_spec, running_prometheus
 from waiting import wait_until
 
+from pko.machinery.resource import Resource, ResourceClient
+
 from .conftest import operator_env
+from .kubelet import mint_token
 from .test_stack import BAD_BODY, PROGRAM_BODY, Env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 env = operator_env(Env)
+
+REPO = Path(__file__).resolve().parents[2]
+READER_ROLE = yaml.safe_load((REPO / "config/rbac/metrics_reader_role.yaml").read_text())
+CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False)
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+ROLE_BINDINGS = Resource(
+    "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
+)
+
+
+async def metrics_reader_token(api: client.ApiClient, namespace: str) -> str:
+    """A token of ServiceAccount ``prometheus`` of ``namespace``, bound to the metrics-reader ClusterRole."""
+    await ResourceClient(api, CLUSTER_ROLES).apply(READER_ROLE, field_manager="pko-tests")
+    await ResourceClient(api, SERVICE_ACCOUNTS, namespace).create({"metadata": {"name": "prometheus"}})
+    await ResourceClient(api, ROLE_BINDINGS).create(
+        {
+            "metadata": {"name": f"prometheus-metrics-reader-{namespace}"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": READER_ROLE["metadata"]["name"],
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": namespace}],
+        }
+    )
+    return await mint_token(api, namespace, "prometheus")
 
 
 def rules_without_waiting() -> dict[str, Any]:
@@ -44,9 +80,19 @@ async def test_a_real_prometheus_scrapes_the_new_series_and_fires_the_failing_al
     address = manager.address("metrics")
     assert address is not None
     target = f"127.0.0.1:{address[1]}"
+    token = tmp_path / "token"
+    token.write_text(await metrics_reader_token(env.api, env.ns))
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [{"job_name": "pko", "static_configs": [{"targets": [target]}]}],
+        "scrape_configs": [
+            {
+                "job_name": "pko",
+                "scheme": "https",
+                "tls_config": {"insecure_skip_verify": True},
+                "authorization": {"credentials_file": str(token)},
+                "static_configs": [{"targets": [target]}],
+            }
+        ],
     }
     with running_prometheus(tmp_path / "prometheus", config, rules_without_waiting()) as prom:
         await wait_until("Prometheus ready", prom.ready, within=60)

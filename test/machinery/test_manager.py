@@ -90,6 +90,7 @@ def test_the_deployment_flags_parse_to_the_go_operator_defaults() -> None:
     assert s.program_fs_adv_addr == "pulumi-kubernetes-operator.ns:80"
     opts = s.manager_options("me")
     assert opts.leader_election is not None and opts.leader_election.identity == "me"
+    assert (opts.metrics_secure, opts.metrics_cert_dir) == (True, None)  # HTTPS and a token, by default
     assert parse_settings([], env={}).leader_election_namespace == "pulumi-kubernetes-operator"
     assert not parse_settings([], env={}).leader_elect
 
@@ -337,6 +338,7 @@ async def start_manager() -> AsyncIterator[StartManager]:
 def options(namespace: str, **kw: Any) -> ManagerOptions:
     return ManagerOptions(
         metrics_bind_address=LOOPBACK,
+        metrics_secure=False,  # plain HTTP: test_metrics_auth.py scrapes the secure server
         health_probe_bind_address=LOOPBACK,
         namespace=namespace,
         shutdown_grace_period=kw.pop("shutdown_grace_period", 10.0),
@@ -732,6 +734,7 @@ class PkoProcess:
             "--leader-election-renew-deadline=4s",
             "--leader-election-retry-period=1s",
             f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+            "--metrics-secure=false",
             f"--health-probe-bind-address=127.0.0.1:{self.probe_port}",
             "--program-fs-addr=127.0.0.1:0",
             "--log-format=json",
