@@ -176,6 +176,15 @@ def describe(found: dict[str, Any]) -> tuple[Node, ...]:
                     "edit/view/approve roles are always created)",
                 ),
                 Leaf("extraRules", [], OBJECTS, "Rules appended to the manager's ClusterRole"),
+                Leaf(
+                    "namespaced",
+                    False,
+                    BOOL,
+                    "The namespaced install (config/namespaced): the manager's rules on namespaced "
+                    "resources as a Role and RoleBinding in each of `watchNamespaces` (empty: the "
+                    "release namespace, which is then watched); its ClusterRole keeps only "
+                    "TokenReview and SubjectAccessReview `create` (docs/install.md)",
+                ),
             ),
         ),
         Group(
@@ -228,6 +237,21 @@ def describe(found: dict[str, Any]) -> tuple[Node, ...]:
             STRING,
             "The one namespace to watch (`WATCH_NAMESPACE`); empty: every namespace. The RBAC stays "
             "cluster-wide either way",
+        ),
+        Leaf(
+            "watchNamespaces",
+            [],
+            {"type": "array", "items": DNS_LABEL},
+            "The namespaces to watch (`WATCH_NAMESPACES`), each listed and watched apart; with "
+            "`rbac.namespaced` the operator's Roles go there; empty: every namespace (or, with "
+            "`rbac.namespaced`, the release namespace)",
+        ),
+        Leaf(
+            "watchLabelSelector",
+            "",
+            STRING,
+            "Reconcile only the Stacks this label selector matches (`WATCH_LABEL_SELECTOR`, e.g. "
+            "`shard=a`); empty: every Stack",
         ),
         Group(
             "kubeAPI",

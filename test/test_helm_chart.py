@@ -20,6 +20,7 @@ import gzip
 import json
 import os
 import re
+import subprocess
 import tempfile
 import textwrap
 from collections.abc import Iterator
@@ -339,8 +340,57 @@ def test_leader_election_can_be_turned_off_for_one_replica_only(helm_home: Path)
 
 
 def test_several_watched_namespaces_are_refused_with_the_reason(helm_home: Path) -> None:
-    # pko watches one namespace or every one: the schema says watchNamespace is a string.
+    # watchNamespace is the Go operator's one namespace, a string; several go in watchNamespaces.
     assert "/watchNamespace': got array, want string" in refused(helm_home, "--set", "watchNamespace={a,b}")
+
+
+def namespaced_overlay() -> list[Obj]:
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(REPO / "config" / "namespaced")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def test_the_namespaced_install_is_config_namespaced_in_each_watched_namespace(helm_home: Path) -> None:
+    """rbac.namespaced: the Role config/namespaced ships, in each of watchNamespaces, bound to the
+    manager's account; the manager's ClusterRole cut down as there; the namespaces watched."""
+    overlay = {key(o): o for o in namespaced_overlay()}
+    ns = config_namespace()
+    objs = template(
+        helm_home,
+        "--set",
+        "rbac.namespaced=true",
+        "--set",
+        "watchNamespaces={team-a,team-b}",
+        "--set",
+        "watchLabelSelector=shard=a",
+    )
+    found = by_key(objs)
+    role = overlay[("Role", "pulumi-kubernetes-operator-watched", ns)]
+    for watched in ("team-a", "team-b"):
+        assert found[("Role", "pulumi-kubernetes-operator-watched", watched)]["rules"] == role["rules"]
+        binding = found[("RoleBinding", "pulumi-kubernetes-operator-watched", watched)]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "controller-manager", "namespace": ns}
+        ]
+        assert binding["roleRef"]["name"] == "pulumi-kubernetes-operator-watched"
+    cluster_role = ("ClusterRole", "pulumi-kubernetes-operator-controller-manager", None)
+    assert found[cluster_role]["rules"] == overlay[cluster_role]["rules"]
+    assert not [k for k in found if k[0] == "Role" and k[1].endswith("-watched") and k[2] == ns]
+    env = env_of(manager(objs)[1])
+    assert env["WATCH_NAMESPACES"] == "team-a,team-b" and env["WATCH_LABEL_SELECTOR"] == "shard=a"
+
+    # Without watchNamespaces the release namespace is the one watched, as config/namespaced's default.
+    alone = by_key(template(helm_home, "--set", "rbac.namespaced=true"))
+    assert ("Role", "pulumi-kubernetes-operator-watched", ns) in alone
+    assert env_of(manager(list(alone.values()))[1])["WATCH_NAMESPACES"] == ns
+    # Without rbac.namespaced, several namespaces are watched with the cluster-wide RBAC.
+    wide = template(helm_home, "--set", "watchNamespaces={team-a,team-b}")
+    assert not [o for o in wide if o["kind"] == "Role" and o["metadata"]["name"].endswith("-watched")]
+    assert env_of(manager(wide)[1])["WATCH_NAMESPACES"] == "team-a,team-b"
 
 
 def test_helm_lint_passes_with_default_and_custom_values(helm_home: Path, values_file: Path) -> None:

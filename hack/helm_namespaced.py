@@ -1,0 +1,104 @@
+"""The chart's namespaced install (``rbac.namespaced``), as config/namespaced does it with kustomize.
+
+With ``rbac.namespaced=true`` the manager's ClusterRole keeps only its rules on cluster-scoped
+resources (TokenReview and SubjectAccessReview for the secure /metrics endpoint; Node `get` is
+dropped as config/namespaced drops it), and the rest of its rules become a Role and RoleBinding in
+each namespace of ``watchNamespaces`` (the release namespace when that is empty), which the
+operator then watches (``WATCH_NAMESPACES``). With the default (false) the chart renders
+config/default's objects unchanged: the conditionals below render nothing.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+import yaml
+from helm_markers import Markers
+
+Obj = dict[str, Any]
+
+# Cluster-scoped resources the manager's rules name; a Role cannot grant them.
+CLUSTER_SCOPED = frozenset({"nodes", "tokenreviews", "subjectaccessreviews"})
+# What the namespaced install keeps of them (config/namespaced/kustomization.yaml).
+KEPT_CLUSTER_SCOPED = frozenset({"tokenreviews", "subjectaccessreviews"})
+# The namespaces watched: watchNamespaces, else (namespaced RBAC) the release namespace.
+WATCHED = (
+    "(.Values.watchNamespaces | default (ternary (list .Release.Namespace) (list) .Values.rbac.namespaced))"
+)
+
+
+def namespaced_rules(rules: list[Obj]) -> list[Obj]:
+    return [r for r in rules if not set(r["resources"]) & CLUSTER_SCOPED]
+
+
+def mark_manager_rules(rules: list[Obj], markers: Markers) -> list[Any]:
+    """The manager ClusterRole's rules with every rule a namespaced install moves to the Roles (or
+    drops) inside ``{{- if not .Values.rbac.namespaced }}``, in config's order."""
+    out: list[Any] = []
+    inside = False
+    for n, rule in enumerate(rules):
+        moved = not set(rule["resources"]) <= KEPT_CLUSTER_SCOPED
+        if moved != inside:
+            text = "{{- if not .Values.rbac.namespaced }}" if moved else "{{- end }}"
+            out.append(markers.new_block(f"NOT_NAMESPACED_{n}", text))
+            inside = moved
+        out.append(rule)
+    if inside:
+        out.append(markers.new_block("NOT_NAMESPACED_END", "{{- end }}"))
+    return out
+
+
+def watch_namespaces_env() -> str:
+    """The manager's WATCH_NAMESPACES (and WATCH_LABEL_SELECTOR) entries, when set."""
+    return (
+        "{{- with " + WATCHED + " }}\n"
+        "- name: WATCH_NAMESPACES\n"
+        '  value: {{ join "," . | quote }}\n'
+        "{{- end }}\n"
+        "{{- with .Values.watchLabelSelector }}\n"
+        "- name: WATCH_LABEL_SELECTOR\n"
+        "  value: {{ . | quote }}\n"
+        "{{- end }}"
+    )
+
+
+def watched_roles(rules: list[Obj], labels: str, role_name: str) -> str:
+    """templates/role-watched.yaml: a Role and its RoleBinding per watched namespace. ``labels``: the
+    labels block (4 spaces in); ``role_name``: its ``pko.objname`` expression (dot is the root)."""
+    body = textwrap.indent(yaml.safe_dump(namespaced_rules(rules), sort_keys=False).rstrip(), "  ")
+    return f"""\
+{{{{- if and .Values.rbac.create .Values.rbac.namespaced }}}}
+{{{{- range $ns := {WATCHED} }}}}
+{{{{- with $ }}}}
+---
+# The operator's rights in a watched namespace (rbac.namespaced; config/namespaced/watched).
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {role_name}
+  namespace: {{{{ $ns }}}}
+  labels:
+{labels}
+rules:
+{body}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {role_name}
+  namespace: {{{{ $ns }}}}
+  labels:
+{labels}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {role_name}
+subjects:
+- kind: ServiceAccount
+  name: {{{{ include "pko.serviceAccountName" . }}}}
+  namespace: {{{{ .Release.Namespace }}}}
+{{{{- end }}}}
+{{{{- end }}}}
+{{{{- end }}}}
+"""
