@@ -72,7 +72,7 @@ from pko.machinery.informerfactory import InformerFactory
 from pko.machinery.leaderelection import LeaderElector
 from pko.machinery.manageroptions import ManagerOptions
 from pko.machinery.metrics import PrometheusControllerMetrics, PrometheusWorkqueueMetrics
-from pko.machinery.metricsauth import secure_metrics
+from pko.machinery.metricsreviews import secure_metrics
 from pko.machinery.predicates import Predicate, generation_changed
 from pko.machinery.ratelimit import RateLimiter
 from pko.machinery.ratelimitingqueue import RateLimitingQueue

@@ -16,61 +16,49 @@ never kept, logged or used as a key). Concurrent scrapes with the same unknown t
 TokenReview.
 
 Why the reviews take callables: the checks run on the metrics server's request thread
-(:mod:`pko.machinery.serving`), which must not run the loop's ``ApiClient`` itself.
-:class:`LoopReviews` sends each review on the event loop (``run_coroutine_threadsafe``) and waits
-on the thread: the loop is never blocked, and only a scrape whose answer is not cached waits for it.
+(:mod:`pko.machinery.serving`), which must not run the loop's API client itself.
+:class:`pko.machinery.metricsreviews.LoopReviews` sends each review on the event loop
+(``run_coroutine_threadsafe``) and waits on the thread: the loop is never blocked, and only a scrape
+whose answer is not cached waits for it. This module imports no API client, so the workspace agent
+(which has its own) can use it too.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import concurrent.futures
 import hashlib
 import json
-import ssl
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
 
 import structlog
-from kubernetes_asyncio.client import ApiClient
-
-from pko.machinery.resource import Resource, ResourceClient
-from pko.machinery.servingcert import CertSource
 
 __all__ = [
     "METRICS_PATH",
     "AccessReview",
     "CacheTTLs",
-    "LoopReviews",
     "MetricsAuthorizer",
     "TTLCache",
     "TokenReview",
     "UserInfo",
     "Verdict",
+    "access_decision",
+    "access_review",
     "bearer_token",
-    "secure_metrics",
+    "reviewed_user",
     "token_expiry",
+    "token_review",
 ]
 
 log = structlog.get_logger("pko.metricsauth")
 
 METRICS_PATH: Final = "/metrics"
-TOKEN_REVIEWS: Final = Resource(
-    "authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False
-)
-ACCESS_REVIEWS: Final = Resource(
-    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False
-)
-# How long a scrape waits for a review (sent on the loop) before it is answered 500.
-REVIEW_TIMEOUT: Final = 10.0
-
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -254,65 +242,48 @@ class MetricsAuthorizer:
         return decision
 
 
-class LoopReviews:
-    """TokenReviews and SubjectAccessReviews sent with the manager's ``ApiClient`` on its loop,
-    called from other threads (:class:`MetricsAuthorizer`'s reviewers)."""
+def token_review(token: str) -> dict[str, Any]:
+    """A TokenReview of ``token`` for the apiserver's own audiences (a mounted ServiceAccount token's)."""
+    return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
 
-    def __init__(
-        self, api: ApiClient, loop: asyncio.AbstractEventLoop, *, request_timeout: float = REVIEW_TIMEOUT
-    ) -> None:
-        self._loop = loop
-        self._timeout = request_timeout
-        self._tokens = ResourceClient(api, TOKEN_REVIEWS, request_timeout=request_timeout)
-        self._access = ResourceClient(api, ACCESS_REVIEWS, request_timeout=request_timeout)
 
-    def _wait(self, coro: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        try:
-            return future.result(self._timeout + 1.0)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise
+def reviewed_user(answer: dict[str, Any]) -> UserInfo | None:
+    """The user a created TokenReview names, or None when the token was not accepted."""
+    status = answer.get("status") or {}
+    user = status.get("user")
+    if status.get("authenticated") is not True or not isinstance(user, dict):
+        return None
+    extra = user.get("extra")
+    return UserInfo(
+        username=_text(user.get("username")),
+        uid=_text(user.get("uid")),
+        groups=_strings(user.get("groups")),
+        extra=tuple(
+            sorted((str(k), _strings(v)) for k, v in (extra.items() if isinstance(extra, dict) else ()))
+        ),
+    )
 
-    def review_token(self, token: str) -> UserInfo | None:
-        answer = self._wait(
-            self._tokens.create(
-                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
-            )
-        )
-        status = answer.get("status") or {}
-        user = status.get("user")
-        if status.get("authenticated") is not True or not isinstance(user, dict):
-            return None
-        extra = user.get("extra")
-        return UserInfo(
-            username=_text(user.get("username")),
-            uid=_text(user.get("uid")),
-            groups=_strings(user.get("groups")),
-            extra=tuple(
-                sorted((str(k), _strings(v)) for k, v in (extra.items() if isinstance(extra, dict) else ()))
-            ),
-        )
 
-    def review_access(self, user: UserInfo) -> tuple[bool, str]:
-        spec: dict[str, Any] = {
-            "user": user.username,
-            "nonResourceAttributes": {"path": METRICS_PATH, "verb": "get"},
-        }
-        if user.uid:
-            spec["uid"] = user.uid
-        if user.groups:
-            spec["groups"] = list(user.groups)
-        if user.extra:
-            spec["extra"] = {k: list(v) for k, v in user.extra}
-        answer = self._wait(
-            self._access.create(
-                {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
-            )
-        )
-        status = answer.get("status") or {}
-        allowed = status.get("allowed") is True and status.get("denied") is not True
-        return allowed, _text(status.get("reason"))
+def access_review(user: UserInfo) -> dict[str, Any]:
+    """A SubjectAccessReview: may ``user`` ``get`` the non-resource URL ``/metrics``?"""
+    spec: dict[str, Any] = {
+        "user": user.username,
+        "nonResourceAttributes": {"path": METRICS_PATH, "verb": "get"},
+    }
+    if user.uid:
+        spec["uid"] = user.uid
+    if user.groups:
+        spec["groups"] = list(user.groups)
+    if user.extra:
+        spec["extra"] = {k: list(v) for k, v in user.extra}
+    return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+
+
+def access_decision(answer: dict[str, Any]) -> tuple[bool, str]:
+    """A created SubjectAccessReview's answer: allowed (and not denied), and the reason given."""
+    status = answer.get("status") or {}
+    allowed = status.get("allowed") is True and status.get("denied") is not True
+    return allowed, _text(status.get("reason"))
 
 
 def _text(value: Any) -> str:
@@ -321,13 +292,3 @@ def _text(value: Any) -> str:
 
 def _strings(value: Any) -> tuple[str, ...]:
     return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
-
-
-def secure_metrics(
-    api: ApiClient, cert_dir: str | None, *, request_timeout: float = REVIEW_TIMEOUT
-) -> tuple[ssl.SSLContext, MetricsAuthorizer]:
-    """The metrics server's TLS context and its authorizer reviewing with ``api``; call on the loop
-    the reviews are to be sent on (``--metrics-secure``, the default)."""
-    reviews = LoopReviews(api, asyncio.get_running_loop(), request_timeout=request_timeout)
-    tls = CertSource(Path(cert_dir) if cert_dir else None).context()
-    return tls, MetricsAuthorizer(reviews.review_token, reviews.review_access)

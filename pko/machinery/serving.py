@@ -58,16 +58,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qs, urlsplit
 
 import structlog
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
 from pko.machinery.metricsauth import MetricsAuthorizer
+
+if TYPE_CHECKING:
+    # Imported where used: the workspace agent serves its /metrics from this module without aiohttp.
+    from aiohttp import web
 
 __all__ = [
     "DEFAULT_STALL_THRESHOLD",
@@ -422,6 +425,8 @@ class HttpServer:
         sock = _listen(self.host, self.port)
         self.port = int(sock.getsockname()[1])
         # No access log: see _Handler.log_message.
+        from aiohttp import web
+
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
         try:
