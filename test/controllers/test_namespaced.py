@@ -128,3 +128,6 @@ async def test_a_stack_that_leaves_the_selector_is_left_as_it_was(
     kept = await get_or_none(workspaces, "leaving")
     assert kept is not None and "deletionTimestamp" not in kept["metadata"]
     assert kept["metadata"]["uid"] == workspace["metadata"]["uid"]
+
+    await stacks.patch("leaving", {"metadata": {"labels": {"shard": "a"}}})
+    await wait_until("the Stack back in the cache", lambda: cache.indexer.get_by_key(f"{namespace}/leaving"))
