@@ -90,6 +90,21 @@ def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
         help="PING connections with open calls this often; close them when a PING goes unanswered "
         "for 20s (seconds, default 60)",
     )
+    p.add_argument(
+        "--metrics-bind-address",
+        default="0",
+        help="serve the agent's /metrics at host:port (default 0: not served)",
+    )
+    p.add_argument(
+        "--metrics-secure",
+        choices=["true", "false"],
+        default="true",
+        help="HTTPS to scrapers whose token may get /metrics (needs --auth-mode kube; default true); "
+        "false: plain HTTP to anyone",
+    )
+    p.add_argument(
+        "--metrics-cert-dir", type=Path, help="tls.crt and tls.key for /metrics (default: self-signed)"
+    )
     p.add_argument("--log-level", default=os.environ.get("AGENT_LOG_LEVEL", "info"))
     p.add_argument("--log-format", choices=["json", "console"], default="json")
 
@@ -116,6 +131,11 @@ def _validate_serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             parser.error("--kube-workspace-namespace is required when --auth-mode is kube")
         if not args.kube_workspace_name:
             parser.error("--kube-workspace-name is required when --auth-mode is kube")
+    if args.metrics_bind_address not in ("", "0") and args.metrics_secure == "true":
+        if args.auth_mode != AUTH_MODE_KUBE:
+            parser.error(
+                "a secure /metrics reviews tokens: it needs --auth-mode kube (or --metrics-secure=false)"
+            )
     if not 0 < args.port < 65536:
         parser.error("--port must be between 1 and 65535")
 
@@ -184,6 +204,9 @@ async def run_serve(args: argparse.Namespace) -> int:
             shutdown_grace=args.shutdown_grace,
             skip_install=args.skip_install,
             authorizer=authorizer,
+            metrics_address=args.metrics_bind_address,
+            metrics_secure=args.metrics_secure == "true",
+            metrics_cert_dir=args.metrics_cert_dir,
             **limits,
         )
         return await serve(options, runner=await opening)

@@ -34,8 +34,20 @@ import structlog
 from pko.agent.journal import Journal, valid_operation_id
 from pko.api.generated.google.protobuf import Struct
 from pko.api.generated.pko.agent import v1 as pb
+from prometheus_client import Counter, Histogram
 
 log = structlog.get_logger("pko.agent.operations")
+
+# Served on the agent's /metrics (pko.agent.metricsserver), with agent_auth_refusals_total.
+OPERATIONS = Counter(
+    "agent_operations_total", "Operations the agent finished, by type and final state", ["type", "state"]
+)
+OPERATION_DURATION = Histogram(
+    "agent_operation_duration_seconds",
+    "From accepting an operation to its result, by type and final state",
+    ["type", "state"],
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200),
+)
 
 OperationRequest = pb.PreviewRequest | pb.UpRequest | pb.RefreshRequest | pb.DestroyRequest
 EventSink = Callable[[dict[str, Any]], None]
@@ -297,6 +309,9 @@ class OperationRegistry:
         if self._running is op:
             self._running = None
         op.notify()
+        labels = {"type": op.type.name.lower(), "state": result.state.name.lower()}
+        OPERATIONS.labels(**labels).inc()
+        OPERATION_DURATION.labels(**labels).observe(max(0.0, time.time() - op.created))
         log.info(
             "operation finished",
             operation=op.id,

@@ -192,6 +192,11 @@ class ServeOptions:
     keepalive_time: float = DEFAULT_KEEPALIVE_TIME
     skip_install: bool = True
     authorizer: KubeAuthorizer | None = None
+    # The agent's /metrics (pko.agent.metricsserver): "0" not served; secure needs the authorizer's
+    # apiserver client.
+    metrics_address: str = "0"
+    metrics_secure: bool = True
+    metrics_cert_dir: Path | None = None
     # Set once the server listens: (host, port). Tests and callers read it.
     bound: asyncio.Future[tuple[str, int]] | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -242,6 +247,17 @@ async def serve(
         startup_seconds=seconds_since_start(),
     )
 
+    from pko.agent.metricsserver import start_metrics_server
+
+    metrics = start_metrics_server(
+        options.metrics_address,
+        api=options.authorizer.api if options.authorizer is not None else None,
+        secure=options.metrics_secure,
+        cert_dir=options.metrics_cert_dir,
+    )
+    if metrics is not None:
+        log.info("serving metrics", port=metrics.port, secure=options.metrics_secure)
+
     loop = asyncio.get_running_loop()
     signals = 0
 
@@ -267,6 +283,8 @@ async def serve(
         await asyncio.sleep(0.2)
         server.close()
         await server.wait_closed()
+        if metrics is not None:
+            await asyncio.to_thread(metrics.stop)
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
