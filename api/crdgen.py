@@ -1,6 +1,6 @@
 """Generate the CustomResourceDefinitions from the pydantic models: one source of truth for the API.
 
-``crd_documents()`` builds the four CRDs (Stack, Program, Workspace, Update) as dicts and
+``crd_documents()`` builds the CRDs (Stack, Program, Workspace, WorkspaceTemplate, Update) as dicts and
 ``render_crd()`` turns one into the YAML committed under ``config/crd/bases``;
 ``hack/gen_crds.py`` writes them and a test regenerates them in-process to catch drift.
 
@@ -37,7 +37,7 @@ from typing import Annotated, Any, Final, Literal
 
 import annotated_types
 import yaml
-from pko.api import program, stack, update, workspace
+from pko.api import program, stack, update, workspace, workspacetemplate
 from pko.api.k8sschema import K8sType
 from pko.api.markers import (
     ApplyConfigurationOf,
@@ -330,6 +330,9 @@ STACK_COLUMNS: Final = (
     PrinterColumn("Last Update", "string", ".status.lastUpdate.state"),
     PrinterColumn("Age", "date", ".status.lastUpdate.lastResyncTime"),
     PrinterColumn("Last Commit", "string", ".status.lastUpdate.lastAttemptedCommit", priority=10),
+    # pko (issue 42): the WorkspaceTemplate a Stack references; wide only (-o wide), as Last Commit: few
+    # Stacks reference one, and the default columns already fill a terminal.
+    PrinterColumn("Template", "string", ".spec.workspaceTemplateRef.name", priority=10),
     _condition_column("Ready", stack.CONDITION_READY),
     # pko: why a Stack is not Ready when nothing reconciles or stalls (AwaitingApproval, Cancelled,
     # Suspended) shows only in Ready's reason.
@@ -377,6 +380,18 @@ DEFINITIONS: Final[tuple[CrdDefinition, ...]] = (
             _condition_column("Ready", workspace.CONDITION_READY),
             PrinterColumn("Address", "string", ".status.address"),
         ),
+    ),
+    CrdDefinition(
+        model=workspacetemplate.WorkspaceTemplate,
+        group=workspacetemplate.GROUP,
+        version=workspacetemplate.VERSION,
+        kind=workspacetemplate.KIND,
+        plural=workspacetemplate.PLURAL,
+        columns=(
+            PrinterColumn("Image", "string", ".spec.spec.image"),
+            PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
+        ),
+        required=("spec",),
     ),
     CrdDefinition(
         model=update.Update,
@@ -477,7 +492,7 @@ def render_all() -> dict[str, str]:
 
 
 def crd_documents() -> list[Schema]:
-    """Every CRD as a dict, in a fixed order (Stack, Program, Workspace, Update)."""
+    """Every CRD as a dict, in a fixed order (Stack, Program, Workspace, WorkspaceTemplate, Update)."""
     return [crd_document(d) for d in DEFINITIONS]
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Final, Literal
 
 from pko.api import update as update_api
-from pko.api import workspace as workspace_api
 from pko.api.markers import ApplyConfigurationOf, Extension, ListAtomic, Rule
 from pko.api.meta import (
     JSONValue,
@@ -86,6 +85,7 @@ from pko.api.stackterms import (
     REFRESH_REQUEST_ANNOTATION,
     resource_ops,
 )
+from pko.api.workspacetemplate import WorkspaceApplyConfiguration, WorkspaceTemplateReference
 from pydantic import Field
 
 GROUP: Final = "pulumi.com"
@@ -109,7 +109,6 @@ DEFAULT_RESYNC_FREQUENCY_SECONDS: Final = 60
 WorkspaceReclaimPolicy = Literal["Retain", "Delete"]
 
 
-WorkspaceApplyConfiguration = Annotated[dict[str, Any], ApplyConfigurationOf(workspace_api.Workspace)]
 UpdateApplyConfiguration = Annotated[dict[str, Any], ApplyConfigurationOf(update_api.Update)]
 
 
@@ -238,6 +237,13 @@ class StackSpec(KubeModel):
     workspace_template: WorkspaceApplyConfiguration | None = None
     """WorkspaceTemplate customizes the Workspace generated for this Stack: it is merged over the
     generated Workspace (metadata, image, resources, volumes, ...)."""
+    workspace_template_ref: (
+        Annotated[WorkspaceTemplateReference, Extension("issue42: shared workspace settings")] | None
+    ) = None
+    """(pko extension) WorkspaceTemplateRef names a WorkspaceTemplate (auto.pulumi.com) in the Stack's
+    namespace whose spec is merged into the Workspace under workspaceTemplate (and over the
+    operator's default template). The Stack waits (Reconciling, WorkspaceTemplateNotFound) while it
+    does not exist."""
     workspace_reclaim_policy: WorkspaceReclaimPolicy = "Retain"
     """WorkspaceReclaimPolicy: whether the workspace is deleted or retained after the Stack is
     successfully updated. One of Retain (default) or Delete."""
@@ -361,5 +367,6 @@ __all__ = [
     "UpdateApplyConfiguration",
     "WorkspaceApplyConfiguration",
     "WorkspaceReclaimPolicy",
+    "WorkspaceTemplateReference",
     "resource_ops",
 ]

@@ -334,6 +334,9 @@ def validate_stack(stack: Stack) -> list[FieldError]:
     errors += _stack_env_errors(spec, namespace)
     errors += _stack_config_errors(spec)
     errors += _stack_prerequisite_errors(stack)
+    ref = spec.workspace_template_ref
+    if ref is not None and ref.namespace and ref.namespace != namespace:
+        errors.append(FieldError("spec.workspaceTemplateRef.namespace", MSG_CROSS_NAMESPACE))
     return errors
 
 

@@ -75,6 +75,10 @@ def test_every_kind_and_nested_model_of_the_crds_is_documented() -> None:
         assert definition.kind in by_heading
         schema = crdgen.object_schema(definition)
         parts = [p for p in ("spec", "status") if p in schema["properties"]]
+        if definition.kind == "WorkspaceTemplate":
+            # its spec is a partial Workspace (documented there), and it has no status
+            assert parts == ["spec"] and "partial [Workspace](#workspace)" in by_heading["WorkspaceTemplate"]
+            continue
         assert "status" in parts
         for part in parts:
             section = by_heading[f"{definition.kind}{part.capitalize()}"]

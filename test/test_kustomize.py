@@ -112,6 +112,7 @@ def test_default_includes_the_crds_rbac_and_manager(default_objs: list[dict[str,
         "stacks.pulumi.com",
         "programs.pulumi.com",
         "workspaces.auto.pulumi.com",
+        "workspacetemplates.auto.pulumi.com",
         "updates.auto.pulumi.com",
     }
     find(default_objs, "ServiceAccount", "controller-manager")

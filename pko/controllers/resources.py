@@ -20,6 +20,9 @@ STACKS: Final = Resource("pulumi.com", "v1", "stacks", "Stack")
 PROGRAMS: Final = Resource("pulumi.com", "v1", "programs", "Program")
 WORKSPACES: Final = Resource("auto.pulumi.com", "v1alpha1", "workspaces", "Workspace")
 UPDATES: Final = Resource("auto.pulumi.com", "v1alpha1", "updates", "Update")
+WORKSPACE_TEMPLATES: Final = Resource(
+    "auto.pulumi.com", "v1alpha1", "workspacetemplates", "WorkspaceTemplate"
+)
 
 # Labels on a Workspace's StatefulSet, Service and pod (and the StatefulSet's selector).
 WORKSPACE_COMPONENT_LABEL: Final = "auto.pulumi.com/component"

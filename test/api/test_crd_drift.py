@@ -79,11 +79,12 @@ def test_files_carry_the_generated_header() -> None:
 # --- shape -----------------------------------------------------------------------------------
 
 
-def test_four_crds_with_status_subresource_and_pulumi_category() -> None:
+def test_five_crds_with_status_subresource_and_pulumi_category() -> None:
     docs = committed()
     assert sorted(docs) == [
         "auto.pulumi.com_updates.yaml",
         "auto.pulumi.com_workspaces.yaml",
+        "auto.pulumi.com_workspacetemplates.yaml",
         "pulumi.com_programs.yaml",
         "pulumi.com_stacks.yaml",
     ]
@@ -328,6 +329,7 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
     # Stack spec.approval/driftDetection, status.plan/drift/observed*Request and
     # currentUpdate.kind/cancelRequest: ours (issue 29: approval gate, drift, request annotations);
     # status.lastRefresh: ours (issue 28: a refresh request outlives a transient failure).
+    # Stack spec.workspaceTemplateRef: ours (issue 42: shared WorkspaceTemplates).
     assert sorted(ours - go) == [
         ("Program", "status.conditions"),
         ("Program", "status.conditions[]"),
@@ -378,6 +380,9 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Stack", "spec.updateTemplate.status.pendingOperations[].urn"),
         ("Stack", "spec.updateTemplate.status.resourceChanges"),
         ("Stack", "spec.updateTemplate.status.resourceChanges{}"),
+        ("Stack", "spec.workspaceTemplateRef"),
+        ("Stack", "spec.workspaceTemplateRef.name"),
+        ("Stack", "spec.workspaceTemplateRef.namespace"),
         ("Stack", "status.currentUpdate.cancelRequest"),
         ("Stack", "status.currentUpdate.kind"),
         ("Stack", "status.drift"),

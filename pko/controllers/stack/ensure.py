@@ -24,6 +24,7 @@ from pko.controllers.stack.status import (
 from pko.controllers.stack.steps import (
     ApplyWorkspace,
     CreateUpdate,
+    DeleteWorkspace,
     Emit,
     Log,
     Next,
@@ -38,6 +39,7 @@ from pko.controllers.stack.steps import (
     write_status,
 )
 from pko.controllers.stack.switch import stale_artifact
+from pko.controllers.stack.templates import REASON_TEMPLATE_NOT_FOUND, TEMPLATES_ANNOTATION, Templates
 from pko.controllers.stack.updateobject import Run, build_update
 from pko.controllers.stack.watches import workspace_ready, workspace_stalled
 from pko.controllers.stack.workspaceobject import ProjectInfoRevision, ResolvedSource, build_workspace
@@ -51,6 +53,7 @@ __all__ = [
     "mark_workspace_stalled",
     "plan_update",
     "prerequisites_unmet",
+    "roll_for_templates",
     "saved_project",
     "unservable_workspace",
     "workspace_body",
@@ -101,8 +104,18 @@ def ensure(
         writes.append(write_status(status, recorded))
         plan = then(nxt.kept)
         return Plan([*writes, *plan.writes], plan.result, status)
+    if observed.templates.missing is not None:
+        # Waits, not Stalled: the template may come in the same sync; its creation wakes the Stack.
+        mark_reconciling(status, REASON_TEMPLATE_NOT_FOUND, observed.templates.missing, generation, now)
+        return Plan([*writes, write_status(status, recorded)], Result.done(), status)
     try:
-        body = workspace_body(stack, nxt.source, observed.settings.workspace_image, deleting=deleting)
+        body = workspace_body(
+            stack,
+            nxt.source,
+            observed.settings.workspace_image,
+            deleting=deleting,
+            templates=observed.templates,
+        )
     except ValueError as exc:
         mark_stalled(status, "SpecInvalid", str(exc), generation, now)
         return Plan([*writes, write_status(status, recorded)], Result.done(), status)
@@ -171,8 +184,16 @@ def unservable_workspace(observed: Observed, stack: Stack) -> list[Write]:
     if not isinstance(got, Resolved) or not stale_artifact(observed.workspace, got.source, served=got.served):
         return []
     deleting = bool((observed.obj.get("metadata") or {}).get("deletionTimestamp"))
+    if observed.templates.missing is not None:
+        return []  # the Stack's own reconcile reports it once the Update ends
     try:
-        body = workspace_body(stack, got.source, observed.settings.workspace_image, deleting=deleting)
+        body = workspace_body(
+            stack,
+            got.source,
+            observed.settings.workspace_image,
+            deleting=deleting,
+            templates=observed.templates,
+        )
     except ValueError:
         return []  # the Stack's own reconcile reports it once the Update ends
     flux = ((observed.workspace or {}).get("spec") or {}).get("flux") or {}
@@ -185,6 +206,55 @@ def unservable_workspace(observed: Observed, stack: Stack) -> list[Write]:
         "workspace names an artifact digest that is not served; rewritten under the running update", fields
     )
     return [said, ApplyWorkspace(body)]
+
+
+def _revision(spec: Obj) -> tuple[object, ...]:
+    """What a Workspace spec runs: its source at a revision (not fields the apiserver may default)."""
+    git, flux = spec.get("git") or {}, spec.get("flux") or {}
+    project = spec.get("projectInfo") or {}
+    return (
+        git.get("url"),
+        git.get("ref"),
+        git.get("dir"),
+        flux.get("url"),
+        flux.get("digest"),
+        project.get("name"),
+    )
+
+
+def roll_for_templates(observed: Observed, stack: Stack, plan: Plan) -> Plan:
+    """``plan`` (the Stack has nothing to run, or waits) and, when the WorkspaceTemplates the
+    Workspace was built with changed (its digest annotation is not the one built now), the
+    Workspace re-applied at the revision it already runs: a template changed once rolls each
+    Workspace that uses it once. Not under an Update in flight, nor for a Workspace being deleted
+    or reclaimed, nor when the source moved on (the next run applies the new revision)."""
+    workspace, templates, got = observed.workspace, observed.templates, observed.source
+    if (
+        workspace is None
+        or (workspace.get("metadata") or {}).get("deletionTimestamp")
+        or (observed.obj.get("metadata") or {}).get("deletionTimestamp")
+        or templates.missing is not None
+        or not isinstance(got, Resolved)
+        or plan.then is not None
+        or plan.status.get("currentUpdate")
+        or any(isinstance(w, (ApplyWorkspace, DeleteWorkspace, RemoveFinalizer)) for w in plan.writes)
+    ):
+        return plan
+    annotations = (workspace.get("metadata") or {}).get("annotations") or {}
+    if str(annotations.get(TEMPLATES_ANNOTATION) or "") == templates.digest:
+        return plan
+    try:
+        body = workspace_body(
+            stack, got.source, observed.settings.workspace_image, deleting=False, templates=templates
+        )
+    except ValueError:
+        return plan  # a run reports it
+    if _revision(body["spec"]) != _revision(workspace.get("spec") or {}):
+        return plan
+    said = Emit(
+        "Normal", "WorkspaceTemplateChanged", "Workspace templates changed: the Workspace is re-applied"
+    )
+    return Plan([*plan.writes, said, ApplyWorkspace(body)], plan.result, plan.status)
 
 
 def workspace_for_destroy(workspace: Obj | None) -> Obj | None:
@@ -233,10 +303,13 @@ def workspace_body(
     workspace_image: Callable[[str | None], str],
     *,
     deleting: bool,
+    templates: Templates,
 ) -> Obj:
-    """The Workspace to apply, stamped with its digest; ValueError for a reference the Go operator
-    refuses."""
-    body = build_workspace(stack, source, deleting=deleting)
+    """The Workspace to apply (``templates`` merged under the Stack's own, their digest noted),
+    stamped with its digest; ValueError for a reference the Go operator refuses."""
+    body = build_workspace(stack, source, deleting=deleting, templates=templates.layers)
+    if templates.digest:
+        body["metadata"].setdefault("annotations", {})[TEMPLATES_ANNOTATION] = templates.digest
     spec = body["spec"]
     if not spec.get("image"):
         # Named on the Workspace (as upstream's workspaces show it): `kubectl get workspace`

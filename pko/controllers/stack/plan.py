@@ -33,7 +33,7 @@ from pko.api.validation import deprecation_warnings, format_errors, parse_stack
 from pko.controllers.resources import STACK_FINALIZER
 from pko.controllers.stack.absorb import Absorbed, absorb, cancel_requested
 from pko.controllers.stack.backend import EPHEMERAL_BACKEND_REASON, ephemeral_backend
-from pko.controllers.stack.ensure import ensure
+from pko.controllers.stack.ensure import ensure, roll_for_templates
 from pko.controllers.stack.guidance import release_command, stack_ref
 from pko.controllers.stack.nextrun import next_run
 from pko.controllers.stack.results import pending_operation_events
@@ -147,7 +147,7 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
     writes = [*writes, *absorbed.writes]
     nxt = next_run(observed, stack, status, writes, absorbed.recorded)
     if isinstance(nxt, Plan):
-        return nxt
+        return roll_for_templates(observed, stack, nxt)
     if isinstance(nxt, ReadSource):
         return read_source(observed, nxt)
     return ensure(observed, stack, status, writes, absorbed.recorded, nxt)

@@ -48,6 +48,7 @@ from typing import Any, Final
 import structlog
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pko.api.stack import Stack
 from pko.api.validation import parse_stack
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import (
@@ -60,6 +61,7 @@ from pko.controllers.resources import (
     STACK_FINALIZER,
     STACKS,
     UPDATES,
+    WORKSPACE_TEMPLATES,
     WORKSPACES,
 )
 from pko.controllers.retrysettings import RetrySettings
@@ -91,16 +93,24 @@ from pko.controllers.stack.steps import (
     WriteStatus,
 )
 from pko.controllers.stack.takeover import take_over_status
+from pko.controllers.stack.templates import (
+    Templates,
+    default_template_key,
+    index_workspace_template,
+    resolve_templates,
+)
 from pko.controllers.stack.watches import (
     FLUX_SOURCES,
     INDEX_FLUX,
     INDEX_PREREQUISITE,
     INDEX_PROGRAM,
     INDEX_UPDATES_BY_STACK,
+    INDEX_WORKSPACE_TEMPLATE,
     STACK_PREDICATE,
     StackMetrics,
     artifact_predicate,
     flux_key,
+    generation_changed,
     index_flux,
     index_prerequisites,
     index_program,
@@ -114,7 +124,7 @@ from pko.controllers.stack.watches import (
 )
 from pko.machinery.controller import Result
 from pko.machinery.executor import Expected, execute
-from pko.machinery.manager import Manager
+from pko.machinery.manager import CACHE_SYNCED, Manager
 from pko.machinery.objects import add_finalizer, has_finalizer, remove_finalizer
 from pko.machinery.resource import SECRETS, Obj, Resource, api_error_status
 from pko.machinery.store import DeletedFinalStateUnknown, object_key
@@ -193,6 +203,7 @@ class StackReconciler:
                 INDEX_PROGRAM: index_program,
                 INDEX_PREREQUISITE: index_prerequisites,
                 INDEX_FLUX: index_flux,
+                INDEX_WORKSPACE_TEMPLATE: index_workspace_template,
             },
         )
         self.workspaces = manager.informer(WORKSPACES)
@@ -216,6 +227,9 @@ class StackReconciler:
         self.events = manager.events
         self.metrics = StackMetrics(manager)
         self.settings = Settings(self.retry, self.options.workspace_image, OWNED_STATUS)
+        self.default_template = default_template_key(
+            self.options.default_workspace_template, self.options.operator_namespace
+        )
 
     # --- entry point -------------------------------------------------------------------------
 
@@ -259,6 +273,19 @@ class StackReconciler:
             outputs=outputs,
             workspace=workspace,
             prerequisites=prerequisites,
+            templates=self._templates(stack) if stack is not None else Templates(),
+        )
+
+    def _templates(self, stack: Stack) -> Templates:
+        """The WorkspaceTemplates ``stack``'s Workspace is built with, from the cache (the kind is
+        watched optionally: an install whose CRDs predate it still runs every other Stack)."""
+        served = self.manager.optional_cache_status(WORKSPACE_TEMPLATES) == CACHE_SYNCED
+        indexer = self.manager.informer(WORKSPACE_TEMPLATES).indexer if served else None
+        return resolve_templates(
+            stack,
+            self.default_template,
+            lambda key: indexer.get_by_key(key) if indexer is not None else None,
+            served=served,
         )
 
     async def _current_update(self, namespace: str | None, name: str) -> Obj | None:
@@ -463,6 +490,11 @@ def setup(manager: Manager, options: ControllerOptions | None = None, **kwargs: 
         .watches_by_index(PROGRAMS, INDEX_PROGRAM, index_program, predicate=artifact_predicate)
         # A Stack becoming Ready runs the Stacks waiting on it at once (not at their next poll).
         .watches_by_index(STACKS, INDEX_PREREQUISITE, index_prerequisites, predicate=stack_became_ready)
+        # A WorkspaceTemplate created, changed or deleted: the Stacks built with it (optional: an
+        # install whose CRDs predate the kind runs on).
+        .watches(
+            WORKSPACE_TEMPLATES, _template_mapper(reconciler), predicate=generation_changed, optional=True
+        )
     )
     for resource in FLUX_SOURCES:
         builder.watches(
@@ -470,6 +502,19 @@ def setup(manager: Manager, options: ControllerOptions | None = None, **kwargs: 
         )
     reconciler.stacks.add_event_handler(_StackEvents(reconciler))
     return reconciler
+
+
+def _template_mapper(reconciler: StackReconciler) -> Callable[[Obj], list[str]]:
+    """A WorkspaceTemplate's event -> the Stacks that reference it; every Stack for the default."""
+    index = reconciler.stacks.indexer
+
+    def keys(obj: Obj) -> list[str]:
+        key = object_key(namespace_of(obj), str(metadata_of(obj).get("name")))
+        if key == reconciler.default_template:
+            return index.list_keys()
+        return index.index_keys(INDEX_WORKSPACE_TEMPLATE, key)
+
+    return keys
 
 
 def _flux_mapper(reconciler: StackReconciler, resource: Resource) -> Callable[[Obj], list[str]]:

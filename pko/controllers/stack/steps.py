@@ -16,6 +16,7 @@ from typing import Any, Final
 from pko.api.stack import Stack
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack.refresh import RefreshWait
+from pko.controllers.stack.templates import Templates
 from pko.controllers.stack.updateobject import Run
 from pko.controllers.stack.workspaceobject import ResolvedSource
 from pko.machinery.controller import Result
@@ -215,9 +216,9 @@ class Observed:
     """What one Stack reconcile read: the Stack (``obj``, from the cache), the Update its
     ``status.currentUpdate`` names (None when that is gone, or none is named), the outputs of that
     Update when it completed (None: it has none, or its Secret is gone), the Stack's Workspace and
-    the Stacks it names as prerequisites (the cache), its source (None until a decision asks for
-    it: :class:`ReadSource`), and the time (``now`` to the second for status times, ``created``
-    precise, naming an Update)."""
+    the Stacks it names as prerequisites (the cache), the WorkspaceTemplates its Workspace is built
+    with (the cache), its source (None until a decision asks for it: :class:`ReadSource`), and the
+    time (``now`` to the second for status times, ``created`` precise, naming an Update)."""
 
     obj: Obj
     now: datetime
@@ -228,6 +229,7 @@ class Observed:
     workspace: Obj | None = None
     prerequisites: Mapping[str, Obj | None] = field(default_factory=dict)
     source: Resolved | Unresolved | None = None
+    templates: Templates = field(default_factory=Templates)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,11 +37,13 @@ __all__ = [
     "INDEX_PREREQUISITE",
     "INDEX_PROGRAM",
     "INDEX_UPDATES_BY_STACK",
+    "INDEX_WORKSPACE_TEMPLATE",
     "STACK_PREDICATE",
     "StackMetrics",
     "artifact_of",
     "artifact_predicate",
     "flux_key",
+    "generation_changed",
     "index_flux",
     "index_prerequisites",
     "index_program",
@@ -70,6 +72,7 @@ INDEX_PROGRAM: Final = "stack-program"
 INDEX_PREREQUISITE: Final = "stack-prerequisite"
 INDEX_FLUX: Final = "stack-flux-source"
 INDEX_UPDATES_BY_STACK: Final = "update-stack"
+INDEX_WORKSPACE_TEMPLATE: Final = "stack-workspace-template"
 
 
 # --- indexes ---------------------------------------------------------------------------------
@@ -125,14 +128,15 @@ def _finalizer_added(old: Obj | None, new: Obj | None) -> bool:
     )
 
 
-def _generation_changed(old: Obj | None, new: Obj | None) -> bool:
+def generation_changed(old: Obj | None, new: Obj | None) -> bool:
+    """A new generation (a spec change), a creation or a deletion."""
     if old is None or new is None:
         return True
     return metadata_of(old).get("generation") != metadata_of(new).get("generation")
 
 
 STACK_PREDICATE: Final = or_(
-    and_(_generation_changed, not_(_finalizer_added)),
+    and_(generation_changed, not_(_finalizer_added)),
     annotation_changed(RECONCILIATION_REQUEST_ANNOTATION),
     annotation_changed(APPROVED_PLAN_ANNOTATION),
     annotation_changed(REFRESH_REQUEST_ANNOTATION),

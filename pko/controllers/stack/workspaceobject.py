@@ -14,7 +14,7 @@ values the user wrote into the Stack itself; they are passed on as the Go operat
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -252,9 +252,25 @@ def _workspace_stack(spec: StackSpec, mounts: _PodMounts, *, deleting: bool) -> 
     return wss
 
 
-def build_workspace(stack: Stack, source: ResolvedSource | None, *, deleting: bool = False) -> Obj:
+def _merge_template(workspace: Obj, template: Mapping[str, Any]) -> Obj:
+    """``template`` (a partial Workspace) strategic-merged over ``workspace``."""
+    merged = strategic_merge(workspace, {k: v for k, v in template.items() if k in ("metadata", "spec")})
+    # A template customises; it does not rename, re-home or re-own the Workspace.
+    merged["metadata"].update({k: workspace["metadata"][k] for k in ("name", "namespace", "ownerReferences")})
+    return merged
+
+
+def build_workspace(
+    stack: Stack,
+    source: ResolvedSource | None,
+    *,
+    deleting: bool = False,
+    templates: Sequence[Mapping[str, Any]] = (),
+) -> Obj:
     """The Workspace to apply for ``stack`` with ``source`` (None: the template brings the program);
-    ``deleting``: built to run the destroy, so the stack is never created.
+    ``deleting``: built to run the destroy, so the stack is never created. ``templates``: the shared
+    WorkspaceTemplates' specs (:mod:`pko.controllers.stack.templates`), lowest first, merged before
+    the Stack's own ``workspaceTemplate``.
 
     ``stack`` must come from the API (the owner reference needs its uid). Raises ValueError for a
     reference the Go operator refuses (Env/FS refs): ``pko.api.validation`` reports those first.
@@ -286,14 +302,9 @@ def build_workspace(stack: Stack, source: ResolvedSource | None, *, deleting: bo
         },
         "spec": ws_spec,
     }
-    template: Mapping[str, Any] = spec.workspace_template or {}
-    if template:
-        merged = strategic_merge(workspace, {k: v for k, v in template.items() if k in ("metadata", "spec")})
-        # The template customises; it does not rename, re-home or re-own the Workspace.
-        merged["metadata"].update(
-            {k: workspace["metadata"][k] for k in ("name", "namespace", "ownerReferences")}
-        )
-        workspace = merged
+    for template in (*templates, spec.workspace_template or {}):
+        if template:
+            workspace = _merge_template(workspace, template)
     ws_spec = workspace["spec"]
     if isinstance(source, ProjectInfoRevision):
         for key in ("git", "flux", "local"):
