@@ -247,16 +247,18 @@ async def serve(
         startup_seconds=seconds_since_start(),
     )
 
-    from pko.agent.metricsserver import start_metrics_server
+    metrics = None
+    if options.metrics_address not in ("", "0"):
+        # Imported only when asked for: most agents serve no /metrics.
+        from pko.agent.metricsserver import start_metrics_server
 
-    metrics = start_metrics_server(
-        options.metrics_address,
-        api=options.authorizer.api if options.authorizer is not None else None,
-        secure=options.metrics_secure,
-        cert_dir=options.metrics_cert_dir,
-    )
-    if metrics is not None:
-        log.info("serving metrics", port=metrics.port, secure=options.metrics_secure)
+        metrics = start_metrics_server(
+            options.metrics_address,
+            api=options.authorizer.api if options.authorizer is not None else None,
+            secure=options.metrics_secure,
+            cert_dir=options.metrics_cert_dir,
+        )
+        log.info("serving metrics", port=metrics.port if metrics else None, secure=options.metrics_secure)
 
     loop = asyncio.get_running_loop()
     signals = 0
