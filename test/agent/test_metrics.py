@@ -125,8 +125,11 @@ def test_a_finished_operation_is_counted_with_its_duration(tmp_path: Path) -> No
 
 
 def test_a_secure_metrics_address_needs_kube_auth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from pko.agent.cli import main
+    from pko.agent.cli import _validate_serve, build_parser
 
+    parser = build_parser()
+    args = parser.parse_args(["serve", "-w", str(tmp_path), "--metrics-bind-address=:8080"])
     with pytest.raises(SystemExit) as exit_:
-        main(["serve", "-w", str(tmp_path), "--metrics-bind-address=:8080"])
+        _validate_serve(parser, args)
     assert exit_.value.code == 2 and "it needs --auth-mode kube" in capsys.readouterr().err
+    _validate_serve(parser, parser.parse_args(["serve", "-w", str(tmp_path), "--metrics-secure=false"]))
