@@ -29,8 +29,8 @@ Where the values go, and nothing else:
 - the manager Deployment: replicas, the manager, agent and workspace images and pull policies,
   resources, both security contexts, probes, the grace period, priorityClassName, ``--leader-elect``
   and the log flags, optional environment (leader election timings, WATCH_NAMESPACE, KUBE_API_TIMEOUT,
-  FLUX_MAX_UNTAR_SIZE_BYTES, WORKSPACE_IMAGE, extraEnv), extra volumes and mounts, pod annotations and
-  labels, scheduling (nodeSelector, affinity, tolerations), imagePullSecrets;
+  FLUX_MAX_UNTAR_SIZE_BYTES, WORKSPACE_IMAGE, DEFAULT_WORKSPACE_TEMPLATE, extraEnv), extra volumes and
+  mounts, pod annotations and labels, scheduling (nodeSelector, affinity, tolerations), imagePullSecrets;
 - the metrics Service (the Service whose only port is named ``http-metrics``) exists only while
   ``metrics.service.enabled``; a ServiceMonitor for it is added with ``serviceMonitor.enabled``, a
   PodDisruptionBudget for the manager with ``podDisruptionBudget.enabled``, config/prometheus's
@@ -255,6 +255,7 @@ def template_deployment(deploy: Obj, markers: Markers, found: dict[str, Any]) ->
         ("WATCH_NAMESPACE", ".Values.watchNamespace"),
         ("KUBE_API_TIMEOUT", ".Values.kubeAPI.timeout"),
         ("FLUX_MAX_UNTAR_SIZE_BYTES", ".Values.flux.maxUntarSizeBytes"),
+        ("DEFAULT_WORKSPACE_TEMPLATE", ".Values.workspace.defaultTemplate"),
     )
     own = {name for name, _ in optional} | {"WORKSPACE_IMAGE", "WATCH_NAMESPACES", "WATCH_LABEL_SELECTOR"}
     taken = sorted(own & {e["name"] for e in env})

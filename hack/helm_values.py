@@ -135,6 +135,14 @@ def describe(found: dict[str, Any]) -> tuple[Node, ...]:
                     "sets one",
                     image("workspace", {"registry": "", "repository": "", "digest": ""}, None),
                 ),
+                Leaf(
+                    "defaultTemplate",
+                    "",
+                    STRING,
+                    "`--default-workspace-template`: the WorkspaceTemplate (`namespace/name`, or a name in "
+                    "the release namespace) merged into every Stack's Workspace, under the Stack's own "
+                    "(empty: none; docs/workspaces.md)",
+                ),
             ),
         ),
         Leaf(

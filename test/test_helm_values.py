@@ -161,6 +161,18 @@ def test_the_source_trees_tags_are_empty_and_no_workspace_image_is_set_by_defaul
     _, container = manager(template(helm_home))
     assert container["image"] == f"pko:{app_version()}"
     assert "WORKSPACE_IMAGE" not in env_of(container)
+    assert "DEFAULT_WORKSPACE_TEMPLATE" not in env_of(container)
+
+
+def test_the_default_workspace_template_reaches_the_operators_setting(helm_home: Path) -> None:
+    _, container = manager(template(helm_home, "--set", "workspace.defaultTemplate=platform/base"))
+    env = env_of(container)
+    assert env["DEFAULT_WORKSPACE_TEMPLATE"] == "platform/base"
+    from pko.__main__ import parse_settings
+
+    literal = {k: v for k, v in env.items() if isinstance(v, str)}
+    settings = parse_settings(container["args"], {**literal, "POD_NAMESPACE": "ops"})
+    assert settings.controller_options().default_workspace_template == "platform/base"
 
 
 # ------------------------------------------------------------------------ ServiceAccount and RBAC

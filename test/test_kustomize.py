@@ -445,7 +445,8 @@ def installed(cluster: Any, crds: list[str]) -> Iterator[Path]:
 
 
 @pytest.mark.cluster
-def test_default_server_side_dry_run_succeeds(cluster: Any, crds: list[str]) -> None:
+@pytest.mark.parametrize("overlay", ["default", "namespaced"])
+def test_default_server_side_dry_run_succeeds(cluster: Any, crds: list[str], overlay: str) -> None:
     kubeconfig: Path = cluster.kubeconfig
     if run_kubectl("get", "namespace", NAMESPACE, kubeconfig=kubeconfig, check=False).returncode == 0:
         pytest.skip(f"namespace {NAMESPACE} already exists in this cluster; not touching it")
@@ -454,10 +455,10 @@ def test_default_server_side_dry_run_succeeds(cluster: Any, crds: list[str]) -> 
     run_kubectl("create", "namespace", NAMESPACE, kubeconfig=kubeconfig)
     try:
         proc = run_kubectl(
-            "apply", "--server-side", "--dry-run=server", "-k", str(CONFIG / "default"), kubeconfig=kubeconfig
+            "apply", "--server-side", "--dry-run=server", "-k", str(CONFIG / overlay), kubeconfig=kubeconfig
         )
         applied = [line for line in proc.stdout.splitlines() if "(server dry run)" in line]
-        assert len(applied) == len(build(CONFIG / "default")), proc.stdout
+        assert len(applied) == len(build(CONFIG / overlay)), proc.stdout
         assert (
             run_kubectl(
                 "get", "deployment", "-n", NAMESPACE, "controller-manager", kubeconfig=kubeconfig, check=False
