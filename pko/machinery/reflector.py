@@ -99,8 +99,8 @@ class Reflector:
     ) -> None:
         self.client = client
         self._sink = sink
-        self._label_selector = label_selector
-        self._field_selector = field_selector
+        self.label_selector = label_selector
+        self.field_selector = field_selector
         self._page_size = page_size
         self._min_watch_timeout = min_watch_timeout
         self._backoff = backoff
@@ -192,8 +192,8 @@ class Reflector:
                     continue_token=token,
                     resource_version=None if token else rv,
                     resource_version_match=None if token else match,
-                    label_selector=self._label_selector,
-                    field_selector=self._field_selector,
+                    label_selector=self.label_selector,
+                    field_selector=self.field_selector,
                 )
             except Exception as exc:
                 if token and api_error_status(exc) == 410:
@@ -226,8 +226,8 @@ class Reflector:
             resource_version="" if stream_list and consistent else self.last_sync_resource_version,
             timeout_seconds=timeout,
             send_initial_events=stream_list,
-            label_selector=self._label_selector,
-            field_selector=self._field_selector,
+            label_selector=self.label_selector,
+            field_selector=self.field_selector,
         )
         initial: list[StoredObject] | None = [] if stream_list else None  # None: past the list
         try:

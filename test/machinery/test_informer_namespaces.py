@@ -18,7 +18,7 @@ from waiting import wait_until
 
 from pko.machinery.informer import FuncHandler, SharedInformer
 from pko.machinery.informerfactory import InformerFactory
-from pko.machinery.resource import CONFIGMAPS, Resource, ResourceClient
+from pko.machinery.resource import CONFIGMAPS, SECRETS, Resource, ResourceClient
 from pko.machinery.store import Indexer, Obj, deletion_handling_key, index_by_field, meta_namespace_key
 
 ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
@@ -126,7 +126,7 @@ async def test_several_namespaces_are_watched_apart_into_one_cache_with_namespac
     assert await factory.wait_for_cache_sync(60)
     assert [r.client.namespace for r in informer.reflectors] == [a, b]
     assert informer.stats.errors == 0
-    assert sorted(informer.indexer.list_keys()) == [f"{a}/before", f"{b}/before"]
+    assert sorted(informer.indexer.list_keys()) == sorted([f"{a}/before", f"{b}/before"])
 
     seen: list[str] = []
     informer.add_event_handler(FuncHandler(add=lambda o: seen.append(meta_namespace_key(o))))
@@ -134,7 +134,9 @@ async def test_several_namespaces_are_watched_apart_into_one_cache_with_namespac
     for writer in writers.values():
         await writer.create(labelled("after", app="x"))
         await writer.create(labelled("unlabelled"))
-    await wait_until("both namespaces' new ConfigMaps", lambda: sorted(seen) == [f"{a}/after", f"{b}/after"])
+    await wait_until(
+        "both namespaces' new ConfigMaps", lambda: sorted(seen) == sorted([f"{a}/after", f"{b}/after"])
+    )
     assert sorted(o["metadata"]["name"] for o in informer.indexer.by_index("namespace", b)) == [
         "after",
         "before",
@@ -146,6 +148,31 @@ async def test_several_namespaces_are_watched_apart_into_one_cache_with_namespac
     informer.add_event_handler(FuncHandler(delete=lambda o: gone.append(deletion_handling_key(o))))
     await writers[a].patch("after", {"metadata": {"labels": {"app": "y"}}})
     await wait_until("the relabelled ConfigMap's delete", lambda: gone == [f"{a}/after"])
-    assert sorted(informer.indexer.list_keys()) == [f"{a}/before", f"{b}/after", f"{b}/before"]
+    assert sorted(informer.indexer.list_keys()) == sorted([f"{a}/before", f"{b}/after", f"{b}/before"])
     assert not any(key.startswith(f"{other}/") for key in seen + informer.indexer.list_keys())
     assert informer.stats.errors == 0
+
+
+# ----- pure: what the factory makes of the options ------------------------------------------------
+
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+
+
+def test_the_factory_watches_the_union_of_namespace_and_namespaces_once_each() -> None:
+    factory = InformerFactory(None, namespace="b", namespaces=["a", "b", "c", "a"])  # type: ignore[arg-type]
+    assert [r.client.namespace for r in factory.informer(CONFIGMAPS).reflectors] == ["b", "a", "c"]
+    assert [r.client.namespace for r in factory.informer(NODES).reflectors] == [None]  # cluster-scoped
+
+    one = InformerFactory(None, namespace="a", namespaces=["a"])  # type: ignore[arg-type]
+    assert [r.client.namespace for r in one.informer(CONFIGMAPS).reflectors] == ["a"]
+    assert [r.client.namespace for r in InformerFactory(None).informer(CONFIGMAPS).reflectors] == [None]  # type: ignore[arg-type]
+
+
+def test_a_resources_own_selector_is_added_to_what_its_informer_asks() -> None:
+    factory = InformerFactory(None, label_selectors={CONFIGMAPS.name: "shard=a"})  # type: ignore[arg-type]
+    asked = factory.informer(CONFIGMAPS, label_selector="app=x")
+    assert [r.label_selector for r in asked.reflectors] == ["app=x,shard=a"]
+    assert factory.informer(CONFIGMAPS, label_selector="app=x") is asked  # the same request: no conflict
+    assert [r.label_selector for r in factory.informer(SECRETS).reflectors] == [None]
+    only_own = InformerFactory(None, label_selectors={CONFIGMAPS.name: "shard=a"})  # type: ignore[arg-type]
+    assert [r.label_selector for r in only_own.informer(CONFIGMAPS).reflectors] == ["shard=a"]
