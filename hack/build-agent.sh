@@ -13,7 +13,8 @@
 # The project is installed (not editable) into a scratch site-packages first, because PyInstaller
 # cannot follow the editable install's import hook that maps agent/ and api/ into `pko`.
 # Only the agent's part of the project is collected (pko.agent, pko.api, and what they import, e.g.
-# pko.logging), not the operator's (pko.machinery, pko.controllers). kubernetes_asyncio and aiohttp
+# pko.logging, and the metrics server's pko.machinery.serving, metricsauth and servingcert, which import
+# no API client), not the operator's (pko.controllers, the rest of pko.machinery). kubernetes_asyncio and aiohttp
 # are excluded: the agent talks to the apiserver with its own client (pko.agent.kubeapi), and
 # test/agent/test_kubeapi.py checks that nothing it imports needs them. mypy and hypothesis are
 # pulled in only by pydantic's plugins for them, which the agent never loads.
@@ -52,7 +53,6 @@ trap 'rm -rf "$WORK"' EXIT
     --collect-submodules pko.api \
     --exclude-module kubernetes_asyncio \
     --exclude-module aiohttp \
-    --exclude-module pko.machinery \
     --exclude-module pko.controllers \
     --exclude-module mypy \
     --exclude-module hypothesis \

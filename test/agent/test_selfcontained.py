@@ -12,7 +12,10 @@ import asyncio
 import os
 import shutil
 import signal
+import ssl
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -102,18 +105,30 @@ async def test_the_executable_checks_tokens_with_the_apiserver(
     await auth_world.create_service_account("bundle-caller")
     await auth_world.grant("bundle-caller")
     token = await auth_world.mint("bundle-caller")
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     proc = spawn(
         [str(exe), "--", "serve", "--workspace", str(work), "--skip-install", "--host", "127.0.0.1",
          "--port", str(port), "--auth-mode", "kube", "--kube-audience", auth_world.audience,
          "--kube-workspace-namespace", auth_world.namespace, "--kube-workspace-name", auth_world.workspace,
-         "--kubeconfig", str(cluster.kubeconfig)],
+         "--kubeconfig", str(cluster.kubeconfig), "--metrics-bind-address", f"127.0.0.1:{metrics_port}"],
         env,
         cwd=exe.parent,
     )  # fmt: skip
     try:
         _, version = await _until_serving(proc, port, token)
         assert version.version
+        # Its /metrics from the bundle: HTTPS (a certificate made with the bundled cryptography), and a
+        # scrape without a token refused by the reviewing authorizer.
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        with pytest.raises(urllib.error.HTTPError) as unauthorized:
+            await asyncio.to_thread(
+                urllib.request.urlopen,
+                f"https://127.0.0.1:{metrics_port}/metrics",
+                timeout=30,
+                context=context,
+            )
+        assert unauthorized.value.code == 401
         channel = Channel("127.0.0.1", port)
         try:
             with pytest.raises(GRPCError) as refused:
