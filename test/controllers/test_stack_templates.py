@@ -125,8 +125,10 @@ def test_a_missing_template_says_which_and_what_to_do() -> None:
     assert missing is not None and '"ns/nope"' in missing and "remove spec.workspaceTemplateRef" in missing
     default_missing = resolve_templates(parsed(stack(uid="u")), "ops/gone", lookup, served=True).missing
     assert default_missing is not None and "--default-workspace-template" in default_missing
-    not_served = resolve_templates(model, None, lookup, served=False).missing
-    assert not_served is not None and "install" in not_served
+    not_served = resolve_templates(model, None, lookup, served=False, recheck=30.0)
+    assert not_served.missing is not None and "install" in not_served.missing
+    assert not_served.requeue == 30.0  # no event comes when the kind's cache syncs later
+    assert resolve_templates(model, None, lookup, served=True).requeue is None  # the watch wakes it
     assert resolve_templates(parsed(stack(uid="u")), None, lookup, served=False) == Templates()
 
 

@@ -107,7 +107,7 @@ def ensure(
     if observed.templates.missing is not None:
         # Waits, not Stalled: the template may come in the same sync; its creation wakes the Stack.
         mark_reconciling(status, REASON_TEMPLATE_NOT_FOUND, observed.templates.missing, generation, now)
-        return Plan([*writes, write_status(status, recorded)], Result.done(), status)
+        return Plan([*writes, write_status(status, recorded)], after(observed.templates.requeue), status)
     try:
         body = workspace_body(
             stack,

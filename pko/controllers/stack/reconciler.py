@@ -73,6 +73,7 @@ from pko.controllers.stack.status import (
     utcnow,
 )
 from pko.controllers.stack.steps import (
+    SOURCE_UNAVAILABLE_REQUEUE,
     AddFinalizer,
     ApplyWorkspace,
     CancelUpdate,
@@ -124,7 +125,7 @@ from pko.controllers.stack.watches import (
 )
 from pko.machinery.controller import Result
 from pko.machinery.executor import Expected, execute
-from pko.machinery.manager import CACHE_SYNCED, Manager
+from pko.machinery.manager import CACHE_SYNCED, CACHE_SYNCING, Manager
 from pko.machinery.objects import add_finalizer, has_finalizer, remove_finalizer
 from pko.machinery.resource import SECRETS, Obj, Resource, api_error_status
 from pko.machinery.store import DeletedFinalStateUnknown, object_key
@@ -141,6 +142,8 @@ CONTROLLER_NAME: Final = "stack-controller"
 # Secrets are not watched (never cached cluster-wide): a missing one is looked for again this often,
 # so creating it later un-stalls the Stack without a spec change.
 SECRET_RECHECK: Final = 120.0
+# A Stack that needs a WorkspaceTemplate while their cache is syncing looks again this soon.
+TEMPLATES_SYNCING_RECHECK: Final = 2.0
 HISTORY_LIMIT: Final = 5
 """Completed Updates kept per Stack (their outputs Secrets go with them): no pile-up (Go issue 1163)."""
 
@@ -279,13 +282,16 @@ class StackReconciler:
     def _templates(self, stack: Stack) -> Templates:
         """The WorkspaceTemplates ``stack``'s Workspace is built with, from the cache (the kind is
         watched optionally: an install whose CRDs predate it still runs every other Stack)."""
-        served = self.manager.optional_cache_status(WORKSPACE_TEMPLATES) == CACHE_SYNCED
+        cache = self.manager.optional_cache_status(WORKSPACE_TEMPLATES)
+        served = cache == CACHE_SYNCED
         indexer = self.manager.informer(WORKSPACE_TEMPLATES).indexer if served else None
         return resolve_templates(
             stack,
             self.default_template,
             lambda key: indexer.get_by_key(key) if indexer is not None else None,
             served=served,
+            # syncing: soon; not served: as a source that cannot be had
+            recheck=TEMPLATES_SYNCING_RECHECK if cache == CACHE_SYNCING else SOURCE_UNAVAILABLE_REQUEUE,
         )
 
     async def _current_update(self, namespace: str | None, name: str) -> Obj | None:

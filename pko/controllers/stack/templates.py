@@ -47,11 +47,13 @@ not served."""
 @dataclass(frozen=True, slots=True)
 class Templates:
     """The templates' specs to merge, lowest first, and their digest ("" when none); or, when one
-    cannot be had, ``missing``: why, for the Stack's condition."""
+    cannot be had, ``missing``: why, for the Stack's condition, and ``requeue``: when to look again
+    (None: a watch event wakes the Stack)."""
 
     layers: tuple[Mapping[str, Any], ...] = ()
     digest: str = ""
     missing: str | None = None
+    requeue: float | None = None
 
 
 def default_template_key(setting: str | None, operator_namespace: str) -> str | None:
@@ -77,9 +79,12 @@ def templates_digest(layers: tuple[Mapping[str, Any], ...]) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def resolve_templates(stack: Stack, default_key: str | None, lookup: Lookup, *, served: bool) -> Templates:
+def resolve_templates(
+    stack: Stack, default_key: str | None, lookup: Lookup, *, served: bool, recheck: float | None = None
+) -> Templates:
     """The templates ``stack`` is built with (``served``: the WorkspaceTemplate kind is served and
-    its cache synced; when it is not, a Stack that needs one waits with a message that says so)."""
+    its cache synced; when it is not, a Stack that needs one waits with a message that says so and
+    looks again after ``recheck`` seconds: no event comes when the cache syncs after it)."""
     wanted: list[tuple[str, str]] = []
     if default_key is not None:
         wanted.append(
@@ -103,8 +108,9 @@ def resolve_templates(stack: Stack, default_key: str | None, lookup: Lookup, *, 
         return Templates()
     if not served:
         return Templates(
-            missing="the WorkspaceTemplate kind (workspacetemplates.auto.pulumi.com) is not served: install "
-            "the operator's CRDs (a Helm upgrade does not update them); the Stack waits for it"
+            missing="the WorkspaceTemplate kind (workspacetemplates.auto.pulumi.com) is not served or not "
+            "cached yet: if it stays so, install the operator's CRDs (a Helm upgrade does not update them)",
+            requeue=recheck,
         )
     layers: list[Mapping[str, Any]] = []
     for key, message in wanted:
