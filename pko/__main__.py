@@ -89,6 +89,8 @@ async def _serve(settings: Settings) -> int:
             server=cfg.host,
             leader_elect=settings.leader_elect,
             watch_namespace=settings.watch_namespace or "*",
+            watch_namespaces=list(settings.watch_namespaces) or None,
+            watch_label_selector=settings.watch_label_selector,
             workspace_address_mode=settings.workspace_address_mode,
             program_fs_addr=settings.program_fs_addr,
         )
