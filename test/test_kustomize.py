@@ -516,6 +516,7 @@ OPERATOR_MAY = [
     Access("update", "stacks", "pulumi.com", "finalizers"),
     Access("watch", "programs", "pulumi.com"),
     Access("patch", "programs", "pulumi.com", "status"),
+    Access("watch", "workspacetemplates", "auto.pulumi.com"),
     Access("create", "workspaces", "auto.pulumi.com"),
     Access("delete", "workspaces", "auto.pulumi.com"),
     Access("patch", "workspaces", "auto.pulumi.com", "status"),
@@ -552,6 +553,9 @@ OPERATOR_MAY_NOT = [
     Access("delete", "stacks", "pulumi.com"),
     Access("create", "programs", "pulumi.com"),
     Access("delete", "programs", "pulumi.com"),
+    # WorkspaceTemplates are users' too: the operator only reads them.
+    Access("patch", "workspacetemplates", "auto.pulumi.com"),
+    Access("delete", "workspacetemplates", "auto.pulumi.com"),
     # Outputs Secrets are immutable and garbage-collected with their Update.
     Access("update", "secrets"),
     Access("delete", "secrets"),
