@@ -157,19 +157,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.skip(reason=f"pko only: {marker.args[0] if marker.args else ''}"))
 
 
-def _install_go_operator(k: Kube) -> None:
-    """The Go operator from its own quickstart manifests and image (hack/build-peer.sh), as its users
-    install it, in place of pko (the two serve the same CRD groups)."""
+def go_operator_quickstart() -> Path:
+    """The Go operator's own quickstart kustomization (hack/build-peer.sh), its image imported into the
+    node: ``kubectl apply --server-side --force-conflicts -k`` it to install the Go operator."""
     built = subprocess.run(
         ["bash", str(REPO / "hack" / "build-peer.sh")], check=True, stdout=subprocess.PIPE, text=True
     )
     dist = Path(built.stdout.strip().splitlines()[-1])
-    sys.path.insert(0, str(REPO / "hack"))
+    if str(REPO / "hack") not in sys.path:
+        sys.path.insert(0, str(REPO / "hack"))
     from localnode import import_images
 
     import_images([dist / "pulumi-kubernetes-operator.oci.tar"])
+    return dist / "config" / "quickstart"
+
+
+def _install_go_operator(k: Kube) -> None:
+    """The Go operator from its own quickstart manifests and image, as its users install it, in place of
+    pko (the two serve the same CRD groups)."""
+    quickstart = str(go_operator_quickstart())
     k.run("delete", "--ignore-not-found", "-k", str(REPO / "config" / "local"), timeout=600)
-    quickstart = str(dist / "config" / "quickstart")
     k.run("apply", "--server-side", "--force-conflicts", "-k", quickstart, timeout=300)
 
 
