@@ -17,10 +17,11 @@ records is its artifact digest) within a bound, never Stalled on the way, with a
 each, which succeeded; the Go operator's Update in flight ended once (``OperationLost``, its start time
 the Go operator's), the slow resource ran once (one line in its log), the stack holds no lock; the
 Stalled Stack is Stalled for the same reason. Then back to the Go operator, as the page says (each Stack
-suspended, no Update in flight, pko's Deployment deleted, ``suspend`` removed, the Workspaces deleted,
-the Go quickstart applied): the same checks with the Go operator's records, and the Stacks deleted
-under it: the one with ``destroyOnFinalize`` destroys its ConfigMap, the others leave theirs. pko is put
-back as the suite installed it when the module ends, for the modules after it.
+suspended, no Update in flight, pko's Deployment deleted, ``suspend`` removed, the Workspaces deleted
+and the Programs' status cleared, the Go quickstart applied): the same checks with the Go operator's
+records, and the Stacks deleted under it: the one with ``destroyOnFinalize`` destroys its ConfigMap, the
+others leave theirs. pko is put back as the suite installed it when the module ends, for the modules
+after it.
 """
 
 from __future__ import annotations
@@ -323,7 +324,11 @@ def test_go_operator_to_pko_and_back_without_touching_a_resource(kube: Kube, go_
     for name in STACKS:
         k.run("patch", "stack", name, "--type=merge", "-p", '{"spec":{"suspend":null}}')
     # The Go operator never rewrites a Workspace naming a digest it does not serve (pko's: its fetch
-    # fails "computed digest doesn't match" for good); it makes a deleted one again from its Stack.
+    # fails "computed digest doesn't match" for good); it makes a deleted one again from its Stack, from
+    # the Program's status as it finds it: cleared, it waits until it has packed the Program itself.
+    for name in (IDLE, BUSY):
+        clear = '[{"op":"remove","path":"/status"}]'
+        k.run("patch", "program", name, "--subresource=status", "--type=json", "-p", clear)
     k.run("delete", "workspaces", IDLE, BUSY, "--wait=true")
     before = {n: set(_updates(k, stacks[n])) for n in (IDLE, BUSY)}
     _start_operator(k, go_quickstart)
