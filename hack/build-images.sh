@@ -99,8 +99,10 @@ if ! up_to_date pko "$op_hash"; then
 fi
 
 # --- the agent ----------------------------------------------------------------------------------------
-# What the agent imports of pko beyond pko.agent and pko.api (pko/version.py: its --version and User-Agent).
-agent_hash="$(inputs_hash "" agent api pko/__init__.py pko/logging.py pko/version.py pko/git pyproject.toml \
+# What the agent imports of pko beyond pko.agent and pko.api (pko/version.py: its --version and User-Agent;
+# the metrics server's modules: its --metrics-bind-address).
+agent_hash="$(inputs_hash "" agent api pko/__init__.py pko/logging.py pko/version.py pko/git \
+    pko/machinery/serving.py pko/machinery/metricsauth.py pko/machinery/servingcert.py pyproject.toml \
     requirements.lock requirements-build.lock hack/locks.py hack/build-agent.sh hack/build-agent-image.sh)"
 if ! up_to_date pko-agent "$agent_hash"; then
     echo "build-images: building pko-agent:dev" >&2

@@ -72,6 +72,7 @@ def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]
             "driftDetection": {"intervalSeconds": 600, "remediate": True},
             "resyncFrequencySeconds": 300,
             "serviceAccountName": "pulumi",
+            "workspaceTemplateRef": {"name": "team-defaults", "namespace": namespace},
             "workspaceTemplate": {
                 "apiVersion": "auto.pulumi.com/v1alpha1",
                 "kind": "Workspace",

@@ -37,6 +37,7 @@ CRD_NAMES = [
     "stacks.pulumi.com",
     "updates.auto.pulumi.com",
     "workspaces.auto.pulumi.com",
+    "workspacetemplates.auto.pulumi.com",
 ]
 
 
@@ -84,7 +85,7 @@ async def get(api_client: Any, obj: dict[str, Any], version: str | None = None) 
     return got
 
 
-async def test_all_four_crds_are_established(api_client: Any, crds: list[str]) -> None:
+async def test_every_crd_is_established(api_client: Any, crds: list[str]) -> None:
     assert sorted(crds) == CRD_NAMES
     ext = client.ApiextensionsV1Api(api_client)
     for name in CRD_NAMES:
