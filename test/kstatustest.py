@@ -1,5 +1,5 @@
 """What kstatus (sigs.k8s.io/cli-utils, the library Flux's health checks, `flux --wait` and kpt read
-resources with; hack/kstatus, built by hack/build-kstatus.sh) computes for objects as the operator wrote
+resources with; built by hack/build-kstatus.sh) computes for objects as the operator wrote
 them: ``Current``, ``InProgress``, ``Failed``, ..."""
 
 from __future__ import annotations
