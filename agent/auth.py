@@ -28,10 +28,7 @@ The gRPC health service is exempt: probes carry no token and health reveals noth
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import hashlib
-import json
 import logging
 import random
 import time
@@ -47,6 +44,8 @@ from grpclib.exceptions import GRPCError
 from grpclib.server import Server
 from pko.agent.kubeapi import KubeAPI, KubeAPIError
 from prometheus_client import Counter
+
+from pko.machinery.metricsauth import token_expiry
 
 log = structlog.get_logger("pko.agent.auth")
 
@@ -165,19 +164,6 @@ async def _with_retries(call: Callable[[], Awaitable[Any]], policy: RetryPolicy)
 
 
 REFUSALS = Counter("agent_auth_refusals_total", "RPC calls the agent refused, by reason", ["reason"])
-
-
-def token_expiry(token: str) -> float | None:
-    """The ``exp`` claim (Unix time) of a JWT, unverified: only ever used to shorten a cache entry."""
-    parts = token.split(".")
-    if len(parts) != 3:
-        return None
-    try:
-        payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        return None
-    exp = payload.get("exp") if isinstance(payload, dict) else None
-    return float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else None
 
 
 class RefusalLog:
