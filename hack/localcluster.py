@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import fcntl
 import json
 import os
 import secrets
@@ -25,9 +26,11 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -54,17 +57,29 @@ def free_port() -> int:
 
 
 def _apt_install(*packages: str) -> None:
-    missing = [p for p in packages if subprocess.run(["dpkg", "-s", p], capture_output=True).returncode != 0]
+    """Install the Debian packages missing here. Callers run at once (hack/test.sh boots the node while
+    the unit suite's tests install theirs), and apt refuses a second caller outright, so they take turns
+    on one lock file."""
+
+    def absent(names: Iterable[str]) -> list[str]:
+        return [p for p in names if subprocess.run(["dpkg", "-s", p], capture_output=True).returncode != 0]
+
+    missing = absent(packages)
     if not missing:
         return
     sudo = [] if os.geteuid() == 0 else ["sudo"]
-    _log(f"installing {' '.join(missing)}")
-    subprocess.run([*sudo, "apt-get", "update", "-qq"], check=True)
-    subprocess.run(
-        [*sudo, "apt-get", "install", "-y", "-qq", *missing],
-        check=True,
-        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
-    )
+    with open(Path(tempfile.gettempdir()) / "pko-apt.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        missing = absent(missing)  # installed by the caller we waited for
+        if not missing:
+            return
+        _log(f"installing {' '.join(missing)}")
+        subprocess.run([*sudo, "apt-get", "update", "-qq"], check=True)
+        subprocess.run(
+            [*sudo, "apt-get", "install", "-y", "-qq", *missing],
+            check=True,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
 
 
 def ensure_binaries() -> Path:

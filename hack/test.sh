@@ -23,6 +23,17 @@ check() {  # pytest's exit code 5 (nothing collected) is a failure, not a pass
   if [ "$1" -eq 5 ]; then echo "hack/test.sh: pytest collected no tests in $2: that is a failure" >&2; return 1; fi
   return "$1"
 }
+# The e2e suite's node boots in the background while the unit suite runs (its images are cached, so
+# it mostly waits on the kubelet); the e2e fixture uses it when this boot succeeded, and boots one
+# itself otherwise. A run that stops before the e2e suite takes the node down.
+NODE_JOB=""
+if [ "${PKO_SKIP_E2E:-}" != 1 ] && [ "$(id -u)" -eq 0 ]; then
+  mkdir -p .node
+  ( PYTHON="$PY" bash hack/build-images.sh >/dev/null && "$PY" hack/localnode.py up >/dev/null ) \
+    > .node/preboot.log 2>&1 &
+  NODE_JOB=$!
+  trap '[ -z "$NODE_JOB" ] || { wait "$NODE_JOB"; "$PY" hack/localnode.py down >/dev/null 2>&1; }' EXIT
+fi
 set +e
 # The suite's files run on PKO_TEST_WORKERS workers (pytest-xdist; each its own control plane, a file's
 # tests together and in order): its tests mostly wait on apiservers and pods (31 min in one process on
@@ -36,6 +47,12 @@ check "$rc" test/ || exit $?
 if [ "${PKO_SKIP_E2E:-}" = 1 ]; then
   echo "hack/test.sh: PKO_SKIP_E2E=1: the e2e suite was not run" >&2
   exit 0
+fi
+if [ -n "$NODE_JOB" ]; then
+  if wait "$NODE_JOB"; then export PKO_E2E_NODE_BOOTED=1
+  else echo "hack/test.sh: the node's background boot failed (.node/preboot.log); the e2e suite boots it" >&2
+  fi
+  NODE_JOB=""  # the e2e suite owns the node from here (its fixture takes it down)
 fi
 set +e
 "$PY" -m pytest -p no:cacheprovider --durations=25 -rs e2e
