@@ -32,8 +32,6 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-# The test suite's loopback git server (test/gitserver.py) serves the e2e repositories too.
-sys.path.insert(0, str(REPO / "test"))
 OPERATOR_NS = "pulumi-kubernetes-operator"
 WORKSPACE_NS = "default"
 # "pko" (default) or "go": which operator the suite installs (the conformance lane; see above).

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from exampletest import local_example
+
+from pko.devtools.examples import local_example
 
 from .conftest import Kube
 from .test_walkthrough import gone, metrics

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
-from argocd.sandbox import Health, Scripts, discover, health, merge_patch, run_action
+
+from pko.devtools.argocd import Health, Scripts, discover, health, merge_patch, run_action
 
 from .conftest import Kube
 from .test_walkthrough import gone, program, ready, stack

@@ -17,7 +17,8 @@ import pytest
 from dulwich.repo import Repo
 from dulwich.server import DictBackend
 from dulwich.web import make_wsgi_chain
-from gitserver import serve_wsgi
+
+from pko.devtools.gitserver import serve_wsgi
 
 from .conftest import OPERATOR_NS, Kube
 from .test_walkthrough import NODE_IP, _commit, bare_repository, gone, ready, stack

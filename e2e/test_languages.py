@@ -9,10 +9,10 @@ condition that says what to fix in the compiler's, npm's, pip's or the engine's 
 
 Workspace pods reach no registry here, as in an air-gapped cluster: a program's own dependencies come
 from what the test serves on the node's address, as users serve theirs: an npm registry
-(test/npmregistry.py: the TypeScript and JavaScript examples' lockfiles, which must be cut from the
-image's own, from the npm cache the image build filled), a Go module proxy (test/goproxy.py: the pko
+(pko/devtools/npmregistry.py: the TypeScript and JavaScript examples' lockfiles, which must be cut from the
+image's own, from the npm cache the image build filled), a Go module proxy (pko/devtools/goproxy.py: the pko
 module cache, which hack/build-runtimes.sh filled with the modules a Go program on the pinned SDK needs:
-the Go example's go.sum must be what they resolve to) and a Python package index (test/pypiindex.py: a
+the Go example's go.sum must be what they resolve to) and a Python package index (pko/devtools/pypiindex.py: a
 wheel the test makes). The git server serves the examples' program folders at their paths in this
 repository. What a program does not install itself (@pulumi/pulumi, the providers' SDKs, TypeScript)
 the image has in /node_modules; the Python SDK is in the image's Python, and a virtualenv gets it and
@@ -28,11 +28,12 @@ from typing import Any
 
 import pytest
 from dulwich.repo import Repo
-from exampletest import EXAMPLES, local_example
-from gitserver import git_commit, serve_git
-from goproxy import go_sum, serve_module_cache
-from npmregistry import Registry, lockfile_subset, serve_registry
-from pypiindex import Index, make_wheel, serve_index
+
+from pko.devtools.examples import EXAMPLES, local_example
+from pko.devtools.gitserver import git_commit, serve_git
+from pko.devtools.goproxy import go_sum, serve_module_cache
+from pko.devtools.npmregistry import Registry, lockfile_subset, serve_registry
+from pko.devtools.pypiindex import Index, make_wheel, serve_index
 
 from .conftest import Kube
 from .test_walkthrough import NODE_IP, gone, ready, stack

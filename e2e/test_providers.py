@@ -11,7 +11,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from exampletest import local_example
+
+from pko.devtools.examples import local_example
 
 from .conftest import Kube
 from .test_walkthrough import gone, ready, stack

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import yaml
 from dulwich.repo import Repo
-from gitserver import git_commit, serve_git
+
+from pko.devtools.gitserver import git_commit, serve_git
 
 from .conftest import OPERATOR, OPERATOR_NS, RESTRICTED, WORKSPACE_NS, Kube
 

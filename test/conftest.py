@@ -22,8 +22,9 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
 
-from kubetest import kubectl  # noqa: E402
 from localcluster import LocalCluster  # noqa: E402
+
+from pko.devtools.kubectl import kubectl  # noqa: E402
 
 # The stand-in Pulumi CLI (test/fakepulumi): the `fake_pulumi` fixture for agent tests.
 pytest_plugins = ["fakepulumi.fixtures"]

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 import yaml
-from exampletest import EXAMPLES, local_example
-from kubetest import kubectl
+
+from pko.devtools.examples import EXAMPLES, local_example
+from pko.devtools.kubectl import kubectl
 
 REPO = Path(__file__).resolve().parent.parent
 NOT_EXAMPLES = {"components", "programs"}  # what the examples share, not examples themselves

@@ -24,7 +24,8 @@ from helmtest import (
     refused,
     template,
 )
-from kubetest import kubectl
+
+from pko.devtools.kubectl import kubectl
 
 pytestmark = pytest.mark.timeout(900)  # the first test may build helm (hack/build-helm.sh)
 

@@ -1,4 +1,4 @@
-"""test/npmregistry.py with the real npm client on loopback: installs from test-made packages and from
+"""pko/devtools/npmregistry.py with the real npm client on loopback: installs from test-made packages and from
 the workspace image's lockfile fed by the npm cache, npm's own E404 for a package it lacks, and
 :func:`lockfile_subset` on a hand-written tree."""
 
@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from npmregistry import MissingTarball, Registry, lockfile_subset, make_package, serve_registry
 from versions import cache_dir  # hack/versions.py (hack/ is on sys.path: test/conftest.py)
+
+from pko.devtools.npmregistry import MissingTarball, Registry, lockfile_subset, make_package, serve_registry
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE_LOCK = REPO / "images" / "workspace" / "nodejs" / "package-lock.json"

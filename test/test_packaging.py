@@ -13,6 +13,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 FOLDER_OF = {"pko": REPO / "pko", "pko.api": REPO / "api", "pko.agent": REPO / "agent"}
+# Packages deliberately left out of the wheel, with the reason.
+NOT_SHIPPED = {
+    # Support for the tests and the tools (pko/devtools/__init__.py): importable from a checkout (the
+    # editable install, or `python3 -m` from the repository root), of no use in the images.
+    "pko.devtools",
+}
 
 
 def _declared_packages() -> list[str]:
@@ -34,8 +40,16 @@ def _package_folders() -> set[str]:
 
 
 def test_every_package_folder_is_declared() -> None:
-    missing = _package_folders() - set(_declared_packages())
+    shipped = {p for p in _package_folders() if not any(p == n or p.startswith(f"{n}.") for n in NOT_SHIPPED)}
+    missing = shipped - set(_declared_packages())
     assert not missing, f"add these to [tool.setuptools] packages in pyproject.toml: {sorted(missing)}"
+
+
+def test_the_support_package_is_importable_but_not_shipped() -> None:
+    import pko.devtools.waiting
+
+    assert Path(pko.devtools.waiting.__file__).parent == REPO / "pko" / "devtools"
+    assert not NOT_SHIPPED & set(_declared_packages())
 
 
 def test_editable_install_imports_the_namespace() -> None:
@@ -60,6 +74,7 @@ def test_wheel_installs_only_pko_into_a_fresh_venv(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         tops = {n.split("/", 1)[0] for n in zf.namelist()}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"pko"}, tops
+    assert not any(n.startswith("pko/devtools/") for n in zf.namelist())
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=False, with_pip=True).create(env_dir)

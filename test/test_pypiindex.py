@@ -1,5 +1,5 @@
-"""test/pypiindex.py with the real pip on loopback, in a fresh venv: installs a test-made wheel and the
-test-made wheel it requires from the index (pip checking each download against the index's hash),
+"""pko/devtools/pypiindex.py with the real pip on loopback, in a fresh venv: installs a test-made wheel
+and the test-made wheel it requires from the index (pip checking each download against the index's hash),
 pip's own "No matching distribution found" for a requirement the index lacks, the index's paths and
 404s, and :func:`make_wheel`'s archive (names, METADATA, WHEEL, RECORD) read back."""
 
@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pypiindex import Index, make_wheel, normalize, serve_index, wheel_name
+
+from pko.devtools.pypiindex import Index, make_wheel, normalize, serve_index, wheel_name
 
 needs_venv_pip = pytest.mark.skipif(
     importlib.util.find_spec("ensurepip") is None, reason="this Python has no ensurepip: no pip in a venv"

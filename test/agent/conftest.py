@@ -35,13 +35,14 @@ from dulwich.refs import Ref
 from dulwich.repo import Repo
 from dulwich.server import DictBackend, UploadPackHandler
 from dulwich.web import make_wsgi_chain
-from gitserver import serve_wsgi
 from paramiko.common import (
     AUTH_FAILED,
     AUTH_SUCCESSFUL,
     OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED,
     OPEN_SUCCEEDED,
 )
+
+from pko.devtools.gitserver import serve_wsgi
 
 __all__ = ["agent_binary", "auth_world"]
 

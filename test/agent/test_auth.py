@@ -42,7 +42,8 @@ from pko.agent.auth import (
 )
 from pko.agent.h2guard import GuardedServer
 from pko.api.generated.pko.agent import v1 as pb
-from waiting import wait_until
+
+from pko.devtools.waiting import wait_until
 
 PASSED = Status.UNIMPLEMENTED  # the gate let the call through to the (empty) service
 

@@ -15,11 +15,11 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from dulwich.objects import ObjectID
 from dulwich.refs import Ref
 from dulwich.repo import Repo
-from gitserver import same_name_repository, serve_git
 from pko.agent.errors import AuthError, HostKeyError, RefNotFound, SourceError, UnreachableError, UsageError
 from pko.agent.gitfetch import GitCredentials, Want, fetch_git, parse_remote, resolve_revision
 
 from pko.controllers.stack.branchpoll import BranchResolver, GitLookupError
+from pko.devtools.gitserver import same_name_repository, serve_git
 from pko.git.ssh import load_private_key
 
 SHA_A = ObjectID(b"a" * 40)

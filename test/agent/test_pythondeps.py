@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from pko.agent import failures, pythondeps
 from pulumi import automation as auto
-from pypiindex import Index, make_wheel, serve_index
+
+from pko.devtools.pypiindex import Index, make_wheel, serve_index
 
 PROJECT = Path("/share/workspace")
 

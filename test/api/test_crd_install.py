@@ -14,7 +14,8 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
-from kubetest import kubectl
+
+from pko.devtools.kubectl import kubectl
 
 from .manifests import (
     full_program,

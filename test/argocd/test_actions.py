@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from .sandbox import Action, LuaScriptError, Scripts, discover, merge_patch, run_action
+from pko.devtools.argocd import Action, LuaScriptError, Scripts, discover, merge_patch, run_action
 
 Obj = dict[str, Any]
 SCRIPTS = Scripts.from_configmap()

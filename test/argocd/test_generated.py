@@ -11,9 +11,9 @@ from typing import Any
 import gen_argocd  # hack/ is on sys.path (test/conftest.py)
 import pytest
 import yaml
-from kubetest import kubectl
 
-from .sandbox import ACTIONS_KEY, CONFIGMAP, HEALTH_KEY, Scripts
+from pko.devtools.argocd import ACTIONS_KEY, CONFIGMAP, HEALTH_KEY, Scripts
+from pko.devtools.kubectl import kubectl
 
 SOURCES = gen_argocd.SOURCES
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from .sandbox import Health, Scripts, health
+from pko.devtools.argocd import Health, Scripts, health
 
 Obj = dict[str, Any]
 SCRIPTS = Scripts.from_configmap()

@@ -15,13 +15,12 @@ from typing import Any
 import pytest
 from controllers.conftest import new_manager, running
 from controllers.test_stack_reconciler import Env
-from waiting import wait_until
 
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack import reconciler as stack_controller
+from pko.devtools.argocd import Health, Scripts, discover, health, merge_patch, run_action
+from pko.devtools.waiting import wait_until
 from pko.machinery.resource import Obj
-
-from .sandbox import Health, Scripts, discover, health, merge_patch, run_action
 
 pytestmark = pytest.mark.cluster
 

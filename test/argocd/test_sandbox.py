@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .sandbox import Health, LuaScriptError, Scripts, discover, health, run, run_action
+from pko.devtools.argocd import Health, LuaScriptError, Scripts, discover, health, run, run_action
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,8 @@ Shared helpers the modules import (``from .conftest import ...``):
   one reconciler themselves, run for the length of an ``async with`` block;
 * :func:`get_or_none` (a GET, ``None`` on 404).
 
-Polling for a condition is ``test/waiting.py``'s :func:`wait_until`; HTTP and git servers on loopback
-are in ``test/gitserver.py`` (both shared with the other test folders).
+Polling for a condition is ``pko/devtools/waiting.py``'s :func:`wait_until`; HTTP and git servers on loopback
+are in ``pko/devtools/gitserver.py`` (both shared with the other test folders).
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 from prometheustest import rule_spec, running_prometheus
-from waiting import wait_until
 
+from pko.devtools.waiting import wait_until
 from pko.machinery.resource import Resource, ResourceClient
 
 from .conftest import operator_env

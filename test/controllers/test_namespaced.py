@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
-from waiting import wait_until
 
 from pko.controllers.resources import PROGRAMS, STACKS, WORKSPACES
+from pko.devtools.waiting import wait_until
 from pko.machinery.resource import ResourceClient
 
 from .conftest import get_or_none

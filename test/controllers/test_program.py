@@ -23,11 +23,11 @@ import yaml
 from kubernetes_asyncio import client
 from multidict import CIMultiDict
 from pko.agent.artifact import fetch_artifact
-from waiting import wait_until
 
 from pko.controllers.options import ControllerOptions
 from pko.controllers.program import reconciler as program
 from pko.controllers.resources import FIELD_MANAGER_PROGRAM_STATUS, PROGRAMS
+from pko.devtools.waiting import wait_until
 from pko.machinery.manager import Manager
 from pko.machinery.resource import ResourceClient
 

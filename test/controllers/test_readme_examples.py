@@ -31,12 +31,12 @@ from typing import Any
 import pytest
 import yaml
 from dulwich.repo import Repo
-from gitserver import git_commit, serve_git
 from kubernetes_asyncio.client import ApiClient, ApiException
-from kubetest import kubectl
-from waiting import wait_until
 
 from pko.controllers.resources import STACKS, UPDATES, WORKSPACES
+from pko.devtools.gitserver import git_commit, serve_git
+from pko.devtools.kubectl import kubectl
+from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, ResourceClient
 

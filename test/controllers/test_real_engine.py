@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 from dulwich.repo import Repo
-from gitserver import git_commit, serve_git
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient, ApiException
 from realpulumi import make_real_pulumi
-from waiting import wait_until
+
+from pko.devtools.gitserver import git_commit, serve_git
+from pko.devtools.waiting import wait_until
 
 from .conftest import operator_env
 from .test_stack import Env

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from kstatustest import kstatus
 from kubernetes_asyncio import client
-from waiting import wait_until
 
 from pko.controllers.resources import (
     APPROVED_PLAN_ANNOTATION,
     CANCEL_REQUEST_ANNOTATION,
     REFRESH_REQUEST_ANNOTATION,
 )
+from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import get_condition
 
 from .test_real_engine import KUBELET_OPTIONS, config_map, configmap, env

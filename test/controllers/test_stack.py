@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 from dulwich.repo import Repo
-from gitserver import git_commit, serve_git, serve_wsgi
 from kubernetes_asyncio.client import ApiException
-from waiting import wait_until
 
 from pko.controllers.program.artifact import project_yaml
 from pko.controllers.resources import PROGRAMS, STACKS, UPDATES, WORKSPACES
 from pko.controllers.stack.reconciler import StackReconciler
+from pko.devtools.gitserver import git_commit, serve_git, serve_wsgi
+from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, ResourceClient
 

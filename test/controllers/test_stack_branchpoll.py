@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from dulwich.client import HTTPUnauthorized
 from dulwich.repo import Repo
-from gitserver import same_name_repository, serve_git
 
 from pko.controllers.stack.branchpoll import BranchResolver, GitCredentials, GitLookupError
+from pko.devtools.gitserver import same_name_repository, serve_git
 from pko.git import ls_remote, resolve_ref
 from pko.git.errors import HostKeyError
 

@@ -18,9 +18,9 @@ import asyncio
 from typing import Any
 
 import pytest
-from waiting import wait_until
 
 from pko.controllers.resources import STACK_FINALIZER
+from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import SECRETS, ResourceClient
 

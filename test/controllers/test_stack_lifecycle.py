@@ -20,12 +20,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from waiting import wait_until
 
 from pko.controllers.resources import REFRESH_REQUEST_ANNOTATION
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack import reconciler as stack_controller
 from pko.controllers.stack.status import parse_time
+from pko.devtools.waiting import wait_until
 from pko.machinery.resource import EVENTS, Obj, ResourceClient
 
 from .conftest import new_manager, running

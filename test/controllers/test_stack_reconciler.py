@@ -20,15 +20,15 @@ from typing import Any
 
 import pytest
 from dulwich.repo import Repo
-from gitserver import git_commit, serve_git
 from kstatustest import kstatus
-from waiting import wait_until
 
 from pko.controllers.resources import PROGRAMS, STACKS, UPDATES, WORKSPACES
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack import reconciler as stack_controller
 from pko.controllers.stack.branchpoll import BranchResolver
 from pko.controllers.stack.status import parse_time
+from pko.devtools.gitserver import git_commit, serve_git
+from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import format_time
 from pko.machinery.manager import Manager, ManagerOptions
 from pko.machinery.resource import EVENTS, SECRETS, Obj, Resource, ResourceClient, api_error_status

@@ -13,10 +13,10 @@ import asyncio
 from typing import Any
 
 import pytest
-from waiting import wait_until
 
 from pko.controllers.resources import UPDATES, WORKSPACE_TEMPLATES
 from pko.controllers.stack.templates import REASON_TEMPLATE_NOT_FOUND
+from pko.devtools.waiting import wait_until
 from pko.machinery.resource import STATEFULSETS, ResourceClient
 
 from .conftest import get_or_none, operator_env

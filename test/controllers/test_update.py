@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from waiting import wait_until
 
 from pko.agentclient import AgentClient, AgentError, resolve_address
 from pko.controllers.resources import STACK_FINALIZER, STACKS, UPDATES, WORKSPACES
 from pko.controllers.update.status import is_complete
+from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, PODS, SECRETS, ResourceClient
 from pko.tokens import TokenSource

@@ -16,8 +16,8 @@ import copy
 import signal
 
 import pytest
-from waiting import wait_until
 
+from pko.devtools.waiting import wait_until
 from pko.machinery.resource import PODS, ResourceClient
 
 from .conftest import operator_env

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes_asyncio.client import ApiClient
-from waiting import wait_until
 
 from pko.controllers.resources import WORKSPACES
 from pko.controllers.workspace.workloads import (
@@ -22,6 +21,7 @@ from pko.controllers.workspace.workloads import (
     revision_hash,
     stacks_hash,
 )
+from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, PODS, SERVICES, STATEFULSETS, ResourceClient
 

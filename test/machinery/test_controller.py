@@ -17,9 +17,9 @@ import structlog
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
-from waiting import wait_until
 
 import pko.controllers
+from pko.devtools.waiting import wait_until
 from pko.logging import configure_logging
 from pko.machinery.controller import CONTROLLER_NAMES, DEFAULT_WORKERS, Controller, Result, TerminalError
 from pko.machinery.metrics import PrometheusControllerMetrics

@@ -20,13 +20,13 @@ import pytest
 from kubernetes_asyncio import client, config
 from prometheus_client import CollectorRegistry
 from recordingserver import RecordingServer, recording_server
-from waiting import wait_until
 
 from pko.controllers.resources import (
     FIELD_MANAGER,
     FIELD_MANAGER_STACK_FINALIZER,
     FIELD_MANAGER_WORKSPACE_STATUS,
 )
+from pko.devtools.waiting import wait_until
 from pko.machinery.apiclient import OPERATOR_USER_AGENT, new_api_client
 from pko.machinery.events import EventRecorder
 from pko.machinery.leaderelection import LeaderElectionConfig, LeaderElector

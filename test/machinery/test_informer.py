@@ -27,8 +27,8 @@ from kube_helpers import RecordingClient, create_namespace, delete_namespace
 from kubernetes_asyncio.client import ApiException
 from localcluster import LocalCluster
 from prometheus_client import CollectorRegistry
-from waiting import wait_until
 
+from pko.devtools.waiting import wait_until
 from pko.machinery.informer import (
     LAST_APPLIED_ANNOTATION,
     Backoff,

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from kube_helpers import create_namespace, delete_namespace
-from waiting import wait_until
 
+from pko.devtools.waiting import wait_until
 from pko.machinery.informer import FuncHandler, SharedInformer
 from pko.machinery.informerfactory import InformerFactory
 from pko.machinery.resource import CONFIGMAPS, SECRETS, Resource, ResourceClient

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from waiting import wait_until
 
+from pko.devtools.waiting import wait_until
 from pko.machinery.leaderelection import (
     LeaderElectionConfig,
     LeaderElectionRecord,

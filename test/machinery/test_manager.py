@@ -24,11 +24,11 @@ import pytest
 from kubernetes_asyncio import client
 from localcluster import free_port  # the one helper (hack/ is on sys.path: test/conftest.py)
 from prometheus_client.parser import text_string_to_metric_families
-from waiting import wait_until
 
 from pko.__main__ import parse_duration, parse_settings
 from pko.controllers.options import ControllerOptions
 from pko.controllers.retrysettings import RetrySettings
+from pko.devtools.waiting import wait_until
 from pko.machinery.controller import Result
 from pko.machinery.leaderelection import LeaderElectionConfig, micro_time
 from pko.machinery.manager import (

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from waiting import wait_until
 
+from pko.devtools.waiting import wait_until
 from pko.machinery.delayingqueue import DelayingQueue
 from pko.machinery.ratelimit import ItemFastSlowRateLimiter
 from pko.machinery.ratelimitingqueue import RateLimitingQueue

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio.client import ApiException
-from waiting import wait_until
 
+from pko.devtools.waiting import wait_until
 from pko.machinery.informer import SharedInformer
 from pko.machinery.resource import Obj, Resource, ResourceClient, api_error_status
 from pko.machinery.writes import ANNOTATION_APPLIED_DIGEST, DigestApplier, StatusWriter, digest, stamp

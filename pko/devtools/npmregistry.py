@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from gitserver import serve_wsgi
+from pko.devtools.gitserver import serve_wsgi
 
 __all__ = ["MissingTarball", "Registry", "lockfile_subset", "make_package", "serve_registry"]
 

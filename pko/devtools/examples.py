@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def local_example(name: str, folder: Path, stack_ops: list[dict[str, Any]] | None = None) -> Path:

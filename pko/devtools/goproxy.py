@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gitserver import serve_wsgi
+from pko.devtools.gitserver import serve_wsgi
 
 __all__ = ["go_sum", "serve_module_cache"]
 

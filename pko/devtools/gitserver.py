@@ -13,9 +13,10 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from dulwich.objects import Blob, Commit, Tag, Tree
+from dulwich.objects import Blob, Commit, ObjectID, Tag, Tree
+from dulwich.refs import Ref
 from dulwich.repo import Repo
-from dulwich.server import DictBackend
+from dulwich.server import BackendRepo, DictBackend
 from dulwich.web import make_wsgi_chain
 
 __all__ = ["SameName", "git_commit", "same_name_repository", "serve_git", "serve_wsgi"]
@@ -47,7 +48,8 @@ def serve_wsgi(app: Any, host: str = "127.0.0.1") -> Iterator[str]:
 @contextlib.contextmanager
 def serve_git(repo: Repo, path: str = "/repo.git", host: str = "127.0.0.1") -> Iterator[str]:
     """``repo`` served over git's smart HTTP at ``path``: its URL."""
-    with serve_wsgi(make_wsgi_chain(DictBackend({path: repo})), host) as base:
+    repos: dict[str, BackendRepo] = {path: repo}
+    with serve_wsgi(make_wsgi_chain(DictBackend(repos)), host) as base:
         yield base + path
 
 
@@ -56,7 +58,7 @@ def git_commit(
 ) -> str:
     """Commit ``files`` (path -> content, ``/`` makes folders) to ``branch`` of ``repo``, after the
     branch's head if it has one, at ``when`` (default: now): the new commit's id."""
-    ref = f"refs/heads/{branch}".encode()
+    ref = Ref(f"refs/heads/{branch}".encode())
     commit = Commit()
     commit.tree = _tree(repo, files).id
     commit.parents = [repo.refs[ref]] if ref in repo.refs else []
@@ -102,12 +104,12 @@ def same_name_repository(
     ``v1`` as the tag, a Stack's branch ``v1`` is the branch."""
     tag_commit = git_commit(repo, tagged, b"tagged\n", branch="tagged", when=1_700_000_000)
     branch_commit = git_commit(repo, head, b"head\n", branch=default, when=1_700_000_100)
-    del repo.refs[b"refs/heads/tagged"]
+    del repo.refs[Ref(b"refs/heads/tagged")]
     tag = Tag()
     tag.name, tag.object = b"v1", (Commit, tag_commit.encode())
     tag.tagger = b"T <t@example.com>"
     tag.tag_time, tag.tag_timezone, tag.message = 1_700_000_050, 0, b"release one"
     repo.object_store.add_object(tag)
-    repo.refs[b"refs/heads/v1"] = branch_commit.encode()
-    repo.refs[b"refs/tags/v1"] = tag.id
+    repo.refs[Ref(b"refs/heads/v1")] = ObjectID(branch_commit.encode())
+    repo.refs[Ref(b"refs/tags/v1")] = tag.id
     return SameName(branch_commit, tag_commit)

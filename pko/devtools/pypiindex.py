@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from gitserver import serve_wsgi
+from pko.devtools.gitserver import serve_wsgi
 
 __all__ = ["Index", "make_wheel", "normalize", "serve_index", "wheel_name"]
 
