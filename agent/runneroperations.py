@@ -20,6 +20,7 @@ from pko.agent.runnerresults import (
     change_counts,
     done_counts,
     error_text,
+    log_changes,
     output_values,
     permalink,
     plan_not_found,
@@ -113,6 +114,7 @@ class RunnerOperations:
             )
             base.permalink = permalink(stdout)
             base.changes = changes.changes()
+            log_changes(operation_id, base.changes)
             base.pending_operations = list(base.failure.pending_operations)
             self._settle_plan(operation_id, request, base)
             log.warning(
@@ -135,6 +137,7 @@ class RunnerOperations:
     ) -> pb.OperationResult:
         base.state = pb.OperationState.SUCCEEDED
         base.changes = changes.changes()
+        log_changes(operation_id, base.changes)
         if base.summary is None:
             base.summary = pb.UpdateSummary(
                 start_time=started, end_time=datetime.now(UTC), result="succeeded"

@@ -80,6 +80,21 @@ def output_values(outputs: auto.OutputMap) -> dict[str, pb.OutputValue]:
     }
 
 
+def log_changes(operation_id: str, changes: list[pb.ResourceChange]) -> None:
+    """One ``resource change`` line per entry of an operation's change set: the whole set, where a
+    person reads it when the Update's ``status.changes`` lists only its first entries
+    (``pko.api.limits``: the operator bounds what it records, the log is not bounded)."""
+    for change in changes:
+        log.info(
+            "resource change",
+            operation=operation_id,
+            urn=change.urn,
+            type=change.type,
+            op=change.op,
+            paths=list(change.paths),
+        )
+
+
 def done_counts(s: auto.UpdateSummary | None) -> dict[str, int]:
     """What an up, refresh or destroy did, from its summary (empty when the history had none)."""
     return change_counts(s.resource_changes if s is not None else None)

@@ -177,7 +177,13 @@ class StackDrift(KubeModel):
     detected: bool = False
     """Detected is true when the last check found drift."""
     resources: Annotated[list[DriftedResource], ListAtomic()] | None = None
-    """Resources lists the drifted resources, by urn."""
+    """Resources lists the drifted resources, by urn: the first 250 that fit in 128 KiB of JSON, each
+    with its first 20 paths (``truncated``; the agent's log lists every one)."""
+    count: Annotated[NonNegativeInt64, Extension("issue44: no status grows with the program")] | None = None
+    """(pko extension) Count is how many resources the last check found drifted (``resources`` lists
+    the first of them)."""
+    truncated: Annotated[bool, Extension("issue44: no status grows with the program")] | None = None
+    """(pko extension) Truncated is true when ``resources`` leaves resources or paths out."""
     message: str | None = None
     """Message says why the last check failed, if it did."""
 

@@ -102,7 +102,20 @@ class ResourceChange(KubeModel):
     read, import, ... (never same). For a refresh: update (the resource drifted) or delete (it is
     gone)."""
     paths: Annotated[list[str], ListAtomic()] | None = None
-    """Paths are the changed property paths (e.g. ``spec.replicas``), sorted."""
+    """Paths are the changed property paths (e.g. ``spec.replicas``), sorted; at most 20 (the first)."""
+
+
+class ChangeSummary(KubeModel):
+    """How many of the user's resources an operation creates, updates, deletes and replaces."""
+
+    create: NonNegativeInt64 = 0
+    """Create counts the resources created."""
+    update: NonNegativeInt64 = 0
+    """Update counts the resources updated in place."""
+    delete: NonNegativeInt64 = 0
+    """Delete counts the resources deleted."""
+    replace: NonNegativeInt64 = 0
+    """Replace counts the resources replaced (deleted and created again)."""
 
 
 class PendingOperation(KubeModel):
@@ -116,6 +129,7 @@ class PendingOperation(KubeModel):
 
 
 _PENDING = "fault matrix: a killed engine's pending operations are reported, and cleared once stale"
+_BOUNDED = "issue44: no status grows with the program (pko.api.limits)"
 
 
 class UpdateStatus(KubeModel):
@@ -148,12 +162,23 @@ class UpdateStatus(KubeModel):
     ) = None
     """(pko extension) Changes lists each resource the operation changes (or, for a preview and a
     ``previewOnly`` refresh, would change; for a refresh, each drifted resource), one entry per
-    resource and step, sorted by urn, then op; ``same`` steps are left out."""
+    resource and step, sorted by urn, then op; ``same`` steps are left out. Bounded: the first 250
+    entries that fit in 128 KiB of JSON, each with its first 20 paths (``changesTruncated``); the
+    agent's log lists every one (``resource change`` lines)."""
+    change_count: Annotated[NonNegativeInt64, Extension(_BOUNDED)] | None = None
+    """(pko extension) ChangeCount is how many entries the whole change set has (``changes`` lists
+    the first of them)."""
+    changes_truncated: Annotated[bool, Extension(_BOUNDED)] | None = None
+    """(pko extension) ChangesTruncated is true when ``changes`` leaves entries or paths out."""
+    change_summary: Annotated[ChangeSummary, Extension(_BOUNDED)] | None = None
+    """(pko extension) ChangeSummary counts the user's resources by what the operation does to each
+    (one per resource; the stack's root resource and providers left out), over the whole change set:
+    what a plan's summary and its approval rule read."""
     pending_operations: Annotated[list[PendingOperation], ListAtomic(), Extension(_PENDING)] | None = None
     """(pko extension) PendingOperations lists the operations the stack's state still records as
     started and never finished (an engine killed mid-operation) after this operation: each resource's
     fate is unknown to Pulumi and must be checked by hand (then ``pulumi refresh`` or a later up
-    resolves it). Absent when there are none."""
+    resolves it). Absent when there are none. Bounded as ``changes`` are."""
     cleared_pending_operations: (
         Annotated[list[PendingOperation], ListAtomic(), Extension(_PENDING)] | None
     ) = None
@@ -183,6 +208,7 @@ __all__ = [
     "PLURAL",
     "UPDATE_TYPES",
     "VERSION",
+    "ChangeSummary",
     "PendingOperation",
     "ProjectInfo",
     "ResourceChange",

@@ -42,6 +42,9 @@ UPDATE_NAME_LABEL: Final = "auto.pulumi.com/update-name"
 
 RECONCILIATION_REQUEST_ANNOTATION: Final = RECONCILE_REQUEST_ANNOTATION
 SECRETS_ANNOTATION: Final = "pulumi.com/secrets"
+# On an Update's outputs Secret: the outputs left out to keep it bounded (pko.api.limits.MAX_OUTPUTS_BYTES),
+# as JSON {"count": n, "keys": [the first 50]}; ``pulumi stack output`` in the workspace pod shows them.
+OMITTED_OUTPUTS_ANNOTATION: Final = "pulumi.com/omitted-outputs"
 STACK_FINALIZER: Final = "finalizer.stack.pulumi.com"
 
 # Server-side apply field managers, as the Go operator names them.

@@ -249,3 +249,27 @@ def test_a_run_that_ends_with_its_summary_and_reports_nothing_applied_silently()
     failed = {"resOpFailedEvent": {"metadata": {"urn": urn("e")}}}
     assert not _observed([summary, failed]).applied_silently("")
     assert _observed([summary, {"cancelEvent": {}}]).applied_silently("")  # the end of every run
+
+
+def test_the_agent_log_lists_every_change_the_status_may_cut() -> None:
+    """The operator lists at most pko.api.limits.MAX_LISTED_ENTRIES changes in an Update's status; the
+    agent's log has one ``resource change`` line for each, in the change set's order."""
+    from pko.agent.runnerresults import log_changes
+    from structlog.testing import capture_logs
+
+    changes = [
+        pb.ResourceChange(urn=urn(f"r{i:04d}"), type=FILE, op="create", paths=["a"]) for i in range(1000)
+    ]
+    with capture_logs() as logs:
+        log_changes("op-1", changes)
+    lines = [e for e in logs if e["event"] == "resource change"]
+    assert [e["urn"] for e in lines] == [c.urn for c in changes]
+    assert lines[0] == {
+        "event": "resource change",
+        "log_level": "info",
+        "operation": "op-1",
+        "urn": urn("r0000"),
+        "type": FILE,
+        "op": "create",
+        "paths": ["a"],
+    }

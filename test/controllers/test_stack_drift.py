@@ -109,6 +109,7 @@ def test_a_check_records_each_drifted_resource_with_its_paths_and_the_condition(
                 "paths": ["data.greeting"],
             },
         ],
+        "count": 2,
     }
     drifted = condition(status, "Drifted")
     assert drifted is not None and drifted[:2] == ("True", "DriftDetected")

@@ -108,10 +108,21 @@ def _change_entries(changes: Iterable[Mapping[str, Any]]) -> list[Obj]:
     return sorted(entries, key=lambda e: (e["urn"], e["op"]))
 
 
-def plan_digest(inputs: str, base: str, changes: Iterable[Mapping[str, Any]], preview: str = "") -> str:
+def plan_digest(
+    inputs: str,
+    base: str,
+    changes: Iterable[Mapping[str, Any]],
+    preview: str = "",
+    whole: Mapping[str, Any] | None = None,
+) -> str:
     """The digest a user approves: the inputs, the Update the state came from, the change set and
-    the ``preview`` Update that saved the plan (so each preview needs its own approval)."""
-    return _sha256({"inputs": inputs, "base": base, "preview": preview, "changes": _change_entries(changes)})
+    the ``preview`` Update that saved the plan (so each preview needs its own approval). For a
+    change set the Update lists only in part (``changesTruncated``), ``whole`` (its count and
+    summary) is hashed too; the preview's name already ties the digest to the one plan it saved."""
+    value: Obj = {"inputs": inputs, "base": base, "preview": preview, "changes": _change_entries(changes)}
+    if whole:
+        value["whole"] = dict(whole)
+    return _sha256(value)
 
 
 def summarize(changes: Iterable[Mapping[str, Any]]) -> Obj:
@@ -137,12 +148,20 @@ def record_plan(status: Obj, update: Mapping[str, Any], now: datetime, commit: s
     recorded."""
     meta = update.get("metadata") or {}
     inputs = str((meta.get("annotations") or {}).get(PLAN_INPUTS_ANNOTATION) or "")
-    changes = list((update.get("status") or {}).get("changes") or [])
+    recorded = update.get("status") or {}
+    changes = list(recorded.get("changes") or [])
     base = str((status.get("lastUpdate") or {}).get("name") or "")
+    # Counted over every change by the Update controller (changes may list only the first).
+    summary = dict(recorded.get("changeSummary") or summarize(changes))
+    whole = (
+        {"count": recorded.get("changeCount"), "summary": summary}
+        if recorded.get("changesTruncated")
+        else None
+    )
     plan: Obj = {
-        "digest": plan_digest(inputs, base, changes, str(meta.get("name") or "")),
+        "digest": plan_digest(inputs, base, changes, str(meta.get("name") or ""), whole),
         "update": str(meta.get("name") or ""),
-        "summary": summarize(changes),
+        "summary": summary,
         "time": format_time(now),
         "inputs": inputs,
     }

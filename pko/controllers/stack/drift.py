@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from pko.api.limits import MAX_SHORT_MESSAGE_CHARS
 from pko.api.stack import DriftDetectionSpec
+from pko.controllers.bounds import bounded_list, cap_head
 from pko.controllers.stack.status import parse_time
 from pko.machinery.conditions import format_time, remove_condition, set_condition
 from pko.machinery.events import Emit
@@ -76,15 +78,22 @@ def remediation_due(spec: DriftDetectionSpec | None, status: Mapping[str, Any]) 
     return bool((status.get("drift") or {}).get("detected")) and not _up_since_check(status)
 
 
-def drift_message(resources: list[Obj]) -> str:
-    if not resources:
+def drift_message(resources: list[Obj], count: int | None = None) -> str:
+    """The ``Drifted`` condition's and Event's message: how many differ (``count``: all of them, when
+    ``resources`` lists only the first), the first few by URN and path; at most
+    ``MAX_SHORT_MESSAGE_CHARS``."""
+    total = max(count or 0, len(resources))
+    if not total:
         return "no resource differs from the stack's state"
     shown = ", ".join(
         f"{r['urn']}" + (f" ({', '.join(r.get('paths') or [])})" if r.get("paths") else " (gone)")
         for r in resources[:_SHOWN]
     )
-    more = f" and {len(resources) - _SHOWN} more" if len(resources) > _SHOWN else ""
-    return f"{len(resources)} resource(s) differ from the stack's state: {shown}{more}"
+    listed = min(len(resources), _SHOWN)
+    more = f" and {total - listed} more" if total > listed else ""
+    return cap_head(
+        f"{total} resource(s) differ from the stack's state: {shown}{more}", MAX_SHORT_MESSAGE_CHARS
+    )
 
 
 def mark_drift(status: Obj, detected: bool, message: str, generation: int | None, now: datetime) -> None:
@@ -111,11 +120,13 @@ def record_drift(
     status: Obj, update: Mapping[str, Any], generation: int | None, now: datetime
 ) -> DriftResult:
     """Record a succeeded drift check (a ``previewOnly`` refresh Update) in ``status.drift`` and
-    the ``Drifted`` condition."""
+    the ``Drifted`` condition: the first drifted resources (bounded), and how many there are (the
+    Update's ``changeCount`` when it lists only some)."""
     before = status.get("drift") or {}
+    recorded = update.get("status") or {}
     seen = {str(r.get("urn")): r.get("firstSeen") for r in before.get("resources") or []}
     by_urn: dict[str, Obj] = {}
-    for change in (update.get("status") or {}).get("changes") or []:
+    for change in recorded.get("changes") or []:
         urn = str(change.get("urn") or "")
         if not urn or str(change.get("op") or "") == "same":
             continue
@@ -130,13 +141,20 @@ def record_drift(
         paths = sorted({*entry.get("paths", []), *(str(p) for p in change.get("paths") or [])})
         if paths:
             entry["paths"] = paths
-    resources = [by_urn[urn] for urn in sorted(by_urn)]
-    detected = bool(resources)
+    listed = bounded_list(by_urn[urn] for urn in sorted(by_urn))
+    resources = listed.entries
+    partial = bool(recorded.get("changesTruncated")) or listed.truncated
+    count = max(int(recorded.get("changeCount") or 0), listed.total) if partial else listed.total
+    detected = count > 0
     drift: Obj = {"lastCheckTime": format_time(now), "detected": detected}
     if resources:
         drift["resources"] = resources
+    if detected:
+        drift["count"] = count
+    if partial:
+        drift["truncated"] = True
     status["drift"] = drift
-    message = drift_message(resources)
+    message = drift_message(resources, count)
     mark_drift(status, detected, message, generation, now)
     events: list[Emit] = []
     if detected and not before.get("detected"):

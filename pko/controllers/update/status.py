@@ -19,8 +19,12 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from pko.api.generated.pko.agent import v1 as pb
+from pko.api.limits import MAX_MESSAGE_CHARS, MAX_OUTPUTS_BYTES
+from pko.api.stackterms import PLAN_OPS, resource_ops
 from pko.api.update import CONDITION_COMPLETE, CONDITION_FAILED, CONDITION_PROGRESSING
+from pko.controllers.bounds import bounded_list, cap_head, cap_tail
 from pko.controllers.resources import (
+    OMITTED_OUTPUTS_ANNOTATION,
     SECRETS_ANNOTATION,
     UPDATE_COMPONENT,
     UPDATE_NAME_LABEL,
@@ -45,6 +49,7 @@ __all__ = [
     "REASON_UPDATE_SUCCEEDED",
     "REASON_WORKSPACE_NOT_FOUND",
     "REASON_WORKSPACE_NOT_READY",
+    "change_fields",
     "ended_status",
     "failed_reason",
     "is_complete",
@@ -88,7 +93,9 @@ REASON_PLAN_NOT_FOUND: Final = "PlanNotFound"
 _REASON_ALIASES: Final = {"Cancelled": REASON_CANCELED}
 _UNSAFE_KEY: Final = re.compile(r"[^-._a-zA-Z0-9]")
 MESSAGE_LINES: Final = 10
-MESSAGE_MAX_CHARS: Final = 4096
+MESSAGE_MAX_CHARS: Final = MAX_MESSAGE_CHARS
+# Output names listed in the omitted-outputs annotation (the rest are counted).
+_MAX_OMITTED_LISTED: Final = 50
 _MAX_PENDING_LISTED: Final = 10
 
 
@@ -121,17 +128,31 @@ def outputs_secret(update: Obj, outputs: Mapping[str, pb.OutputValue]) -> Obj:
     """The immutable Secret holding ``outputs`` (JSON values), controlled by ``update``.
 
     The keys of secret outputs are listed (sanitised, sorted) in the ``pulumi.com/secrets``
-    annotation, so the Stack can keep them secret in its own status.
+    annotation, so the Stack can keep them secret in its own status. Outputs are taken by key
+    while their keys and values fit in ``MAX_OUTPUTS_BYTES`` (a Secret holds 1 MiB, and the Stack
+    copies them into its status); one that does not is left out and named in the
+    ``pulumi.com/omitted-outputs`` annotation (``{"count": n, "keys": [the first 50]}``).
     """
     meta = update.get("metadata") or {}
     name = str(meta.get("name", ""))
     data: dict[str, str] = {}
     secret_keys: list[str] = []
-    for key, value in outputs.items():
+    omitted: list[str] = []
+    size = 0
+    for key, value in sorted(outputs.items(), key=lambda kv: sanitize_output_key(kv[0])):
         safe = sanitize_output_key(key)
-        data[safe] = base64.b64encode(bytes(value.value)).decode("ascii")
+        raw = bytes(value.value)
+        if size + len(safe) + len(raw) > MAX_OUTPUTS_BYTES:
+            omitted.append(safe)
+            continue
+        size += len(safe) + len(raw)
+        data[safe] = base64.b64encode(raw).decode("ascii")
         if value.secret:
             secret_keys.append(safe)
+    annotations = {SECRETS_ANNOTATION: json.dumps(sorted(set(secret_keys)))}
+    if omitted:
+        listed = {"count": len(omitted), "keys": omitted[:_MAX_OMITTED_LISTED]}
+        annotations[OMITTED_OUTPUTS_ANNOTATION] = json.dumps(listed)
     secret: Obj = {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -139,7 +160,7 @@ def outputs_secret(update: Obj, outputs: Mapping[str, pb.OutputValue]) -> Obj:
             "name": outputs_secret_name(name),
             "namespace": meta.get("namespace"),
             "labels": {WORKSPACE_COMPONENT_LABEL: UPDATE_COMPONENT, UPDATE_NAME_LABEL: name},
-            "annotations": {SECRETS_ANNOTATION: json.dumps(sorted(set(secret_keys)))},
+            "annotations": annotations,
         },
         "immutable": True,
         "type": "Opaque",
@@ -164,9 +185,7 @@ def _tail(text: str, lines: int = MESSAGE_LINES) -> list[str]:
 
 
 def _cap(message: str) -> str:
-    if len(message) <= MESSAGE_MAX_CHARS:
-        return message
-    return "..." + message[-(MESSAGE_MAX_CHARS - 3) :]
+    return cap_tail(message, MESSAGE_MAX_CHARS)
 
 
 def result_message(result: pb.OperationResult) -> str:
@@ -176,7 +195,7 @@ def result_message(result: pb.OperationResult) -> str:
     if result.state == pb.OperationState.SUCCEEDED or failure is None:
         summary = result.summary.message if result.summary is not None else ""
         if result.state == pb.OperationState.SUCCEEDED:
-            return summary
+            return cap_head(summary, MESSAGE_MAX_CHARS)
         return _cap("\n".join(_tail(result.stderr)) or summary or "the operation failed")
     lines: list[str] = [failure.message] if failure.message else []
     if failure.lock is not None and (failure.lock.owner or failure.lock.location):
@@ -218,6 +237,9 @@ STATUS_FIELDS: Final = (
     "projectInfo",
     "resourceChanges",
     "changes",
+    "changeCount",
+    "changesTruncated",
+    "changeSummary",
     "pendingOperations",
     "clearedPendingOperations",
 )
@@ -294,7 +316,7 @@ def result_status(
     if result.change_summary:
         status["resourceChanges"] = {k: int(v) for k, v in sorted(result.change_summary.items())}
     if result.changes:
-        status["changes"] = status_changes(result.changes)
+        status.update(change_fields(result.changes))
     remaining = result.pending_operations or (result.failure.pending_operations if result.failure else [])
     if remaining:
         status["pendingOperations"] = status_pending(remaining)
@@ -315,9 +337,10 @@ def result_status(
 
 
 def status_changes(items: list[pb.ResourceChange]) -> list[Obj]:
-    """``status.changes``: the agent's change set as the CRD spells it (``paths`` only when known)."""
+    """The agent's whole change set as the CRD spells it (``paths`` only when known), sorted by urn,
+    then op (the agent sends it so; sorted again so the listed prefix is stable whatever it sends)."""
     out: list[Obj] = []
-    for item in items:
+    for item in sorted(items, key=lambda c: (c.urn, c.op)):
         entry: Obj = {"urn": item.urn, "type": item.type, "op": item.op}
         if item.paths:
             entry["paths"] = list(item.paths)
@@ -325,10 +348,26 @@ def status_changes(items: list[pb.ResourceChange]) -> list[Obj]:
     return out
 
 
+def change_fields(items: list[pb.ResourceChange]) -> Obj:
+    """``changes`` (bounded: :func:`~pko.controllers.bounds.bounded_list`), ``changeCount``,
+    ``changesTruncated`` when something is left out, and ``changeSummary``, counted over every change
+    (what approval's summary and its destructive rule read, so a delete past the listed ones counts)."""
+    whole = status_changes(items)
+    listed = bounded_list(whole)
+    summary = dict.fromkeys(PLAN_OPS, 0)
+    for op in resource_ops(whole).values():
+        summary[op] += 1
+    fields: Obj = {"changes": listed.entries, "changeCount": listed.total, "changeSummary": summary}
+    if listed.truncated:
+        fields["changesTruncated"] = True
+    return fields
+
+
 def status_pending(items: list[pb.PendingOperation]) -> list[Obj]:
     """``status.pendingOperations`` / ``status.clearedPendingOperations``: each operation's urn and
-    type, in the agent's order (the state's)."""
-    return [{"urn": item.urn, "type": item.type} for item in items]
+    type, in the agent's order (the state's); bounded as ``changes`` are (the message and the
+    agent's log count them all)."""
+    return bounded_list({"urn": item.urn, "type": item.type} for item in items).entries
 
 
 def ended_status(update: Obj, reason: str, message: str, now: datetime | None = None) -> Obj:
@@ -337,13 +376,14 @@ def ended_status(update: Obj, reason: str, message: str, now: datetime | None = 
     status, gen = _base(update)
     status["endTime"] = format_time(now)
     status["message"] = _cap(message)
+    first = cap_head(message.splitlines()[0], MESSAGE_MAX_CHARS) if message else ""
     status["conditions"] = _conditions(
         update,
         gen,
         now,
         (CONDITION_PROGRESSING, "False", REASON_FAILED, ""),
-        (CONDITION_COMPLETE, "True", REASON_FAILED, message.splitlines()[0] if message else ""),
-        (CONDITION_FAILED, "True", reason, message.splitlines()[0] if message else ""),
+        (CONDITION_COMPLETE, "True", REASON_FAILED, first),
+        (CONDITION_FAILED, "True", reason, first),
     )
     return status
 
