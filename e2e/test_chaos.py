@@ -10,17 +10,14 @@ The full matrix is one command: ``sudo python3 hack/chaos.py`` on a node from ``
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from dataclasses import asdict
-from pathlib import Path
 
 import pytest
 
-from .conftest import Kube
+from pko.devtools import chaos
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hack"))
-import chaos  # hack/chaos.py
+from .conftest import Kube
 
 pytestmark = [
     pytest.mark.timeout(1500),

@@ -21,7 +21,6 @@ pip's own tools from the image's wheelhouse."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,12 +33,10 @@ from pko.devtools.gitserver import git_commit, serve_git
 from pko.devtools.goproxy import go_sum, serve_module_cache
 from pko.devtools.npmregistry import Registry, lockfile_subset, serve_registry
 from pko.devtools.pypiindex import Index, make_wheel, serve_index
+from pko.devtools.versions import cache_dir, versions
 
 from .conftest import Kube
 from .test_walkthrough import NODE_IP, gone, ready, stack
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hack"))
-from versions import cache_dir, versions  # hack/versions.py
 
 pytestmark = pytest.mark.timeout(1800)
 

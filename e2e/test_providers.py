@@ -6,19 +6,16 @@ built. Each stack keeps its state on a PersistentVolumeClaim of its own, as in t
 from __future__ import annotations
 
 import re
-import sys
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from pko.devtools.examples import local_example
+from pko.devtools.versions import versions
 
 from .conftest import Kube
 from .test_walkthrough import gone, ready, stack
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hack"))
-from versions import versions  # hack/versions.py: the pinned versions
 
 pytestmark = pytest.mark.timeout(1800)
 

@@ -51,10 +51,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from pko.devtools.versions import VERSIONS_ENV, cache_dir, versions
+
 HACK_DIR = Path(__file__).resolve().parent
-if str(HACK_DIR) not in sys.path:  # loaded by path (test/api/test_k8sschema.py) rather than run
-    sys.path.insert(0, str(HACK_DIR))
-from versions import VERSIONS_ENV, cache_dir, versions  # noqa: E402
 
 REPO_ROOT = HACK_DIR.parent
 SCHEMA_DIR = REPO_ROOT / "api" / "schemas"

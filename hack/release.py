@@ -52,8 +52,8 @@ from releasefiles import (  # noqa: E402
     to_yaml,
     validate_version,
 )
-from versions import cache_dir  # noqa: E402
 
+from pko.devtools.versions import cache_dir  # noqa: E402
 from pko.version import VERSION  # noqa: E402
 
 CHART_REPOSITORY = "charts/pko"

@@ -19,12 +19,11 @@ from typing import Any
 import pytest
 import yaml
 
+from pko.devtools.kubectl import kubectl
+from pko.devtools.localcluster import LocalCluster
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
-
-from localcluster import LocalCluster  # noqa: E402
-
-from pko.devtools.kubectl import kubectl  # noqa: E402
 
 # The stand-in Pulumi CLI (test/fakepulumi): the `fake_pulumi` fixture for agent tests.
 pytest_plugins = ["fakepulumi.fixtures"]
@@ -110,7 +109,7 @@ async def namespace(request: pytest.FixtureRequest, api_client: Any, crds: list[
 @pytest.fixture(scope="module")
 def reg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A private OCI registry on loopback (hack/registry.py: Distribution, TLS from its own CA, htpasswd)."""
-    import registry
+    from pko.devtools import registry
 
     running = registry.start(tmp_path_factory.mktemp("registry"), "127.0.0.1")
     try:

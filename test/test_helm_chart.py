@@ -46,9 +46,9 @@ from helmtest import (
     refused,
     template,
 )
-from localcluster import LocalCluster
 
 from pko.devtools.kubectl import kubectl
+from pko.devtools.localcluster import LocalCluster
 
 # The first test that needs helm builds it when the cache has none (about 2 min cold on 2 cores, with an
 # empty Go module cache): more than the suite's 300 s default leaves for a slow machine.

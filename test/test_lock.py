@@ -175,7 +175,7 @@ WORKSPACE = REPO / "requirements-workspace.lock"
 
 
 def test_the_workspace_lock_pins_the_sdk_of_versions_env_as_the_runtime_lock_does() -> None:
-    from versions import versions  # hack/versions.py
+    from pko.devtools.versions import versions
 
     pins, runtime = locks.read_lock(WORKSPACE), locks.read_lock(RUNTIME)
     assert pins["pulumi"].version == versions()["PULUMI_SDK_VERSION"]

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from versions import cache_dir  # hack/versions.py (hack/ is on sys.path: test/conftest.py)
 
 from pko.devtools.npmregistry import MissingTarball, Registry, lockfile_subset, make_package, serve_registry
+from pko.devtools.versions import cache_dir
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE_LOCK = REPO / "images" / "workspace" / "nodejs" / "package-lock.json"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -28,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import localnode  # hack/localnode.py (hack/ is on sys.path: test/conftest.py)
 import pytest
-import registry  # hack/registry.py
-from localcluster import _apt_install
-from versions import versions
+
+from pko.devtools import localnode, registry
+from pko.devtools.localcluster import _apt_install
+from pko.devtools.versions import versions
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
@@ -205,7 +206,7 @@ def test_restart_keeps_ca_credentials_and_storage(tmp_path: Path, bah: Buildah) 
 
 
 def test_cli_up_prints_json_and_down_stops_it(tmp_path: Path) -> None:
-    hack = Path(registry.__file__).parent
+    hack = localnode.HACK
     up = subprocess.run(
         ["python3", str(hack / "registry.py"), "up", "--host", "127.0.0.1", "--state", str(tmp_path)],
         capture_output=True,
@@ -308,7 +309,7 @@ def _cri_stubs(out: Path) -> tuple[Any, Any]:
     found = subprocess.run(
         [
             "bash",
-            str(Path(localnode.__file__).parent / "gomod.sh"),
+            str(localnode.HACK / "gomod.sh"),
             "download",
             "k8s.io/cri-api",
             f"v0.{minor_patch}",
@@ -326,11 +327,15 @@ def _cri_stubs(out: Path) -> tuple[Any, Any]:
         )
         == 0
     )
-    sys.path.insert(0, str(out))
-    import cri_api_pb2
-    import cri_api_pb2_grpc
-
-    return cri_api_pb2, cri_api_pb2_grpc
+    # Loaded from ``out`` by location; the grpc module imports its messages as ``cri_api_pb2``.
+    modules = []
+    for name in ("cri_api_pb2", "cri_api_pb2_grpc"):
+        spec = importlib.util.spec_from_file_location(name, out / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        modules.append(module)
+    return modules[0], modules[1]
 
 
 def _own_image(bah: Buildah, name: str, work: Path) -> None:

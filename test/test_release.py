@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import registry  # hack/registry.py (hack/ is on sys.path: test/conftest.py)
 from ociclient import Registry, digest_of
 
+from pko.devtools import registry
 from pko.version import VERSION
 
 REPO = Path(__file__).resolve().parent.parent

@@ -10,7 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from versions import versions  # hack/versions.py (hack/ is on sys.path: test/conftest.py)
+
+from pko.devtools.versions import versions
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "hack" / "build-sources.sh"

@@ -8,7 +8,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-from versions import VERSIONS_ENV, versions  # hack/versions.py (hack/ is on sys.path: test/conftest.py)
+from pko.devtools.versions import VERSIONS_ENV, versions
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -20,7 +20,7 @@ def _bash(script: str, *args: str) -> list[str]:
 
 
 def test_the_python_reader_sees_what_bash_sources() -> None:
-    # The build scripts `. hack/versions.env`; hack/versions.py must read the same names and values.
+    # The build scripts `. hack/versions.env`; pko/devtools/versions.py must read the same names and values.
     env = str(VERSIONS_ENV)
     names = set(_bash('. "$1"; compgen -v', env)) - set(_bash(". /dev/null; compgen -v"))
     script = '. "$1"; shift; for name; do printf "%s=%s\\n" "$name" "${!name}"; done'

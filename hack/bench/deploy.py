@@ -57,7 +57,6 @@ from controllers.operator import OPERATOR_SERVICE_ACCOUNT, Operator
 from grpclib.client import Channel
 from grpclib.exceptions import GRPCError
 from kubernetes_asyncio import client
-from localcluster import LocalCluster
 from pko.api.generated.pko.agent import v1 as pb
 from realpulumi import make_real_pulumi
 from run import bounded, cpu_seconds, create_namespace, exit_on_sigterm, log, stop_and_keep_log
@@ -65,6 +64,7 @@ from steady import free_port, rss_mb
 
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import PROGRAMS, STACKS, UPDATES
+from pko.devtools.localcluster import LocalCluster
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import CONFIGMAPS, ResourceClient
 

@@ -56,9 +56,9 @@ from common import (
 
 sys.path.insert(0, str(REPO / "hack"))
 
-from localcluster import LocalCluster
 from prometheus_client.parser import text_string_to_metric_families
 
+from pko.devtools.localcluster import LocalCluster
 from pko.machinery.resource import NAMESPACES, Resource, ResourceClient
 
 HERE = Path(__file__).resolve().parent

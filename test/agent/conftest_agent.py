@@ -26,14 +26,14 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from kubernetes_asyncio import client
-
-# Re-exported for the agent tests: the one free-port helper (hack/ is on sys.path: test/conftest.py).
-from localcluster import free_port  # noqa: F401
 from pko.agent.auth import CacheTTLs, KubeAuthorizer
 from pko.agent.kubeapi import KubeAPI, load_kubeconfig
 from pko.agent.pulumirunner import RunnerSettings
 from pko.agent.server import ServeOptions, serve
 from pko.api.generated.pko.agent import v1 as pb
+
+# Re-exported for the agent tests: the one free-port helper (hack/ is on sys.path: test/conftest.py).
+from pko.devtools.localcluster import free_port  # noqa: F401
 
 WORKSPACE = "ws1"
 REPO = Path(__file__).resolve().parents[2]

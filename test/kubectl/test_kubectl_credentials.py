@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes_asyncio.client import ApiClient
-from pki import Cert, sign
 
+from pko.devtools.pki import Cert, sign
 from pko.kubectl.credentials import environment_proxy
 from pko.kubectl.exitcodes import ExitCode
 

@@ -25,9 +25,9 @@ import aiohttp
 import pytest
 from kube_helpers import RecordingClient, create_namespace, delete_namespace
 from kubernetes_asyncio.client import ApiException
-from localcluster import LocalCluster
 from prometheus_client import CollectorRegistry
 
+from pko.devtools.localcluster import LocalCluster
 from pko.devtools.waiting import wait_until
 from pko.machinery.informer import (
     LAST_APPLIED_ANNOTATION,

@@ -22,12 +22,12 @@ from typing import Any
 import aiohttp
 import pytest
 from kubernetes_asyncio import client
-from localcluster import free_port  # the one helper (hack/ is on sys.path: test/conftest.py)
 from prometheus_client.parser import text_string_to_metric_families
 
 from pko.__main__ import parse_duration, parse_settings
 from pko.controllers.options import ControllerOptions
 from pko.controllers.retrysettings import RetrySettings
+from pko.devtools.localcluster import free_port
 from pko.devtools.waiting import wait_until
 from pko.machinery.controller import Result
 from pko.machinery.leaderelection import LeaderElectionConfig, micro_time

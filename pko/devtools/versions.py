@@ -10,7 +10,7 @@ import os
 import re
 from pathlib import Path
 
-VERSIONS_ENV = Path(__file__).resolve().parent / "versions.env"
+VERSIONS_ENV = Path(__file__).resolve().parents[2] / "hack" / "versions.env"
 # What bash's `. hack/versions.env` reads as the same NAME=value: no quotes, expansions, spaces or comments.
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=([^\s\"'`$\\;#]*)")
 
