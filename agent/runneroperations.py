@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from pko.agent import failures, plans
+from pko.agent import failures, plans, policypacks
 from pko.agent.engineevents import ChangeSet, engine_event_to_json
+from pko.agent.journal import agent_state_dir
 from pko.agent.operations import EventSink, OperationRequest, operation_type
 from pko.agent.runnerresults import (
     capped,
@@ -56,10 +58,12 @@ class RunnerOperations:
         kind = operation_type(request)
         observations = failures.RunObservations()
         changes = ChangeSet()
+        policies = policypacks.PolicyObservations()
 
         def on_event(event: EngineEvent) -> None:
             data = engine_event_to_json(event)
             observations.observe(data)
+            policies.observe(data)
             changes.observe(data)
             sink(data)
 
@@ -86,8 +90,14 @@ class RunnerOperations:
         plan = self._plan_file(operation_id, request)
         if isinstance(request, pb.UpRequest) and request.plan and plan is None:
             return plan_not_found(base, request.plan, started, self._plans.keep)
+        packs = list(request.policy_pack) if isinstance(request, (pb.PreviewRequest, pb.UpRequest)) else []
+        config_dir = agent_state_dir(self.settings.work_dir) / "policy-config"
         try:
-            self._invoke(stack, request, common, base, plan)
+            pack_args = policypacks.pack_args(packs, self.settings.work_dir, config_dir, operation_id)
+        except ValueError as exc:
+            return policypacks.refused(base, str(exc), started)
+        try:
+            self._invoke(stack, request, common, base, plan, pack_args)
         except auto_errors.CommandError as exc:
             stdout, stderr = error_text(exc)
             if (
@@ -108,7 +118,9 @@ class RunnerOperations:
             base.state = pb.OperationState.FAILED
             self._confirmed = None  # whatever failed, the next selection asks the CLI again
             base.stdout, base.stderr = capped(stdout), capped(stderr)
-            base.failure = self._state.classify(exc, observations, stack)
+            base.failure = policypacks.failure(
+                stderr, observations.error_diagnostics, policies, packs, self.settings.work_dir
+            ) or self._state.classify(exc, observations, stack)
             base.summary = pb.UpdateSummary(
                 start_time=started, end_time=datetime.now(UTC), result="failed", message=base.failure.message
             )
@@ -124,6 +136,10 @@ class RunnerOperations:
                 message=base.failure.message,
             )
             return base
+        finally:
+            base.policy_violations = policies.violations
+            for config in pack_args.configs:
+                Path(config).unlink(missing_ok=True)
         return self._succeeded(stack, operation_id, request, base, changes, started)
 
     def _succeeded(
@@ -220,16 +236,19 @@ class RunnerOperations:
         common: dict[str, Any],
         out: pb.OperationResult,
         plan: str | None = None,
+        packs: policypacks.PackArgs | None = None,
     ) -> None:
         """Run the Automation API call for ``request`` and copy its answer into ``out``; ``plan``: the
-        update plan file a preview saves or an up applies."""
+        update plan file a preview saves or an up applies; ``packs``: the policy packs it runs."""
+        paths, configs = (packs.paths, packs.configs) if packs is not None else ([], [])
         if isinstance(request, pb.PreviewRequest):
             res_p = stack.preview(
                 **common,
                 expect_no_changes=request.expect_no_changes,
                 replace=list(request.replace) or None,
                 target_dependents=request.target_dependents,
-                policy_packs=[p.name for p in request.policy_pack] or None,
+                policy_packs=paths or None,
+                policy_pack_configs=configs or None,
                 refresh=request.refresh,
                 diff=True,
                 plan=plan,
@@ -243,7 +262,8 @@ class RunnerOperations:
                 expect_no_changes=request.expect_no_changes,
                 replace=list(request.replace) or None,
                 target_dependents=request.target_dependents,
-                policy_packs=[p.name for p in request.policy_pack] or None,
+                policy_packs=paths or None,
+                policy_pack_configs=configs or None,
                 refresh=request.refresh,
                 continue_on_error=request.continue_on_error,
                 suppress_progress=True,

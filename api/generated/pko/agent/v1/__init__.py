@@ -27,6 +27,7 @@ __all__ = (
     "OutputValue",
     "PendingOperation",
     "PolicyPack",
+    "PolicyViolation",
     "PreviewRequest",
     "ProjectInfo",
     "PulumiVersionRequest",
@@ -282,7 +283,8 @@ class Failure(betterproto2.Message):
     A CamelCase reason (agent/failures.py, agent/operations.py): UpdateConflict, InvalidAccessToken,
     StackLocked, PendingOperations, ProgramError, ResourceOperationFailed, OperationFailed,
     PlanMismatch (the engine refused a step the update plan lacks), PlanNotFound (no saved plan of
-    that preview in this pod); and for an
+    that preview in this pod), PolicyViolation (a mandatory policy was violated: nothing it covers
+    changed), PolicyPackFailed (a policy pack could not be loaded or run); and for an
     operation the agent ended: Cancelled (CancelOperation), Terminated (agent shutdown),
     AgentRestarted (the agent stopped before the operation finished).
     """
@@ -499,6 +501,13 @@ class OperationResult(betterproto2.Message):
     still exist outside Pulumi's state: these URNs say where to look.
     """
 
+    policy_violations: "list[PolicyViolation]" = betterproto2.field(
+        15, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    What the policy packs of a preview or an up reported, in the engine's order, each once.
+    """
+
 
 default_message_pool.register_message(
     "pko.agent.v1", "OperationResult", OperationResult
@@ -570,10 +579,68 @@ default_message_pool.register_message(
 
 @dataclass(eq=False, repr=False)
 class PolicyPack(betterproto2.Message):
+    """
+    A Pulumi policy pack the engine runs on a preview or an up (`--policy-pack`), before any resource
+    changes: its violations are in OperationResult.policy_violations; a mandatory one fails the
+    operation (Failure.reason PolicyViolation), a pack that cannot be loaded fails it PolicyPackFailed.
+    """
+
     name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The pack's name as the caller knows it (a Stack's spec.policyPacks[].name); also its directory when
+    path is empty (the Go agent's only field).
+    """
+
+    path: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The directory holding the pack's PulumiPolicy.yaml, in the workspace: absolute, or relative to the
+    program's directory.
+    """
+
+    config: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The pack's configuration as JSON (`--policy-pack-config`): per policy, an enforcement level or an
+    object of settings, as `pulumi policy` documents it. Empty: the pack's defaults.
+    """
 
 
 default_message_pool.register_message("pko.agent.v1", "PolicyPack", PolicyPack)
+
+
+@dataclass(eq=False, repr=False)
+class PolicyViolation(betterproto2.Message):
+    """
+    One violation a policy pack reported (the engine's policyEvent).
+    """
+
+    policy_pack: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The pack's name and version as the pack declares them (PolicyPack.name when it does not load).
+    """
+
+    policy_pack_version: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    policy: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    enforcement_level: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    mandatory, advisory, remediate or disabled.
+    """
+
+    urn: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    The resource; empty for a stack policy.
+    """
+
+    message: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    The policy's description and its message, as the engine joins them.
+    """
+
+
+default_message_pool.register_message(
+    "pko.agent.v1", "PolicyViolation", PolicyViolation
+)
 
 
 @dataclass(eq=False, repr=False)

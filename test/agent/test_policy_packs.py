@@ -1,0 +1,247 @@
+"""Policy packs on the real engine (hack/build-pulumi.sh) through the agent's gRPC service: a JavaScript
+pack with a mandatory and an advisory policy over a Pulumi YAML program whose one resource is a
+``command:local:Command`` (pulumi-command from hack/build-sources.sh).
+
+What this machine provides offline, and how the engine uses it: pulumi v3.274 runs a pack directory
+through its language host (the Node.js host of hack/build-sources.sh runs
+``@pulumi/pulumi/cmd/run-policy-pack``: no ``pulumi-analyzer-policy`` plugin is involved). The pack
+needs ``@pulumi/policy`` (the npm package, pinned here and fetched once into the pko cache) and
+``@pulumi/pulumi`` with its dependencies, which the image's SDK set has (hack/build-runtimes.sh's
+node_modules, on NODE_PATH here as /node_modules is in the image). The language hosts are on PATH
+rather than beside ``pulumi`` as in the image, so the engine's ambient lookup is left on.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import tarfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from conftest_agent import RunningAgent, collect, start_agent
+from pko.agent.policypacks import REASON_POLICY_PACK_FAILED, REASON_POLICY_VIOLATION
+from pko.api.generated.google.protobuf import Value
+from pko.api.generated.pko.agent import v1 as pb
+from realpulumi import REPO, RealPulumi, make_real_pulumi
+from test_pending_operations import install_command_provider
+from test_server import drain
+
+pytestmark = pytest.mark.timeout(300)
+
+POLICY_SDK = ("@pulumi/policy", "1.21.0")
+POLICY_SDK_INTEGRITY = (
+    "sha512-tLczMS7S2UUpc1qO9xvGY54GumUShTNxm/BY/T1fb0Hp/ILScxXzrmLpkbt4KUGZAcX/EdGLVuMGHyhreqbfvg=="
+)
+COMMAND = "command:local:Command"
+PROGRAM = """\
+name: policed
+runtime: yaml
+config:
+  create:
+    type: string
+resources:
+  step:
+    type: command:local:Command
+    properties:
+      create: ${create}
+"""
+PACK = """\
+const { PolicyPack } = require("@pulumi/policy");
+new PolicyPack("pko-commands", {
+  policies: [
+    {
+      name: "no-forbidden-commands",
+      description: "A command may not say 'forbidden'.",
+      enforcementLevel: "mandatory",
+      validateResource: (args, reportViolation) => {
+        if (args.type === "command:local:Command" && String(args.props.create || "").includes("forbidden")) {
+          reportViolation("this command says 'forbidden'");
+        }
+      },
+    },
+    {
+      name: "commands-have-delete",
+      description: "A command should say how to undo it.",
+      enforcementLevel: "advisory",
+      validateResource: (args, reportViolation) => {
+        if (args.type === "command:local:Command" && !args.props.delete) {
+          reportViolation("no delete command");
+        }
+      },
+    },
+  ],
+});
+"""
+URN = f"urn:pulumi:dev::policed::{COMMAND}::step"
+
+
+def built(script: str) -> Path:
+    """The output directory a hack/build-*.sh script prints last (it builds only what its cache lacks)."""
+    done = subprocess.run(["bash", str(REPO / "hack" / script)], check=True, capture_output=True, text=True)
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def runtimes() -> Path:
+    return built("build-runtimes.sh")
+
+
+@pytest.fixture(scope="module")
+def policy_sdk(runtimes: Path) -> Path:
+    """The pinned @pulumi/policy tarball, fetched once with npm into the pko cache (beside the runtimes)
+    and refused unless its sha512 is the pin."""
+    name, version = POLICY_SDK
+    cache = runtimes.parents[1] / "npm-packs"
+    tarball = cache / f"pulumi-policy-{version}.tgz"
+    if not tarball.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["npm", "pack", f"{name}@{version}", "--pack-destination", str(cache)],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+    digest = base64.b64encode(hashlib.sha512(tarball.read_bytes()).digest()).decode()
+    assert f"sha512-{digest}" == POLICY_SDK_INTEGRITY, f"{tarball}: not the pinned {name}@{version}"
+    return tarball
+
+
+def write_pack(directory: Path, sdk: Path, source: str = PACK) -> None:
+    """A JavaScript pack (no compile), @pulumi/policy in its own node_modules as `npm install` leaves it."""
+    target = directory / "node_modules" / "@pulumi" / "policy"
+    target.mkdir(parents=True)
+    with tarfile.open(sdk) as archive:
+        for member in archive.getmembers():
+            member.name = member.name.partition("/")[2]  # package/... -> ...
+            if member.name:
+                archive.extract(member, target, filter="data")
+    (directory / "PulumiPolicy.yaml").write_text("runtime: nodejs\ndescription: pko test pack\n")
+    manifest = {"name": "pko-commands", "version": "0.1.0", "main": "index.js"}
+    (directory / "package.json").write_text(
+        json.dumps(manifest | {"dependencies": {POLICY_SDK[0]: POLICY_SDK[1]}})
+    )
+    (directory / "index.js").write_text(source)
+
+
+@pytest.fixture
+def real(tmp_path: Path) -> RealPulumi:
+    real = make_real_pulumi(tmp_path / "pulumi")
+    install_command_provider(real)
+    return real
+
+
+@pytest.fixture
+async def agent(
+    tmp_path: Path, real: RealPulumi, runtimes: Path, policy_sdk: Path
+) -> AsyncIterator[RunningAgent]:
+    work = tmp_path / "workspace"
+    work.mkdir()
+    (work / "Pulumi.yaml").write_text(PROGRAM)
+    write_pack(work / "policies" / "commands", policy_sdk)
+    write_pack(work / "policies" / "broken", policy_sdk, PACK + "this is not javascript(\n")
+    hosts = built("build-sources.sh") / "bin"
+    env = {
+        **real.env,
+        "PATH": os.pathsep.join([str(hosts), str(runtimes / "nodejs" / "bin"), real.env["PATH"]]),
+        "NODE_PATH": str(runtimes / "node_modules"),
+        "PULUMI_IGNORE_AMBIENT_PLUGINS": "false",
+    }
+    running = await start_agent(work, tmp_path / "journal", env=env, pulumi_root=real.root, stack="dev")
+    yield running
+    await running.stop()
+
+
+def violations(result: pb.OperationResult) -> list[tuple[str, str, str, str, str, str]]:
+    return [
+        (
+            v.policy_pack,
+            v.policy_pack_version,
+            v.policy,
+            v.enforcement_level,
+            v.urn,
+            v.message.splitlines()[-1],
+        )
+        for v in result.policy_violations
+    ]
+
+
+MANDATORY = (
+    "pko-commands",
+    "0.1.0",
+    "no-forbidden-commands",
+    "mandatory",
+    URN,
+    "this command says 'forbidden'",
+)
+ADVISORY = ("pko-commands", "0.1.0", "commands-have-delete", "advisory", URN, "no delete command")
+
+
+async def test_a_mandatory_violation_fails_before_anything_is_created_and_an_advisory_one_is_reported(
+    tmp_path: Path, agent: RunningAgent
+) -> None:
+    witness = tmp_path / "witness"
+    stub = agent.stub(agent.channel())
+    pack = pb.PolicyPack(name="commands", path="policies/commands")
+
+    async def run(create: str, request: pb.PreviewRequest | pb.UpRequest) -> pb.OperationResult:
+        config = [pb.ConfigItem(key="create", value=Value.from_dict(f"{create} >> {witness}"))]
+        await stub.set_all_config(pb.SetAllConfigRequest(config=config))
+        stream = stub.preview(request) if isinstance(request, pb.PreviewRequest) else stub.up(request)
+        _, result = collect(await drain(stream))
+        assert result is not None
+        return result
+
+    preview = await run("echo forbidden", pb.PreviewRequest(operation_id="p-1", policy_pack=[pack]))
+    assert preview.state == pb.OperationState.FAILED, preview
+    assert preview.failure.reason == REASON_POLICY_VIOLATION, preview.failure
+
+    refused = await run("echo forbidden", pb.UpRequest(operation_id="u-1", policy_pack=[pack]))
+    assert refused.state == pb.OperationState.FAILED, refused
+    assert refused.failure.reason == REASON_POLICY_VIOLATION, refused.failure
+    for said in ("pko-commands@0.1.0", "no-forbidden-commands", URN, "this command says 'forbidden'"):
+        assert said in refused.failure.message, refused.failure.message
+    assert violations(refused) == [MANDATORY, ADVISORY]
+    assert not witness.exists(), "the command ran although a mandatory policy refused it"
+
+    passed = await run("echo allowed", pb.UpRequest(operation_id="u-2", policy_pack=[pack]))
+    assert passed.state == pb.OperationState.SUCCEEDED, passed
+    assert witness.read_text() == "allowed\n"
+    assert violations(passed) == [ADVISORY]
+
+    # The pack's configuration (`--policy-pack-config`) turns the advisory policy off.
+    quiet = pb.PolicyPack(
+        name="commands", path="policies/commands", config='{"commands-have-delete": "disabled"}'
+    )
+    configured = await run("echo allowed", pb.PreviewRequest(operation_id="p-2", policy_pack=[quiet]))
+    assert configured.state == pb.OperationState.SUCCEEDED, configured
+    assert violations(configured) == []
+    assert not list((agent.options.runner.work_dir.parent / ".agent" / "policy-config").glob("*")), (
+        "the configuration files outlived their operation"
+    )
+
+
+async def test_a_pack_that_does_not_load_fails_naming_the_pack_in_its_runtimes_words(
+    tmp_path: Path, agent: RunningAgent
+) -> None:
+    stub = agent.stub(agent.channel())
+    config = [pb.ConfigItem(key="create", value=Value.from_dict("echo allowed"))]
+    await stub.set_all_config(pb.SetAllConfigRequest(config=config))
+    broken = pb.PolicyPack(name="broken", path="policies/broken")
+    _, result = collect(
+        await drain(stub.preview(pb.PreviewRequest(operation_id="p-1", policy_pack=[broken])))
+    )
+    assert result is not None and result.state == pb.OperationState.FAILED, result
+    assert result.failure.reason == REASON_POLICY_PACK_FAILED, result.failure
+    assert "'broken'" in result.failure.message and "SyntaxError" in result.failure.message, result.failure
+
+    bad_config = pb.PolicyPack(name="commands", path="policies/commands", config="[1, 2]")
+    _, result = collect(
+        await drain(stub.preview(pb.PreviewRequest(operation_id="p-2", policy_pack=[bad_config])))
+    )
+    assert result is not None and result.failure.reason == REASON_POLICY_PACK_FAILED, result
+    assert result.failure.message == "policy pack 'commands': its config must be a JSON object"
