@@ -16,10 +16,13 @@ __all__ = [
     "APPROVED_PLAN_ANNOTATION",
     "AWAITING_APPROVAL",
     "CANCEL_REQUEST_ANNOTATION",
+    "CONDITION_INSECURE_TRANSPORT",
     "CONDITION_READY",
     "CONDITION_RECONCILING",
     "CONDITION_STALLED",
     "CONDITION_SUSPENDED",
+    "INSECURE_TRANSPORT_ALLOWED",
+    "INSECURE_TRANSPORT_REFUSED",
     "PLAN_OPS",
     "RECONCILE_REQUEST_ANNOTATION",
     "REFRESH_REQUEST_ANNOTATION",
@@ -41,6 +44,16 @@ CONDITION_READY: Final = "Ready"
 CONDITION_STALLED: Final = "Stalled"
 CONDITION_RECONCILING: Final = "Reconciling"
 CONDITION_SUSPENDED: Final = "Suspended"
+CONDITION_INSECURE_TRANSPORT: Final = "InsecureTransport"
+"""(extension) True while ``spec.projectRepo`` is ``http://`` and the Stack names credentials for it
+(a warning beside Ready/Stalled, as ``EphemeralBackend``); its reason is one of the two below."""
+
+INSECURE_TRANSPORT_ALLOWED: Final = "CredentialsOverPlainHTTP"
+"""The Stack runs and its git credentials go over plain HTTP: the operator allows it
+(``--allow-insecure-git-credentials``)."""
+INSECURE_TRANSPORT_REFUSED: Final = "CredentialsOverPlainHTTPRefused"
+"""The Stack is Stalled instead (also the Stalled reason): nothing is sent until the URL is
+``https://`` or SSH, or the operator allows it."""
 
 AWAITING_APPROVAL: Final = "AwaitingApproval"
 """The Ready condition's reason while a plan waits for a person to approve it (``spec.approval``)."""

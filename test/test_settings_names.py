@@ -221,6 +221,15 @@ PINNED: list[tuple[tuple[str, ...], tuple[str, ...], str, Any, str, Any]] = [
         "1h",
         3600.0,
     ),
+    # Added with issue 46: a new name, pinned from its first release.
+    (
+        ("--allow-insecure-git-credentials",),
+        ("ALLOW_INSECURE_GIT_CREDENTIALS",),
+        "allow_insecure_git_credentials",
+        False,
+        "true",
+        True,
+    ),
     *[
         (
             (f"--max-concurrent-reconciles-{kind}",),

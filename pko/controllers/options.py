@@ -48,6 +48,8 @@ class ControllerOptions:
     program_fs_adv_addr: str = ""
     # Passed through to the fetch init container (FLUX_MAX_UNTAR_SIZE_BYTES), when set.
     flux_max_untar_size_bytes: int | None = None
+    # Run Stacks that send git credentials over plain http:// (else they are Stalled, nothing sent).
+    allow_insecure_git_credentials: bool = False
     # Limit every informer to one namespace (None: the whole cluster).
     watch_namespace: str | None = None
     # How long a running Update waits for its unreachable agent before it ends AgentUnreachable.

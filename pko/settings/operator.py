@@ -432,6 +432,17 @@ class Settings:
         overrides="spec.retryMaxBackoffDurationSeconds",
         feeds=("RetrySettings.max_backoff",),
     )
+    allow_insecure_git_credentials = Setting(
+        "--allow-insecure-git-credentials",
+        BOOL,
+        ("ALLOW_INSECURE_GIT_CREDENTIALS",),
+        "false",
+        "run Stacks whose projectRepo is plain http:// with credentials (sent unencrypted); false: "
+        "such a Stack is Stalled and nothing is sent. Either way it carries an InsecureTransport "
+        "condition and a Warning Event",
+        STACKS,
+        feeds=("ControllerOptions.allow_insecure_git_credentials",),
+    )
     # --- concurrency: one per controller (pko.machinery.controller.CONTROLLER_NAMES) --------------
     max_concurrent_reconciles_stack = _workers("stack")
     max_concurrent_reconciles_workspace = _workers("workspace")

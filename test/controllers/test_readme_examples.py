@@ -55,6 +55,9 @@ DRY_RUN = {"flux-stack"}
 README_DRY_RUN = {"first-stack"}
 ACCESS_TOKEN = "pul-readme-example-token-0123456789"
 GIT_TOKEN = "ghp-readme-example-token-0123456789"
+# The page's git example sends its token to github.com over https; here the loopback git server
+# is plain HTTP, so the operator must allow credentials over it (docs/stacks.md, InsecureTransport).
+OPERATOR_OPTIONS = {"allow_insecure_git_credentials": True}
 
 _MARKED = re.compile(r"<!-- (example|status): ([a-z0-9-]+) -->\n```yaml\n(.*?)```", re.DOTALL)
 
@@ -330,6 +333,8 @@ async def test_git_example_deploys_the_branch_head(env: Env, git_server: tuple[s
     workspace = await env.workspaces.get(name)
     assert GIT_TOKEN not in json.dumps(workspace) and GIT_TOKEN not in json.dumps(stack)
     assert workspace["spec"]["git"]["ref"] == head
+    insecure = get_condition(stack["status"]["conditions"], "InsecureTransport")
+    assert insecure is not None and insecure["reason"] == "CredentialsOverPlainHTTP", insecure
 
 
 async def test_flux_example_is_accepted_by_the_apiserver(env: Env) -> None:

@@ -806,7 +806,7 @@ WRONG: list[tuple[str, Obj, str, str, str]] = [
     ),
     (
         "git-secret",
-        {"projectRepo": "http://127.0.0.1:9/r.git", "branch": "main", "gitAuthSecret": "nope"},
+        {"projectRepo": "https://127.0.0.1:9/r.git", "branch": "main", "gitAuthSecret": "nope"},
         "Stalled",
         "SpecInvalid",
         'secrets "nope" not found',
@@ -814,7 +814,7 @@ WRONG: list[tuple[str, Obj, str, str, str]] = [
     (
         "git-key",
         {
-            "projectRepo": "http://127.0.0.1:9/r.git",
+            "projectRepo": "https://127.0.0.1:9/r.git",
             "branch": "main",
             "gitAuth": {"accessToken": {"type": "Secret", "secret": {"name": "gitcreds", "key": "nokey"}}},
         },
@@ -952,7 +952,8 @@ async def test_a_git_remote_helper_url_is_spec_invalid_with_no_lookup_and_no_wor
 
 
 async def test_a_missing_secret_created_later_unstalls_the_stack(env: Env) -> None:
-    spec = {"projectRepo": "http://127.0.0.1:9/late.git", "branch": "main", "gitAuthSecret": "late"}
+    # https: credentials over plain http:// are refused before their Secret is read (insecuretransport)
+    spec = {"projectRepo": "https://127.0.0.1:9/late.git", "branch": "main", "gitAuthSecret": "late"}
     await env.create_stack("late-secret", spec)
     conditions = await env.wait_condition("late-secret", "Stalled", "SpecInvalid")
     assert 'secrets "late" not found' in conditions["Stalled"][2]
@@ -966,7 +967,7 @@ async def test_a_missing_secret_created_later_unstalls_the_stack(env: Env) -> No
         }
     )
     conditions = await env.wait_condition("late-secret", "Stalled", "SourceUnavailable")
-    assert "listing http://127.0.0.1:9/late.git" in conditions["Stalled"][2]
+    assert "listing https://127.0.0.1:9/late.git" in conditions["Stalled"][2]
 
 
 async def test_history_is_bounded_and_recorded_updates_are_released(env: Env) -> None:

@@ -35,6 +35,7 @@ from pko.controllers.stack.absorb import Absorbed, absorb, cancel_requested
 from pko.controllers.stack.backend import EPHEMERAL_BACKEND_REASON, ephemeral_backend
 from pko.controllers.stack.ensure import ensure, roll_for_templates
 from pko.controllers.stack.guidance import release_command, stack_ref
+from pko.controllers.stack.insecuretransport import mark_insecure_transport, refusal
 from pko.controllers.stack.nextrun import next_run
 from pko.controllers.stack.results import pending_operation_events
 from pko.controllers.stack.status import mark_ephemeral_backend, mark_stalled, reconcile_request
@@ -125,6 +126,10 @@ def decide(observed: Observed) -> Plan:
         return Plan(writes, Result.done(), status)
     ephemeral = ephemeral_backend(stack)
     mark_ephemeral_backend(status, ephemeral, generation, now)
+    # once per change of the condition, not per reconcile
+    writes += mark_insecure_transport(
+        status, stack, observed.settings.allow_insecure_git_credentials, generation, now
+    )
     if int((obj.get("status") or {}).get("observedGeneration") or 0) != generation:
         # Once per generation (the recorder folds repeats of a retried reconcile into one Event).
         writes += [Emit("Warning", DEPRECATED_FIELD_REASON, w) for w in deprecation_warnings(stack.spec)]
@@ -162,7 +167,12 @@ def read_source(observed: Observed, read: ReadSource) -> Plan:
     """Read the source first, then decide again with it: only the decisions that use it ask (not
     an invalid Stack, an Update in flight whose Workspace cannot name an unserved artifact, a
     deletion without a destroy, a destroy in the Workspace as it is). Nothing is written before
-    the read: deciding again plans every write."""
+    the read: deciding again plans every write. A source whose credentials would go over plain
+    HTTP is not read unless the operator allows it (:mod:`~pko.controllers.stack.insecuretransport`):
+    decided at once as unavailable, nothing read or sent."""
+    refused_source = refusal(read.stack, observed.settings.allow_insecure_git_credentials)
+    if refused_source is not None:
+        return decide(replace(observed, source=refused_source))
     return Plan([read], Result.done(), then=lambda got: decide(replace(observed, source=got)))
 
 

@@ -226,10 +226,18 @@ class StackReconciler:
         self.workspace_applier = DigestApplier(
             self.workspaces, FIELD_MANAGER, client=manager.client(WORKSPACES), force=True
         )
-        self.sources = SourceResolver(manager, self.programs, self._secrets, self.branches, secret_recheck)
+        allow_insecure = self.options.allow_insecure_git_credentials
+        self.sources = SourceResolver(
+            manager,
+            self.programs,
+            self._secrets,
+            self.branches,
+            secret_recheck,
+            allow_insecure_git_credentials=allow_insecure,
+        )
         self.events = manager.events
         self.metrics = StackMetrics(manager)
-        self.settings = Settings(self.retry, self.options.workspace_image, OWNED_STATUS)
+        self.settings = Settings(self.retry, self.options.workspace_image, OWNED_STATUS, allow_insecure)
         self.default_template = default_template_key(
             self.options.default_workspace_template, self.options.operator_namespace
         )

@@ -1,6 +1,7 @@
 """A Stack's source resolved to a revision: a git commit (a branch head looked up with the Stack's
 credentials), a Flux source's or a Program's artifact (reads only: the caches, Secrets, the git
-remote; no writes). When it cannot be had, a destroy may still run from the saved ``projectInfo``
+remote; no writes). When it cannot be had (or may not be: git credentials over plain HTTP,
+:mod:`pko.controllers.stack.insecuretransport`), a destroy may still run from the saved ``projectInfo``
 (:func:`pko.controllers.stack.ensure.saved_project`).
 
 Secrets are read directly, never cached (an operator watching every Secret in the cluster would
@@ -14,6 +15,7 @@ from typing import Any
 
 from pko.api.stack import Stack
 from pko.controllers.stack.branchpoll import BranchResolver, GitCredentials, GitLookupError
+from pko.controllers.stack.insecuretransport import refusal
 from pko.controllers.stack.steps import SOURCE_UNAVAILABLE_REQUEUE, Resolved, Unresolved
 from pko.controllers.stack.switch import artifact_served
 from pko.controllers.stack.watches import FLUX_SOURCES, artifact_of, namespace_of
@@ -47,12 +49,15 @@ class SourceResolver:
         secrets: ResourceClient,
         branches: BranchResolver,
         secret_recheck: float,
+        *,
+        allow_insecure_git_credentials: bool = False,
     ) -> None:
         self.manager = manager
         self.programs = programs
         self.secrets = secrets
         self.branches = branches
         self.secret_recheck = secret_recheck
+        self.allow_insecure_git_credentials = allow_insecure_git_credentials
 
     async def resolve(self, obj: Obj, stack: Stack) -> Resolved | Unresolved:
         """The source at its current revision, the revision, and whether its artifact is the one
@@ -61,6 +66,11 @@ class SourceResolver:
         spec = stack.spec
         namespace = namespace_of(obj)
         if spec.project_repo:
+            # The plan asks for no read of such a source; refused here too, so no caller can send
+            # credentials over plain HTTP that the operator does not allow.
+            refused = refusal(stack, self.allow_insecure_git_credentials)
+            if refused is not None:
+                return refused
             creds = await self.git_credentials(stack)
             if isinstance(creds, Unresolved):
                 return creds

@@ -234,12 +234,13 @@ class Observed:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """The operator's settings a decision uses: the retry rules and the default workspace image by
-    security profile."""
+    """The operator's settings a decision uses: the retry rules, the default workspace image by
+    security profile, and whether git credentials may go over plain HTTP."""
 
     retry: RetrySettings
     workspace_image: Callable[[str | None], str]
     owned_status: tuple[str, ...] = ()
+    allow_insecure_git_credentials: bool = False
 
 
 @dataclass(frozen=True, slots=True)
