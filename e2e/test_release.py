@@ -36,6 +36,9 @@ from typing import Any
 import pytest
 import yaml
 
+from pko.devtools import localnode, ociclient, versions
+from pko.devtools.registry import start as start_registry
+
 from .conftest import OPERATOR_NS, REPO, Kube
 from .test_walkthrough import program, ready, stack
 
@@ -47,13 +50,6 @@ PULL_SECRET = "pko-pull"
 DEV_IMAGES = ["docker.io/library/pko:*", "docker.io/library/pko-agent:*", "docker.io/library/pko-workspace:*"]
 STACK = "released"
 CRD_MARKER = "releaseUpgradeMarker"  # the field B's Stack CRD adds
-
-
-def _hack(module: str) -> Any:
-    """A hack/ module (hack/ is not a package; its scripts import each other by name)."""
-    if str(HACK) not in sys.path:
-        sys.path.insert(0, str(HACK))
-    return __import__(module)
 
 
 @dataclass(frozen=True)
@@ -136,13 +132,13 @@ def _release(tree: Path, version: str, registry: Registry, dist: Path, kube: Kub
 
 @pytest.fixture(scope="module")
 def registry(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    reg = _hack("registry").start(tmp_path_factory.mktemp("registry"), NODE_IP)
-    _hack("localnode").trust_registry(reg.address, reg.ca)
+    reg = start_registry(tmp_path_factory.mktemp("registry"), NODE_IP)
+    localnode.trust_registry(reg.address, reg.ca)
     try:
         yield Registry(reg.address, reg.ca, reg.username, reg.password)
     finally:
         reg.stop()
-        _hack("localnode").untrust_registry(reg.address)
+        localnode.untrust_registry(reg.address)
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +179,6 @@ def bare_node(kube: Kube, registry: Registry) -> Iterator[None]:
         ),
         120,
     )
-    localnode = _hack("localnode")
     localnode.remove_images(DEV_IMAGES)
     assert localnode.remove_images(DEV_IMAGES) == [], "the node still holds pko images"
     for ns in (OPERATOR_NS, "default"):
@@ -216,8 +211,7 @@ def _restore_dev_install(kube: Kube) -> None:
     kube.run(
         "-n", OPERATOR_NS, "delete", "deployment", "controller-manager", "--ignore-not-found", check=False
     )
-    localnode = _hack("localnode")
-    cache = _hack("versions").cache_dir() / "images"
+    cache = versions.cache_dir() / "images"
     localnode.import_images([cache / f"{name}.oci.tar" for name in ("pko", "pko-agent", "pko-workspace")])
     kube.run("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "config" / "local"), timeout=300)
     kube.run(
@@ -349,7 +343,7 @@ def test_the_downloaded_plugin_runs_on_a_bare_python(kube: Kube, releases: dict[
 def test_the_released_images_carry_the_version_labels(
     releases: dict[str, Release], registry: Registry
 ) -> None:
-    client = _hack("ociclient").Registry(registry.address, registry.username, registry.password, registry.ca)
+    client = ociclient.Registry(registry.address, registry.username, registry.password, registry.ca)
     for name, pinned in releases["A"].pins.items():
         repository = pinned.split("/", 1)[1].split(":", 1)[0]
         manifest = client.get_manifest(repository, releases["A"].digest(name))

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ociclient import Registry, digest_of
 
 from pko.devtools import registry
+from pko.devtools.ociclient import Registry, digest_of
 from pko.version import VERSION
 
 REPO = Path(__file__).resolve().parent.parent
@@ -151,7 +151,7 @@ def _oci_archive(path: Path, layer: bytes) -> None:
 
 
 def test_an_image_is_pushed_by_digest_with_the_release_labels(reg: registry.Registry, tmp_path: Path) -> None:
-    from ocilayout import push_archive
+    from pko.devtools.ocilayout import push_archive
 
     layer = b"a layer's bytes" * 1000
     archive = tmp_path / "image.oci.tar"

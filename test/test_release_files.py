@@ -1,4 +1,5 @@
-"""The files of a release (hack/releasefiles.py), from what config/ and charts/ render and made-up pins."""
+"""The files of a release (pko/devtools/releasefiles.py), from what config/ and charts/ render and
+made-up pins."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import Any
 
 import pytest
 import yaml
-from releasefiles import (  # hack/releasefiles.py (hack/ is on sys.path: test/conftest.py)
+from test_kustomize import build  # the one `kubectl kustomize` of the suite
+
+from pko.devtools.releasefiles import (
     VERSION_LABEL,
     Pins,
     install_objects,
@@ -20,8 +23,6 @@ from releasefiles import (  # hack/releasefiles.py (hack/ is on sys.path: test/c
     to_yaml,
     validate_version,
 )
-from test_kustomize import build  # the one `kubectl kustomize` of the suite
-
 from pko.version import VERSION
 
 REPO = Path(__file__).resolve().parent.parent

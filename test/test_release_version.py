@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_the_version_is_semver_0_n_m_until_the_api_is_stable() -> None:
-    from releasefiles import validate_version  # hack/releasefiles.py (hack/ is on sys.path)
+    from pko.devtools.releasefiles import validate_version
 
     assert validate_version(f"v{VERSION}", VERSION) == VERSION
 
@@ -46,7 +46,7 @@ def test_the_changelog_has_an_entry_for_it() -> None:
 
 
 def test_released_images_are_labelled_with_it() -> None:
-    from releasefiles import oci_labels
+    from pko.devtools.releasefiles import oci_labels
 
     labels = oci_labels(VERSION, "0" * 40, "https://example.test/pko")
     assert labels["org.opencontainers.image.version"] == VERSION

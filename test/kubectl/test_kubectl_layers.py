@@ -7,8 +7,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from build_plugin import plugin_modules
 from pko.api import stackterms
+
+from pko.devtools.build_plugin import plugin_modules
 
 KUBECTL = Path(__file__).resolve().parents[2] / "pko" / "kubectl"
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from build_plugin import EPOCH, FILE_NAME, LOCK, BuildError, build_plugin, plugin_modules
 from kubernetes_asyncio.client import ApiClient
 
+from pko.devtools.build_plugin import EPOCH, FILE_NAME, LOCK, BuildError, build_plugin, plugin_modules
 from pko.machinery.resource import Resource, ResourceClient
 from pko.version import VERSION
 

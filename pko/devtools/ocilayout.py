@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ociclient import Registry, RegistryError, digest_of
+from pko.devtools.ociclient import Registry, RegistryError, digest_of
 
 __all__ = ["PushedImage", "push_archive"]
 
