@@ -57,17 +57,25 @@ def test_each_example_builds_with_a_stack_that_runs_as_the_workspace_account(nam
             assert (EXAMPLES.parent / s["spec"]["repoDir"]).is_dir(), s["spec"]
 
 
-def test_the_local_node_component_swaps_only_images(tmp_path: Path) -> None:
-    """With the component, the images the node has replace the public ones; nothing else changes."""
-    for name in ("nginx", "custom-workspace"):
-        overlay = local_example(name, tmp_path / name)
-        as_written, local = _build(EXAMPLES / name), _build(overlay)
-        assert [(o["kind"], o["metadata"]["name"]) for o in local] == [
-            (o["kind"], o["metadata"]["name"]) for o in as_written
-        ]
-        changed = [o["kind"] for o, w in zip(local, as_written, strict=True) if o != w]
-        assert changed == ["Stack"], f"examples/{name}: the component changed {changed}, not the Stack alone"
-        assert "localhost/" in str(local) or "pko-workspace:dev" in str(local), local
+# What examples/components/local-node puts in each example it changes (the node's own images, the
+# bucket config/samples/s3 serves in the cluster): found in the Stack with it, not without.
+LOCAL_NODE = {
+    "nginx": "localhost/pko-base-python:bookworm",
+    "custom-workspace": "pko-workspace:dev",
+    "s3-backend": "seaweedfs.default.svc.cluster.local:8333",
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOCAL_NODE))
+def test_the_local_node_component_changes_the_stack_alone(name: str, tmp_path: Path) -> None:
+    overlay = local_example(name, tmp_path / name)
+    as_written, local = _build(EXAMPLES / name), _build(overlay)
+    assert [(o["kind"], o["metadata"]["name"]) for o in local] == [
+        (o["kind"], o["metadata"]["name"]) for o in as_written
+    ]
+    changed = [o["kind"] for o, w in zip(local, as_written, strict=True) if o != w]
+    assert changed == ["Stack"], f"examples/{name}: the component changed {changed}, not the Stack alone"
+    assert LOCAL_NODE[name] in str(local) and LOCAL_NODE[name] not in str(as_written), local
 
 
 @pytest.mark.cluster
