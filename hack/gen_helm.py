@@ -255,6 +255,7 @@ def template_deployment(deploy: Obj, markers: Markers, found: dict[str, Any]) ->
         ("WATCH_NAMESPACE", ".Values.watchNamespace"),
         ("KUBE_API_TIMEOUT", ".Values.kubeAPI.timeout"),
         ("FLUX_MAX_UNTAR_SIZE_BYTES", ".Values.flux.maxUntarSizeBytes"),
+        ("ALLOW_INSECURE_GIT_CREDENTIALS", ".Values.git.allowInsecureCredentials"),
         ("DEFAULT_WORKSPACE_TEMPLATE", ".Values.workspace.defaultTemplate"),
     )
     own = {name for name, _ in optional} | {"WORKSPACE_IMAGE", "WATCH_NAMESPACES", "WATCH_LABEL_SELECTOR"}

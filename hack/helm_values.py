@@ -292,6 +292,20 @@ def describe(found: dict[str, Any]) -> tuple[Node, ...]:
                 ),
             ),
         ),
+        Group(
+            "git",
+            "",
+            (
+                Leaf(
+                    "allowInsecureCredentials",
+                    False,
+                    BOOL,
+                    "Run Stacks whose `projectRepo` is plain `http://` with credentials, sent unencrypted "
+                    "(`ALLOW_INSECURE_GIT_CREDENTIALS`); false: such a Stack is Stalled "
+                    "`CredentialsOverPlainHTTPRefused` and nothing is sent",
+                ),
+            ),
+        ),
         Leaf(
             "extraEnv",
             [],

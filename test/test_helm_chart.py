@@ -116,6 +116,7 @@ VALUES = {
     "watchNamespace": "stacks",
     "kubeAPI": {"timeout": "45s"},
     "flux": {"maxUntarSizeBytes": 524288000},
+    "git": {"allowInsecureCredentials": True},
     "extraEnv": [
         {"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"},
         {"name": "PULUMI_ACCESS_TOKEN", "valueFrom": {"secretKeyRef": {"name": "pulumi", "key": "token"}}},
@@ -187,6 +188,7 @@ def test_environment_values_reach_the_operators_variables(custom: list[Obj]) -> 
     assert env["LEADER_ELECTION_RETRY_PERIOD"] == "20s"
     assert env["KUBE_API_TIMEOUT"] == "45s"
     assert env["FLUX_MAX_UNTAR_SIZE_BYTES"] == "524288000"
+    assert env["ALLOW_INSECURE_GIT_CREDENTIALS"] == "true"
     # An empty tag is the chart's appVersion; a digest is appended to it (NAME:VERSION@sha256:...).
     assert env["AGENT_IMAGE"] == f"platform/pko-agent:{app_version()}@sha256:" + "ab" * 32
     assert env["AGENT_IMAGE_PULL_POLICY"] == "Always"
@@ -287,6 +289,7 @@ def test_a_values_file_written_for_the_go_operators_chart_carries_over(
         "100MiB",
     )
     assert "FLUX_MAX_UNTAR_SIZE_BYTES" not in env
+    assert "ALLOW_INSECURE_GIT_CREDENTIALS" not in env  # off unless asked: Stalled, nothing sent
     assert container["resources"] == go_values["resources"]
     helm(helm_home, "lint", "--strict", str(CHART), "--values", str(path))
     for go_only in ("controller.metricsSecure=true", "rbac.createClusterRole=true", "extraPorts[0].name=x"):
