@@ -162,7 +162,7 @@ def go_operator_quickstart() -> Path:
         ["bash", str(REPO / "hack" / "build-peer.sh")], check=True, stdout=subprocess.PIPE, text=True
     )
     dist = Path(built.stdout.strip().splitlines()[-1])
-    from pko.devtools.localnode import import_images
+    from pko.devtools.localnode.images import import_images
 
     import_images([dist / "pulumi-kubernetes-operator.oci.tar"])
     return dist / "config" / "quickstart"

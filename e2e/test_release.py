@@ -36,7 +36,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pko.devtools import localnode, ociclient, versions
+from pko.devtools import ociclient, versions
+from pko.devtools.localnode.images import import_images, remove_images, trust_registry, untrust_registry
 from pko.devtools.registry import start as start_registry
 
 from .conftest import OPERATOR_NS, REPO, Kube
@@ -133,12 +134,12 @@ def _release(tree: Path, version: str, registry: Registry, dist: Path, kube: Kub
 @pytest.fixture(scope="module")
 def registry(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     reg = start_registry(tmp_path_factory.mktemp("registry"), NODE_IP)
-    localnode.trust_registry(reg.address, reg.ca)
+    trust_registry(reg.address, reg.ca)
     try:
         yield Registry(reg.address, reg.ca, reg.username, reg.password)
     finally:
         reg.stop()
-        localnode.untrust_registry(reg.address)
+        untrust_registry(reg.address)
 
 
 @pytest.fixture(scope="module")
@@ -179,8 +180,8 @@ def bare_node(kube: Kube, registry: Registry) -> Iterator[None]:
         ),
         120,
     )
-    localnode.remove_images(DEV_IMAGES)
-    assert localnode.remove_images(DEV_IMAGES) == [], "the node still holds pko images"
+    remove_images(DEV_IMAGES)
+    assert remove_images(DEV_IMAGES) == [], "the node still holds pko images"
     for ns in (OPERATOR_NS, "default"):
         secret = kube.run(
             "-n", ns, "create", "secret", "docker-registry", PULL_SECRET,
@@ -212,7 +213,7 @@ def _restore_dev_install(kube: Kube) -> None:
         "-n", OPERATOR_NS, "delete", "deployment", "controller-manager", "--ignore-not-found", check=False
     )
     cache = versions.cache_dir() / "images"
-    localnode.import_images([cache / f"{name}.oci.tar" for name in ("pko", "pko-agent", "pko-workspace")])
+    import_images([cache / f"{name}.oci.tar" for name in ("pko", "pko-agent", "pko-workspace")])
     kube.run("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "config" / "local"), timeout=300)
     kube.run(
         "-n", OPERATOR_NS, "rollout", "status", "deployment/controller-manager", "--timeout=300s", timeout=320

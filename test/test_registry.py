@@ -31,8 +31,20 @@ from typing import Any
 import grpc
 import pytest
 
-from pko.devtools import localnode, registry
+from pko.devtools import registry
 from pko.devtools.localcluster import _apt_install
+from pko.devtools.localnode import components
+from pko.devtools.localnode.components import _containerd_config
+from pko.devtools.localnode.images import (
+    _images,
+    images_to_remove,
+    import_images,
+    remove_images,
+    snapshotter,
+    trust_registry,
+    untrust_registry,
+)
+from pko.devtools.localnode.node import HACK, Node
 from pko.devtools.versions import versions
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -206,7 +218,7 @@ def test_restart_keeps_ca_credentials_and_storage(tmp_path: Path, bah: Buildah) 
 
 
 def test_cli_up_prints_json_and_down_stops_it(tmp_path: Path) -> None:
-    hack = localnode.HACK
+    hack = HACK
     up = subprocess.run(
         ["python3", str(hack / "registry.py"), "up", "--host", "127.0.0.1", "--state", str(tmp_path)],
         capture_output=True,
@@ -247,26 +259,26 @@ def test_images_to_remove_takes_whole_images_and_never_the_pause() -> None:
         "sha256:" + "e" * 64: pulled,
         "docker.io/library/busybox:1": "sha256:" + "f" * 64,
     }
-    assert localnode.images_to_remove(images, ["docker.io/library/pko*"]) == {
+    assert images_to_remove(images, ["docker.io/library/pko*"]) == {
         "docker.io/library/pko:dev",
         "docker.io/library/pko-agent:dev",
     }
-    assert localnode.images_to_remove(images, ["10.87.0.1:5000/*"]) == {
+    assert images_to_remove(images, ["10.87.0.1:5000/*"]) == {
         "10.87.0.1:5000/pko:dev",
         "10.87.0.1:5000/pko@" + pulled,
         "sha256:" + "e" * 64,
     }
     # A digest name stays while another tag still names its image.
-    assert localnode.images_to_remove({**images, "example/kept:1": pulled}, ["10.87.0.1:5000/pko:dev"]) == {
+    assert images_to_remove({**images, "example/kept:1": pulled}, ["10.87.0.1:5000/pko:dev"]) == {
         "10.87.0.1:5000/pko:dev"
     }
-    assert localnode.images_to_remove(images, ["*pause*", "nothing:here"]) == set()
+    assert images_to_remove(images, ["*pause*", "nothing:here"]) == set()
 
 
 @pytest.fixture(scope="module")
 def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A containerd 1.6 of the test's own, run with the very config the node's runs with
-    (``localnode._containerd_config``: the CRI on, its registry ``config_path`` pointed at a hosts
+    (``_containerd_config``: the CRI on, its registry ``config_path`` pointed at a hosts
     directory of the test's, ``certs.d`` beside its socket), on a socket in a fresh directory; stopped and
     removed after. No pods run on it: the CRI's image service is what the tests use."""
     if os.geteuid() != 0:
@@ -274,13 +286,11 @@ def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     if shutil.which("containerd") is None:
         _apt_install("containerd")
     work = Path(tempfile.mkdtemp(prefix="pko-ctrd-"))  # short: a unix socket's path has 108 bytes at most
-    node = localnode.Node("pko-test", "127.0.0.1", "10.99.0.0/24", "pkotest0", "pko-test", work)
+    node = Node("pko-test", "127.0.0.1", "10.99.0.0/24", "pkotest0", "pko-test", work)
     (work / "run").mkdir()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(localnode, "CERTS_D", work / "certs.d")
-        config = localnode._containerd_config(
-            node, "docker.io/library/pko-pause:test", localnode.snapshotter()
-        )
+        patch.setattr(components, "CERTS_D", work / "certs.d")  # where _containerd_config reads it
+        config = _containerd_config(node, "docker.io/library/pko-pause:test", snapshotter())
     assert f'config_path = "{work / "certs.d"}"' in config.read_text()
     with (work / "containerd.log").open("wb") as log:
         proc = subprocess.Popen(["containerd", "--config", str(config)], stdout=log, stderr=log)
@@ -309,7 +319,7 @@ def _cri_stubs(out: Path) -> tuple[Any, Any]:
     found = subprocess.run(
         [
             "bash",
-            str(localnode.HACK / "gomod.sh"),
+            str(HACK / "gomod.sh"),
             "download",
             "k8s.io/cri-api",
             f"v0.{minor_patch}",
@@ -374,7 +384,7 @@ def test_trusted_registry_pulls_with_credentials(
     assert untrusted.returncode != 0
 
     certs_d = tmp_path / "certs.d"
-    hosts = localnode.trust_registry(reg.address, reg.ca, certs_d)
+    hosts = trust_registry(reg.address, reg.ca, certs_d)
     assert hosts == certs_d / reg.address / "hosts.toml"
     assert "password" not in hosts.read_text() and reg.password not in hosts.read_text()
     wrong = _ctr(
@@ -385,7 +395,7 @@ def test_trusted_registry_pulls_with_credentials(
     assert pulled.returncode == 0, pulled.stderr
     listed = _ctr(containerd, "images", "ls", "-q").stdout.split()
     assert image in listed
-    assert localnode._images(containerd)[image] == (tmp_path / "digest").read_text().strip()
+    assert _images(containerd)[image] == (tmp_path / "digest").read_text().strip()
 
 
 def test_kubelets_pull_trusts_the_registry_and_takes_the_pull_secrets_credentials(
@@ -414,7 +424,7 @@ def test_kubelets_pull_trusts_the_registry_and_takes_the_pull_secrets_credential
         assert not (certs_d / reg.address).exists()
         with pytest.raises(grpc.RpcError):  # the registry's CA is not trusted yet
             pull(reg.username, reg.password)
-        localnode.trust_registry(reg.address, reg.ca, certs_d)
+        trust_registry(reg.address, reg.ca, certs_d)
         with pytest.raises(grpc.RpcError, match="401 Unauthorized"):
             pull("", "")  # no pull secret: containerd has no credentials of its own
         with pytest.raises(grpc.RpcError, match="401 Unauthorized"):
@@ -426,11 +436,11 @@ def test_kubelets_pull_trusts_the_registry_and_takes_the_pull_secrets_credential
         }
         assert listed[image_id] == ([image], [f"{reg.address}/pko/cri@{digest}"])
 
-        removed = localnode.remove_images([f"{reg.address}/pko/cri:*"], [containerd])
+        removed = remove_images([f"{reg.address}/pko/cri:*"], [containerd])
         assert sorted(removed) == sorted([image, f"{reg.address}/pko/cri@{digest}", image_id])
         assert image_id not in {i.id for i in images.ListImages(pb.ListImagesRequest()).images}
 
-        localnode.untrust_registry(reg.address, certs_d)
+        untrust_registry(reg.address, certs_d)
         with pytest.raises(grpc.RpcError) as untrusted:  # the next pull verifies against no CA of its own
             pull(reg.username, reg.password)
         assert "401" not in str(untrusted.value)
@@ -443,8 +453,8 @@ def test_remove_images_drops_their_content_and_import_puts_them_back(
     archive = tmp_path / "pkoprobe.oci.tar"
     _own_image(bah, name, tmp_path)
     bah("push", "--quiet", name, f"oci-archive:{archive}:{name}")
-    localnode.import_images([archive], [containerd])
-    images = localnode._images(containerd)
+    import_images([archive], [containerd])
+    images = _images(containerd)
     assert name in images
     content = set(_ctr(containerd, "content", "ls", "-q").stdout.split())
     manifest = json.loads(_ctr(containerd, "content", "get", images[name]).stdout)
@@ -453,17 +463,17 @@ def test_remove_images_drops_their_content_and_import_puts_them_back(
     assert blobs <= content
     # The CRI names an imported image by its id too, once it has seen it (as a node's long-imported ones).
     deadline = time.monotonic() + 30
-    while image_id not in localnode._images(containerd):
+    while image_id not in _images(containerd):
         assert time.monotonic() < deadline, f"the CRI never named {name} {image_id}"
         time.sleep(0.1)
 
-    removed = localnode.remove_images(["docker.io/library/pko*:dev"], [containerd])
+    removed = remove_images(["docker.io/library/pko*:dev"], [containerd])
     assert removed == sorted([name, image_id])
-    assert name not in localnode._images(containerd)
+    assert name not in _images(containerd)
     # containerd's GC ran (--sync): none of the image's blobs is left.
     assert not blobs & set(_ctr(containerd, "content", "ls", "-q").stdout.split())
-    assert localnode.remove_images(["docker.io/library/pko*:dev"], [containerd]) == []
+    assert remove_images(["docker.io/library/pko*:dev"], [containerd]) == []
 
-    localnode.import_images([archive], [containerd])
-    assert localnode._images(containerd)[name] == images[name]
+    import_images([archive], [containerd])
+    assert _images(containerd)[name] == images[name]
     assert blobs <= set(_ctr(containerd, "content", "ls", "-q").stdout.split())

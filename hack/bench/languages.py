@@ -42,7 +42,7 @@ from dulwich.repo import Repo  # noqa: E402
 
 from pko.devtools.gitserver import git_commit, serve_git  # noqa: E402
 from pko.devtools.goproxy import go_sum, serve_module_cache  # noqa: E402
-from pko.devtools.localnode import import_images  # noqa: E402
+from pko.devtools.localnode.images import import_images  # noqa: E402
 from pko.devtools.versions import cache_dir, versions  # noqa: E402
 
 NODE_IP = "10.87.0.1"  # hack/localnode.py: the node's own address, which pods reach

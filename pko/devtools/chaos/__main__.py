@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 import pko.devtools.chaos as package
-from pko.devtools import localnode
 from pko.devtools.chaos.faults import FAULTS, NOT_RUN
 from pko.devtools.chaos.kube import BACKENDS, OPERATIONS, REPO
 from pko.devtools.chaos.load import load_cell
 from pko.devtools.chaos.report import grid, table
 from pko.devtools.chaos.rounds import cells, run
+from pko.devtools.localnode.processes import _pids
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("chaos: needs root (it signals the node's processes and edits iptables)")
-    if not localnode._pids():
+    if not _pids():
         raise SystemExit("chaos: no node is running: hack/up.sh first")
     unknown = set(args.faults.split(",")) - set(FAULTS) - set(NOT_RUN)
     if unknown:

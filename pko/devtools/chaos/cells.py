@@ -8,7 +8,6 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
-from pko.devtools import localnode
 from pko.devtools.chaos.kube import (
     BUCKET,
     NAMESPACE,
@@ -22,6 +21,7 @@ from pko.devtools.chaos.kube import (
     kubectl,
     patch,
 )
+from pko.devtools.localnode.node import NODE2
 from pko.devtools.waiting import until
 
 
@@ -126,7 +126,7 @@ def _on(node: str) -> dict[str, Any]:
 
 # The node-lost cells' workspace pods prefer the second node (``localnode.py node-add``), whose taint
 # they tolerate: it is the node they lose; a pod that replaces them goes to the node left.
-SPARE = localnode.NODE2
+SPARE = NODE2
 SPARE_PLACEMENT = {
     "tolerations": [{"key": k, "operator": "Equal", "value": v, "effect": e} for k, v, e in SPARE.taints],
     "affinity": {

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from pko.devtools import localnode
 from pko.devtools.chaos.cells import SPARE, passphrase
 from pko.devtools.chaos.kube import (
     NAMESPACE,
@@ -27,6 +26,10 @@ from pko.devtools.chaos.kube import (
     items,
     kubectl,
 )
+from pko.devtools.localnode.images import _ctr
+from pko.devtools.localnode.node import IMAGES, sh
+from pko.devtools.localnode.node2 import node_add, node_lose, node_remove
+from pko.devtools.localnode.processes import restart
 from pko.devtools.waiting import until
 
 
@@ -34,7 +37,7 @@ def _container_pid(pod: dict[str, Any], container: str) -> int:
     for s in (pod.get("status") or {}).get("containerStatuses") or []:
         if s["name"] == container and s.get("containerID", "").startswith("containerd://"):
             cid = s["containerID"].split("//", 1)[1]
-            for line in localnode._ctr("tasks", "ls").splitlines()[1:]:
+            for line in _ctr("tasks", "ls").splitlines()[1:]:
                 parts = line.split()
                 if parts and parts[0] == cid:
                     return int(parts[1])
@@ -66,16 +69,16 @@ def workspace_pod(name: str) -> dict[str, Any]:
 def cut_off(source_ip: str, dest_ip: str) -> Iterator[None]:
     rules = [["-s", source_ip, "-d", dest_ip, "-j", "DROP"], ["-s", dest_ip, "-d", source_ip, "-j", "DROP"]]
     for r in rules:
-        localnode.sh("iptables", "-w", "-I", "FORWARD", "1", *r)
+        sh("iptables", "-w", "-I", "FORWARD", "1", *r)
     try:
         yield
     finally:
         for r in rules:
-            localnode.sh("iptables", "-w", "-D", "FORWARD", *r, check=False)
+            sh("iptables", "-w", "-D", "FORWARD", *r, check=False)
 
 
 def _restart(component: str, sig: signal.Signals = signal.SIGTERM, down_for: float = 0.0) -> None:
-    localnode.restart(component, sig, down_for)
+    restart(component, sig, down_for)
 
 
 def fault_operator_kill9(name: str) -> None:
@@ -178,7 +181,7 @@ def fault_secret_deleted(name: str) -> None:
 def fault_node_lost(name: str) -> None:
     """The second node's machine dies for good (``localnode.py node-lose``): its kubelet, containerd
     and every container of it killed, its link down; the API objects stay."""
-    localnode.node_lose()
+    node_lose()
 
 
 OUT_OF_SERVICE = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
@@ -193,11 +196,11 @@ def _reports_node_loss(name: str) -> bool:
 @contextmanager
 def spare_node() -> Iterator[None]:
     """The second node for a round, with the images a workspace pod runs, removed after it."""
-    localnode.node_add([localnode.IMAGES / f"{i}.oci.tar" for i in ("pko-agent", "pko-workspace")])
+    node_add([IMAGES / f"{i}.oci.tar" for i in ("pko-agent", "pko-workspace")])
     try:
         yield
     finally:
-        localnode.node_remove()
+        node_remove()
 
 
 def fault_cause_fixed(name: str) -> None:

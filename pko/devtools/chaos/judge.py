@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from pko.devtools import localnode
 from pko.devtools.chaos.cells import Cell
 from pko.devtools.chaos.kube import BUCKET, FILER, NAMESPACE, STEPS, VOLUMES, condition, get, items, kubectl
+from pko.devtools.localnode.node import STATE, bin_dir
 
 
 def witness(name: str) -> list[str]:
@@ -69,9 +69,9 @@ class UpdateLog:
         as they stream."""
         decoder = json.JSONDecoder()
         while not self._stop.is_set():
-            env = {**os.environ, "KUBECONFIG": str(localnode.STATE / "kubeconfig")}
+            env = {**os.environ, "KUBECONFIG": str(STATE / "kubeconfig")}
             command = [
-                str(localnode.bin_dir() / "kubectl"),
+                str(bin_dir() / "kubectl"),
                 "get",
                 "updates",
                 "-n",

@@ -8,13 +8,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from pko.devtools import localnode
+from pko.devtools.localnode.node import STATE, bin_dir
 
 REPO = Path(__file__).resolve().parents[3]
 NAMESPACE = "chaos"
 OPERATOR_NS = "pulumi-kubernetes-operator"
 OPERATOR = "controller-manager"
-VOLUMES = localnode.STATE / "volumes" / "chaos"
+VOLUMES = STATE / "volumes" / "chaos"
 S3_ENDPOINT = "seaweedfs.default.svc.cluster.local:8333"
 BUCKET = "pulumi-state"
 FILER = "http://127.0.0.1:8888"
@@ -26,9 +26,9 @@ TRANSIENT = (RuntimeError, subprocess.TimeoutExpired, ValueError)
 
 
 def kubectl(*args: str, check: bool = True, stdin: str | None = None, timeout: float = 120) -> str:
-    env = {**os.environ, "KUBECONFIG": str(localnode.STATE / "kubeconfig")}
+    env = {**os.environ, "KUBECONFIG": str(STATE / "kubeconfig")}
     proc = subprocess.run(
-        [str(localnode.bin_dir() / "kubectl"), *args],
+        [str(bin_dir() / "kubectl"), *args],
         capture_output=True,
         text=True,
         env=env,
