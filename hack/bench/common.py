@@ -7,14 +7,11 @@ are done and before it talks to the apiserver; the driver measures from there.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 GROUP, VERSION, PLURAL, KIND = "bench.pko.dev", "v1", "fanouts", "FanOut"
 STATUS_BODY: dict[str, Any] = {"status": {"observed": True}}

@@ -42,9 +42,8 @@ from typing import Any
 
 from common import REPO, api_client
 
-sys.path.insert(0, str(REPO / "hack"))
+# The reconciler tests' kubelet and the real engine's fixture are test/ modules (not yet in pko.devtools).
 sys.path.insert(0, str(REPO / "test"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from controllers.kubelet import (
     AGENT_IMAGE,

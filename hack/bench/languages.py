@@ -33,17 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from common import REPO
+from dulwich.repo import Repo
 from node import KUBECONFIG, NAMESPACE, _kube_time, agent_log, until, when
 from run import exit_on_sigterm, log
 from timeline import operation_span
 
-sys.path[:0] = [str(REPO / "hack"), str(REPO / "test")]
-from dulwich.repo import Repo  # noqa: E402
-
-from pko.devtools.gitserver import git_commit, serve_git  # noqa: E402
-from pko.devtools.goproxy import go_sum, serve_module_cache  # noqa: E402
-from pko.devtools.localnode.images import import_images  # noqa: E402
-from pko.devtools.versions import cache_dir, versions  # noqa: E402
+from pko.devtools.gitserver import git_commit, serve_git
+from pko.devtools.goproxy import go_sum, serve_module_cache
+from pko.devtools.localnode.images import import_images
+from pko.devtools.versions import cache_dir, versions
 
 NODE_IP = "10.87.0.1"  # hack/localnode.py: the node's own address, which pods reach
 LANGUAGES = ("yaml", "python", "typescript", "go")

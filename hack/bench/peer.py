@@ -42,8 +42,7 @@ from common import REPO
 from node import KUBECONFIG, until
 from run import exit_on_sigterm, log
 
-sys.path[:0] = [str(REPO / "hack")]
-from pko.devtools.localnode.images import import_images  # noqa: E402
+from pko.devtools.localnode.images import import_images
 
 NS = "bench-peer"
 NAME = "peer"

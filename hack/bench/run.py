@@ -53,9 +53,6 @@ from common import (
     stack_spec,
     stack_status,
 )
-
-sys.path.insert(0, str(REPO / "hack"))
-
 from prometheus_client.parser import text_string_to_metric_families
 
 from pko.devtools.localcluster import LocalCluster

@@ -30,10 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from common import REPO, api_client
-
-sys.path.insert(0, str(REPO / "hack"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from fleet import GitServer, Seeded, git_server, seed_fleet
 from prometheus_client.parser import text_string_to_metric_families
 from run import cpu_seconds, create_namespace, exit_on_sigterm, install_crds, log, stop_and_keep_log
