@@ -37,7 +37,7 @@ dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'install ok in
 if [ ${#missing[@]} -gt 0 ]; then
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
     echo "build-agent-image: installing ${missing[*]}" >&2
-    exec 8>"${TMPDIR:-/tmp}/pko-apt.lock"; flock 8   # one apt at a time (hack/localcluster.py's lock)
+    exec 8>"${TMPDIR:-/tmp}/pko-apt.lock"; flock 8   # one apt at a time (pko/devtools/localcluster.py's lock)
     $SUDO apt-get update -qq >&2
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
     exec 8>&-

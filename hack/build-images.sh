@@ -36,7 +36,7 @@ for pkg in buildah mmdebstrap tini busybox-static; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
     echo "build-images: installing ${missing[*]}" >&2
-    exec 8>"${TMPDIR:-/tmp}/pko-apt.lock"; flock 8   # one apt at a time (hack/localcluster.py's lock)
+    exec 8>"${TMPDIR:-/tmp}/pko-apt.lock"; flock 8   # one apt at a time (pko/devtools/localcluster.py's lock)
     $SUDO apt-get update -qq >&2
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
     exec 8>&-
