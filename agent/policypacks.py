@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from pko.api.generated.pko.agent import v1 as pb
+from pko.api.stackterms import POLICY_PACK_FAILED, POLICY_VIOLATION
 
-REASON_POLICY_VIOLATION = "PolicyViolation"
-REASON_POLICY_PACK_FAILED = "PolicyPackFailed"
+REASON_POLICY_VIOLATION = POLICY_VIOLATION
+REASON_POLICY_PACK_FAILED = POLICY_PACK_FAILED
 
 # The engine's enforcement levels as the API names them (pulumi's own words in `pulumi policy`).
 _LEVELS = {"warning": "advisory", "advisory": "advisory", "mandatory": "mandatory", "remediate": "remediate"}

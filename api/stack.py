@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Final, Literal
 
 from pko.api import update as update_api
-from pko.api.markers import ApplyConfigurationOf, Extension, ListAtomic, Rule
+from pko.api.markers import ApplyConfigurationOf, Extension, ListAtomic, ListMap, Rule
 from pko.api.meta import (
     JSONValue,
     KubeModel,
@@ -39,6 +39,7 @@ from pko.api.stackpolicy import (
     RetrySeconds,
     TransientRetry,
 )
+from pko.api.stackpolicypacks import PolicyPack, PolicyViolation
 from pko.api.stacksources import (
     BasicAuth,
     ConfigMapRef,
@@ -278,6 +279,13 @@ class StackSpec(KubeModel):
     drift_detection: Annotated[DriftDetectionSpec, Extension("issue29: drift detection")] | None = None
     """(pko extension) DriftDetection checks the stack for resources changed out of band every
     intervalSeconds (a read-only refresh), reports them in status.drift and optionally remediates."""
+    policy_packs: (
+        Annotated[list[PolicyPack], ListMap("name"), Extension("issue43: policy as code")] | None
+    ) = None
+    """(pko extension) PolicyPacks run on every preview and up (and the approval gate's preview)
+    before any resource changes: a mandatory violation fails the Update (``PolicyViolation``) and the
+    Stack is Stalled until its program, packs or spec change; advisory ones are recorded on the Update
+    and as Warning Events."""
 
     def resync_frequency(self) -> int:
         """Effective resync period in seconds: the field, but never less than 60 (the Go rule)."""
@@ -345,6 +353,8 @@ __all__ = [
     "GitHubAppAuth",
     "LiteralRef",
     "PlanSummary",
+    "PolicyPack",
+    "PolicyViolation",
     "PrerequisiteRef",
     "ProgramReference",
     "ProjectInfo",

@@ -94,6 +94,8 @@ FailureReason = Literal[
     "OperationFailed",
     "StackNotFound",
     "Cancelled",
+    "PolicyViolation",
+    "PolicyPackFailed",
 ]
 """The closed set of failure classes in ``status.lastFailure.reason``."""
 
@@ -106,8 +108,9 @@ class StackFailure(KubeModel):
     InstallFailed, AuthFailed, PendingOperations (deterministic: retried slowly, then Stalled),
     StackNotFound (the stack, or the resources the Stack deployed, are not in the backend: Stalled at
     once, never retried by itself), Cancelled (cancelled on request: not retried until the next
-    change) or StackLocked, UpdateConflict, Transient, UpdateLost (transient:
-    retried quickly)."""
+    change), PolicyViolation (a mandatory policy of spec.policyPacks: Stalled at once until the
+    program, a pack or the spec changes), PolicyPackFailed (a pack did not load: deterministic) or
+    StackLocked, UpdateConflict, Transient, UpdateLost (transient: retried quickly)."""
     message: str
     """Message holds the last lines of the error."""
     transient: bool

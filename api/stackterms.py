@@ -24,6 +24,8 @@ __all__ = [
     "INSECURE_TRANSPORT_ALLOWED",
     "INSECURE_TRANSPORT_REFUSED",
     "PLAN_OPS",
+    "POLICY_PACK_FAILED",
+    "POLICY_VIOLATION",
     "RECONCILE_REQUEST_ANNOTATION",
     "REFRESH_REQUEST_ANNOTATION",
     "resource_ops",
@@ -54,6 +56,16 @@ INSECURE_TRANSPORT_ALLOWED: Final = "CredentialsOverPlainHTTP"
 INSECURE_TRANSPORT_REFUSED: Final = "CredentialsOverPlainHTTPRefused"
 """The Stack is Stalled instead (also the Stalled reason): nothing is sent until the URL is
 ``https://`` or SSH, or the operator allows it."""
+
+POLICY_VIOLATION: Final = "PolicyViolation"
+"""(extension) A mandatory policy of a pack in ``spec.policyPacks`` was violated: the Update's Failed
+reason, the Stack's ``lastFailure.reason`` and Stalled reason (no retry mends it: the program, a pack
+or the spec must change) and the Warning Event's, one per violated policy; nothing it covers was
+changed. The message names the pack, the policy, the resource's URN and the policy's message."""
+POLICY_PACK_FAILED: Final = "PolicyPackFailed"
+"""(extension) A pack in ``spec.policyPacks`` could not be loaded or run (missing dependencies, a
+syntax error, a bad config): the Update's Failed reason and the Stack's ``lastFailure.reason``, retried
+as a deterministic failure; the message names the pack in its runtime's own words."""
 
 AWAITING_APPROVAL: Final = "AwaitingApproval"
 """The Ready condition's reason while a plan waits for a person to approve it (``spec.approval``)."""

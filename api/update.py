@@ -17,6 +17,7 @@ from pko.api.meta import (
     ObjectMeta,
     Time,
 )
+from pko.api.stackpolicypacks import PolicyPack, PolicyViolation
 from pydantic import Field
 
 GROUP: Final = "auto.pulumi.com"
@@ -32,6 +33,9 @@ UPDATE_TYPES: Final[tuple[UpdateType, ...]] = ("preview", "up", "destroy", "refr
 CONDITION_PROGRESSING: Final = "Progressing"
 CONDITION_COMPLETE: Final = "Complete"
 CONDITION_FAILED: Final = "Failed"
+
+
+_POLICY = "issue43: policy as code"
 
 
 class UpdateSpec(KubeModel):
@@ -79,6 +83,10 @@ class UpdateSpec(KubeModel):
     preview_only: Annotated[bool, Extension("issue29: drift detection is a read-only refresh")] | None = None
     """(pko extension) PreviewOnly previews the refresh (``pulumi refresh --preview-only``): nothing
     is written to the state; ``status.changes`` lists the resources that drifted. Refresh only."""
+    policy_packs: Annotated[list[PolicyPack], ListAtomic(), Extension(_POLICY)] | None = None
+    """(pko extension) PolicyPacks run on this preview or up (the Stack's ``spec.policyPacks``): a
+    mandatory violation fails it ``PolicyViolation`` before anything changes, a pack that cannot be
+    loaded ``PolicyPackFailed``. Preview and up only."""
 
 
 class ProjectInfo(KubeModel):
@@ -186,6 +194,11 @@ class UpdateStatus(KubeModel):
     the state after this operation succeeded, because it made them stale: creates an interrupted
     attempt left whose resource this operation created again (or that nothing declares any more).
     What the interrupted attempt created may still exist outside Pulumi's state: check these URNs."""
+    policy_violations: Annotated[list[PolicyViolation], ListAtomic(), Extension(_POLICY)] | None = None
+    """(pko extension) PolicyViolations lists what the policy packs reported, mandatory ones first, in
+    the engine's order. Bounded as ``changes`` are (``policyViolationCount`` counts them all)."""
+    policy_violation_count: Annotated[NonNegativeInt64, Extension(_POLICY)] | None = None
+    """(pko extension) PolicyViolationCount is how many violations the packs reported."""
 
 
 class Update(KubeModel):

@@ -70,6 +70,13 @@ def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]
             "useLocalStackOnly": True,
             "approval": {"mode": "OnDestructive"},
             "driftDetection": {"intervalSeconds": 600, "remediate": True},
+            "policyPacks": [
+                {
+                    "name": "platform",
+                    "path": "/opt/policy/platform",
+                    "config": {"no-public-services": "mandatory", "cost-centre": {"label": "team"}},
+                }
+            ],
             "resyncFrequencySeconds": 300,
             "serviceAccountName": "pulumi",
             "workspaceTemplateRef": {"name": "team-defaults", "namespace": namespace},
@@ -367,6 +374,7 @@ def full_update(name: str = "full", namespace: str = "default") -> dict[str, Any
             "savePlan": True,
             "plan": "full-preview",
             "previewOnly": True,
+            "policyPacks": [{"name": "platform", "path": "policies/platform", "config": {"p": "advisory"}}],
         },
     }
 
@@ -410,6 +418,17 @@ def full_update_status() -> dict[str, Any]:
         "clearedPendingOperations": [
             {"urn": "urn:pulumi:dev::p::command:local:Command::step2", "type": "creating"},
         ],
+        "policyViolations": [
+            {
+                "policyPack": "platform",
+                "policyPackVersion": "1.0.0",
+                "policy": "no-public-services",
+                "enforcementLevel": "mandatory",
+                "urn": "urn:pulumi:dev::p::kubernetes:core/v1:Service::web",
+                "message": "No public LoadBalancer.\nthis Service is a LoadBalancer",
+            }
+        ],
+        "policyViolationCount": 1,
     }
 
 

@@ -14,6 +14,7 @@ from pko.api.stack import Stack
 from pko.controllers.resources import CANCEL_REQUEST_ANNOTATION
 from pko.controllers.stack.ensure import mark_workspace_stalled, unservable_workspace
 from pko.controllers.stack.kinds import recorded_kind
+from pko.controllers.stack.policyevents import policy_violation_events
 from pko.controllers.stack.results import RECORDERS, pending_operation_events
 from pko.controllers.stack.status import MSG_UPDATE, mark_reconciling, record_cancelled, record_lost
 from pko.controllers.stack.steps import (
@@ -83,7 +84,7 @@ def record_ended(
     status: Obj, current: Obj, update: Obj, outputs: Obj | None, generation: int, now: datetime
 ) -> list[Write]:
     """Record a completed Update by its kind (a cancelled one as cancelled); the Events, and those
-    of the pending operations it cleared from the state or left there."""
+    of the policies it violated and the pending operations it cleared from the state or left there."""
     kind = recorded_kind(current, update)
     record = RECORDERS[kind.records]
     token = current.get("cancelRequest")
@@ -100,7 +101,7 @@ def record_ended(
         if kind.holds_plan:
             status.pop("plan", None)  # spent: a plan applies once; a preview records its own
         events = [*record(status, current, update, outputs, generation, now)]
-    return events + pending_operation_events(update)
+    return events + policy_violation_events(update) + pending_operation_events(update)
 
 
 def cancel_requested(observed: Observed, status: Obj, generation: int, writes: list[Write]) -> Plan | None:

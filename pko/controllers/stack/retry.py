@@ -81,12 +81,14 @@ _REASONS: Final[dict[str, FailureReason]] = {
     "StackNotFound": "StackNotFound",
     "PlanNotFound": "OperationFailed",
     "PlanMismatch": "OperationFailed",
+    "PolicyViolation": "PolicyViolation",
+    "PolicyPackFailed": "PolicyPackFailed",
 }
 TRANSIENT_REASONS: Final[frozenset[FailureReason]] = frozenset(
     {"StackLocked", "UpdateConflict", "Transient", "UpdateLost"}
 )
 # Failures no retry can mend: only the user can (the Stack waits at once: Stalled, or Cancelled).
-STALL_AT_ONCE: Final[frozenset[FailureReason]] = frozenset({"StackNotFound", "Cancelled"})
+STALL_AT_ONCE: Final[frozenset[FailureReason]] = frozenset({"StackNotFound", "Cancelled", "PolicyViolation"})
 
 # Error text that means "try again later", whatever reason the Update gave.
 _TRANSIENT_TEXT: Final = re.compile(

@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from pko.api.stack import StackSpec
+from pko.api.stackterms import POLICY_VIOLATION
 from pko.controllers.resources import RECONCILIATION_REQUEST_ANNOTATION, SECRETS_ANNOTATION
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack.branchpoll import next_poll
@@ -457,6 +458,10 @@ def mark_result(
         )
     elif schedule is not None and schedule.stalled and reason == STACK_NOT_FOUND:
         mark_stalled(status, STACK_NOT_FOUND, stack_not_found_message(status, stack, type_), generation, now)
+    elif schedule is not None and schedule.stalled and reason == POLICY_VIOLATION:
+        said = str((status.get("lastFailure") or {}).get("message") or "a mandatory policy was violated")
+        message = f"{said}\nnot retrying until the program, a policy pack or the spec changes"
+        mark_stalled(status, POLICY_VIOLATION, message, generation, now)
     elif schedule is not None and schedule.stalled:
         message = f"{type_} failed {max(failures, 1)} times; not retrying until the spec or source changes"
         mark_stalled(status, "UpdateFailed", message, generation, now)

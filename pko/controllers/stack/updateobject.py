@@ -104,6 +104,8 @@ def build_update(
             update_spec["target"] = list(spec.targets)
         update_spec["targetDependents"] = spec.target_dependents
         update_spec["refresh"] = spec.refresh
+    if type_ in ("preview", "up") and spec.policy_packs:
+        update_spec["policyPacks"] = [pack.wire() for pack in spec.policy_packs]
     update: Obj = {
         "apiVersion": UPDATE_API_VERSION,
         "kind": UPDATE_KIND,

@@ -30,6 +30,7 @@ from pko.controllers.resources import (
     UPDATE_NAME_LABEL,
     WORKSPACE_COMPONENT_LABEL,
 )
+from pko.controllers.update.policy import request_packs, violation_fields
 from pko.machinery.conditions import format_time, get_condition, set_condition
 from pko.machinery.objects import set_controller_reference
 from pko.machinery.resource import Obj
@@ -242,6 +243,8 @@ STATUS_FIELDS: Final = (
     "changeSummary",
     "pendingOperations",
     "clearedPendingOperations",
+    "policyViolations",
+    "policyViolationCount",
 )
 
 
@@ -322,6 +325,7 @@ def result_status(
         status["pendingOperations"] = status_pending(remaining)
     if result.cleared_pending_operations:
         status["clearedPendingOperations"] = status_pending(result.cleared_pending_operations)
+    status.update(violation_fields(result.policy_violations))
     reason = failed_reason(result)
     succeeded = result.state == pb.OperationState.SUCCEEDED
     failed_message = "" if succeeded else (message.splitlines()[0] if message else "")
@@ -435,6 +439,7 @@ def operation_request(update: Obj, plan_id: str | None = None) -> pb.StartOperat
                 target_dependents=spec.get("targetDependents"),
                 refresh=spec.get("refresh"),
                 save_plan=spec.get("savePlan"),
+                policy_pack=request_packs(spec),
             )
         )
     if type_ == "up":
@@ -448,6 +453,7 @@ def operation_request(update: Obj, plan_id: str | None = None) -> pb.StartOperat
                 refresh=spec.get("refresh"),
                 continue_on_error=spec.get("continueOnError"),
                 plan=plan_id,
+                policy_pack=request_packs(spec),
             )
         )
     if type_ == "refresh":
