@@ -5,7 +5,7 @@
 - `git_ssh`: a paramiko SSH server that runs dulwich's upload-pack for ``git-upload-pack`` requests.
 - `artifact_http`: a plain HTTP server serving byte strings (tarballs) by path.
 
-It also registers the session fixtures of conftest_agent.py (`agent_binary`, `auth_world`) for every
+It also registers the session fixtures of pko/devtools/agents.py (`agent_binary`, `auth_world`) for every
 test in this directory. A session fixture imported into two test modules is two fixtures, each run
 once per session: importing `agent_binary` into both image tests built the agent twice.
 """
@@ -25,7 +25,6 @@ from typing import Any
 
 import paramiko
 import pytest
-from conftest_agent import agent_binary, auth_world
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from dulwich import porcelain
@@ -42,6 +41,7 @@ from paramiko.common import (
     OPEN_SUCCEEDED,
 )
 
+from pko.devtools.agents import agent_binary, auth_world
 from pko.devtools.gitserver import serve_wsgi
 
 __all__ = ["agent_binary", "auth_world"]

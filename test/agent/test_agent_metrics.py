@@ -17,7 +17,6 @@ from typing import cast
 import aiohttp
 import pytest
 import yaml
-from conftest_agent import AuthWorld
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
 from pko.agent import operations
@@ -26,6 +25,7 @@ from pko.agent.metricsserver import start_metrics_server
 from pko.api.generated.pko.agent import v1 as pb
 from prometheus_client import REGISTRY
 
+from pko.devtools.agents import AuthWorld
 from pko.machinery.serving import ThreadedHttpServer
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,7 +25,6 @@ from typing import Any
 import h2.config
 import h2.connection
 import pytest
-from conftest_agent import AuthWorld
 from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
@@ -43,6 +42,7 @@ from pko.agent.auth import (
 from pko.agent.h2guard import GuardedServer
 from pko.api.generated.pko.agent import v1 as pb
 
+from pko.devtools.agents import AuthWorld
 from pko.devtools.waiting import wait_until
 
 PASSED = Status.UNIMPLEMENTED  # the gate let the call through to the (empty) service

@@ -16,7 +16,6 @@ from typing import Any, cast
 
 import pytest
 import yaml
-from conftest_agent import start_agent
 from fakepulumi.fixtures import make_fake_pulumi
 from pko.agent.pulumirunner import CommandFailed, PulumiRunner, RunnerSettings
 from pko.api.generated.google.protobuf import Value
@@ -27,6 +26,7 @@ from realpulumi import RealPulumi, make_real_pulumi
 from test_server import FOREVER_PROGRAM, runner_env, wait_for_event, write_program
 
 from pko.agentclient import AgentClient, AgentError
+from pko.devtools.agents import start_agent
 from pko.tokens import TokenSource
 
 pytestmark = pytest.mark.timeout(600)

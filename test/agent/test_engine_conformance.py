@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest_agent import RunningAgent, collect, start_agent
 from fakepulumi.fixtures import FakePulumi, make_fake_pulumi
 from fakepulumi.test_targets_drift_import import TARGETS
 from grpclib.const import Status
@@ -38,6 +37,8 @@ from test_server import (
     wait_for_event,
     write_program,
 )
+
+from pko.devtools.agents import RunningAgent, collect, start_agent
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest_agent import agent_env, collect
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
 from realpulumi import REPO, RealPulumi, make_real_pulumi
 from test_real_engine import _descendants, agent_process
 from test_server import drain, lock_files
+
+from pko.devtools.agents import agent_env, collect
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -23,13 +23,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from conftest_agent import RunningAgent, collect, start_agent
 from pko.agent.policypacks import REASON_POLICY_PACK_FAILED, REASON_POLICY_VIOLATION
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
 from realpulumi import REPO, RealPulumi, make_real_pulumi
 from test_pending_operations import install_command_provider
 from test_server import drain
+
+from pko.devtools.agents import RunningAgent, collect, start_agent
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -20,7 +20,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from conftest_agent import (
+from pko.api.generated.google.protobuf import Value
+from pko.api.generated.pko.agent import v1 as pb
+from realpulumi import RealPulumi, make_real_pulumi
+from test_server import drain, is_pre, lock_files, wait_for_event
+
+from pko.devtools.agents import (
     agent_env,
     answers_version,
     collect,
@@ -30,10 +35,6 @@ from conftest_agent import (
     stop_process,
     wait_for_agent,
 )
-from pko.api.generated.google.protobuf import Value
-from pko.api.generated.pko.agent import v1 as pb
-from realpulumi import RealPulumi, make_real_pulumi
-from test_server import drain, is_pre, lock_files, wait_for_event
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest_agent import AuthWorld, free_port, spawn, stop_process, wait_for_agent
 from fakepulumi.fixtures import make_fake_pulumi
 from grpclib.client import Channel
 from grpclib.const import Status
@@ -28,6 +27,8 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest
 from pko.api.generated.pko.agent import v1 as pb
+
+from pko.devtools.agents import AuthWorld, free_port, spawn, stop_process, wait_for_agent
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest_agent import (
+from fakepulumi.fixtures import FakePulumi, make_fake_pulumi
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from pko.api.generated.google.protobuf import Value
+from pko.api.generated.pko.agent import v1 as pb
+
+from pko.devtools.agents import (
     AuthWorld,
     RunningAgent,
     agent_env,
@@ -28,11 +34,6 @@ from conftest_agent import (
     stop_process,
     wait_for_agent,
 )
-from fakepulumi.fixtures import FakePulumi, make_fake_pulumi
-from grpclib.const import Status
-from grpclib.exceptions import GRPCError
-from pko.api.generated.google.protobuf import Value
-from pko.api.generated.pko.agent import v1 as pb
 
 FLOW_PROGRAM = """\
 name: agentflow

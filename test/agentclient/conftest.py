@@ -1,6 +1,6 @@
 """Fixtures for the operator's agent client: a real agent in kube auth mode, restartable on one port.
 
-The identities and the Role come from test/agent/conftest_agent.py (``AuthWorld``); the agent is
+The identities and the Role come from pko/devtools/agents.py (``AuthWorld``); the agent is
 the real server (in-process) over the stand-in Pulumi CLI. Unlike ``start_agent`` there, an agent
 here keeps its port, workspace, journal and Pulumi state across a restart, as a workspace pod's
 container restart does.
@@ -10,19 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from agentproc import OPERATOR_SA, PROGRAM, Agent
+from fakepulumi.fixtures import make_fake_pulumi
 from kubernetes_asyncio import client
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
-
-from agentproc import OPERATOR_SA, PROGRAM, Agent
-from conftest_agent import AuthWorld, auth_world, free_port
-from fakepulumi.fixtures import make_fake_pulumi
-
+from pko.devtools.agents import AuthWorld, auth_world, free_port
 from pko.tokens import TokenSource
 
 __all__ = ["auth_world"]

@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 from agentproc import Agent
-from conftest_agent import AuthWorld, free_port
 from kubernetes_asyncio import client
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
 
 from pko.agentclient import AgentClient, AgentError
+from pko.devtools.agents import AuthWorld, free_port
 from pko.tokens import TokenSource
 
 pytestmark = pytest.mark.cluster

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest_agent import AuthWorld
 from kubernetes_asyncio import client
 
+from pko.devtools.agents import AuthWorld
 from pko.tokens import TokenError, TokenSource
 
 pytestmark = pytest.mark.cluster

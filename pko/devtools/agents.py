@@ -1,4 +1,4 @@
-"""Fixtures and helpers for the agent's RPC tests (auth, server, operations, CLI).
+"""Fixtures and helpers for the agent's RPC tests (auth, server, operations, CLI), and the agent client's.
 
 Not a conftest: test/agent/conftest.py belongs to the source-fetching tests, and ``pytest_plugins``
 is not allowed below the root conftest. Tests import helpers from here; the session fixtures
@@ -26,6 +26,7 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from kubernetes_asyncio import client
+
 from pko.agent.auth import CacheTTLs, KubeAuthorizer
 from pko.agent.kubeapi import KubeAPI, load_kubeconfig
 from pko.agent.pulumirunner import RunnerSettings
