@@ -91,7 +91,8 @@ if ! up_to_date pko-base-python "$base_hash" || ! bah inspect --type image "$BAS
 fi
 
 # --- the operator: the top-level Dockerfile, on that base --------------------------------------------
-op_hash="$(inputs_hash "$base_hash" Dockerfile .dockerignore pyproject.toml requirements.lock README.md pko api agent)"
+op_hash="$(inputs_hash "$base_hash" Dockerfile .dockerignore pyproject.toml requirements.lock README.md pko api agent \
+    ':(exclude)pko/devtools')"  # the tests' and tools' support is not in the image (.dockerignore)
 if ! up_to_date pko "$op_hash"; then
     echo "build-images: building pko:dev (Dockerfile)" >&2
     bah bud --quiet --isolation chroot --layers=false --build-arg "PYTHON_IMAGE=$BASE_IMAGE" "${RUN_MOUNTS[@]}" \
