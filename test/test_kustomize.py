@@ -533,8 +533,12 @@ OPERATOR_MAY = [
     Access("patch", "pods"),
     Access("get", "nodes"),  # the node of a workspace pod that is not ready (issue 28)
     Access("create", "secrets"),
-    Access("get", "secrets"),
-    Access("watch", "configmaps"),
+    Access("get", "secrets"),  # by name: gitAuth's, the outputs Secret
+    # spec.outputs: one Secret or ConfigMap per Stack, read by name, created, updated in place.
+    Access("update", "secrets"),
+    Access("get", "configmaps"),
+    Access("create", "configmaps"),
+    Access("update", "configmaps"),
     Access("create", "events"),
     Access("patch", "events", "events.k8s.io"),
     Access("watch", "gitrepositories", FLUX),
@@ -556,10 +560,18 @@ OPERATOR_MAY_NOT = [
     # WorkspaceTemplates are users' too: the operator only reads them.
     Access("patch", "workspacetemplates", "auto.pulumi.com"),
     Access("delete", "workspacetemplates", "auto.pulumi.com"),
-    # Outputs Secrets are immutable and garbage-collected with their Update.
-    Access("update", "secrets"),
+    # Outputs objects are garbage-collected with their owner (the Update, or the Stack).
     Access("delete", "secrets"),
-    Access("create", "configmaps"),
+    Access("delete", "configmaps"),
+    Access("patch", "secrets"),
+    # No Secret is cached or listed (issue 46): each one the operator reads is a GET by name.
+    Access("list", "secrets"),
+    Access("watch", "secrets"),
+    Access("list", "secrets", namespace="default"),
+    Access("watch", "secrets", namespace="default"),
+    # ConfigMaps reach the workspace pod through the kubelet; none is cached or listed.
+    Access("list", "configmaps"),
+    Access("watch", "configmaps"),
     # Pods belong to the StatefulSet controller (the operator's pod create is only ever a dry run).
     Access("delete", "pods"),
     Access("create", "pods", "", "exec"),
