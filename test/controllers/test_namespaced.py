@@ -21,7 +21,7 @@ from kubernetes_asyncio.client import ApiException
 
 from pko.controllers.resources import PROGRAMS, STACKS, WORKSPACES
 from pko.devtools.waiting import wait_until
-from pko.machinery.resource import ResourceClient
+from pko.machinery.resource import SECRETS, ResourceClient
 
 from .conftest import get_or_none
 from .operator import Operator
@@ -131,3 +131,26 @@ async def test_a_stack_that_leaves_the_selector_is_left_as_it_was(
 
     await stacks.patch("leaving", {"metadata": {"labels": {"shard": "a"}}})
     await wait_until("the Stack back in the cache", lambda: cache.indexer.get_by_key(f"{namespace}/leaving"))
+
+
+async def test_no_secret_outside_the_watched_namespaces_is_readable(
+    api_client: client.ApiClient, namespace: str, elsewhere: str, operator: Operator
+) -> None:
+    """Issue 46: the namespaced install needs no cluster-wide Secret right. The operator GETs the
+    Secrets its Stacks name in the watched namespace; it may not read one elsewhere, nor list any."""
+    api = operator.api
+    assert api is not None
+    for ns in (namespace, elsewhere):
+        await ResourceClient(api_client, SECRETS, ns).create(
+            {"metadata": {"name": "team-secret"}, "stringData": {"k": "v"}}
+        )
+    assert await ResourceClient(api, SECRETS, namespace).get("team-secret")
+    refused = [
+        lambda: ResourceClient(api, SECRETS, elsewhere).get("team-secret"),
+        lambda: ResourceClient(api, SECRETS, namespace).list(),
+        lambda: ResourceClient(api, SECRETS).list(),
+    ]
+    for request in refused:
+        with pytest.raises(ApiException) as denied:
+            await request()
+        assert denied.value.status == 403
