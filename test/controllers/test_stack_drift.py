@@ -166,6 +166,9 @@ def test_the_drift_gauges_follow_the_last_check_and_go_with_the_stack() -> None:
     }
     metrics.observe(obj)
     assert manager.registry.get_sample_value("pko_stack_drift_resources", labels) == 2
+    obj["status"]["drift"]["count"] = 3000  # resources lists the first 250 of them
+    metrics.observe(obj)
+    assert manager.registry.get_sample_value("pko_stack_drift_resources", labels) == 3000
     stamp = manager.registry.get_sample_value("pko_stack_last_drift_check_timestamp_seconds", labels)
     assert stamp == NOW.timestamp()
     metrics.forget(obj)

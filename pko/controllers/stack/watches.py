@@ -293,7 +293,8 @@ class StackMetrics:
         drift = status.get("drift") or {}
         checked = drift.get("lastCheckTime")
         if checked:
-            self.drift_resources.labels(**labels).set(len(drift.get("resources") or []))
+            # ``count``: all of them (``resources`` lists the first: pko.api.limits).
+            self.drift_resources.labels(**labels).set(drift.get("count") or len(drift.get("resources") or []))
             when = datetime.fromisoformat(str(checked).replace("Z", "+00:00"))
             self.last_drift_check.labels(**labels).set(when.timestamp())
         else:
