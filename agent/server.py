@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 from collections.abc import AsyncIterator, Iterator
@@ -31,6 +32,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.health.check import ServiceStatus
 from grpclib.health.service import Health
+from pko.agent import gocache
 from pko.agent import operations as ops
 from pko.agent import pulumirunner as pr
 from pko.agent.auth import KubeAuthorizer
@@ -218,6 +220,9 @@ async def serve(
         runtime=runner.project_info.runtime,
         pulumi=runner.pulumi_version,
     )
+    if runner.project_info.runtime == "go":
+        # Before anything builds: the caches a claim keeps across pods stay bounded (agent/gocache.py).
+        await asyncio.to_thread(gocache.bound_go_caches, os.environ)
     if not options.skip_install:
         log.info("installing project dependencies")
         await runner.install()

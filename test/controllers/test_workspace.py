@@ -202,9 +202,9 @@ async def test_seed_customized_workspace(env: Env, writes: Callable[[str], Write
     assert pod["initContainers"][2]["command"] == ["sh", "-c", "echo 'Hello, extra init container!'"]
     (pulumi,) = pod["containers"]
     assert pulumi["image"] == SEED_IMAGE
-    assert [m["name"] for m in pulumi["volumeMounts"]] == ["share", "oidc-token"]
-    assert pulumi["volumeMounts"][1]["mountPath"] == "/var/run/secrets/pulumi"
-    assert [v["name"] for v in pod["volumes"]] == ["share", "oidc-token"]
+    assert [m["name"] for m in pulumi["volumeMounts"]] == ["share", "cache", "oidc-token"]
+    assert pulumi["volumeMounts"][2]["mountPath"] == "/var/run/secrets/pulumi"
+    assert [v["name"] for v in pod["volumes"]] == ["share", "cache", "oidc-token"]
     for container in [*pod["initContainers"], *pod["containers"]]:
         assert {"name": "PULUMI_ENV", "value": "/share/.env"} in container["env"]
 

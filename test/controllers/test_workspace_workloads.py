@@ -98,8 +98,9 @@ def test_seed_pod_fields_override_and_add() -> None:
         "runAsUser": 1000,
         "runAsGroup": 1000,
     }
-    assert [v["name"] for v in spec["volumes"]] == ["share", "oidc-token"]
+    assert [v["name"] for v in spec["volumes"]] == ["share", "cache", "oidc-token"]
     assert by_name(spec["volumes"], "share") == {"name": "share", "emptyDir": {}}
+    assert by_name(spec["volumes"], "cache") == {"name": "cache", "emptyDir": {}}
     token = by_name(spec["volumes"], "oidc-token")["projected"]["sources"][0]["serviceAccountToken"]
     assert token == {"audience": "urn:pulumi:org:ORG_NAME", "path": "token", "expirationSeconds": 3600}
 
@@ -142,10 +143,19 @@ def test_seed_pulumi_container() -> None:
     # The template's volume mount is added to the operator's.
     assert pulumi["volumeMounts"] == [
         {"name": "share", "mountPath": "/share"},
+        {"name": "cache", "mountPath": "/cache"},
         {"name": "oidc-token", "mountPath": "/var/run/secrets/pulumi"},
     ]
     env = env_of(pulumi)
-    assert list(env) == ["POD_NAMESPACE", "POD_SA_NAME", "AGENT_MEMLIMIT", "PULUMI_ENV"]
+    assert list(env) == [
+        "POD_NAMESPACE",
+        "POD_SA_NAME",
+        "AGENT_MEMLIMIT",
+        "GOCACHE",
+        "GOMODCACHE",
+        "PULUMI_ENV",
+    ]
+    assert env["GOCACHE"]["value"] == "/cache/go-build" and env["GOMODCACHE"]["value"] == "/cache/go-mod"
     assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert env["POD_SA_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}
     assert env["AGENT_MEMLIMIT"]["valueFrom"] == {
@@ -409,7 +419,15 @@ def test_template_overrides_operator_container_fields_and_env_by_name() -> None:
         "limits": {"cpu": "1", "ephemeral-storage": "4Gi"},
     }
     names = [e["name"] for e in pulumi["env"]]
-    assert names == ["POD_NAMESPACE", "POD_SA_NAME", "AGENT_MEMLIMIT", "EXTRA", "PULUMI_ENV"]
+    assert names == [
+        "POD_NAMESPACE",
+        "POD_SA_NAME",
+        "AGENT_MEMLIMIT",
+        "GOCACHE",
+        "GOMODCACHE",
+        "EXTRA",
+        "PULUMI_ENV",
+    ]
     # As with the Go operator (which appends it last), the operator's PULUMI_ENV wins.
     assert env_of(pulumi)["PULUMI_ENV"]["value"] == "/share/.env"
     assert env_of(by_name(spec["containers"], "sidecar"))["PULUMI_ENV"]["value"] == "/share/.env"

@@ -31,6 +31,10 @@ Differences, each for a reason:
   operator sets neither, and its workspace pods, holding 1.3 to 2.4 GiB of disk with no request, were
   evicted for disk pressure many times a day): see ``podspec._default_ephemeral_storage``. Added after the
   template merge, so it fills in only what neither ``spec.resources`` nor ``spec.podTemplate`` says.
+* A ``cache`` volume (an emptyDir, mounted at ``/cache`` in the ``pulumi`` container) holds Go's build
+  and module caches (``GOCACHE``, ``GOMODCACHE``), where the Go operator leaves them in the container's
+  home: a claim the pod template gives the ``cache`` volume replaces the emptyDir, so a new pod of a Go
+  program reuses the compiled Pulumi SDK (see ``podspec.CACHE_VOLUME``).
 """
 
 from __future__ import annotations
