@@ -23,13 +23,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from pko.devtools.waiting import NotReached, until
 
 REPO = Path(__file__).resolve().parents[1]
 OPERATOR_NS = "pulumi-kubernetes-operator"
@@ -84,14 +85,11 @@ class Kube:
         self.run("apply", "--server-side", "-n", namespace, "-f", "-", input=manifest)
 
     def until(self, what: str, probe: Callable[[], Any], within: float = 300, interval: float = 2) -> Any:
-        deadline = time.monotonic() + within
-        last: Any = None
-        while time.monotonic() < deadline:
-            last = probe()
-            if last:
-                return last
-            time.sleep(interval)
-        raise AssertionError(f"{what}: not within {within:.0f}s (last: {last!r})\n{self.diagnose()}")
+        """:func:`pko.devtools.waiting.until`, with what the cluster shows when it fails."""
+        try:
+            return until(what, probe, within=within, interval=interval)
+        except NotReached as e:
+            raise NotReached(f"{e}\n{self.diagnose()}") from None
 
     def delete_stack_watching(self, name: str, within: float = 600) -> tuple[set[str], set[int]]:
         """``kubectl delete stack`` and wait until it is gone, noting every uid its workspace pod had

@@ -34,7 +34,7 @@ from typing import Any
 
 from common import REPO
 from dulwich.repo import Repo
-from node import KUBECONFIG, NAMESPACE, _kube_time, agent_log, until, when
+from node import KUBECONFIG, NAMESPACE, POLL, _kube_time, agent_log, when
 from run import exit_on_sigterm, log
 from timeline import operation_span
 
@@ -42,6 +42,7 @@ from pko.devtools.gitserver import git_commit, serve_git
 from pko.devtools.goproxy import go_sum, serve_module_cache
 from pko.devtools.localnode.images import import_images
 from pko.devtools.versions import cache_dir, versions
+from pko.devtools.waiting import wait_until
 
 NODE_IP = "10.87.0.1"  # hack/localnode.py: the node's own address, which pods reach
 LANGUAGES = ("yaml", "python", "typescript", "go")
@@ -235,7 +236,9 @@ async def until_ready(name: str, generation: int, within: float = 900) -> dict[s
     async def check() -> dict[str, Any] | None:
         return ready_for(name, generation)
 
-    stack: dict[str, Any] = await until(check, within, f"stack {name} generation {generation} Ready")
+    stack: dict[str, Any] = await wait_until(
+        f"stack {name} generation {generation} Ready", check, within=within, interval=POLL
+    )
     return stack
 
 
@@ -288,7 +291,7 @@ async def run_language(
     async def gone() -> bool:
         return get("stack", name) is None
 
-    await until(gone, 600, f"stack {name} deleted")
+    await wait_until(f"stack {name} deleted", gone, within=600, interval=POLL)
     kubectl("delete", "pvc", f"{name}-state", "--wait=false")
     return row
 

@@ -39,6 +39,7 @@ from run import exit_on_sigterm, log
 from timeline import when
 
 from pko.controllers.resources import STACKS, UPDATES, WORKSPACES
+from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import PODS, ResourceClient
 
@@ -52,17 +53,6 @@ POLL = 0.05
 def agent_log(pod: str) -> list[dict[str, Any]]:
     """The workspace agent's JSON log lines (container ``pulumi``)."""
     return timeline.json_log(KUBECONFIG, NAMESPACE, pod, "pulumi")
-
-
-async def until(check: Any, within: float, what: str) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {within:.0f}s waiting for {what}")
-        await asyncio.sleep(POLL)
 
 
 def _kube_time(value: str | None) -> float | None:
@@ -99,7 +89,7 @@ async def restart(pods: ResourceClient, workspaces: ResourceClient) -> dict[str,
             raise
         return pod if pod["metadata"]["uid"] != old else None
 
-    await until(replaced, 300, "the replacement pod")
+    await wait_until("the replacement pod", replaced, within=300, interval=POLL)
     seen = time.time()
 
     async def ready() -> bool:
@@ -107,14 +97,16 @@ async def restart(pods: ResourceClient, workspaces: ResourceClient) -> dict[str,
         again = cond is not None and (_kube_time(cond.get("lastTransitionTime")) or 0) >= seen - 1
         return again and cond is not None and cond.get("status") == "True"
 
-    await until(ready, 300, "the Workspace to be Ready again")
+    await wait_until("the Workspace to be Ready again", ready, within=300, interval=POLL)
     ready_at = time.time()
     pod = await pods.get(POD)
 
     async def logged() -> list[dict[str, Any]]:  # the node's log file may trail the probe a little
         return [e for e in agent_log(POD) if e.get("msg") == "server listening"]
 
-    listening = (await until(logged, 30, "the agent's `server listening` log line"))[-1]
+    listening = (
+        await wait_until("the agent's `server listening` log line", logged, within=30, interval=POLL)
+    )[-1]
     served_at = when(listening)
     steps = pod_steps(pod)
     # The API keeps creation to the whole second; the moment this script first saw the pod is
@@ -159,10 +151,11 @@ async def update(clients: dict[str, ResourceClient], greeting: str | None) -> di
         patched = await stacks.patch(STACK, {"spec": {"config": {"greeting": greeting}}})
         generation["stack"] = int(patched["metadata"]["generation"])
         steps.mark("Stack patched (answered)", time.time())
-        stack = await until(
-            lambda: stack_ready_for(stacks, generation["stack"]),
-            600,
+        stack = await wait_until(
             f"generation {generation['stack']} Ready",
+            lambda: stack_ready_for(stacks, generation["stack"]),
+            within=600,
+            interval=POLL,
         )
         wall = time.time() - t0
         await asyncio.sleep(0.5)  # the watches deliver what came with the Ready

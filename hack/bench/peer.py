@@ -39,10 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from common import REPO
-from node import KUBECONFIG, until
+from node import KUBECONFIG, POLL
 from run import exit_on_sigterm, log
 
 from pko.devtools.localnode.images import import_images
+from pko.devtools.waiting import wait_until
 
 NS = "bench-peer"
 NAME = "peer"
@@ -235,7 +236,7 @@ async def wait(what: str, check: Any, within: float = 600) -> Any:
     async def probe() -> Any:
         return check()
 
-    return await until(probe, within, what)
+    return await wait_until(what, probe, within=within, interval=POLL)
 
 
 def ready_at(generation: int | None, name: str = NAME) -> dict[str, Any] | None:
@@ -310,7 +311,7 @@ async def remove_stack(name: str) -> None:
     kubectl("-n", NS, "delete", "stack", name, "--wait=false")
     try:
         await wait(f"the Stack {name} deleted", lambda: get("stack", name) is None, RECOVERY)
-    except RuntimeError:
+    except (RuntimeError, TimeoutError):  # a kubectl that failed, or not within the time
         log(f"  the Stack {name} is still there after {RECOVERY:.0f} s; releasing it")
         release(f"stack/{name}")
     kubectl("-n", NS, "delete", "program", name, "--ignore-not-found", check=False)
@@ -362,7 +363,7 @@ async def operator_restart_mid_update(op: Operator) -> dict[str, list[float]]:
             "the Stack Ready after the operator's restart", lambda: ready_at(generation, name), RECOVERY
         )
         recovered = time.time() - t0
-    except RuntimeError:
+    except (RuntimeError, TimeoutError):  # a kubectl that failed, or not within the time
         recovered = float("inf")
         last = ((get("stack", name) or {}).get("status") or {}).get("lastUpdate") or {}
         log(f"  {op.label}: not Ready {RECOVERY:.0f} s after the operator's restart: {last.get('message')!r}")

@@ -144,6 +144,7 @@ from procstats import PULUMI_GROUPS, PeakSampler, Requests, Tally
 from run import exit_on_sigterm, log
 
 from pko.controllers.resources import STACKS
+from pko.devtools.waiting import wait_until
 from pko.machinery.resource import ResourceClient
 
 Obj = dict[str, Any]
@@ -302,16 +303,9 @@ def operator_pods(run: Callable[..., str] = kubectl) -> list[Obj]:
 
 
 async def poll(what: str, check: Callable[[], Any], within: float, every: float = 1.0) -> Any:
-    """``check()`` (blocking: run in a thread) until it returns something true; RuntimeError after
+    """``check()`` (blocking: run in a thread) until it returns something true; TimeoutError after
     ``within`` seconds. peer.wait polls every 50 ms, too often for waits of minutes."""
-    deadline = time.monotonic() + within
-    while True:
-        value = await asyncio.to_thread(check)
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {within:.0f}s waiting for {what}")
-        await asyncio.sleep(every)
+    return await wait_until(what, lambda: asyncio.to_thread(check), within=within, interval=every)
 
 
 async def started_pod(run: Callable[..., str] = kubectl, within: float = 300) -> OperatorPod:
@@ -335,7 +329,7 @@ async def leader_at(pod: OperatorPod, run: Callable[..., str] = kubectl, within:
 
     try:
         await poll(f"{pod.name} to hold the Lease {LEASE}", holds, within, every=0.25)
-    except RuntimeError as exc:
+    except (RuntimeError, TimeoutError) as exc:  # a kubectl that failed, or not within the time
         log(f"  {exc}")
         return None
     return time.time()
@@ -578,7 +572,7 @@ async def remove_stacks(names: list[str], within: float) -> None:
     )
     try:
         await poll(f"the {len(names)} Stacks deleted (their destroys)", lambda: not left(), within, every=2)
-    except RuntimeError as exc:
+    except (RuntimeError, TimeoutError) as exc:  # a kubectl that failed, or not within the time
         rest = left()
         log(f"  {exc}; releasing {len(rest)}")
         for name in rest:

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pko.devtools.pki import Cert, apiserver_sans, ensure_pki
+from pko.devtools.waiting import NotReached, until
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 HACK_DIR = REPO_DIR / "hack"
@@ -324,34 +325,31 @@ class LocalCluster:
         )
 
     def _wait_etcd(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def healthy() -> bool:
             self._check_alive("etcd")
-            try:
-                with urllib.request.urlopen(f"{self._st.etcd_url}/health", timeout=2) as r:
-                    if json.load(r).get("health") == "true":
-                        return
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"etcd not healthy; see {self.dir / 'etcd.log'}")
+            with urllib.request.urlopen(f"{self._st.etcd_url}/health", timeout=2) as r:
+                return bool(json.load(r).get("health") == "true")
+
+        try:
+            until("etcd healthy", healthy, within=timeout, interval=0.2, transient=(OSError, ValueError))
+        except NotReached as e:
+            raise TimeoutError(f"{e}; see {self.dir / 'etcd.log'}") from None
 
     def _wait_ready(self, timeout: float) -> None:
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
-        deadline = time.monotonic() + timeout
         req = urllib.request.Request(
             f"{self.server}/readyz", headers={"Authorization": f"Bearer {self.admin_token}"}
         )
-        while time.monotonic() < deadline:
+
+        def ready() -> bool:
             self._check_alive("kube-apiserver")
-            try:
-                with urllib.request.urlopen(req, timeout=2, context=ctx) as r:
-                    if r.status == 200:
-                        return
-            except (OSError, urllib.error.HTTPError):
-                pass
-            time.sleep(0.3)
-        raise TimeoutError(f"kube-apiserver not ready; see {self.dir / 'kube-apiserver.log'}")
+            with urllib.request.urlopen(req, timeout=2, context=ctx) as r:
+                return bool(r.status == 200)
+
+        try:
+            until("kube-apiserver ready", ready, within=timeout, interval=0.3, transient=(OSError,))
+        except NotReached as e:
+            raise TimeoutError(f"{e}; see {self.dir / 'kube-apiserver.log'}") from None
 
     def _check_alive(self, name: str) -> None:
         proc = self._procs.get(name)
