@@ -2,23 +2,11 @@
 pack with a mandatory and an advisory policy over a Pulumi YAML program whose one resource is a
 ``command:local:Command`` (pulumi-command from hack/build-sources.sh).
 
-What this machine provides offline, and how the engine uses it: pulumi v3.274 runs a pack directory
-through its language host (the Node.js host of hack/build-sources.sh runs
-``@pulumi/pulumi/cmd/run-policy-pack``: no ``pulumi-analyzer-policy`` plugin is involved). The pack
-needs ``@pulumi/policy`` (the npm package, pinned here and fetched once into the pko cache) and
-``@pulumi/pulumi`` with its dependencies, which the image's SDK set has (hack/build-runtimes.sh's
-node_modules, on NODE_PATH here as /node_modules is in the image). The language hosts are on PATH
-rather than beside ``pulumi`` as in the image, so the engine's ambient lookup is left on.
+What this machine provides offline, and how the engine uses it: :mod:`pko.devtools.policypacks`.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
-import os
-import subprocess
-import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -26,18 +14,15 @@ import pytest
 from pko.agent.policypacks import REASON_POLICY_PACK_FAILED, REASON_POLICY_VIOLATION
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
-from realpulumi import REPO, RealPulumi, make_real_pulumi
+from realpulumi import RealPulumi, make_real_pulumi
 from test_pending_operations import install_command_provider
 from test_server import drain
 
 from pko.devtools.agents import RunningAgent, collect, start_agent
+from pko.devtools.policypacks import built, engine_env, policy_sdk, write_pack
 
 pytestmark = pytest.mark.timeout(300)
 
-POLICY_SDK = ("@pulumi/policy", "1.21.0")
-POLICY_SDK_INTEGRITY = (
-    "sha512-tLczMS7S2UUpc1qO9xvGY54GumUShTNxm/BY/T1fb0Hp/ILScxXzrmLpkbt4KUGZAcX/EdGLVuMGHyhreqbfvg=="
-)
 COMMAND = "command:local:Command"
 PROGRAM = """\
 name: policed
@@ -81,52 +66,14 @@ new PolicyPack("pko-commands", {
 URN = f"urn:pulumi:dev::policed::{COMMAND}::step"
 
 
-def built(script: str) -> Path:
-    """The output directory a hack/build-*.sh script prints last (it builds only what its cache lacks)."""
-    done = subprocess.run(["bash", str(REPO / "hack" / script)], check=True, capture_output=True, text=True)
-    return Path(done.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="module")
 def runtimes() -> Path:
     return built("build-runtimes.sh")
 
 
 @pytest.fixture(scope="module")
-def policy_sdk(runtimes: Path) -> Path:
-    """The pinned @pulumi/policy tarball, fetched once with npm into the pko cache (beside the runtimes)
-    and refused unless its sha512 is the pin."""
-    name, version = POLICY_SDK
-    cache = runtimes.parents[1] / "npm-packs"
-    tarball = cache / f"pulumi-policy-{version}.tgz"
-    if not tarball.is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            ["npm", "pack", f"{name}@{version}", "--pack-destination", str(cache)],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-    digest = base64.b64encode(hashlib.sha512(tarball.read_bytes()).digest()).decode()
-    assert f"sha512-{digest}" == POLICY_SDK_INTEGRITY, f"{tarball}: not the pinned {name}@{version}"
-    return tarball
-
-
-def write_pack(directory: Path, sdk: Path, source: str = PACK) -> None:
-    """A JavaScript pack (no compile), @pulumi/policy in its own node_modules as `npm install` leaves it."""
-    target = directory / "node_modules" / "@pulumi" / "policy"
-    target.mkdir(parents=True)
-    with tarfile.open(sdk) as archive:
-        for member in archive.getmembers():
-            member.name = member.name.partition("/")[2]  # package/... -> ...
-            if member.name:
-                archive.extract(member, target, filter="data")
-    (directory / "PulumiPolicy.yaml").write_text("runtime: nodejs\ndescription: pko test pack\n")
-    manifest = {"name": "pko-commands", "version": "0.1.0", "main": "index.js"}
-    (directory / "package.json").write_text(
-        json.dumps(manifest | {"dependencies": {POLICY_SDK[0]: POLICY_SDK[1]}})
-    )
-    (directory / "index.js").write_text(source)
+def sdk(runtimes: Path) -> Path:
+    return policy_sdk(runtimes)
 
 
 @pytest.fixture
@@ -137,21 +84,13 @@ def real(tmp_path: Path) -> RealPulumi:
 
 
 @pytest.fixture
-async def agent(
-    tmp_path: Path, real: RealPulumi, runtimes: Path, policy_sdk: Path
-) -> AsyncIterator[RunningAgent]:
+async def agent(tmp_path: Path, real: RealPulumi, runtimes: Path, sdk: Path) -> AsyncIterator[RunningAgent]:
     work = tmp_path / "workspace"
     work.mkdir()
     (work / "Pulumi.yaml").write_text(PROGRAM)
-    write_pack(work / "policies" / "commands", policy_sdk)
-    write_pack(work / "policies" / "broken", policy_sdk, PACK + "this is not javascript(\n")
-    hosts = built("build-sources.sh") / "bin"
-    env = {
-        **real.env,
-        "PATH": os.pathsep.join([str(hosts), str(runtimes / "nodejs" / "bin"), real.env["PATH"]]),
-        "NODE_PATH": str(runtimes / "node_modules"),
-        "PULUMI_IGNORE_AMBIENT_PLUGINS": "false",
-    }
+    write_pack(work / "policies" / "commands", sdk, PACK, "pko-commands")
+    write_pack(work / "policies" / "broken", sdk, PACK + "this is not javascript(\n", "pko-commands")
+    env = {**real.env, **engine_env(real.env["PATH"], runtimes)}
     running = await start_agent(work, tmp_path / "journal", env=env, pulumi_root=real.root, stack="dev")
     yield running
     await running.stop()
