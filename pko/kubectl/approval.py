@@ -115,6 +115,13 @@ def change_lines(update: Mapping[str, Any] | None) -> list[str]:
         name = urn.rsplit("::", 1)[-1]
         changed = f": {', '.join(paths[urn])}" if paths[urn] else ""
         lines.append(f"  {_SYMBOLS[op]:<2} {op:<7} {name} ({types[urn]}){changed}")
+    status = status_of(update)
+    if status.get("changesTruncated"):
+        # The Update lists the first changes only (pko.api.limits); the plan's summary counts them all.
+        lines.append(
+            f"  ... the Update lists {len(changes)} of {status.get('changeCount')} changes "
+            "(paths may be cut too): the workspace agent's log has a 'resource change' line for each"
+        )
     return lines
 
 

@@ -107,3 +107,15 @@ def test_the_preview_changes_one_line_per_resource() -> None:
         "  +- replace web (kubernetes:core/v1:Service): spec.clusterIP",
     ]
     assert change_lines(None) == []
+
+
+def test_a_cut_change_list_says_so() -> None:
+    cut = preview()
+    cut["status"] |= {"changeCount": 3000, "changesTruncated": True}
+    lines = change_lines(cut)
+    assert lines[:-1] == change_lines(preview())
+    listed = len(cut["status"]["changes"])
+    assert (
+        lines[-1].startswith(f"  ... the Update lists {listed} of 3000 changes")
+        and "resource change" in lines[-1]
+    )
