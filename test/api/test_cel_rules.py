@@ -9,6 +9,7 @@ by both: a CEL rule must never refuse what the operator accepts.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import uuid
 from collections.abc import Callable
@@ -20,19 +21,15 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pko.api.stack import MAX_NAME_LENGTH, NAME_TOO_LONG_MESSAGE
 from pko.api.validation import parse_stack
 
+from pko.devtools.stacks import stack as build_stack
+
 pytestmark = pytest.mark.cluster
 
 SECRET = {"type": "Secret", "secret": {"name": "s", "key": "k"}}
 FLUX = {"sourceRef": {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository", "name": "r"}}
 
 
-def stack(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "pulumi.com/v1",
-        "kind": "Stack",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"stack": "org/project/dev", **spec},
-    }
+stack = functools.partial(build_stack, stack="org/project/dev")
 
 
 GIT: dict[str, Any] = {"projectRepo": "https://github.com/pulumi/examples", "branch": "master"}

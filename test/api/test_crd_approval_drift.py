@@ -5,7 +5,6 @@ them; an upstream manifest without either applies unchanged and means "no approv
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 import pytest
@@ -13,16 +12,16 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from pko.api.validation import parse_stack
 
+from pko.devtools.stacks import stack as build_stack
+from pko.devtools.stacks import unique_name
+
 pytestmark = pytest.mark.cluster
 
 
 def stack(namespace: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "pulumi.com/v1",
-        "kind": "Stack",
-        "metadata": {"name": f"gate-{uuid.uuid4().hex[:8]}", "namespace": namespace},
-        "spec": {"stack": "org/project/dev", "programRef": {"name": "p"}, **spec},
-    }
+    return build_stack(
+        unique_name("gate"), namespace, **{"stack": "org/project/dev", "programRef": {"name": "p"}, **spec}
+    )
 
 
 async def create(api_client: Any, obj: dict[str, Any]) -> dict[str, Any]:

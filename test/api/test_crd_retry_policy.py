@@ -5,7 +5,6 @@ a sensible policy is stored as written (fractions included) and means what the o
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 import pytest
@@ -15,6 +14,8 @@ from pko.api.validation import parse_stack
 
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack.retry import for_stack
+from pko.devtools.stacks import stack as build_stack
+from pko.devtools.stacks import unique_name
 
 pytestmark = pytest.mark.cluster
 
@@ -42,12 +43,11 @@ REFUSED: dict[str, tuple[dict[str, Any], str, str]] = {
 
 
 def stack(namespace: str, policy: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "pulumi.com/v1",
-        "kind": "Stack",
-        "metadata": {"name": f"retry-{uuid.uuid4().hex[:8]}", "namespace": namespace},
-        "spec": {"stack": "org/project/dev", "programRef": {"name": "p"}, "retryPolicy": policy, **spec},
-    }
+    return build_stack(
+        unique_name("retry"),
+        namespace,
+        **{"stack": "org/project/dev", "programRef": {"name": "p"}, "retryPolicy": policy, **spec},
+    )
 
 
 def stacks(api_client: Any) -> client.CustomObjectsApi:

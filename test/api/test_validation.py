@@ -18,6 +18,8 @@ from pko.api.validation import (
     parse_workspace,
 )
 
+from pko.devtools.stacks import stack as build_stack
+
 from .manifests import full_program, full_update, full_workspace
 
 GIT = {"projectRepo": "https://github.com/pulumi/examples", "branch": "master"}
@@ -25,12 +27,7 @@ SECRET_REF = {"type": "Secret", "secret": {"name": "s", "key": "k"}}
 
 
 def stack_obj(spec: dict[str, Any], *, name: str = "my-stack", namespace: str = "ns") -> dict[str, Any]:
-    return {
-        "apiVersion": "pulumi.com/v1",
-        "kind": "Stack",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"stack": "org/project/dev", **spec},
-    }
+    return build_stack(name, namespace, **{"stack": "org/project/dev", **spec})
 
 
 def stack_errors(spec: dict[str, Any], **kw: Any) -> list[FieldError]:

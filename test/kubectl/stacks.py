@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from pko.devtools.stacks import stack as build_stack
+
 Obj = dict[str, Any]
 
 NOW = datetime(2025, 1, 20, 10, 45, 0, tzinfo=UTC)
@@ -28,15 +30,13 @@ def cond(type_: str, status: str, reason: str, message: str = "", generation: in
 
 
 def stack(name: str = "web", namespace: str = "ns", *, status: Obj | None = None, **spec: Any) -> Obj:
-    obj: Obj = {
-        "apiVersion": "pulumi.com/v1",
-        "kind": "Stack",
-        "metadata": {"name": name, "namespace": namespace, "generation": 1},
-        "spec": {"stack": "dev", "programRef": {"name": name}, **spec},
-    }
-    if status is not None:
-        obj["status"] = status
-    return obj
+    return build_stack(
+        name,
+        namespace,
+        status=status,
+        meta={"generation": 1},
+        **{"stack": "dev", "programRef": {"name": name}, **spec},
+    )
 
 
 def ready_status(update: str = "web-1") -> Obj:
