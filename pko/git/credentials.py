@@ -18,8 +18,9 @@ class GitCredentials:
 
     Over HTTP(S) a token wins over username/password and is sent as basic auth with the token as
     password (:meth:`basic_auth`). Over SSH the private key is used and `password`, if set, is its
-    passphrase; `known_hosts` (OpenSSH format) decides which servers are trusted. ``repr`` names
-    only which fields are set, so a value never lands in a log line or a traceback.
+    passphrase, which is therefore never sent to an HTTP(S) server; `known_hosts` (OpenSSH format)
+    decides which servers are trusted. ``repr`` names only which fields are set, so a value never
+    lands in a log line or a traceback.
     """
 
     username: str | None = None
@@ -41,11 +42,14 @@ class GitCredentials:
     def basic_auth(
         self, url_username: str | None = None, url_password: str | None = None
     ) -> tuple[str | None, str | None]:
-        """HTTP basic auth (username, password): a token, else username/password, else the URL's own."""
+        """HTTP basic auth (username, password): a token, else username/password, else the URL's own.
+        With an SSH key, ``password`` is the key's passphrase: a secret of the key's owner, not a
+        password of the git host, so it is never sent to one."""
         if self.token:
             return self.username or url_username or DEFAULT_TOKEN_USER, self.token
-        if self.username or self.password:
-            return self.username or url_username or DEFAULT_TOKEN_USER, self.password
+        password = None if self.ssh_private_key else self.password
+        if self.username or password:
+            return self.username or url_username or DEFAULT_TOKEN_USER, password
         return url_username, url_password
 
     def __repr__(self) -> str:

@@ -128,8 +128,6 @@ def last_status(plan: Plan) -> Obj:
         (git(gitAuth=BASIC), ("spec.gitAuth.basicAuth",)),
         (git(gitAuth=TOKEN), ("spec.gitAuth.accessToken",)),
         (git(gitAuth=APP), ("spec.gitAuth.githubApp",)),
-        # the fetch sends an SSH key's passphrase as the basic-auth password over HTTP
-        (git(gitAuth=SSH_KEY_PASSPHRASE), ("spec.gitAuth.sshAuth.password",)),
         # its keys are not read to decide: the fetch takes any username, password or accessToken in it
         (git(gitAuthSecret="legacy"), ("spec.gitAuthSecret",)),
         (git("http://bob:s3cret@git.mirror.svc/org/repo.git"), ("a password in spec.projectRepo",)),
@@ -149,6 +147,7 @@ def test_credentials_for_a_plain_http_repository_are_found(spec: Obj, sent: tupl
         git(),  # an in-cluster mirror without credentials: unchanged, no condition
         git("http://bob@git.mirror.svc/r.git"),  # a user name alone is no secret
         git(gitAuth=SSH_KEY),  # an SSH key is never sent over HTTP
+        git(gitAuth=SSH_KEY_PASSPHRASE),  # nor its passphrase (pko.git.credentials)
         git("https://github.com/org/repo.git", gitAuth=BASIC),
         git("ssh://git@github.com/org/repo.git", gitAuth=SSH_KEY_PASSPHRASE),
         git("git@github.com:org/repo.git", gitAuthSecret="legacy"),

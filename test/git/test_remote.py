@@ -38,6 +38,15 @@ def test_basic_auth_prefers_a_token_then_username_and_password_then_the_url() ->
     assert GitCredentials().basic_auth("u", "p") == ("u", "p")
 
 
+def test_an_ssh_keys_passphrase_is_never_sent_to_an_http_server() -> None:
+    """sshAuth's password is the key's passphrase: an HTTPS remote of such a Stack gets no password
+    from it (the URL's own user, if any, and nothing else)."""
+    key = "-----BEGIN KEY-----"
+    assert GitCredentials(password="phrase", ssh_private_key=key).basic_auth() == (None, None)
+    assert GitCredentials(password="phrase", ssh_private_key=key).basic_auth("u", "p") == ("u", "p")
+    assert GitCredentials(username="a", password="phrase", ssh_private_key=key).basic_auth() == ("a", None)
+
+
 @pytest.mark.parametrize(
     ("url", "transport", "host"),
     [

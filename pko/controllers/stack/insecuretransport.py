@@ -17,9 +17,9 @@ verdict change), not at every reconcile. The condition goes once the URL is ``ht
 the credentials are gone.
 
 What counts is read from the spec (:func:`insecure_credentials`): ``gitAuth``'s basic auth, access
-token or GitHub App, an SSH key's passphrase (the fetch sends ``password`` as basic auth over HTTP),
-``gitAuthSecret`` whatever keys it holds (the fetch takes its username, password and accessToken),
-and a password in the URL itself. An SSH key alone is never sent over HTTP. A Flux source or a
+token or GitHub App, ``gitAuthSecret`` whatever keys it holds (the fetch takes its username, password
+and accessToken), and a password in the URL itself. An SSH key and its passphrase are never sent over
+HTTP (:meth:`pko.git.credentials.GitCredentials.basic_auth`). A Flux source or a
 Program brings no credentials: the workspace fetches their artifact anonymously and checks its
 digest, so they never carry the condition.
 """
@@ -93,8 +93,6 @@ def insecure_credentials(stack: Stack) -> InsecureCredentials | None:
             sent.append("spec.gitAuth.accessToken")
         if auth.github_app is not None:
             sent.append("spec.gitAuth.githubApp")
-        if auth.ssh_auth is not None and auth.ssh_auth.password is not None:
-            sent.append("spec.gitAuth.sshAuth.password")
     return InsecureCredentials(redact_url(url), tuple(sent)) if sent else None
 
 
