@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from pko.api.stackterms import POLICY_PACK_FAILED, POLICY_VIOLATION
 from pko.kubectl.approval import approved_digest, plan_of, summary_text
 from pko.kubectl.stackview import (
     AWAITING_APPROVAL,
@@ -122,6 +123,9 @@ def _failure_fix(failure: Mapping[str, Any], names: _Names) -> str:
         "PendingOperations": f"resolve the pending operations ({pending}), e.g. pulumi refresh "
         "--clear-pending-creates in the workspace pod",
         "StackNotFound": "put the stack back in its backend",
+        POLICY_VIOLATION: "change the program (or the pack's config in spec.policyPacks) so that the "
+        "mandatory policy the message names passes",
+        POLICY_PACK_FAILED: f"fix the policy pack the message names (its dependencies or its code) {logs}",
     }
     return hints.get(reason, f"find the cause in {names.logs()}")
 

@@ -79,6 +79,24 @@ def test_stalled_update_failed_says_how_to_start_over() -> None:
     )
 
 
+def test_a_policy_violation_names_the_policy_and_how_to_pass_it() -> None:
+    status = retrying_status()
+    status["lastFailure"]["reason"] = "PolicyViolation"
+    status["conditions"] = [
+        cond("Ready", "False", "NotReadyStalled", "reconciliation is stalled"),
+        cond("Stalled", "True", "PolicyViolation", "policy pack guard: no-public-services: mandatory"),
+    ]
+    status.pop("nextRetryTime")
+    said = explain(
+        stack(status=status), workspace=workspace(), last_update=None, current_update=None, now=NOW
+    )
+    assert said.text.endswith(
+        "Fix: change the program (or the pack's config in spec.policyPacks) so that the mandatory policy "
+        "the message names passes, then kubectl pko retry web -n ns (a new spec or source revision also "
+        "starts over)."
+    )
+
+
 def test_waiting_for_the_workspace_names_its_reason_and_fix() -> None:
     status = {
         "conditions": [
