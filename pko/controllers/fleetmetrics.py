@@ -41,6 +41,7 @@ __all__ = [
     "UPDATE_DURATION_BUCKETS",
     "FleetMetrics",
     "last_success",
+    "policy_violations",
     "setup",
     "stack_conditions",
     "update_outcome",
@@ -74,6 +75,17 @@ def update_outcome(update: Obj) -> tuple[str, str, float | None] | None:
     start, end = parse_time(status.get("startTime")), parse_time(status.get("endTime"))
     seconds = (end - start).total_seconds() if start and end and end >= start else None
     return str((update.get("spec") or {}).get("type") or "unknown"), result, seconds
+
+
+def policy_violations(update: Obj) -> list[tuple[str, str, str]]:
+    """(pack, policy, enforcement level) of each violation a completed Update lists
+    (``status.policyViolations``, bounded: a long list is counted as far as it is kept)."""
+    listed = ((update.get("status") or {}).get("policyViolations")) or []
+    return [
+        (str(v.get("policyPack") or ""), str(v.get("policy") or ""), str(v.get("enforcementLevel") or ""))
+        for v in listed
+        if isinstance(v, dict)
+    ]
 
 
 def stack_conditions(stack: Obj) -> tuple[ConditionKey, ...]:
@@ -148,6 +160,13 @@ class FleetMetrics:
             ["type", "result"],
             registry=registry,
         )
+        self.policy_violations = Counter(
+            "pko_policy_violations",
+            "Policy violations reported by completed Updates (spec.policyPacks), by pack, policy and "
+            "enforcement level (mandatory, advisory, remediate); counted by the leader",
+            ["pack", "policy", "enforcement"],
+            registry=registry,
+        )
         self.last_success = Gauge(
             "pko_stack_last_successful_update_timestamp_seconds",
             "When the stack's last successful update completed (unix seconds); absent until one is seen",
@@ -169,6 +188,8 @@ class FleetMetrics:
         self.updates.labels(type_, result).inc()
         if seconds is not None:
             self.durations.labels(type_, result).observe(seconds)
+        for pack, policy, level in policy_violations(new):
+            self.policy_violations.labels(pack, policy, level).inc()
 
     # -- Stacks
 

@@ -74,6 +74,24 @@ def test_the_leader_counts_each_completion_once_and_a_standby_none() -> None:
     assert standby_registry.get_sample_value("pko_updates_total", labels) is None
 
 
+def test_each_policy_violation_of_a_completed_update_is_counted_by_pack_policy_and_level() -> None:
+    m, registry = metrics()
+    running, done = update(complete=False), update(failed="PolicyViolation")
+    done["status"]["policyViolations"] = [
+        {"policyPack": "guard", "policy": "no-public", "enforcementLevel": "mandatory", "message": "m"},
+        {"policyPack": "guard", "policy": "labels", "enforcementLevel": "advisory", "message": "m"},
+        {"policyPack": "guard", "policy": "labels", "enforcementLevel": "advisory", "message": "m2"},
+    ]
+    m.update_changed(running, done)
+    m.update_changed(done, done)
+    sample = registry.get_sample_value
+    labels = {"pack": "guard", "policy": "no-public", "enforcement": "mandatory"}
+    assert sample("pko_policy_violations_total", labels) == 1
+    assert (
+        sample("pko_policy_violations_total", {**labels, "policy": "labels", "enforcement": "advisory"}) == 2
+    )
+
+
 def test_stacks_are_counted_by_condition_status_and_reason_and_forgotten_when_deleted() -> None:
     m, registry = metrics()
     m.stack_seen(stack("a"))
