@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 import yaml
 
+from pko.devtools import kubectl
 from pko.devtools.waiting import NotReached, until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,12 +63,10 @@ class Kube:
         self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PATH": path}
 
     def run(self, *args: str, check: bool = True, input: str | None = None, timeout: float = 120) -> str:
-        proc = subprocess.run(
-            [self.kubectl, *args], capture_output=True, text=True, env=self.env, input=input, timeout=timeout
-        )
-        if check and proc.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
-        return proc.stdout
+        """The node's kubectl (KUBECONFIG and PATH from :attr:`env`, for ``kubectl pko``): its output."""
+        return kubectl.run(
+            *args, binary=self.kubectl, env=self.env, input=input, check=check, timeout=timeout
+        ).stdout
 
     def json(self, *args: str) -> Any:
         return json.loads(self.run(*args, "-o", "json"))

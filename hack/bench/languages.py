@@ -40,6 +40,7 @@ from timeline import operation_span
 
 from pko.devtools.gitserver import git_commit, serve_git
 from pko.devtools.goproxy import go_sum, serve_module_cache
+from pko.devtools.kubectl import run
 from pko.devtools.localnode.images import import_images
 from pko.devtools.versions import cache_dir, versions
 from pko.devtools.waiting import wait_until
@@ -170,13 +171,7 @@ spec:
 
 
 def kubectl(*args: str, input: str | None = None) -> str:
-    return subprocess.run(
-        ["kubectl", f"--kubeconfig={KUBECONFIG}", "-n", NAMESPACE, *args],
-        input=input,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    return run("-n", NAMESPACE, *args, kubeconfig=KUBECONFIG, input=input, timeout=600).stdout
 
 
 def get(kind: str, name: str) -> dict[str, Any] | None:

@@ -42,6 +42,7 @@ from common import REPO
 from node import KUBECONFIG, POLL
 from run import exit_on_sigterm, log
 
+from pko.devtools.kubectl import run
 from pko.devtools.localnode.images import import_images
 from pko.devtools.waiting import wait_until
 
@@ -184,16 +185,7 @@ spec:
 
 
 def kubectl(*args: str, input: str | None = None, check: bool = True, timeout: float = 600) -> str:
-    done = subprocess.run(
-        ["kubectl", f"--kubeconfig={KUBECONFIG}", *args],
-        input=input,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if check and done.returncode != 0:
-        raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
-    return done.stdout
+    return run(*args, kubeconfig=KUBECONFIG, input=input, check=check, timeout=timeout).stdout
 
 
 def get(kind: str, name: str, ns: str = NS) -> dict[str, Any] | None:

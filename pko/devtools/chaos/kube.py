@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
+from pko.devtools.kubectl import run
 from pko.devtools.localnode.node import STATE, bin_dir
 
 REPO = Path(__file__).resolve().parents[3]
@@ -26,18 +26,9 @@ TRANSIENT = (RuntimeError, subprocess.TimeoutExpired, ValueError)
 
 
 def kubectl(*args: str, check: bool = True, stdin: str | None = None, timeout: float = 120) -> str:
-    env = {**os.environ, "KUBECONFIG": str(STATE / "kubeconfig")}
-    proc = subprocess.run(
-        [str(bin_dir() / "kubectl"), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        input=stdin,
-        timeout=timeout,
-    )
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
-    return proc.stdout
+    """The node's kubectl as its admin: the output (KubectlFailed, a RuntimeError, when it fails)."""
+    kubeconfig, binary = STATE / "kubeconfig", bin_dir() / "kubectl"
+    return run(*args, kubeconfig=kubeconfig, binary=binary, input=stdin, check=check, timeout=timeout).stdout
 
 
 def get(kind: str, name: str, namespace: str = NAMESPACE) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from pko.devtools.kubectl import run
 from pko.devtools.localnode.node import (
     APISERVER_PORT,
     COMPONENTS,
@@ -23,7 +24,6 @@ from pko.devtools.localnode.node import (
     STATE,
     _log,
     bin_dir,
-    sh,
 )
 from pko.devtools.waiting import NotReached, until
 
@@ -120,7 +120,7 @@ def _https_ok(path: str, token: str) -> bool:
 
 def _kubectl(*args: str, check: bool = True) -> str:
     """kubectl of the node's own release (the machine's may be outside the version skew)."""
-    return sh(str(bin_dir() / "kubectl"), f"--kubeconfig={STATE / 'kubeconfig'}", *args, check=check)
+    return run(*args, kubeconfig=STATE / "kubeconfig", binary=bin_dir() / "kubectl", check=check).stdout
 
 
 def _forget(*names: str) -> None:
