@@ -62,10 +62,15 @@ def install_shim(root: Path) -> Path:
     bin_dir = root / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     shim = bin_dir / "pulumi"
+    # The package is loaded by its location (nothing else of test/ is importable from the shim).
+    package = _PACKAGE_PARENT / _PACKAGE_NAME
     shim.write_text(
         f"#!{sys.executable}\n"
-        "import sys\n"
-        f"sys.path.insert(0, {str(_PACKAGE_PARENT)!r})\n"
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location({_PACKAGE_NAME!r}, {str(package / '__init__.py')!r},"
+        f" submodule_search_locations=[{str(package)!r}])\n"
+        f"sys.modules[{_PACKAGE_NAME!r}] = package = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(package)\n"
         f"from {_PACKAGE_NAME}.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n",
         encoding="utf-8",
