@@ -29,6 +29,7 @@ from pko.api.meta import (
     NonNegativeInt64,
     ObjectMeta,
 )
+from pko.api.stackoutputs import OutputsKind, StackOutputs
 from pko.api.stackpolicy import (
     ApprovalMode,
     ApprovalSpec,
@@ -279,6 +280,9 @@ class StackSpec(KubeModel):
     drift_detection: Annotated[DriftDetectionSpec, Extension("issue29: drift detection")] | None = None
     """(pko extension) DriftDetection checks the stack for resources changed out of band every
     intervalSeconds (a read-only refresh), reports them in status.drift and optionally remediates."""
+    outputs: Annotated[StackOutputs, Extension("issue42: outputs apps can mount")] | None = None
+    """(pko extension) Outputs keeps the latest successful up's outputs in one Secret or ConfigMap
+    of this name in the Stack's namespace, updated in place, for workloads to mount or read."""
     policy_packs: (
         Annotated[list[PolicyPack], ListMap("name"), Extension("issue43: policy as code")] | None
     ) = None
@@ -352,6 +356,7 @@ __all__ = [
     "GitAuthConfig",
     "GitHubAppAuth",
     "LiteralRef",
+    "OutputsKind",
     "PlanSummary",
     "PolicyPack",
     "PolicyViolation",
@@ -369,6 +374,7 @@ __all__ = [
     "Stack",
     "StackDrift",
     "StackFailure",
+    "StackOutputs",
     "StackPlan",
     "StackRefreshState",
     "StackSpec",

@@ -23,11 +23,15 @@ __all__ = [
     "CONDITION_SUSPENDED",
     "INSECURE_TRANSPORT_ALLOWED",
     "INSECURE_TRANSPORT_REFUSED",
+    "OUTPUTS_NOT_OWNED",
+    "OUTPUTS_NOT_WRITTEN",
+    "OUTPUTS_WRITE_FAILED",
     "PLAN_OPS",
     "POLICY_PACK_FAILED",
     "POLICY_VIOLATION",
     "RECONCILE_REQUEST_ANNOTATION",
     "REFRESH_REQUEST_ANNOTATION",
+    "SECRET_OUTPUTS_OMITTED_ANNOTATION",
     "resource_ops",
 ]
 
@@ -69,6 +73,18 @@ as a deterministic failure; the message names the pack in its runtime's own word
 
 AWAITING_APPROVAL: Final = "AwaitingApproval"
 """The Ready condition's reason while a plan waits for a person to approve it (``spec.approval``)."""
+
+OUTPUTS_NOT_WRITTEN: Final = "OutputsNotWritten"
+"""(extension) A condition, True while the object ``spec.outputs`` names does not hold the last
+successful up's outputs (a warning beside Ready: the stack itself is up to date); its reason is one
+of the two below, also the Warning Event's. Written again every two minutes until it does."""
+OUTPUTS_NOT_OWNED: Final = "OutputsObjectNotOwned"
+"""An object of that name and kind exists and this Stack does not own it: it is never overwritten."""
+OUTPUTS_WRITE_FAILED: Final = "OutputsWriteFailed"
+"""The apiserver refused the write (the message says why: RBAC, size, an immutable Secret)."""
+SECRET_OUTPUTS_OMITTED_ANNOTATION: Final = "pulumi.com/secret-outputs-omitted"
+"""On a ``spec.outputs`` ConfigMap: the (sanitised) keys of the secret outputs left out of it, as a
+JSON list; a ConfigMap never holds a secret output."""
 
 PLAN_OPS: Final = ("create", "update", "delete", "replace")
 """What a plan does to one of the user's resources (:func:`resource_ops`), in the order

@@ -70,6 +70,7 @@ def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]
             "useLocalStackOnly": True,
             "approval": {"mode": "OnDestructive"},
             "driftDetection": {"intervalSeconds": 600, "remediate": True},
+            "outputs": {"name": "app-outputs", "kind": "ConfigMap"},
             "policyPacks": [
                 {
                     "name": "platform",

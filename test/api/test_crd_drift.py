@@ -330,6 +330,7 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
     # currentUpdate.kind/cancelRequest: ours (issue 29: approval gate, drift, request annotations);
     # status.lastRefresh: ours (issue 28: a refresh request outlives a transient failure).
     # Stack spec.workspaceTemplateRef: ours (issue 42: shared WorkspaceTemplates).
+    # Stack spec.outputs: ours (issue 42: outputs apps can mount; Go operator #649).
     # Stack and Update spec.policyPacks, Update status.policyViolations/policyViolationCount: ours
     # (issue 43: policy packs on every preview and up).
     assert sorted(ours - go) == [
@@ -352,6 +353,9 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Stack", "spec.envRefs{}.configMap.name"),
         ("Stack", "spec.initOnCreate"),
         ("Stack", "spec.maxUpdateFailures"),
+        ("Stack", "spec.outputs"),
+        ("Stack", "spec.outputs.kind"),
+        ("Stack", "spec.outputs.name"),
         ("Stack", "spec.policyPacks"),
         ("Stack", "spec.policyPacks[]"),
         ("Stack", "spec.policyPacks[].config"),

@@ -68,12 +68,15 @@ class UpdateKind:
     """Uses ``status.plan``: once it ends (completed, cancelled or lost) the plan is spent."""
     lost_fails: bool = True
     """An Update of this kind that is gone counts as a failed update (a retry follows)."""
+    publishes_outputs: bool = False
+    """Once it succeeded, its outputs go into the object ``spec.outputs`` names (an up's: a preview
+    or a refresh changes no output apps read, a destroy's object goes with the Stack)."""
     records: Records = "result"
     records_cancelled: bool = False
     """Its result is recorded also when it was cancelled (the cancellation says the rest)."""
 
 
-UP: Final = UpdateKind("up", "up", gated=True)
+UP: Final = UpdateKind("up", "up", gated=True, publishes_outputs=True)
 PREVIEW: Final = UpdateKind("preview", "preview")
 DESTROY: Final = UpdateKind("destroy", "destroy", up_options=False, prerequisites=False)
 REFRESH: Final = UpdateKind(
@@ -108,7 +111,15 @@ PLAN: Final = UpdateKind(
     lost_fails=False,
     records="plan",
 )
-APPLY: Final = UpdateKind("approved up", "up", "apply", applies_plan=True, holds_plan=True, records="applied")
+APPLY: Final = UpdateKind(
+    "approved up",
+    "up",
+    "apply",
+    applies_plan=True,
+    holds_plan=True,
+    publishes_outputs=True,
+    records="applied",
+)
 
 KINDS: Final = (UP, PREVIEW, DESTROY, REFRESH, DRIFT, PLAN, APPLY)
 """The table; a marked kind (``spec_flag``, ``applies_plan``) before its type's plain one."""

@@ -37,6 +37,7 @@ from pko.controllers.stack.ensure import ensure, roll_for_templates
 from pko.controllers.stack.guidance import release_command, stack_ref
 from pko.controllers.stack.insecuretransport import mark_insecure_transport, refusal
 from pko.controllers.stack.nextrun import next_run
+from pko.controllers.stack.outputs import publish, recheck
 from pko.controllers.stack.results import pending_operation_events
 from pko.controllers.stack.status import mark_ephemeral_backend, mark_stalled, reconcile_request
 from pko.controllers.stack.steps import (
@@ -50,6 +51,7 @@ from pko.controllers.stack.steps import (
     Failure,
     Log,
     Observed,
+    OutputsWritten,
     Plan,
     PruneHistory,
     ReadSource,
@@ -60,6 +62,7 @@ from pko.controllers.stack.steps import (
     Settings,
     Unresolved,
     Write,
+    WriteOutputs,
     WriteStatus,
     write_status,
 )
@@ -89,6 +92,7 @@ __all__ = [
     "Settings",
     "Unresolved",
     "Write",
+    "WriteOutputs",
     "WriteStatus",
     "decide",
     "pending_operation_events",
@@ -149,13 +153,16 @@ def _decide_stack(observed: Observed, stack: Stack, status: Obj, writes: list[Wr
     absorbed = absorb(observed, stack, status)
     if not isinstance(absorbed, Absorbed):
         return _after(writes, absorbed) if isinstance(absorbed, Plan) else read_source(observed, absorbed)
-    writes = [*writes, *absorbed.writes]
+    published = publish(observed, stack, status)
+    if isinstance(published, WriteOutputs):
+        return write_outputs(observed, published)
+    writes = [*writes, *absorbed.writes, *published]
     nxt = next_run(observed, stack, status, writes, absorbed.recorded)
     if isinstance(nxt, Plan):
-        return roll_for_templates(observed, stack, nxt)
+        return recheck(roll_for_templates(observed, stack, nxt))
     if isinstance(nxt, ReadSource):
         return read_source(observed, nxt)
-    return ensure(observed, stack, status, writes, absorbed.recorded, nxt)
+    return recheck(ensure(observed, stack, status, writes, absorbed.recorded, nxt))
 
 
 def _after(writes: list[Write], plan: Plan) -> Plan:
@@ -176,10 +183,19 @@ def read_source(observed: Observed, read: ReadSource) -> Plan:
     return Plan([read], Result.done(), then=lambda got: decide(replace(observed, source=got)))
 
 
+def write_outputs(observed: Observed, write: WriteOutputs) -> Plan:
+    """Write the ``spec.outputs`` object first, then decide again with how it went (as
+    :func:`read_source`: nothing else is written before it, so a failure that propagates leaves
+    the Update unrecorded, and the next reconcile writes it again)."""
+    return Plan([write], Result.done(), then=lambda got: decide(replace(observed, outputs_written=got)))
+
+
 def refused(observed: Observed, plan: Plan, write: Write, failure: Failure) -> Plan | None:
     """The rest of the reconcile after ``write`` of ``plan`` failed; None when the failure is not
     one this write expects (it propagates: the controller retries with backoff)."""
     obj = observed.obj
+    if isinstance(write, WriteOutputs):
+        return decide(replace(observed, outputs_written=OutputsWritten(failure)))
     status = copy.deepcopy(plan.status)
     generation = int((obj.get("metadata") or {}).get("generation") or 0)
     if isinstance(write, ApplyWorkspace):

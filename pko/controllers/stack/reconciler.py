@@ -66,6 +66,7 @@ from pko.controllers.resources import (
 )
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack.branchpoll import BranchResolver
+from pko.controllers.stack.outputs import publishing_update, update_outputs
 from pko.controllers.stack.plan import decide, refused
 from pko.controllers.stack.sources import SourceResolver
 from pko.controllers.stack.status import (
@@ -83,6 +84,7 @@ from pko.controllers.stack.steps import (
     Failure,
     Log,
     Observed,
+    OutputsWritten,
     Plan,
     PruneHistory,
     ReadSource,
@@ -90,7 +92,9 @@ from pko.controllers.stack.steps import (
     RemoveFinalizer,
     RequestReconcile,
     Settings,
+    UpdateOutputs,
     Write,
+    WriteOutputs,
     WriteStatus,
 )
 from pko.controllers.stack.takeover import take_over_status
@@ -127,7 +131,7 @@ from pko.machinery.controller import Result
 from pko.machinery.executor import Expected, execute
 from pko.machinery.manager import CACHE_SYNCED, CACHE_SYNCING, Manager
 from pko.machinery.objects import add_finalizer, has_finalizer, remove_finalizer
-from pko.machinery.resource import SECRETS, Obj, Resource, api_error_status
+from pko.machinery.resource import CONFIGMAPS, SECRETS, Obj, Resource, api_error_status
 from pko.machinery.store import DeletedFinalStateUnknown, object_key
 from pko.machinery.writes import DigestApplier, StatusWriter
 
@@ -152,7 +156,11 @@ _log = structlog.get_logger("pko.controllers.stack.reconciler")
 # --- the reconciler --------------------------------------------------------------------------
 
 # The failures each write expects (the rest propagate): see plan.refused.
-_EXPECTED: Final[Expected] = {ApplyWorkspace: (ApiException,), CreateUpdate: (ApiException,)}
+_EXPECTED: Final[Expected] = {
+    ApplyWorkspace: (ApiException,),
+    CreateUpdate: (ApiException,),
+    WriteOutputs: (ApiException,),
+}
 
 
 def _failure(exc: BaseException) -> Failure:
@@ -215,6 +223,7 @@ class StackReconciler:
         self._stack_client = manager.client(STACKS)
         self._update_client = manager.client(UPDATES)
         self._secrets = manager.client(SECRETS)
+        self._config_maps = manager.client(CONFIGMAPS)
         # Forced, as the other controllers' status writers are: the Go operator wrote these fields
         # with plain updates (filed under ``manager``), and after a switch a non-forced apply of any
         # value it left differently conflicts on every reconcile, for as long as the Stack exists.
@@ -267,9 +276,11 @@ class StackReconciler:
         current = await self._current_update(namespace, str(current_name)) if current_name else None
         outputs: Obj | None = None
         secret_name = ((current or {}).get("status") or {}).get("outputs")
+        secret: Obj | None = None
         if current is not None and update_complete(current) and secret_name:
             secret = await self._secrets.get_or_none(str(secret_name), namespace)
             outputs = outputs_from_secret(secret) if secret is not None else None
+        published, target = await self._observe_published(obj, stack, current, secret)
         workspace = self.workspaces.indexer.get_by_key(object_key(namespace, name))
         prerequisites = {
             p.name: self.stacks.indexer.get_by_key(object_key(namespace, p.name))
@@ -285,7 +296,31 @@ class StackReconciler:
             workspace=workspace,
             prerequisites=prerequisites,
             templates=self._templates(stack) if stack is not None else Templates(),
+            update_outputs=published,
+            outputs_object=target,
         )
+
+    async def _observe_published(
+        self, obj: Obj, stack: Stack | None, current: Obj | None, secret: Obj | None
+    ) -> tuple[UpdateOutputs | None, Obj | None]:
+        """For ``spec.outputs``, when an Update's outputs are to be written now
+        (:func:`~pko.controllers.stack.outputs.publishing_update`): those outputs (its Secret,
+        already read for the Update in flight) and the object of that name as it is (None: absent)."""
+        status: Obj = obj.get("status") or {}
+        namespace = namespace_of(obj)
+        last_name = (status.get("lastUpdate") or {}).get("name")
+        last = self.updates.indexer.get_by_key(object_key(namespace, str(last_name))) if last_name else None
+        update = publishing_update(obj, stack, current, last)
+        if update is None or stack is None or stack.spec.outputs is None:
+            return None, None
+        if update is not current:
+            secret = await self._secrets.get_or_none(str(update["status"]["outputs"]), namespace)
+        if secret is None:
+            return None, None
+        spec = stack.spec.outputs
+        client = self._config_maps if spec.kind == "ConfigMap" else self._secrets
+        target = await client.get_or_none(spec.name, namespace)
+        return update_outputs(str(metadata_of(update).get("name")), secret), target
 
     def _templates(self, stack: Stack) -> Templates:
         """The WorkspaceTemplates ``stack``'s Workspace is built with, from the cache (the kind is
@@ -358,6 +393,13 @@ class StackReconciler:
             await self._prune_history(obj, write.keep)
         elif isinstance(write, RequestReconcile):
             await self._request_reconcile(namespace_of(obj), write.stack, write.request)
+        elif isinstance(write, WriteOutputs):
+            client = self._config_maps if write.body.get("kind") == "ConfigMap" else self._secrets
+            if write.existing:
+                await client.replace(write.body, field_manager=FIELD_MANAGER)
+            else:
+                await client.create(write.body, field_manager=FIELD_MANAGER)
+            return OutputsWritten()
         return None
 
     async def _write_status(self, obj: Obj, status: Obj) -> None:

@@ -35,6 +35,7 @@ __all__ = [
     "Log",
     "Next",
     "Observed",
+    "OutputsWritten",
     "Plan",
     "PruneHistory",
     "ReadSource",
@@ -44,7 +45,9 @@ __all__ = [
     "Resolved",
     "Settings",
     "Unresolved",
+    "UpdateOutputs",
     "Write",
+    "WriteOutputs",
     "WriteStatus",
     "after",
     "annotation",
@@ -127,6 +130,16 @@ class RequestReconcile:
 
 
 @dataclass(frozen=True, slots=True)
+class WriteOutputs:
+    """Create (``existing`` False) or update in place the Secret or ConfigMap ``spec.outputs`` names
+    (``body``: with the resourceVersion read, so a change since then is refused, not overwritten).
+    Answer: :class:`OutputsWritten`; ``then`` decides again with it."""
+
+    body: Obj
+    existing: bool
+
+
+@dataclass(frozen=True, slots=True)
 class ReadSource:
     """Read the Stack's source at its current revision (its Secrets, a branch head, a Flux object's
     or Program's artifact): a read only some decisions need. Answer: :class:`Resolved` or
@@ -149,6 +162,7 @@ Write = (
     | ReleaseUpdate
     | PruneHistory
     | RequestReconcile
+    | WriteOutputs
 )
 
 
@@ -212,13 +226,33 @@ class Unresolved:
 
 
 @dataclass(frozen=True, slots=True)
+class UpdateOutputs:
+    """An Update's outputs, as its outputs Secret holds them: each (sanitised) key's JSON value,
+    and the keys of the secret ones."""
+
+    update: str
+    values: Mapping[str, bytes]
+    secret: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class OutputsWritten:
+    """How this reconcile's :class:`WriteOutputs` went: ``failure`` None when the object was written."""
+
+    failure: Failure | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Observed:
     """What one Stack reconcile read: the Stack (``obj``, from the cache), the Update its
     ``status.currentUpdate`` names (None when that is gone, or none is named), the outputs of that
     Update when it completed (None: it has none, or its Secret is gone), the Stack's Workspace and
     the Stacks it names as prerequisites (the cache), the WorkspaceTemplates its Workspace is built
     with (the cache), its source (None until a decision asks for it: :class:`ReadSource`), and the
-    time (``now`` to the second for status times, ``created`` precise, naming an Update)."""
+    time (``now`` to the second for status times, ``created`` precise, naming an Update).
+    For ``spec.outputs``: the outputs of the Update the object should hold now (None: none to
+    write), the object of that name as read (None: absent, or not read), and how writing it went
+    in this reconcile (None: not written yet)."""
 
     obj: Obj
     now: datetime
@@ -230,6 +264,9 @@ class Observed:
     prerequisites: Mapping[str, Obj | None] = field(default_factory=dict)
     source: Resolved | Unresolved | None = None
     templates: Templates = field(default_factory=Templates)
+    update_outputs: UpdateOutputs | None = None
+    outputs_object: Obj | None = None
+    outputs_written: OutputsWritten | None = None
 
 
 @dataclass(frozen=True, slots=True)
