@@ -2,7 +2,10 @@
 plan, ``kubectl pko approve`` approves it and exactly that plan is applied (one up, with the plan); a
 ConfigMap that Pulumi manages (through pulumi-kubernetes) changed out of band shows as drift on the
 Stack and in the metrics, and ``remediate: true`` puts it back and clears ``Drifted``. The Stack is
-examples/approval as users apply it (docs/examples.md), with drift detection added (report only)."""
+examples/approval as users apply it (docs/examples.md), with drift detection added (report only).
+examples/drift runs beside it, applied from its folder: its ConfigMap edited as soon as its up creates it,
+its first check reports the drift (the ``DriftDetected`` event) and it is put back by one more up
+(``remediate: true``), then ``DriftCleared``."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import pytest
 from pko.devtools.examples import local_example
 
 from .conftest import Kube
-from .test_walkthrough import gone, metrics
+from .test_walkthrough import gone, metrics, ready
 
 pytestmark = [
     pytest.mark.timeout(1500),
@@ -26,6 +29,7 @@ pytestmark = [
 ]
 
 NAME = "approved"
+DRIFT = "drift"  # examples/drift: its Stack, Program, ConfigMap drift-settings
 PLUGIN = Path(sys.executable).with_name("kubectl-pko")
 
 
@@ -39,15 +43,31 @@ def condition(k: Kube, type_: str) -> dict[str, Any]:
     return k.condition(k.get("stack", NAME), type_)
 
 
-def ups(k: Kube) -> list[dict[str, Any]]:
-    items = k.json("get", "update", "-l", f"pulumi.com/stack-name={NAME}")["items"]
+def ups(k: Kube, name: str = NAME) -> list[dict[str, Any]]:
+    items = k.json("get", "update", "-l", f"pulumi.com/stack-name={name}")["items"]
     return [u for u in items if (u.get("spec") or {}).get("type") == "up"]
+
+
+def greeting(k: Kube, configmap: str) -> str | None:
+    return ((k.get("configmap", configmap) or {}).get("data") or {}).get("greeting")
+
+
+def drift_condition(k: Kube) -> str | None:
+    return k.condition(k.get("stack", DRIFT), "Drifted").get("status")
 
 
 def test_an_approved_plan_is_applied_once_and_drift_is_seen_and_repaired(kube: Kube, tmp_path: Path) -> None:
     k = kube
     drift = {"op": "add", "path": "/spec/driftDetection", "value": {"intervalSeconds": 60}}
     k.apply(k.run("kustomize", str(local_example("approval", tmp_path / "approval", [drift]))))
+    example = k.run("kustomize", str(local_example(DRIFT, tmp_path / DRIFT)))
+    k.apply(example)
+
+    # examples/drift, its ConfigMap edited out of band as soon as its up has created it, so the first
+    # check (due at once after the up) finds it while this Stack waits for its approval.
+    k.until(f"{DRIFT}-settings created", lambda: greeting(k, f"{DRIFT}-settings") == "hello", 600, 1)
+    k.run("patch", "configmap", f"{DRIFT}-settings", "--type=merge", "-p", '{"data":{"greeting":"edited"}}')
+    assert ready(k, DRIFT)["status"]["outputs"] == {"greeting": "hello"}
 
     # It waits, with its plan: one ConfigMap to create, nothing applied yet.
     k.until("AwaitingApproval", lambda: condition(k, "Ready").get("reason") == "AwaitingApproval", 600)
@@ -96,8 +116,22 @@ def test_an_approved_plan_is_applied_once_and_drift_is_seen_and_repaired(kube: K
     )
     k.until("Drifted False", lambda: condition(k, "Drifted").get("status") == "False", 300, 5)
 
+    # examples/drift (remediate: true) found it and put it back by itself, with one up.
+    k.until("drift example repaired", lambda: greeting(k, f"{DRIFT}-settings") == "hello", 300, 5)
+    k.until("drift example Drifted False", lambda: drift_condition(k) == "False", 300, 5)
+    events = k.json(
+        "get", "events", "--field-selector", f"involvedObject.kind=Stack,involvedObject.name={DRIFT}"
+    )
+    reasons = {e["reason"] for e in events["items"]}
+    assert {"DriftDetected", "DriftCleared"} <= reasons, reasons
+    assert len(ups(k, DRIFT)) == 2
+    k.run("delete", "stack", DRIFT, "--wait=false")
+
     k.run("delete", "stack", NAME, "--wait=false")
     gone(k, "stack", NAME, within=600)
     assert k.get("configmap", f"{NAME}-settings") is None
     k.run("delete", "program", NAME)
     k.run("delete", "pvc", f"{NAME}-state", "--wait=false")
+    gone(k, "stack", DRIFT, within=600)
+    assert k.get("configmap", f"{DRIFT}-settings") is None
+    k.run("delete", "--ignore-not-found", "--wait=false", "-f", "-", input=example)

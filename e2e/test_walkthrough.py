@@ -20,6 +20,7 @@ import pytest
 import yaml
 from dulwich.repo import Repo
 
+from pko.devtools.examples import local_example
 from pko.devtools.gitserver import git_commit, serve_git
 
 from .conftest import OPERATOR, OPERATOR_NS, RESTRICTED, WORKSPACE_NS, Kube
@@ -468,33 +469,45 @@ def test_seed_customized_workspace_runs_as_written(kube: Kube) -> None:
     k.run("delete", "program", "my-stack")
 
 
-def test_a_workspace_image_that_cannot_be_pulled_is_reported_and_recovers(kube: Kube) -> None:
+CUSTOM = "custom-workspace"  # examples/custom-workspace: its Stack, Program and claim
+
+
+def test_a_workspace_image_that_cannot_be_pulled_is_reported_and_recovers(kube: Kube, tmp_path: Path) -> None:
+    """examples/custom-workspace, applied from its folder with the local-node component, first with an
+    image no node has: reported, then recovered by the example as the component writes it (the image the
+    node built), its pod with the example's resources and environment."""
     k = kube
-    k.apply(program("badimage"))
-    manifest = stack("badimage", "programRef:\n    name: badimage")
     # imagePullPolicy Never: the kubelet reports the missing image without contacting any registry.
-    missing = manifest.replace(
-        "  workspaceTemplate:\n    spec:\n",
-        "  workspaceTemplate:\n    spec:\n      image: pko-workspace:missing\n      imagePullPolicy: Never\n",
-    )
-    k.apply(missing)
+    missing = [
+        {"op": "replace", "path": "/spec/workspaceTemplate/spec/image", "value": "pko-workspace:missing"},
+        {"op": "replace", "path": "/spec/workspaceTemplate/spec/imagePullPolicy", "value": "Never"},
+    ]
+    k.apply(k.run("kustomize", str(local_example(CUSTOM, tmp_path / "missing", missing))))
 
     def pull_failed() -> dict[str, Any] | None:
-        ws = k.get("workspace", "badimage")
+        ws = k.get("workspace", CUSTOM)
         return ws if k.condition(ws, "Ready").get("reason") == "ImagePullFailed" else None
 
-    ws = k.until("workspace badimage ImagePullFailed", pull_failed, 300)
+    ws = k.until(f"workspace {CUSTOM} ImagePullFailed", pull_failed, 300)
     message = k.condition(ws, "Ready")["message"]
     assert "pko-workspace:missing" in message and "ErrImageNeverPull" in message, message
-    reconciling = k.condition(k.get("stack", "badimage"), "Ready")
+    reconciling = k.condition(k.get("stack", CUSTOM), "Ready")
     assert reconciling.get("status") == "False", reconciling
 
-    k.apply(missing.replace("pko-workspace:missing", WORKSPACE_IMAGE))  # fixed
-    s = ready(k, "badimage", within=600)
+    k.apply(k.run("kustomize", str(local_example(CUSTOM, tmp_path / "fixed"))))  # fixed
+    s = ready(k, CUSTOM, within=600)
     assert s["status"]["lastUpdate"]["state"] == "succeeded"
-    k.run("delete", "stack", "badimage", "--wait=false")
-    gone(k, "stack", "badimage")
-    k.run("delete", "program", "badimage")
+    assert re.fullmatch(r"[a-z]+-[a-z]+", s["status"]["outputs"]["petName"]), s["status"]
+    pod = k.get("pod", f"{CUSTOM}-workspace-0") or {}
+    pulumi = next(c for c in pod["spec"]["containers"] if c["name"] == "pulumi")
+    assert (pulumi["image"], pulumi["imagePullPolicy"]) == (WORKSPACE_IMAGE, "IfNotPresent"), pulumi
+    requests, limits = pulumi["resources"]["requests"], pulumi["resources"]["limits"]
+    assert (requests["cpu"], requests["memory"], limits["memory"]) == ("500m", "512Mi", "1Gi"), pulumi
+    assert {"name": "PULUMI_SKIP_UPDATE_CHECK", "value": "true"} in pulumi["env"], pulumi["env"]
+    k.run("delete", "stack", CUSTOM, "--wait=false")
+    gone(k, "stack", CUSTOM)
+    k.run("delete", "program", CUSTOM)
+    k.run("delete", "pvc", f"{CUSTOM}-state", "--wait=false")
 
 
 def _pod_breaking_restricted(name: str, container_context: dict[str, Any]) -> str:
