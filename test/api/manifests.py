@@ -70,7 +70,6 @@ def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]
             "useLocalStackOnly": True,
             "approval": {"mode": "OnDestructive"},
             "driftDetection": {"intervalSeconds": 600, "remediate": True},
-            "outputs": {"name": "app-outputs", "kind": "ConfigMap"},
             "policyPacks": [
                 {
                     "name": "platform",
@@ -78,6 +77,7 @@ def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]
                     "config": {"no-public-services": "mandatory", "cost-centre": {"label": "team"}},
                 }
             ],
+            "outputs": {"name": "app-outputs", "kind": "ConfigMap"},
             "resyncFrequencySeconds": 300,
             "serviceAccountName": "pulumi",
             "workspaceTemplateRef": {"name": "team-defaults", "namespace": namespace},
@@ -249,6 +249,8 @@ def full_stack_status() -> dict[str, Any]:
                     "firstSeen": "2024-10-17T20:44:00Z",
                 }
             ],
+            "count": 1,
+            "truncated": False,
             "message": "the last check failed",
         },
         "observedRefreshRequest": "r1",
@@ -413,6 +415,9 @@ def full_update_status() -> dict[str, Any]:
                 "op": "delete",
             },
         ],
+        "changeCount": 2,
+        "changesTruncated": False,
+        "changeSummary": {"create": 0, "update": 1, "delete": 1, "replace": 0},
         "pendingOperations": [
             {"urn": "urn:pulumi:dev::p::command:local:Command::slow", "type": "creating"},
         ],

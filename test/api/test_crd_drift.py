@@ -9,11 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import gen_crds  # hack/ is on sys.path (test/conftest.py)
 import pytest
 import yaml
 from pko.api import crdgen
 from pko.api.k8sschema import LIST_MAP_KEY_DEFAULTS, crd_schema_problems
+
+from pko.devtools import gen_crds
 
 REPO = Path(__file__).resolve().parents[2]
 BASES = REPO / "config" / "crd" / "bases"
@@ -330,9 +331,11 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
     # currentUpdate.kind/cancelRequest: ours (issue 29: approval gate, drift, request annotations);
     # status.lastRefresh: ours (issue 28: a refresh request outlives a transient failure).
     # Stack spec.workspaceTemplateRef: ours (issue 42: shared WorkspaceTemplates).
-    # Stack spec.outputs: ours (issue 42: outputs apps can mount; Go operator #649).
     # Stack and Update spec.policyPacks, Update status.policyViolations/policyViolationCount: ours
     # (issue 43: policy packs on every preview and up).
+    # Stack spec.outputs: ours (issue 42: outputs apps can mount; Go operator #649).
+    # Update status.changeCount/changesTruncated/changeSummary and Stack status.drift.count/truncated:
+    # ours (issue 44: bounded status, the totals beside the first entries listed).
     assert sorted(ours - go) == [
         ("Program", "status.conditions"),
         ("Program", "status.conditions[]"),
@@ -381,7 +384,14 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Stack", "spec.updateTemplate.spec.policyPacks[].path"),
         ("Stack", "spec.updateTemplate.spec.previewOnly"),
         ("Stack", "spec.updateTemplate.spec.savePlan"),
+        ("Stack", "spec.updateTemplate.status.changeCount"),
+        ("Stack", "spec.updateTemplate.status.changeSummary"),
+        ("Stack", "spec.updateTemplate.status.changeSummary.create"),
+        ("Stack", "spec.updateTemplate.status.changeSummary.delete"),
+        ("Stack", "spec.updateTemplate.status.changeSummary.replace"),
+        ("Stack", "spec.updateTemplate.status.changeSummary.update"),
         ("Stack", "spec.updateTemplate.status.changes"),
+        ("Stack", "spec.updateTemplate.status.changesTruncated"),
         ("Stack", "spec.updateTemplate.status.changes[]"),
         ("Stack", "spec.updateTemplate.status.changes[].op"),
         ("Stack", "spec.updateTemplate.status.changes[].paths"),
@@ -413,10 +423,12 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Stack", "status.currentUpdate.cancelRequest"),
         ("Stack", "status.currentUpdate.kind"),
         ("Stack", "status.drift"),
+        ("Stack", "status.drift.count"),
         ("Stack", "status.drift.detected"),
         ("Stack", "status.drift.lastCheckTime"),
         ("Stack", "status.drift.message"),
         ("Stack", "status.drift.resources"),
+        ("Stack", "status.drift.truncated"),
         ("Stack", "status.lastFailure"),
         ("Stack", "status.lastFailure.countedFailures"),
         ("Stack", "status.lastFailure.lockOwner"),
@@ -458,7 +470,14 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Update", "spec.policyPacks[].path"),
         ("Update", "spec.previewOnly"),
         ("Update", "spec.savePlan"),
+        ("Update", "status.changeCount"),
+        ("Update", "status.changeSummary"),
+        ("Update", "status.changeSummary.create"),
+        ("Update", "status.changeSummary.delete"),
+        ("Update", "status.changeSummary.replace"),
+        ("Update", "status.changeSummary.update"),
         ("Update", "status.changes"),
+        ("Update", "status.changesTruncated"),
         ("Update", "status.changes[]"),
         ("Update", "status.changes[].op"),
         ("Update", "status.changes[].paths"),
