@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -23,7 +22,6 @@ from pko.devtools.kubectl import kubectl
 from pko.devtools.localcluster import LocalCluster
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "hack"))
 
 # The stand-in Pulumi CLI (test/fakepulumi): the `fake_pulumi` fixture for agent tests.
 pytest_plugins = ["fakepulumi.fixtures"]

@@ -9,9 +9,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import gen_helm  # hack/gen_helm.py (hack/ is on sys.path: test/conftest.py)
 import yaml
 from gotools import tool_binary
+
+from pko.devtools import gen_helm
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "pko"

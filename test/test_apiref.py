@@ -7,11 +7,10 @@ import functools
 import re
 from pathlib import Path
 
-import apiref_api  # hack/ is on sys.path (test/conftest.py)
-import apiref_tables
-import gen_apiref
 import markdown
 import pytest
+
+from pko.devtools import apiref_api, apiref_tables, gen_apiref
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"

@@ -27,7 +27,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import gen_helm  # hack/gen_helm.py (hack/ is on sys.path: test/conftest.py)
 import pytest
 import yaml
 from helmtest import (
@@ -47,6 +46,7 @@ from helmtest import (
     template,
 )
 
+from pko.devtools import gen_helm
 from pko.devtools.kubectl import kubectl
 from pko.devtools.localcluster import LocalCluster
 

@@ -16,22 +16,37 @@ index. Run it by hand after editing pyproject.toml's dependencies.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shlex
+import sys
 import tomllib
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
+from types import ModuleType
 
-import locks  # hack/locks.py (hack/ is on sys.path: test/conftest.py)
 import pytest
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _load_locks() -> ModuleType:
+    """hack/locks.py, loaded by its location: it stays a standalone script (standard library only, no
+    pko), since the agent image's build runs it on its own (agent/Dockerfile)."""
+    spec = importlib.util.spec_from_file_location("locks", REPO / "hack" / "locks.py")
+    assert spec is not None and spec.loader is not None
+    sys.modules[spec.name] = module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+locks = _load_locks()
 RUNTIME, BUILD = locks.LOCKS
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 

@@ -12,10 +12,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import apiref_tables  # hack/apiref_tables.py (hack/ is on sys.path: test/conftest.py)
 import pytest
 from gotools import tool_binary
 from prometheustest import PROMETHEUS_DIR, rule_spec
+
+from pko.devtools import apiref_tables
 
 REPO = Path(__file__).resolve().parents[1]
 DASHBOARD = PROMETHEUS_DIR / "grafana-dashboard.json"

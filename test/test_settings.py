@@ -10,12 +10,11 @@ import typing
 from pathlib import Path
 from typing import Any
 
-import apiref_settings  # hack/ is on sys.path (test/conftest.py)
-import gen_apiref
 import pytest
 
 from pko.controllers.options import AddressMode, ControllerOptions
 from pko.controllers.retrysettings import RetrySettings
+from pko.devtools import apiref_settings, gen_apiref
 from pko.machinery.controller import CONTROLLER_NAMES
 from pko.machinery.leaderelection import LeaderElectionConfig
 from pko.machinery.manageroptions import ManagerOptions

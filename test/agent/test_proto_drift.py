@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import gen_proto  # hack/ is on sys.path (test/conftest.py)
+from pko.devtools import gen_proto
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import importlib.util
 import json
 import re
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pydantic
@@ -35,24 +32,12 @@ from pko.api.k8sschema import (
     k8s_schema,
 )
 
+from pko.devtools import import_k8s_openapi as importer
+
 REPO = Path(__file__).resolve().parents[2]
 CORE = "io.k8s.api.core.v1."
 META = "io.k8s.apimachinery.pkg.apis.meta.v1."
 POD_TEMPLATE = CORE + "PodTemplateSpec"
-
-
-def _load_importer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "import_k8s_openapi", REPO / "hack" / "import_k8s_openapi.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
-importer = _load_importer()
 
 
 def at(schema: dict[str, Any], path: str) -> dict[str, Any]:

@@ -8,10 +8,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import gen_argocd  # hack/ is on sys.path (test/conftest.py)
 import pytest
 import yaml
 
+from pko.devtools import gen_argocd
 from pko.devtools.argocd import ACTIONS_KEY, CONFIGMAP, HEALTH_KEY, Scripts
 from pko.devtools.kubectl import kubectl
 

@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
 
-REPO_ROOT: Final = Path(__file__).resolve().parent.parent
+REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 # Python files (relative to the repository) scanned for condition and Event reasons.
 MODULES: Final = ("pko/controllers", "pko/tokens.py")
 # Scanned for annotation and label keys.
@@ -334,7 +334,6 @@ def _conditions_section(found: list[Found]) -> str:
 
 def _failures_section() -> str:
     from pko.api.stack import FailureReason
-
     from pko.controllers.stack import retry
 
     update_reasons: dict[str, list[str]] = defaultdict(list)

@@ -14,7 +14,8 @@ import textwrap
 from typing import Any
 
 import yaml
-from helm_markers import Markers
+
+from pko.devtools.helm_markers import Markers
 
 Obj = dict[str, Any]
 

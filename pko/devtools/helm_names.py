@@ -1,5 +1,5 @@
 """config/default's object names in the chart: each becomes ``pko.objname`` of config's name, and every
-reference to it follows (hack/gen_helm.py; the helpers are in hack/helm_templates.py)."""
+reference to it follows (hack/gen_helm.py; the helpers are in helm_templates.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import helm_templates
-from helm_markers import MARK, NS_MARK, Markers, Obj, one
+from pko.devtools import helm_templates
+from pko.devtools.helm_markers import MARK, NS_MARK, Markers, Obj, one
 
 SA_MARK = MARK + "SERVICE_ACCOUNT"
 BINDINGS = ("RoleBinding", "ClusterRoleBinding")
