@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from pko.devtools import kubectl
+from pko.devtools.gitssh import fixed_host_key, known_hosts_line
 from pko.devtools.waiting import NotReached, until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,6 +39,11 @@ OPERATOR_NS = "pulumi-kubernetes-operator"
 WORKSPACE_NS = "default"
 # "pko" (default) or "go": which operator the suite installs (the conformance lane; see above).
 OPERATOR = os.environ.get("PKO_E2E_OPERATOR", "pko")
+NODE_IP = "10.87.0.1"  # hack/localnode.py: the node's own veth address, where tests serve what pods reach
+# The git server over SSH that test_languages.py runs on NODE_IP (port 22) for examples/git-ssh: its host
+# key is the same in every run, so the operator trusts it from install (GIT_SSH_KNOWN_HOSTS) and
+# examples/components/local-node writes it in the example's known_hosts, as data.
+GIT_SSH_HOST_KEY = fixed_host_key("e2e git-ssh")
 LOCAL_WORKSPACE_IMAGE = "pko-workspace:dev"  # the real engine, built by hack/build-images.sh
 RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
@@ -136,6 +142,18 @@ def with_local_workspace_image(manifest: str) -> str:
     return yaml.safe_dump_all(docs)
 
 
+def with_git_ssh_known_hosts(manifest: str) -> str:
+    """``manifest`` (pko's install) with the operator trusting the suite's git server over SSH, as
+    docs/stacks.md tells users to give the operator its known_hosts."""
+    docs = [d for d in yaml.safe_load_all(manifest) if d]
+    for doc in docs:
+        if doc.get("kind") == "Deployment" and doc["metadata"]["name"] == "controller-manager":
+            (manager,) = [c for c in doc["spec"]["template"]["spec"]["containers"] if c["name"] == "manager"]
+            line = known_hosts_line(NODE_IP, 22, GIT_SSH_HOST_KEY)
+            manager.setdefault("env", []).append({"name": "GIT_SSH_KNOWN_HOSTS", "value": line})
+    return yaml.safe_dump_all(docs)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "pko_only(why): a pko feature the Go operator lacks (skipped there)")
 
@@ -209,7 +227,13 @@ def kube() -> Iterator[Kube]:
         if OPERATOR == "go":
             _install_go_operator(k)
         else:
-            k.run("apply", "--server-side", "-k", str(REPO / "config" / "local"))
+            k.run(
+                "apply",
+                "--server-side",
+                "-f",
+                "-",
+                input=with_git_ssh_known_hosts(k.run("kustomize", str(REPO / "config" / "local"))),
+            )
         for crd in (
             "stacks.pulumi.com",
             "programs.pulumi.com",

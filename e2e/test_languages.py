@@ -30,13 +30,14 @@ from dulwich.repo import Repo
 
 from pko.devtools.examples import EXAMPLES, local_example
 from pko.devtools.gitserver import git_commit, serve_git
+from pko.devtools.gitssh import known_hosts_line, new_ed25519_openssh, serve_git_ssh
 from pko.devtools.goproxy import go_sum, serve_module_cache
 from pko.devtools.npmregistry import Registry, lockfile_subset, serve_registry
 from pko.devtools.pypiindex import Index, make_wheel, serve_index
 from pko.devtools.versions import cache_dir, versions
 
-from .conftest import Kube
-from .test_walkthrough import NODE_IP, gone, ready, stack
+from .conftest import GIT_SSH_HOST_KEY, NODE_IP, OPERATOR, Kube
+from .test_walkthrough import gone, ready, stack
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -121,7 +122,8 @@ def _check_pins(tmp_path: Path) -> None:
 
 @pytest.fixture
 def sources(tmp_path: Path) -> Iterator[dict[str, str]]:
-    """The programs' git repository, npm registry and Go module proxy, on the node's address."""
+    """The programs' git repository (over HTTP, and over SSH on port 22 with a deploy key), npm registry
+    and Go module proxy, on the node's address."""
     v = versions()
     _check_pins(tmp_path)
     registry = Registry()
@@ -160,13 +162,16 @@ def sources(tmp_path: Path) -> Iterator[dict[str, str]]:
     git_commit(repo, files, b"programs in every language")
     repo.refs.set_symbolic_ref(b"HEAD", b"refs/heads/main")
     downloads = cache_dir() / "go" / "mod" / "cache" / "download"
+    deploy_key = new_ed25519_openssh()
     with (
         serve_git(repo, host=NODE_IP) as git,
+        serve_git_ssh({"/repo.git": repo}, deploy_key, host=NODE_IP, port=22, host_key=GIT_SSH_HOST_KEY),
         serve_registry(registry, host=NODE_IP) as npm,
         serve_module_cache(downloads, host=NODE_IP) as goproxy,
         serve_index(index, host=NODE_IP) as pypi,
     ):
-        yield {"git": git, "npm": npm, "goproxy": goproxy, "pypi": pypi}
+        ssh = f"ssh://git@{NODE_IP}/repo.git"
+        yield {"git": git, "ssh": ssh, "deploy_key": deploy_key, "npm": npm, "goproxy": goproxy, "pypi": pypi}
 
 
 def _pip(sources: dict[str, str]) -> dict[str, str]:
@@ -188,6 +193,14 @@ def _example(k: Kube, folder: Path, name: str, sources: dict[str, str], env: dic
     k.apply(k.run("kustomize", str(local_example(name, folder / name, ops))))
 
 
+def _git_ssh_example(k: Kube, folder: Path, sources: dict[str, str], env: dict[str, str]) -> None:
+    """examples/git-ssh as its header says: the deploy key's Secret, then the folder, its program from
+    the test's server over SSH (whose host key the local-node component writes in known_hosts)."""
+    key = f"--from-literal=sshPrivateKey={sources['deploy_key']}"
+    k.apply(k.run("create", "secret", "generic", "git-deploy-key", key, "--dry-run=client", "-o", "yaml"))
+    _example(k, folder, "git-ssh", {**sources, "git": sources["ssh"]}, env)
+
+
 def _finish(k: Kube, *names: str) -> None:
     for name in names:
         k.run("delete", "stack", name, "--wait=false")
@@ -206,6 +219,9 @@ def test_the_seed_typescript_nginx_javascript_and_go_examples_deploy(
     _example(k, tmp_path, "nginx", sources, npm)
     _example(k, tmp_path, "javascript", sources, npm)
     _example(k, tmp_path, "go", sources, go)
+    over_ssh = OPERATOR == "pko"  # the operator's known_hosts: set by this suite's install of pko only
+    if over_ssh:
+        _git_ssh_example(k, tmp_path, sources, npm)
 
     # TypeScript: the seed's program, its dependencies installed from its lockfile, compiled by ts-node;
     # the web server's image from the stack's config (the local node's own, by the local-node component).
@@ -236,6 +252,21 @@ def test_the_seed_typescript_nginx_javascript_and_go_examples_deploy(
     assert greeting["greeting"] == "hello from javascript" and set(greeting) == {"name", "greeting"}, greeting
     settings = k.get("configmap", greeting["name"])
     assert settings is not None and settings["data"] == {"greeting": "hello from javascript"}
+
+    # git-ssh: the same program over SSH with the deploy key, the server trusted by known_hosts alone
+    # (the operator's branch lookup and the workspace's fetch).
+    if over_ssh:
+        known = k.get("configmap", "known-hosts") or {}
+        assert known["data"]["known_hosts"].strip() == known_hosts_line(NODE_IP, 22, GIT_SSH_HOST_KEY).strip()
+        s = ready(k, "git-ssh", within=600)
+        ssh_greeting = s["status"]["outputs"]
+        assert ssh_greeting["greeting"] == "hello over ssh", ssh_greeting
+        settings = k.get("configmap", ssh_greeting["name"])
+        assert settings is not None and settings["data"] == {"greeting": "hello over ssh"}
+        _finish(k, "git-ssh")
+        gone(k, "configmap", ssh_greeting["name"])
+        k.run("delete", "secret", "git-deploy-key")
+        k.run("delete", "configmap", "known-hosts")
 
     # Go: modules from the proxy, compiled in the pod by the image's toolchain.
     s = ready(k, "golang", within=900)

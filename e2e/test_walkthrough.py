@@ -23,11 +23,10 @@ from dulwich.repo import Repo
 from pko.devtools.examples import local_example
 from pko.devtools.gitserver import git_commit, serve_git
 
-from .conftest import OPERATOR, OPERATOR_NS, RESTRICTED, WORKSPACE_NS, Kube
+from .conftest import NODE_IP, OPERATOR, OPERATOR_NS, RESTRICTED, WORKSPACE_NS, Kube
 
 pytestmark = pytest.mark.timeout(1800)
 
-NODE_IP = "10.87.0.1"  # hack/localnode.py: the node's own veth address (a device the run created)
 
 PROGRAM = """\
 apiVersion: pulumi.com/v1

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from pko.devtools.examples import EXAMPLES, local_example
+from pko.devtools.gitssh import fixed_host_key, known_hosts_line
 from pko.devtools.kubectl import kubectl
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,25 +58,35 @@ def test_each_example_builds_with_a_stack_that_runs_as_the_workspace_account(nam
             assert (EXAMPLES.parent / s["spec"]["repoDir"]).is_dir(), s["spec"]
 
 
-# What examples/components/local-node puts in each example it changes (the node's own images, the
-# bucket config/samples/s3 serves in the cluster): found in the Stack with it, not without.
+# What examples/components/local-node puts in each example it changes, and in which kind: the node's
+# own images, the bucket config/samples/s3 serves in the cluster, the host key of the e2e suite's git
+# server over SSH. Found there with the component, not without.
 LOCAL_NODE = {
-    "nginx": "localhost/pko-base-python:bookworm",
-    "custom-workspace": "pko-workspace:dev",
-    "s3-backend": "seaweedfs.default.svc.cluster.local:8333",
+    "nginx": ("Stack", "localhost/pko-base-python:bookworm"),
+    "custom-workspace": ("Stack", "pko-workspace:dev"),
+    "s3-backend": ("Stack", "seaweedfs.default.svc.cluster.local:8333"),
+    "git-ssh": ("ConfigMap", "10.87.0.1 ssh-ed25519 "),
 }
 
 
 @pytest.mark.parametrize("name", sorted(LOCAL_NODE))
-def test_the_local_node_component_changes_the_stack_alone(name: str, tmp_path: Path) -> None:
+def test_the_local_node_component_changes_one_object(name: str, tmp_path: Path) -> None:
+    kind, text = LOCAL_NODE[name]
     overlay = local_example(name, tmp_path / name)
     as_written, local = _build(EXAMPLES / name), _build(overlay)
     assert [(o["kind"], o["metadata"]["name"]) for o in local] == [
         (o["kind"], o["metadata"]["name"]) for o in as_written
     ]
-    changed = [o["kind"] for o, w in zip(local, as_written, strict=True) if o != w]
-    assert changed == ["Stack"], f"examples/{name}: the component changed {changed}, not the Stack alone"
-    assert LOCAL_NODE[name] in str(local) and LOCAL_NODE[name] not in str(as_written), local
+    changed = [o for o, w in zip(local, as_written, strict=True) if o != w]
+    assert [o["kind"] for o in changed] == [kind], f"examples/{name}: the component changed {changed}"
+    assert text in str(changed) and text not in str(as_written), changed
+
+
+def test_the_git_ssh_host_key_in_the_component_is_the_e2e_servers(tmp_path: Path) -> None:
+    """The known_hosts line the component writes is the one e2e's git server over SSH presents."""
+    (known,) = [o for o in _build(local_example("git-ssh", tmp_path)) if o["kind"] == "ConfigMap"]
+    line = known_hosts_line("10.87.0.1", 22, fixed_host_key("e2e git-ssh"))
+    assert known["data"]["known_hosts"].strip() == line.strip()
 
 
 @pytest.mark.cluster

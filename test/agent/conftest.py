@@ -2,7 +2,7 @@
 
 - `source_repo`: a git repository built with dulwich, with branches, tags and history to resolve.
 - `git_http`: dulwich's smart-HTTP WSGI app under wsgiref; ``/private/`` requires basic auth.
-- `git_ssh`: a paramiko SSH server that runs dulwich's upload-pack for ``git-upload-pack`` requests.
+- `git_ssh`: pko.devtools.gitssh's server (dulwich's upload-pack over paramiko) on loopback.
 - `artifact_http`: a plain HTTP server serving byte strings (tarballs) by path.
 
 It also registers the session fixtures of pko/devtools/agents.py (`agent_binary`, `auth_world`) for every
@@ -13,36 +13,25 @@ once per session: importing `agent_binary` into both image tests built the agent
 from __future__ import annotations
 
 import base64
-import io
-import shlex
 import socket
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import paramiko
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519
 from dulwich import porcelain
 from dulwich.objects import Blob, Commit, ObjectID, Tree
-from dulwich.protocol import Protocol
 from dulwich.refs import Ref
 from dulwich.repo import Repo
-from dulwich.server import DictBackend, UploadPackHandler
+from dulwich.server import DictBackend
 from dulwich.web import make_wsgi_chain
-from paramiko.common import (
-    AUTH_FAILED,
-    AUTH_SUCCESSFUL,
-    OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED,
-    OPEN_SUCCEEDED,
-)
 
 from pko.devtools.agents import agent_binary, auth_world
 from pko.devtools.gitserver import serve_wsgi
+from pko.devtools.gitssh import GitSSH, new_ed25519_openssh, serve_git_ssh
 
 __all__ = ["agent_binary", "auth_world"]
 
@@ -142,119 +131,10 @@ def git_http(source_repo: SourceRepo) -> Iterator[GitHTTP]:
         yield GitHTTP(base)
 
 
-def _read_exact(channel: paramiko.Channel) -> Any:
-    def read(n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = channel.recv(n - len(buf))
-            if not chunk:
-                break
-            buf += chunk
-        return bytes(buf)
-
-    return read
-
-
-class _GitSSHInterface(paramiko.ServerInterface):
-    def __init__(self, authorized: paramiko.PKey, backend: DictBackend) -> None:
-        self._authorized = authorized
-        self._backend = backend
-
-    def get_allowed_auths(self, username: str) -> str:
-        return "publickey"
-
-    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
-        if username == "git" and key.get_base64() == self._authorized.get_base64():
-            return AUTH_SUCCESSFUL
-        return AUTH_FAILED
-
-    def check_channel_request(self, kind: str, chanid: int) -> int:
-        if kind == "session":
-            return OPEN_SUCCEEDED
-        return OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
-
-    def check_channel_env_request(self, channel: paramiko.Channel, name: bytes, value: bytes) -> bool:
-        return True
-
-    def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
-        argv = shlex.split(command.decode())
-        if len(argv) != 2 or argv[0] != "git-upload-pack":
-            return False
-        threading.Thread(target=self._serve, args=(channel, argv[1]), daemon=True).start()
-        return True
-
-    def _serve(self, channel: paramiko.Channel, path: str) -> None:
-        try:
-            proto = Protocol(_read_exact(channel), channel.sendall)
-            UploadPackHandler(self._backend, [path], proto).handle()
-            channel.send_exit_status(0)
-        except Exception as exc:
-            channel.sendall_stderr(f"ERROR: {exc}\n".encode())
-            channel.send_exit_status(1)
-        finally:
-            channel.close()
-
-
-@dataclass
-class GitSSH:
-    host: str
-    port: int
-    host_key: paramiko.PKey
-    client_key_pem: str  # OpenSSH format, what GIT_SSH_PRIVATE_KEY holds
-    transports: list[paramiko.Transport] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return f"ssh://git@{self.host}:{self.port}/repo.git"
-
-    @property
-    def known_hosts(self) -> str:
-        return f"[{self.host}]:{self.port} {self.host_key.get_name()} {self.host_key.get_base64()}\n"
-
-
-def new_ed25519_openssh() -> str:
-    """A fresh ed25519 private key in OpenSSH format."""
-    key = ed25519.Ed25519PrivateKey.generate()
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
-    ).decode()
-
-
 @pytest.fixture(scope="session")
 def git_ssh(source_repo: SourceRepo) -> Iterator[GitSSH]:
-    host_key = paramiko.ECDSAKey.generate()
-    client_pem = new_ed25519_openssh()
-    authorized = paramiko.Ed25519Key.from_private_key(io.StringIO(client_pem))
-    repos: dict[str, Any] = {"/repo.git": source_repo.repo}
-    backend = DictBackend(repos)
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    server = GitSSH("127.0.0.1", listener.getsockname()[1], host_key, client_pem)
-    stop = threading.Event()
-
-    def accept_loop() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            transport = paramiko.Transport(conn)
-            transport.add_server_key(host_key)
-            server.transports.append(transport)
-            try:
-                transport.start_server(server=_GitSSHInterface(authorized, backend))
-            except (paramiko.SSHException, EOFError, OSError):
-                transport.close()
-
-    thread = threading.Thread(target=accept_loop, daemon=True)
-    thread.start()
-    yield server
-    stop.set()
-    listener.close()
-    for transport in server.transports:
-        transport.close()
+    with serve_git_ssh({"/repo.git": source_repo.repo}, new_ed25519_openssh()) as server:
+        yield server
 
 
 @dataclass
