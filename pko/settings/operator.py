@@ -3,7 +3,7 @@
 Flag names keep the Go operator's (so its Deployment arguments work unchanged) and each setting has an
 environment variable; a flag given on the command line wins over its variable, which wins over the
 default. Defaults are :mod:`pko.defaults`' (which the Options classes default to as well).
-``hack/apiref_settings.py`` writes the settings table of docs/operator.md from these declarations and
+``pko/devtools/apiref_settings.py`` writes the settings table of docs/operator.md from these declarations and
 test/test_settings_names.py pins every flag name, variable name and default.
 """
 

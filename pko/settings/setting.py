@@ -2,7 +2,7 @@
 and the Options fields it feeds. :class:`pko.settings.operator.Settings` declares each as a class
 attribute; the flags and the environment reading (:mod:`pko.settings.cli`), the Options objects
 (:meth:`~pko.settings.operator.Settings.controller_options`, ``manager_options``) and the docs'
-settings table (``hack/apiref_settings.py``) are all made from those declarations.
+settings table (``pko/devtools/apiref_settings.py``) are all made from those declarations.
 """
 
 from __future__ import annotations
