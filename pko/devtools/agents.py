@@ -33,7 +33,7 @@ from pko.agent.pulumirunner import RunnerSettings
 from pko.agent.server import ServeOptions, serve
 from pko.api.generated.pko.agent import v1 as pb
 
-# Re-exported for the agent tests: the one free-port helper (hack/ is on sys.path: test/conftest.py).
+# Re-exported for the agent tests: the one free-port helper.
 from pko.devtools.localcluster import free_port  # noqa: F401
 
 WORKSPACE = "ws1"
