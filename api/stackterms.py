@@ -32,6 +32,7 @@ __all__ = [
     "RECONCILE_REQUEST_ANNOTATION",
     "REFRESH_REQUEST_ANNOTATION",
     "SECRET_OUTPUTS_OMITTED_ANNOTATION",
+    "SHARD_LABEL",
     "resource_ops",
 ]
 
@@ -45,6 +46,12 @@ REFRESH_REQUEST_ANNOTATION: Final = "pulumi.com/refresh-request"
 ``status.observedRefreshRequest`` holds it once it succeeded or failed for good."""
 CANCEL_REQUEST_ANNOTATION: Final = "pulumi.com/cancel-request"
 """Any new token cancels the Stack's running Update; ``status.observedCancelRequest`` holds it."""
+
+SHARD_LABEL: Final = "pko.pulumi.com/shard"
+"""(extension) The shard a Stack belongs to when several operators split a cluster (Flux's
+``sharding.fluxcd.io/key``): each operator's ``--watch-label-selector`` names its value(s), the default
+one ``!pko.pulumi.com/shard``; the Stack's Workspace and Updates carry it too. A pko name (``pko.`` under
+Pulumi's domain) so it never collides with a label the Go operator may add (docs/sharding.md)."""
 
 CONDITION_READY: Final = "Ready"
 CONDITION_STALLED: Final = "Stalled"

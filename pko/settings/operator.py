@@ -316,8 +316,9 @@ class Settings:
         optional(text("SELECTOR", "label selector")),
         ("WATCH_LABEL_SELECTOR",),
         "",
-        "reconcile only the Stacks this label selector matches (e.g. shard=a); Programs, Workspaces "
-        "and Updates are scoped by namespace only",
+        "reconcile only the Stacks this label selector matches; a shard: pko.pulumi.com/shard=a, the "
+        "default shard !pko.pulumi.com/shard (their Workspaces and Updates too, and a Lease each: "
+        "docs/sharding.md)",
         WORKSPACES,
         feeds=("ManagerOptions.label_selectors[stacks.pulumi.com]",),
         shown="every Stack",
@@ -514,13 +515,19 @@ class Settings:
         """How the manager runs; with leader election (``--leader-elect``), as ``identity``."""
         election = None
         if self.leader_elect:
-            election = LeaderElectionConfig(
-                **self._fed("LeaderElectionConfig"), identity=identity, predecessors=_predecessors(identity)
-            )
+            lease = self._fed("LeaderElectionConfig")
+            # One Lease per shard (pko.controllers.sharding): the selector's digest suffixes the name.
+            lease["lease_name"] = lease_name(lease["lease_name"], self.watch_label_selector)
+            election = LeaderElectionConfig(**lease, identity=identity, predecessors=_predecessors(identity))
         fields = self._fed("ManagerOptions")
         # A selector left unset selects everything: no entry (e.g. --watch-label-selector).
-        fields["label_selectors"] = {k: v for k, v in fields["label_selectors"].items() if v}
+        fields["label_selectors"] = {
+            **child_selectors(self.watch_label_selector),
+            **{k: v for k, v in fields["label_selectors"].items() if v},
+        }
         return ManagerOptions(**fields, leader_election=election)
+
+        from pko.controllers.sharding import child_selectors, lease_name
 
 
 DECLARED: tuple[Setting[Any], ...] = tuple(v for v in vars(Settings).values() if isinstance(v, Setting))

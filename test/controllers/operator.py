@@ -24,6 +24,7 @@ from kubernetes_asyncio.client import ApiException
 from pko.controllers import register
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import STACKS
+from pko.controllers.sharding import child_selectors
 from pko.machinery.apiclient import new_api_client
 from pko.machinery.manager import Manager, ManagerOptions
 from pko.machinery.resource import Resource, ResourceClient
@@ -193,7 +194,12 @@ class Operator:
             self.api,
             ManagerOptions(
                 namespaces=self.watch_namespaces,
-                label_selectors={STACKS.name: self.stack_selector} if self.stack_selector else {},
+                # As pko.settings does: a shard's selector scopes its Workspaces, Updates and theirs too.
+                label_selectors=(
+                    {**child_selectors(self.stack_selector), STACKS.name: self.stack_selector}
+                    if self.stack_selector
+                    else {}
+                ),
                 metrics_bind_address="127.0.0.1:0",
                 health_probe_bind_address="127.0.0.1:0",
                 leader_election=None,

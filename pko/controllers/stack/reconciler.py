@@ -65,6 +65,7 @@ from pko.controllers.resources import (
     WORKSPACES,
 )
 from pko.controllers.retrysettings import RetrySettings
+from pko.controllers.sharding import recheck_foreign_update
 from pko.controllers.stack.branchpoll import BranchResolver
 from pko.controllers.stack.outputs import publishing_update, update_outputs
 from pko.controllers.stack.plan import decide, refused
@@ -243,6 +244,7 @@ class StackReconciler:
             self.branches,
             secret_recheck,
             allow_insecure_git_credentials=allow_insecure,
+            program_server=self.options.program_fs_adv_addr,
         )
         self.events = manager.events
         self.metrics = StackMetrics(manager)
@@ -259,7 +261,23 @@ class StackReconciler:
             self.workspace_applier.forget(key)  # its Workspace (same name) goes with it
             return Result.done()
         observed = await self._observe(obj)
-        return await self._act(observed, decide(observed))
+        return self._foreign_update_recheck(observed, await self._act(observed, decide(observed)))
+
+    def _foreign_update_recheck(self, observed: Observed, result: Result) -> Result:
+        """``result``, sooner when the Update in flight is another shard's (after a move): no watch of
+        this shard wakes the Stack when it ends (:func:`~pko.controllers.sharding.recheck_foreign_update`)."""
+        update = observed.current_update
+        meta = metadata_of(update) if update is not None else {}
+        cached = self.updates.indexer.get_by_key(object_key(meta.get("namespace"), str(meta.get("name"))))
+        complete = update is not None and update_complete(update)
+        delay = recheck_foreign_update(update, cached is not None, complete)
+        if (
+            delay is None
+            or result.kind == "requeue"
+            or (result.kind == "requeue_after" and result.delay <= delay)
+        ):
+            return result
+        return Result.requeue_after(delay)
 
     # --- reading (caches first; then what no cache holds) ------------------------------------
 

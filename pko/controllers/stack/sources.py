@@ -14,6 +14,7 @@ import base64
 from typing import Any
 
 from pko.api.stack import Stack
+from pko.controllers.sharding import own_program_url
 from pko.controllers.stack.branchpoll import BranchResolver, GitCredentials, GitLookupError
 from pko.controllers.stack.insecuretransport import refusal
 from pko.controllers.stack.steps import SOURCE_UNAVAILABLE_REQUEUE, Resolved, Unresolved
@@ -51,8 +52,11 @@ class SourceResolver:
         secret_recheck: float,
         *,
         allow_insecure_git_credentials: bool = False,
+        program_server: str = "",
     ) -> None:
         self.manager = manager
+        # A Program's artifact is fetched from this operator's own server (pko.controllers.sharding).
+        self.program_server = program_server
         self.programs = programs
         self.secrets = secrets
         self.branches = branches
@@ -133,7 +137,8 @@ class SourceResolver:
                 return Unresolved("SourceUnavailable", "Program has no artifact", SOURCE_UNAVAILABLE_REQUEUE)
             revision = str(artifact.get("revision") or "")
             digest = str(artifact.get("digest") or "")
-            source = ArtifactRevision(str(artifact["url"]), digest, revision)
+            url = own_program_url(str(artifact["url"]), self.program_server)
+            source = ArtifactRevision(url, digest, revision)
             return Resolved(source, digest or revision, artifact_served(program))
         return Resolved(None, "")
 

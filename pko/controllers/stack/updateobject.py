@@ -112,7 +112,7 @@ def build_update(
         "metadata": {
             "name": update_name(name, now),
             "namespace": stack.metadata.namespace,
-            "labels": stack_labels(name),
+            "labels": stack_labels(name, stack.metadata.labels),
         },
         "spec": update_spec,
     }

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pko.api.stack import ConfigMapRef, GitAuthConfig, ResourceRef, Stack, StackSpec
+from pko.api.stackterms import SHARD_LABEL
 from pko.api.workspace import API_VERSION as WORKSPACE_API_VERSION
 from pko.api.workspace import KIND as WORKSPACE_KIND
 from pko.controllers.resources import STACK_COMPONENT, STACK_COMPONENT_LABEL, STACK_NAME_LABEL
@@ -80,9 +81,11 @@ def workspace_name(stack_name: str) -> str:
     return stack_name
 
 
-def stack_labels(stack_name: str) -> dict[str, str]:
-    """Labels of a Stack's Workspace and Updates (Go: labelsForWorkspace)."""
-    return {STACK_COMPONENT_LABEL: STACK_COMPONENT, STACK_NAME_LABEL: stack_name}
+def stack_labels(stack_name: str, own: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Labels of a Stack's Workspace and Updates (Go: labelsForWorkspace), with the shard label of
+    ``own`` (the Stack's labels) so its shard's informers see them (:mod:`pko.controllers.sharding`)."""
+    shard = {SHARD_LABEL: own[SHARD_LABEL]} if own and SHARD_LABEL in own else {}
+    return {STACK_COMPONENT_LABEL: STACK_COMPONENT, STACK_NAME_LABEL: stack_name, **shard}
 
 
 def stack_owner_reference(stack: Stack, *, controller: bool) -> Obj:
@@ -297,7 +300,7 @@ def build_workspace(
         "metadata": {
             "name": workspace_name(name),
             "namespace": stack.metadata.namespace,
-            "labels": stack_labels(name),
+            "labels": stack_labels(name, stack.metadata.labels),
             "ownerReferences": [stack_owner_reference(stack, controller=True)],
         },
         "spec": ws_spec,

@@ -52,6 +52,7 @@ from pko.api.validation import format_errors, workspace_spec_errors
 from pko.api.workspace import WorkspaceSpec
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import WORKSPACE_COMPONENT, WORKSPACE_COMPONENT_LABEL, WORKSPACE_NAME_LABEL
+from pko.controllers.sharding import shard_labels
 from pko.controllers.workspace.podspec import (
     BOOTSTRAP_COPY,
     PULUMI_CONTAINER,
@@ -213,7 +214,12 @@ def desired_statefulset(workspace: Mapping[str, Any], spec: WorkspaceSpec, optio
         {
             "apiVersion": "apps/v1",
             "kind": "StatefulSet",
-            "metadata": {"name": statefulset_name(name), "namespace": namespace, "labels": dict(labels)},
+            # The shard label on the StatefulSet only, not its pod: a move must not restart the pod.
+            "metadata": {
+                "name": statefulset_name(name),
+                "namespace": namespace,
+                "labels": {**labels, **shard_labels(workspace)},
+            },
             "spec": {
                 "selector": {"matchLabels": dict(labels)},
                 "serviceName": statefulset_name(name),
@@ -229,11 +235,15 @@ def desired_service(workspace: Mapping[str, Any], spec: WorkspaceSpec) -> Obj:
     """The headless Service: ``serviceTemplate`` labels (system labels win) and annotations."""
     name, namespace = _meta(workspace)
     labels = workspace_labels(name)
-    metadata: Obj = {"name": statefulset_name(name), "namespace": namespace, "labels": dict(labels)}
+    metadata: Obj = {
+        "name": statefulset_name(name),
+        "namespace": namespace,
+        "labels": {**labels, **shard_labels(workspace)},
+    }
     template_meta = spec.service_template.metadata if spec.service_template is not None else None
     if template_meta is not None:
         meta = template_meta.model_dump(by_alias=True, exclude_none=True)
-        metadata["labels"] = {**(meta.get("labels") or {}), **labels}
+        metadata["labels"] = {**(meta.get("labels") or {}), **labels, **shard_labels(workspace)}
         if meta.get("annotations"):
             metadata["annotations"] = dict(meta["annotations"])
     return _finish(
