@@ -230,6 +230,14 @@ PINNED: list[tuple[tuple[str, ...], tuple[str, ...], str, Any, str, Any]] = [
         "true",
         True,
     ),
+    (
+        ("--workspace-network-policy",),
+        ("WORKSPACE_NETWORK_POLICY",),
+        "workspace_network_policy",
+        True,
+        "false",
+        False,
+    ),
     *[
         (
             (f"--max-concurrent-reconciles-{kind}",),

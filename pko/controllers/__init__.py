@@ -29,6 +29,8 @@ what wakes it. One line per module:
   * ``plan``: what one reconcile writes, in order, and the status and ``Result`` that follow
     (pure), including what an expected failure of a write leads to.
   * ``workloads``: the StatefulSet, Service and pod built from the spec, and the pod diagnosis.
+  * ``networkpolicy``: a small controller of its own (``--workspace-network-policy``): each
+    Workspace's NetworkPolicy, admitting only the operator's pods to the agent's port.
 
 * ``update/``: one Pulumi operation run through the workspace agent.
 
@@ -72,12 +74,15 @@ def register(manager: Manager, options: ControllerOptions | None = None) -> None
     from pko.controllers.program import reconciler as program
     from pko.controllers.stack import reconciler as stack
     from pko.controllers.update import reconciler as update
+    from pko.controllers.workspace import networkpolicy
     from pko.controllers.workspace import reconciler as workspace
 
     opts = options if options is not None else ControllerOptions()
     # One token cache for the operator's identity, shared by every controller that calls agents.
     tokens = opts.operator_tokens(manager)
     workspace.setup(manager, opts, tokens=tokens)
+    if opts.workspace_network_policy:
+        networkpolicy.setup(manager, opts)
     update.setup(manager, opts, tokens=tokens)
     program.setup(manager, opts)
     stack.setup(manager, opts)

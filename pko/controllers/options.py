@@ -50,6 +50,8 @@ class ControllerOptions:
     flux_max_untar_size_bytes: int | None = None
     # Run Stacks that send git credentials over plain http:// (else they are Stalled, nothing sent).
     allow_insecure_git_credentials: bool = False
+    # One NetworkPolicy per Workspace admitting only the operator's pods to its agent's port.
+    workspace_network_policy: bool = True
     # Limit every informer to one namespace (None: the whole cluster).
     watch_namespace: str | None = None
     # How long a running Update waits for its unreachable agent before it ends AgentUnreachable.

@@ -290,6 +290,16 @@ class Settings:
         WORKSPACES,
         feeds=("ControllerOptions.workspace_static_address",),
     )
+    workspace_network_policy = Setting(
+        "--workspace-network-policy",
+        BOOL,
+        ("WORKSPACE_NETWORK_POLICY",),
+        "true",
+        "give each Workspace a NetworkPolicy that lets only the operator's pods (in its namespace) "
+        "reach the agent's port; false for an operator outside the cluster network (docs/security.md)",
+        WORKSPACES,
+        feeds=("ControllerOptions.workspace_network_policy",),
+    )
     watch_namespace = Setting(
         "--watch-namespace",
         optional(text("NAME", "name")),
