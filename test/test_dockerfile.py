@@ -9,6 +9,7 @@ uid 65532.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import tomllib
@@ -17,7 +18,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 # Never part of a build context, whatever .dockerignore says (Docker sends the working tree).
-NOT_SOURCE = {".git", ".venv", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".cluster", "build", "dist"}
+# Never sources, and never walked: a running local node keeps gigabytes in .node, changing under a walk.
+NOT_SOURCE = {
+    ".git", ".venv", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".cluster", ".node", "build", "dist",
+}  # fmt: skip
 
 
 def _pattern_regex(pattern: str) -> re.Pattern[str]:
@@ -72,10 +76,12 @@ def in_context(rel: str) -> bool:
 
 def context_files() -> list[str]:
     files = []
-    for path in REPO.rglob("*"):
-        rel = path.relative_to(REPO)
-        if path.is_file() and not NOT_SOURCE & set(rel.parts) and in_context(rel.as_posix()):
-            files.append(rel.as_posix())
+    for root, dirs, names in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d not in NOT_SOURCE]
+        for name in names:
+            rel = (Path(root) / name).relative_to(REPO)
+            if in_context(rel.as_posix()):
+                files.append(rel.as_posix())
     return sorted(files)
 
 
