@@ -257,6 +257,7 @@ def template_deployment(deploy: Obj, markers: Markers, found: dict[str, Any]) ->
     container["args"] = new_args
 
     optional = (
+        ("LEADER_ELECTION_ID", ".Values.leaderElection.id"),
         ("LEADER_ELECTION_LEASE_DURATION", ".Values.leaderElection.leaseDuration"),
         ("LEADER_ELECTION_RENEW_DEADLINE", ".Values.leaderElection.renewDeadline"),
         ("LEADER_ELECTION_RETRY_PERIOD", ".Values.leaderElection.retryPeriod"),

@@ -224,6 +224,13 @@ def describe(found: dict[str, Any]) -> tuple[Node, ...]:
                     "`--leader-elect`: run the controllers only while holding the Lease",
                 ),
                 Leaf(
+                    "id",
+                    "",
+                    STRING,
+                    "The Lease's name (`LEADER_ELECTION_ID`; empty: pko's); with `watchLabelSelector` a "
+                    "digest of the selector is appended, so each shard holds its own (docs/sharding.md)",
+                ),
+                Leaf(
                     "leaseDuration",
                     "",
                     DURATION,
@@ -258,8 +265,9 @@ def describe(found: dict[str, Any]) -> tuple[Node, ...]:
             "watchLabelSelector",
             "",
             STRING,
-            "Reconcile only the Stacks this label selector matches (`WATCH_LABEL_SELECTOR`, e.g. "
-            "`shard=a`); empty: every Stack",
+            "Reconcile only the Stacks this label selector matches (`WATCH_LABEL_SELECTOR`); a shard: "
+            "`pko.pulumi.com/shard=a`, the default shard `!pko.pulumi.com/shard`, one release each "
+            "(docs/sharding.md); empty: every Stack",
         ),
         Group(
             "kubeAPI",
