@@ -21,15 +21,18 @@ pip's own tools from the image's wheelhouse."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from dulwich.repo import Repo
 
 from pko.devtools.examples import EXAMPLES, local_example
-from pko.devtools.gitserver import git_commit, serve_git
+from pko.devtools.fluxsource import GITREPOSITORY_CRD, artifact_status, tarball
+from pko.devtools.gitserver import git_commit, serve_git, serve_wsgi
 from pko.devtools.gitssh import known_hosts_line, new_ed25519_openssh, serve_git_ssh
 from pko.devtools.goproxy import go_sum, serve_module_cache
 from pko.devtools.npmregistry import Registry, lockfile_subset, serve_registry
@@ -159,7 +162,10 @@ def sources(tmp_path: Path) -> Iterator[dict[str, str]]:
         "misspelled/Pulumi.yaml": _project("misspelled", "nodjs"),
     }
     repo = Repo.init_bare(str(tmp_path / "repo.git"), mkdir=True)
-    git_commit(repo, files, b"programs in every language")
+    commit = git_commit(repo, files, b"programs in every language")
+    # The Flux source's artifact: the repository's files, as source-controller packs them.
+    artifact, digest = tarball(files)
+    path = f"/gitrepository/default/pko-examples/{digest[7:19]}.tar.gz"
     repo.refs.set_symbolic_ref(b"HEAD", b"refs/heads/main")
     downloads = cache_dir() / "go" / "mod" / "cache" / "download"
     deploy_key = new_ed25519_openssh()
@@ -169,9 +175,26 @@ def sources(tmp_path: Path) -> Iterator[dict[str, str]]:
         serve_registry(registry, host=NODE_IP) as npm,
         serve_module_cache(downloads, host=NODE_IP) as goproxy,
         serve_index(index, host=NODE_IP) as pypi,
+        serve_wsgi(_serve_one(path, artifact), host=NODE_IP) as artifacts,
     ):
         ssh = f"ssh://git@{NODE_IP}/repo.git"
-        yield {"git": git, "ssh": ssh, "deploy_key": deploy_key, "npm": npm, "goproxy": goproxy, "pypi": pypi}
+        yield {
+            "git": git, "ssh": ssh, "deploy_key": deploy_key, "npm": npm, "goproxy": goproxy, "pypi": pypi,
+            "flux_url": artifacts + path, "flux_digest": digest, "flux_revision": f"main@sha1:{commit}",
+        }  # fmt: skip
+
+
+def _serve_one(path: str, body: bytes) -> Callable[..., list[bytes]]:
+    """A WSGI app serving ``body`` at ``path`` (source-controller's artifact server, for one artifact)."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        if environ.get("PATH_INFO") != path:
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found\n"]
+        start_response("200 OK", [("Content-Type", "application/gzip"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
 
 
 def _pip(sources: dict[str, str]) -> dict[str, str]:
@@ -183,14 +206,44 @@ def _from_git(url: str, directory: str) -> str:
     return f"projectRepo: {url}\n  branch: main\n  repoDir: {directory}"
 
 
+def _env_ops(env: dict[str, str]) -> list[dict[str, Any]]:
+    """JSON patch operations adding ``env`` (the package mirrors' addresses) to a Stack's envRefs."""
+    return [
+        {
+            "op": "add",
+            "path": f"/spec/envRefs/{key}",
+            "value": {"type": "Literal", "literal": {"value": value}},
+        }
+        for key, value in env.items()
+    ]
+
+
 def _example(k: Kube, folder: Path, name: str, sources: dict[str, str], env: dict[str, str]) -> None:
     """``examples/<name>`` applied as docs/examples.md says for the local node: its program from the
     test's git server, ``env`` (the package mirrors' addresses) in its workspace pod."""
-    ops: list[dict[str, Any]] = [{"op": "replace", "path": "/spec/projectRepo", "value": sources["git"]}]
-    for key, value in env.items():
-        literal = {"type": "Literal", "literal": {"value": value}}
-        ops.append({"op": "add", "path": f"/spec/envRefs/{key}", "value": literal})
+    ops = [{"op": "replace", "path": "/spec/projectRepo", "value": sources["git"]}, *_env_ops(env)]
     k.apply(k.run("kustomize", str(local_example(name, folder / name, ops))))
+
+
+def _flux_source_example(k: Kube, folder: Path, sources: dict[str, str], env: dict[str, str]) -> None:
+    """examples/flux-source with this test in the place of Flux's source-controller
+    (pko.devtools.fluxsource: the GitRepository kind alone, no controller): the folder applied, then the
+    status source-controller writes once it has stored the repository's artifact, which the test
+    serves on the node's address. pko reads nothing of a Flux source but that status."""
+    crd = GITREPOSITORY_CRD["metadata"]["name"]
+    k.apply(yaml.safe_dump(GITREPOSITORY_CRD))
+    established = lambda: k.condition(k.get("crd", crd, ""), "Established").get("status") == "True"  # noqa: E731
+    k.until(f"CRD {crd} established", established, 60, 1)
+    k.apply(k.run("kustomize", str(local_example("flux-source", folder / "flux-source", _env_ops(env)))))
+    generation = int((k.get("gitrepository", "pko-examples") or {})["metadata"]["generation"])
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = artifact_status(
+        sources["flux_url"], sources["flux_digest"], sources["flux_revision"], generation, now
+    )
+    k.run(
+        "patch", "gitrepository", "pko-examples", "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": status}),
+    )  # fmt: skip
 
 
 def _git_ssh_example(k: Kube, folder: Path, sources: dict[str, str], env: dict[str, str]) -> None:
@@ -222,6 +275,7 @@ def test_the_seed_typescript_nginx_javascript_and_go_examples_deploy(
     over_ssh = OPERATOR == "pko"  # the operator's known_hosts: set by this suite's install of pko only
     if over_ssh:
         _git_ssh_example(k, tmp_path, sources, npm)
+    _flux_source_example(k, tmp_path, sources, npm)
 
     # TypeScript: the seed's program, its dependencies installed from its lockfile, compiled by ts-node;
     # the web server's image from the stack's config (the local node's own, by the local-node component).
@@ -267,6 +321,18 @@ def test_the_seed_typescript_nginx_javascript_and_go_examples_deploy(
         gone(k, "configmap", ssh_greeting["name"])
         k.run("delete", "secret", "git-deploy-key")
         k.run("delete", "configmap", "known-hosts")
+
+    # flux-source: the same program from the Flux source's artifact, its digest the deployed revision.
+    s = ready(k, "flux-source", within=600)
+    flux_greeting = s["status"]["outputs"]
+    assert flux_greeting["greeting"] == "hello from a flux source", flux_greeting
+    assert s["status"]["lastUpdate"]["lastSuccessfulCommit"] == sources["flux_digest"], s["status"]
+    settings = k.get("configmap", flux_greeting["name"])
+    assert settings is not None and settings["data"] == {"greeting": "hello from a flux source"}
+    _finish(k, "flux-source")
+    gone(k, "configmap", flux_greeting["name"])
+    k.run("delete", "gitrepository", "pko-examples")
+    k.run("delete", "crd", GITREPOSITORY_CRD["metadata"]["name"], "--wait=false")
 
     # Go: modules from the proxy, compiled in the pod by the image's toolchain.
     s = ready(k, "golang", within=900)
