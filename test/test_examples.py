@@ -1,7 +1,7 @@
 """The examples users apply (examples/): each builds with kubectl's kustomize, as written and with the
 local-node component, the apiserver accepts every object (a server-side dry run with the real CRDs), and
-docs/examples.md lists exactly the folders there are. The e2e suite deploys six of them for real
-(docs/examples.md says which); this catches the others breaking, a CRD change that refuses one, a
+docs/examples.md lists exactly the folders there are. The e2e suite deploys every one of them for real
+(docs/examples.md says where); this catches one breaking before that, a CRD change that refuses one, a
 folder added without its docs row."""
 
 from __future__ import annotations
