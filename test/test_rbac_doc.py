@@ -1,0 +1,44 @@
+"""docs/security.md's rights tables are what hack/gen_rbac.py generates from the installs' RBAC now,
+and the check notices drift (a rule added to config/ without regenerating)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pko.devtools import gen_rbac
+
+
+def test_committed_tables_match_the_rbac() -> None:
+    assert gen_rbac.main(["--check"]) == 0, "docs/security.md is out of date: run hack/gen_rbac.py"
+
+
+def test_check_fails_on_drift(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    built = gen_rbac.build
+
+    def with_a_new_rule(kubectl: str, overlay: str) -> list[dict[str, Any]]:
+        objs = built(kubectl, overlay)
+        for obj in objs:
+            if obj["kind"] == "ClusterRole" and obj["metadata"]["name"].endswith("controller-manager"):
+                obj["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]})
+        return objs
+
+    page = tmp_path / "security.md"
+    page.write_text(gen_rbac.PAGE.read_text())
+    monkeypatch.setattr(gen_rbac, "PAGE", page)
+    monkeypatch.setattr(gen_rbac, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(gen_rbac, "build", with_a_new_rule)
+    assert gen_rbac.main(["--check"]) == 1
+    assert gen_rbac.main([]) == 0  # rewritten
+    assert '| `""` (core) | `secrets` | `list` | cluster-wide |' in page.read_text()
+    assert gen_rbac.main(["--check"]) == 0
+
+
+def test_the_operator_rows_say_where_each_rule_holds() -> None:
+    objs = gen_rbac.build("kubectl", "namespaced")
+    rows = gen_rbac.operator_rows(objs)
+    secrets = [r for r in rows if "`secrets`" in r]
+    assert secrets and all("cluster-wide" not in r for r in secrets)
+    assert any("`tokenreviews`" in r and r.endswith("cluster-wide |") for r in rows)
