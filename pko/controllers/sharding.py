@@ -27,7 +27,8 @@ Update with the new label. An Update in flight at the move stays with the old sh
 controller, which runs it to its end; the new shard reads it directly by name
 (``status.currentUpdate``: its cache lacks it), rechecks it every :data:`FOREIGN_UPDATE_RECHECK`
 seconds (:func:`recheck_foreign_update`) and records its result once it ended, and
-``currentUpdate`` keeps it from starting another meanwhile: nothing is lost or run twice.
+``currentUpdate`` keeps it from starting another meanwhile: nothing is lost or run twice. (Unless the
+move lands between the old shard's creating an Update and recording it: docs/sharding.md.)
 """
 
 from __future__ import annotations
