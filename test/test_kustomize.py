@@ -532,6 +532,10 @@ OPERATOR_MAY = [
     Access("watch", "pods"),
     Access("patch", "pods"),
     Access("get", "nodes"),  # the node of a workspace pod that is not ready (issue 28)
+    # Each Workspace's NetworkPolicy (issue 46): cached, applied, put back.
+    Access("watch", "networkpolicies", "networking.k8s.io"),
+    Access("create", "networkpolicies", "networking.k8s.io"),
+    Access("patch", "networkpolicies", "networking.k8s.io"),
     Access("create", "secrets"),
     Access("get", "secrets"),  # by name: gitAuth's, the outputs Secret
     # spec.outputs: one Secret or ConfigMap per Stack, read by name, created, updated in place.
@@ -580,6 +584,8 @@ OPERATOR_MAY_NOT = [
     Access("watch", "nodes"),
     Access("patch", "nodes"),
     Access("delete", "gitrepositories", FLUX),
+    # A Workspace's NetworkPolicy goes with it (garbage collection).
+    Access("delete", "networkpolicies", "networking.k8s.io"),
     # Leader election only in its own namespace; tokens only for its own account.
     Access("create", "leases", "coordination.k8s.io", namespace="default"),
     Access("create", "serviceaccounts", "", "token", "pulumi", "default"),
