@@ -105,6 +105,7 @@ from pko.controllers.stack.templates import (
     index_workspace_template,
     resolve_templates,
 )
+from pko.controllers.stack.updatewrites import HISTORY_LIMIT, cancel_update, prune_history, release_update
 from pko.controllers.stack.watches import (
     FLUX_SOURCES,
     INDEX_FLUX,
@@ -131,7 +132,7 @@ from pko.controllers.stack.watches import (
 from pko.machinery.controller import Result
 from pko.machinery.executor import Expected, execute
 from pko.machinery.manager import CACHE_SYNCED, CACHE_SYNCING, Manager
-from pko.machinery.objects import add_finalizer, has_finalizer, remove_finalizer
+from pko.machinery.objects import add_finalizer, remove_finalizer
 from pko.machinery.resource import CONFIGMAPS, SECRETS, Obj, Resource, api_error_status
 from pko.machinery.store import DeletedFinalStateUnknown, object_key
 from pko.machinery.writes import DigestApplier, StatusWriter
@@ -149,8 +150,6 @@ CONTROLLER_NAME: Final = "stack-controller"
 SECRET_RECHECK: Final = 120.0
 # A Stack that needs a WorkspaceTemplate while their cache is syncing looks again this soon.
 TEMPLATES_SYNCING_RECHECK: Final = 2.0
-HISTORY_LIMIT: Final = 5
-"""Completed Updates kept per Stack (their outputs Secrets go with them): no pile-up (Go issue 1163)."""
 
 _log = structlog.get_logger("pko.controllers.stack.reconciler")
 
@@ -384,7 +383,7 @@ class StackReconciler:
             return await self.sources.resolve(obj, write.stack)
         if isinstance(write, WriteStatus):
             await self._write_status(obj, write.status)
-            await self._release_update(write.recorded)
+            await release_update(self._update_client, write.recorded)
         elif isinstance(write, AddFinalizer):
             written = self.stacks.wrote(await add_finalizer(self._stack_client, obj, STACK_FINALIZER))
             obj["metadata"] = written.get("metadata") or obj.get("metadata")
@@ -401,14 +400,16 @@ class StackReconciler:
             # The Update carries the Stack's finalizer from birth: its manager is upstream's name for it.
             await self._update_client.create(write.body, field_manager=FIELD_MANAGER_STACK_FINALIZER)
         elif isinstance(write, CancelUpdate):
-            await self._cancel_update(namespace_of(obj), write.name, write.uid)
+            await cancel_update(self._update_client, namespace_of(obj), write.name, write.uid)
         elif isinstance(write, DeleteWorkspace):
             if await self._delete_workspace(obj):
                 self.events.event(obj, "Normal", "WorkspaceDeleted", "Workspace deleted per reclaim policy")
         elif isinstance(write, ReleaseUpdate):
-            await self._release_update(write.update)
+            await release_update(self._update_client, write.update)
         elif isinstance(write, PruneHistory):
-            await self._prune_history(obj, write.keep)
+            await prune_history(
+                self._update_client, self.updates.indexer, obj, write.keep, self.history_limit
+            )
         elif isinstance(write, RequestReconcile):
             await self._request_reconcile(namespace_of(obj), write.stack, write.request)
         elif isinstance(write, WriteOutputs):
@@ -483,14 +484,6 @@ class StackReconciler:
             field_manager=FIELD_MANAGER_PREREQUISITE,
         )
 
-    async def _cancel_update(self, namespace: str | None, name: str, uid: str | None) -> None:
-        """Delete the running Update: the Update reconciler cancels its operation (gone: nothing runs)."""
-        try:
-            await self._update_client.delete(name, namespace, uid=uid)
-        except ApiException as exc:
-            if api_error_status(exc) not in (404, 409):
-                raise
-
     async def _delete_workspace(self, obj: Obj) -> bool:
         name = str(metadata_of(obj).get("name"))
         key = object_key(namespace_of(obj), name)
@@ -504,50 +497,6 @@ class StackReconciler:
                 raise
             return False
         return True
-
-    async def _prune_history(self, obj: Obj, keep: frozenset[str]) -> None:
-        """Delete completed Updates beyond the history limit (never the current or the last one)."""
-        updates = self.updates.indexer.by_index(
-            INDEX_UPDATES_BY_STACK, object_key(namespace_of(obj), str(metadata_of(obj).get("name")))
-        )
-        done = [
-            u
-            for u in updates
-            if update_complete(u)
-            and not metadata_of(u).get("deletionTimestamp")
-            and metadata_of(u).get("name") not in keep
-        ]
-        done.sort(
-            key=lambda u: (
-                str(metadata_of(u).get("creationTimestamp") or ""),
-                str(metadata_of(u).get("name")),
-            )
-        )
-        excess = len(done) + len(keep) - self.history_limit
-        for update in done[: max(excess, 0)]:
-            try:
-                await self._update_client.delete(
-                    str(metadata_of(update)["name"]), namespace_of(update), uid=metadata_of(update).get("uid")
-                )
-            except ApiException as exc:
-                if api_error_status(exc) not in (404, 409):
-                    raise
-
-    async def _release_update(self, update: Obj | None) -> None:
-        """Drop the Stack's finalizer from a recorded Update (best effort: the Update controller
-        also drops it from a recorded Update that is being deleted)."""
-        if update is None or not has_finalizer(update, STACK_FINALIZER):
-            return
-        try:
-            await remove_finalizer(
-                self._update_client, update, STACK_FINALIZER, field_manager=FIELD_MANAGER_STACK_FINALIZER
-            )
-        except ApiException as exc:
-            _log.info(
-                "could not release update",
-                update=metadata_of(update).get("name"),
-                status=api_error_status(exc),
-            )
 
 
 # --- wiring ----------------------------------------------------------------------------------
