@@ -50,8 +50,10 @@ __all__ = [
 NETWORK_POLICIES: Final = Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 CONTROLLER_NAME: Final = "workspace-networkpolicy-controller"
 # The operator's pods carry this label in every install (config/manager, the chart; the tests
-# check both): with the operator's namespace it names the only callers admitted.
-OPERATOR_POD_LABELS: Final[Mapping[str, str]] = {"app.kubernetes.io/name": "pulumi-kubernetes-operator"}
+# check both), and so do the Go operator's (v2.9.0's pod template has no other), so a cluster
+# switched back to it keeps its agents reachable: with the operator's namespace it names the only
+# callers admitted.
+OPERATOR_POD_LABELS: Final[Mapping[str, str]] = {"control-plane": "controller-manager"}
 # Set by Kubernetes (1.21 and later) on every namespace to its own name.
 NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 # A settled policy is a cache read: two workers keep up with a whole fleet at start.
