@@ -523,6 +523,8 @@ class Settings:
 
     def manager_options(self, identity: str) -> ManagerOptions:
         """How the manager runs; with leader election (``--leader-elect``), as ``identity``."""
+        from pko.controllers.sharding import child_selectors, lease_name
+
         election = None
         if self.leader_elect:
             lease = self._fed("LeaderElectionConfig")
@@ -536,8 +538,6 @@ class Settings:
             **{k: v for k, v in fields["label_selectors"].items() if v},
         }
         return ManagerOptions(**fields, leader_election=election)
-
-        from pko.controllers.sharding import child_selectors, lease_name
 
 
 DECLARED: tuple[Setting[Any], ...] = tuple(v for v in vars(Settings).values() if isinstance(v, Setting))
