@@ -174,6 +174,9 @@ def serve_git_ssh(
         yield server
     finally:
         stop.set()
+        # shutdown wakes the thread blocked in accept(); close alone leaves the port bound until then.
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)
         listener.close()
         for transport in server.transports:
             transport.close()
