@@ -31,6 +31,9 @@ class ProjectInfo(KubeModel):
     """Runtime is the Pulumi runtime declaration (the runtime: field in Pulumi.yaml)."""
 
 
+_ENFORCED_PACKS = "issue43: policy packs a WorkspaceTemplate enforces"
+
+
 class StackUpdateState(KubeModel):
     """The result of the last completed update."""
 
@@ -56,6 +59,9 @@ class StackUpdateState(KubeModel):
     """LastResyncTime is the last time a resync of the stack took place."""
     failures: NonNegativeInt64 | None = None
     """Failures records how many times the update has been attempted and failed."""
+    policy_packs_digest: Annotated[str, Extension(_ENFORCED_PACKS)] | None = None
+    """(pko extension) PolicyPacksDigest is the digest of the policy packs WorkspaceTemplates
+    enforced on the update: another digest now means another preview or up."""
 
 
 class CurrentStackUpdate(KubeModel):
@@ -78,6 +84,9 @@ class CurrentStackUpdate(KubeModel):
     cancel_request: Annotated[str, Extension("issue29: cancel on request")] | None = None
     """(pko extension) CancelRequest is the pulumi.com/cancel-request token that cancelled this
     update (it is being cancelled)."""
+    policy_packs_digest: Annotated[str, Extension(_ENFORCED_PACKS)] | None = None
+    """(pko extension) PolicyPacksDigest is the digest of the policy packs WorkspaceTemplates
+    enforce on this update (docs/policy.md)."""
 
 
 FailureReason = Literal[

@@ -28,6 +28,7 @@ __all__ = [
     "OUTPUTS_WRITE_FAILED",
     "PLAN_OPS",
     "POLICY_PACK_FAILED",
+    "POLICY_PACK_OVERRIDDEN",
     "POLICY_VIOLATION",
     "RECONCILE_REQUEST_ANNOTATION",
     "REFRESH_REQUEST_ANNOTATION",
@@ -77,6 +78,10 @@ POLICY_PACK_FAILED: Final = "PolicyPackFailed"
 """(extension) A pack in ``spec.policyPacks`` could not be loaded or run (missing dependencies, a
 syntax error, a bad config): the Update's Failed reason and the Stack's ``lastFailure.reason``, retried
 as a deterministic failure; the message names the pack in its runtime's own words."""
+POLICY_PACK_OVERRIDDEN: Final = "PolicyPackOverridden"
+"""(extension) A Warning Event when an Update starts: a pack of the Stack's ``spec.policyPacks`` has
+the name of one a WorkspaceTemplate enforces, and the template's runs instead (a Stack cannot weaken
+an enforced pack)."""
 
 AWAITING_APPROVAL: Final = "AwaitingApproval"
 """The Ready condition's reason while a plan waits for a person to approve it (``spec.approval``)."""

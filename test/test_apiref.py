@@ -71,12 +71,15 @@ def test_every_kind_and_nested_model_of_the_crds_is_documented() -> None:
 
     by_heading = sections(api_page())
     for definition in crdgen.DEFINITIONS:
-        assert definition.kind in by_heading
+        kind = definition.kind
+        assert kind in by_heading
         schema = crdgen.object_schema(definition)
         parts = [p for p in ("spec", "status") if p in schema["properties"]]
         if definition.kind == "WorkspaceTemplate":
-            # its spec is a partial Workspace (documented there), and it has no status
-            assert parts == ["spec"] and "partial [Workspace](#workspace)" in by_heading["WorkspaceTemplate"]
+            # its spec is a partial Workspace (documented there) and policyPacks; it has no status
+            assert parts == ["spec"] and "partial [EnforcedWorkspace](#enforcedworkspace)" in by_heading[kind]
+            enforced = by_heading["EnforcedWorkspace"]
+            assert "partial [Workspace](#workspace)" in enforced and "| `policyPacks`" in enforced
             continue
         assert "status" in parts
         for part in parts:

@@ -64,14 +64,28 @@ def _unwrap(tp: Any, metadata: list[Any]) -> tuple[Any, list[Any]]:
 
 
 def _models_in(tp: Any, metadata: list[Any]) -> Iterator[type[BaseModel]]:
-    """Our models a field's type holds (not templates, not embedded Kubernetes types)."""
+    """Our models a field's type holds (not embedded Kubernetes types; a template only when its
+    model is no kind of its own, e.g. a WorkspaceTemplate's spec, documented where it is held)."""
     bare, meta = _unwrap(tp, metadata)
+    kinds = {definition.model for definition in crdgen.DEFINITIONS}
+    templates = [m.model for m in meta if isinstance(m, ApplyConfigurationOf)]
+    if templates and templates[-1] not in kinds:
+        yield templates[-1]
+        return
     if any(isinstance(m, (K8sType, ApplyConfigurationOf, PreserveUnknown)) for m in meta):
         return
     if isinstance(bare, type) and issubclass(bare, BaseModel):
         yield bare
     elif typing.get_origin(bare) in (list, dict):
         yield from _models_in(typing.get_args(bare)[-1], [])
+
+
+def _own_fields(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's fields, less those it inherits from a kind (a template model extending a kind's
+    model documents only what it adds; the kind's section has the rest)."""
+    kinds = {definition.model for definition in crdgen.DEFINITIONS}
+    inherited = {n for base in model.__mro__[1:] if base in kinds for n in base.model_fields}
+    return {n: f for n, f in model.model_fields.items() if model in kinds or n not in inherited}
 
 
 @dataclass(frozen=True)
@@ -95,7 +109,7 @@ def kinds() -> list[Kind]:
                 continue
             seen.add(model)
             ordered.append(model)
-            for name, info in model.model_fields.items():
+            for name, info in _own_fields(model).items():
                 if model is definition.model and name in _ROOT_ONLY:
                     continue
                 queue.extend(_models_in(info.annotation, list(info.metadata)))
@@ -238,7 +252,7 @@ def _model_section(page: Page, model: type[BaseModel], root: crdgen.CrdDefinitio
         lines += [f"- {r}" for r in rules]
         lines.append("")
     rows: list[str] = []
-    for name, info in model.model_fields.items():
+    for name, info in _own_fields(model).items():
         wire = info.alias or name
         if root and name in _ROOT_ONLY:
             continue
@@ -288,5 +302,5 @@ def documented_fields() -> set[tuple[str, str]]:
         (page.heading[m], info.alias or name)
         for k in all_kinds
         for m in k.models
-        for name, info in m.model_fields.items()
+        for name, info in _own_fields(m).items()
     }

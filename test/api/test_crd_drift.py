@@ -332,7 +332,8 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
     # status.lastRefresh: ours (issue 28: a refresh request outlives a transient failure).
     # Stack spec.workspaceTemplateRef: ours (issue 42: shared WorkspaceTemplates).
     # Stack and Update spec.policyPacks, Update status.policyViolations/policyViolationCount: ours
-    # (issue 43: policy packs on every preview and up).
+    # (issue 43: policy packs on every preview and up); Stack status.currentUpdate/lastUpdate
+    # .policyPacksDigest: ours (issue 43: the packs a WorkspaceTemplate enforced on the update).
     # Stack spec.outputs: ours (issue 42: outputs apps can mount; Go operator #649).
     # Update status.changeCount/changesTruncated/changeSummary and Stack status.drift.count/truncated:
     # ours (issue 44: bounded status, the totals beside the first entries listed).
@@ -422,6 +423,7 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Stack", "spec.workspaceTemplateRef.namespace"),
         ("Stack", "status.currentUpdate.cancelRequest"),
         ("Stack", "status.currentUpdate.kind"),
+        ("Stack", "status.currentUpdate.policyPacksDigest"),
         ("Stack", "status.drift"),
         ("Stack", "status.drift.count"),
         ("Stack", "status.drift.detected"),
@@ -446,6 +448,7 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Stack", "status.lastRefresh.reason"),
         ("Stack", "status.lastRefresh.state"),
         ("Stack", "status.lastRefresh.token"),
+        ("Stack", "status.lastUpdate.policyPacksDigest"),
         ("Stack", "status.nextRetryTime"),
         ("Stack", "status.observedCancelRequest"),
         ("Stack", "status.observedRefreshRequest"),

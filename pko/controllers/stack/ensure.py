@@ -8,11 +8,13 @@ Update is created in, so that part is the plan's ``then``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from pko.api.meta import parse_go_duration
 from pko.api.stack import Stack
+from pko.api.stackterms import POLICY_PACK_OVERRIDDEN
+from pko.controllers.stack.policypacks import Enforced, merge_policy_packs
 from pko.controllers.stack.status import (
     MSG_UPDATE,
     MSG_WORKSPACE,
@@ -94,6 +96,7 @@ def ensure(
             now=now,
             created=observed.created,
             deleting=deleting,
+            enforced=observed.templates.enforced,
         )
 
     if not run.kind.quiet:
@@ -147,10 +150,12 @@ def plan_update(
     now: datetime,
     created: datetime,
     deleting: bool,
+    enforced: Sequence[Enforced] = (),
 ) -> Plan:
     """The Workspace is applied: start the Update ``run`` describes once it is ready, or report why
     it cannot be. ``created`` names the Update (milliseconds: two Updates of one Stack may start in
-    a second). A quiet kind (a drift check) leaves the conditions alone."""
+    a second). A quiet kind (a drift check) leaves the conditions alone. ``enforced``: the policy
+    packs the WorkspaceTemplates enforce; their digest goes with the Update into the status."""
     generation = int((obj.get("metadata") or {}).get("generation") or 0)
     if not workspace_ready(workspace):
         if not mark_workspace_stalled(status, workspace, generation, now):
@@ -158,7 +163,7 @@ def plan_update(
         if deleting and not status.get("lastUpdate"):
             return Plan([RemoveFinalizer()], Result.done(), status)  # never ran: nothing to destroy
         return Plan([write_status(status)], Result.done(), status)
-    update = build_update(stack, workspace, run.type, run.message, now=created, run=run)
+    update = build_update(stack, workspace, run.type, run.message, now=created, run=run, enforced=enforced)
     status["currentUpdate"] = {
         "generation": generation,
         "reconcileRequest": reconcile_request(obj),
@@ -167,6 +172,10 @@ def plan_update(
     }
     if run.kind.recorded_as:
         status["currentUpdate"]["kind"] = run.kind.recorded_as
+    packs = merge_policy_packs(enforced, stack.spec.policy_packs)
+    runs_packs = run.type in ("preview", "up")
+    if runs_packs and packs.digest:
+        status["currentUpdate"]["policyPacksDigest"] = packs.digest
     if run.kind.quiet:
         fields = {"stack": (obj.get("metadata") or {}).get("name"), "update": update["metadata"]["name"]}
         said: Write = Log("drift check started", fields)
@@ -174,6 +183,12 @@ def plan_update(
         mark_reconciling(status, "StackProcessing", MSG_UPDATE, generation, now)
         said = Emit("Normal", "StackUpdateDetected", run.message)
     writes: list[Write] = [write_status(status), said, CreateUpdate(update)]
+    if runs_packs and packs.overridden and not run.kind.quiet:
+        enforced_by = ", ".join(f"{name} ({packs.sources[name]})" for name in packs.overridden)
+        message = (
+            f"spec.policyPacks names packs a WorkspaceTemplate enforces; the template's run: {enforced_by}"
+        )
+        writes.append(Emit("Warning", POLICY_PACK_OVERRIDDEN, message))
     return Plan(writes, Result.done(), status)
 
 

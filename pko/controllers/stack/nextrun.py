@@ -24,6 +24,7 @@ from pko.controllers.stack.drift import clear_drift, drift_due_in, remediation_d
 from pko.controllers.stack.ensure import mark_workspace_stalled, saved_project, workspace_for_destroy
 from pko.controllers.stack.guidance import destroy_from_project_message, stack_ref
 from pko.controllers.stack.kinds import APPLY, DRIFT, PLAN, spec_kind
+from pko.controllers.stack.policypacks import merge_policy_packs
 from pko.controllers.stack.refresh import RefreshWait, requested_refresh, retrying_message
 from pko.controllers.stack.status import mark_ready, mark_result, mark_stalled, mark_suspended, plan_sync
 from pko.controllers.stack.steps import (
@@ -110,7 +111,10 @@ def _choose(
     spec = stack.spec
     retry = observed.settings.retry
     polls_branch = bool(spec.project_repo and spec.branch)
-    decision = plan_sync(obj, spec, status, commit, now, retry, polls_branch=polls_branch)
+    packs_digest = merge_policy_packs(observed.templates.enforced, ()).digest
+    decision = plan_sync(
+        obj, spec, status, commit, now, retry, polls_branch=polls_branch, packs_digest=packs_digest
+    )
     mark_suspended(status, spec.suspend and not deleting, generation, now)
     drift_spec = spec.drift_detection if not spec.preview else None
     if drift_spec is None and (status.get("drift") or get_condition(status.get("conditions"), "Drifted")):

@@ -187,6 +187,7 @@ def _same_inputs(last: Mapping[str, Any] | None, current: Mapping[str, Any]) -> 
         and last.get("generation") == current.get("generation")
         and (last.get("reconcileRequest") or "") == (current.get("reconcileRequest") or "")
         and (last.get("lastAttemptedCommit") or "") == (current.get("commit") or "")
+        and (last.get("policyPacksDigest") or "") == (current.get("policyPacksDigest") or "")
     )
 
 
@@ -217,6 +218,7 @@ def record_failed(status: Obj, current: Mapping[str, Any], update: Mapping[str, 
             "lastSuccessfulCommit": (last or {}).get("lastSuccessfulCommit"),
             "permalink": upd_status.get("permalink"),
             "lastResyncTime": format_time(now),
+            "policyPacksDigest": current.get("policyPacksDigest"),
         }
     )
     status["lastUpdate"]["failures"] = int((last or {}).get("failures") or 0) + 1 if same else 0
@@ -321,6 +323,7 @@ def record_succeeded(
             "lastSuccessfulCommit": current.get("commit"),
             "permalink": upd_status.get("permalink"),
             "lastResyncTime": format_time(now),
+            "policyPacksDigest": current.get("policyPacksDigest"),
         }
     )
     status["lastUpdate"]["failures"] = 0
@@ -498,9 +501,11 @@ def plan_sync(
     settings: RetrySettings,
     *,
     polls_branch: bool = False,
+    packs_digest: str = "",
 ) -> SyncDecision:
     """Whether ``obj`` (the Stack as read) is in sync with ``current_commit`` (Go: isSynced), and
-    when to look again if so (resync, branch poll, retry)."""
+    when to look again if so (resync, branch poll, retry). ``packs_digest``: that of the policy
+    packs the WorkspaceTemplates enforce now (:mod:`pko.controllers.stack.policypacks`)."""
     meta = obj.get("metadata") or {}
     generation = meta.get("generation")
     deleting = bool(meta.get("deletionTimestamp"))
@@ -514,6 +519,8 @@ def plan_sync(
     request = reconcile_request(obj)
     if (last.get("reconcileRequest") or "") != request:
         return SyncDecision(False, f'Sync request: "{request}"')
+    if not deleting and (last.get("policyPacksDigest") or "") != packs_digest:
+        return SyncDecision(False, "Enforced policy packs changed (WorkspaceTemplate spec.policyPacks)")
     resync = float(spec.resync_frequency())
     state = last.get("state")
     requeue: float | None = None

@@ -11,6 +11,9 @@ The Workspace carries a digest of the templates' specs (:data:`TEMPLATES_ANNOTAT
 with nothing to run re-applies its Workspace only when that digest is not the one it now builds
 (:func:`pko.controllers.stack.ensure.roll_for_templates`), so a template changed once rolls each
 Workspace that uses it once, and an operator upgrade rolls none.
+
+A template's ``spec.policyPacks`` are not part of the Workspace (nor of that digest): they are the
+packs it enforces on the Stack's Updates (:mod:`pko.controllers.stack.policypacks`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pko.api.stack import Stack
+from pko.controllers.stack.policypacks import Enforced, enforced_packs
 from pko.machinery.resource import Obj
 from pko.machinery.store import object_key, split_key
 
@@ -48,10 +52,12 @@ not served."""
 class Templates:
     """The templates' specs to merge, lowest first, and their digest ("" when none); or, when one
     cannot be had, ``missing``: why, for the Stack's condition, and ``requeue``: when to look again
-    (None: a watch event wakes the Stack)."""
+    (None: a watch event wakes the Stack). ``enforced``: the templates' policy packs, the default
+    template's first."""
 
     layers: tuple[Mapping[str, Any], ...] = ()
     digest: str = ""
+    enforced: tuple[Enforced, ...] = ()
     missing: str | None = None
     requeue: float | None = None
 
@@ -113,10 +119,15 @@ def resolve_templates(
             requeue=recheck,
         )
     layers: list[Mapping[str, Any]] = []
+    enforced: list[Enforced] = []
     for key, message in wanted:
         found = lookup(key)
         if found is None:
             return Templates(missing=message)
         spec = found.get("spec") or {}
         layers.append({k: v for k, v in spec.items() if k in ("metadata", "spec")})
-    return Templates(tuple(layers), templates_digest(tuple(layers)))
+        try:
+            enforced += enforced_packs(key, spec)
+        except ValueError as err:
+            return Templates(missing=f"{err}: fix the template; the Stack waits for it")
+    return Templates(tuple(layers), templates_digest(tuple(layers)), tuple(enforced))

@@ -9,16 +9,19 @@ result; it is part of the created object, so no second write is needed to add it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from pko.api.stack import Stack
+from pko.api.stackpolicypacks import PolicyPack
 from pko.api.update import API_VERSION as UPDATE_API_VERSION
 from pko.api.update import KIND as UPDATE_KIND
 from pko.api.update import UpdateType
 from pko.controllers.resources import STACK_FINALIZER
 from pko.controllers.stack.kinds import UpdateKind, spec_kind
+from pko.controllers.stack.policypacks import Enforced, merge_policy_packs
 from pko.controllers.stack.workspaceobject import stack_labels, stack_owner_reference
 from pko.controllers.strategicmerge import strategic_merge
 
@@ -85,9 +88,12 @@ def build_update(
     *,
     now: datetime | None = None,
     run: Run | None = None,
+    enforced: Sequence[Enforced] = (),
 ) -> Obj:
     """The Update to create for ``stack`` in ``workspace`` (both as read from or written to the API);
-    ``run`` adds what its kind needs (a saved plan, the plan to apply, a read-only refresh)."""
+    ``run`` adds what its kind needs (a saved plan, the plan to apply, a read-only refresh).
+    A preview or up runs the Stack's policy packs (its ``updateTemplate``'s, when that names some)
+    after the ``enforced`` ones, set once the template is merged: it cannot remove an enforced one."""
     spec = stack.spec
     name = stack.metadata.name or ""
     update_spec: Obj = {
@@ -104,8 +110,6 @@ def build_update(
             update_spec["target"] = list(spec.targets)
         update_spec["targetDependents"] = spec.target_dependents
         update_spec["refresh"] = spec.refresh
-    if type_ in ("preview", "up") and spec.policy_packs:
-        update_spec["policyPacks"] = [pack.wire() for pack in spec.policy_packs]
     update: Obj = {
         "apiVersion": UPDATE_API_VERSION,
         "kind": UPDATE_KIND,
@@ -127,6 +131,12 @@ def build_update(
         stack_owner_reference(stack, controller=False),
     ]
     meta["finalizers"] = [STACK_FINALIZER]
+    if type_ in ("preview", "up"):
+        templated = update["spec"].get("policyPacks")
+        own = spec.policy_packs if templated is None else [PolicyPack.model_validate(p) for p in templated]
+        merged = merge_policy_packs(enforced, own)
+        if merged.packs:
+            update["spec"]["policyPacks"] = [pack.wire() for pack in merged.packs]
     if run is not None:
         _shape(update, run)
     return update
