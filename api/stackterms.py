@@ -21,6 +21,7 @@ __all__ = [
     "CONDITION_RECONCILING",
     "CONDITION_STALLED",
     "CONDITION_SUSPENDED",
+    "ENFORCED_POLICY_PACKS_ANNOTATION",
     "INSECURE_TRANSPORT_ALLOWED",
     "INSECURE_TRANSPORT_REFUSED",
     "OUTPUTS_NOT_OWNED",
@@ -78,6 +79,9 @@ POLICY_PACK_FAILED: Final = "PolicyPackFailed"
 """(extension) A pack in ``spec.policyPacks`` could not be loaded or run (missing dependencies, a
 syntax error, a bad config): the Update's Failed reason and the Stack's ``lastFailure.reason``, retried
 as a deterministic failure; the message names the pack in its runtime's own words."""
+ENFORCED_POLICY_PACKS_ANNOTATION: Final = "pulumi.com/enforced-policy-packs"
+"""(extension) On an Update: which of its ``spec.policyPacks`` a WorkspaceTemplate enforces, as JSON
+``{"<pack name>": "<template namespace/name>"}`` (absent: none; the others are the Stack's own)."""
 POLICY_PACK_OVERRIDDEN: Final = "PolicyPackOverridden"
 """(extension) A Warning Event when an Update starts: a pack of the Stack's ``spec.policyPacks`` has
 the name of one a WorkspaceTemplate enforces, and the template's runs instead (a Stack cannot weaken

@@ -9,6 +9,7 @@ the template, without touching the Stack, runs the Stack again and it is Ready.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -52,6 +53,8 @@ async def test_a_templates_pack_is_enforced_on_a_stack_that_names_none(env: Env)
     assert await configmap(env, "policed-settings") is None, "created although the template's pack refused it"
     update = await ended_update(env, "enforced", stack)
     assert update["spec"]["policyPacks"] == [pack]
+    enforced_by = json.loads(update["metadata"]["annotations"]["pulumi.com/enforced-policy-packs"])
+    assert enforced_by == {"configmaps": f"{env.ns}/platform"}
     digest = stack["status"]["lastUpdate"]["policyPacksDigest"]
     assert digest.startswith("sha256:")
 

@@ -5,12 +5,13 @@ Stack wait with a message naming it."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 from pko.api.stack import Stack
 from pko.api.stackpolicypacks import PolicyPack
-from pko.api.stackterms import POLICY_PACK_OVERRIDDEN
+from pko.api.stackterms import ENFORCED_POLICY_PACKS_ANNOTATION, POLICY_PACK_OVERRIDDEN
 
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack.ensure import plan_update
@@ -53,10 +54,15 @@ def test_a_stack_that_names_no_pack_runs_the_templates_packs() -> None:
     assert merged.sources == {"platform": "pko-system/platform"} and merged.overridden == ()
     update = build_update(stack(), WS, "up", "m", now=NOW, enforced=enforced(PLATFORM))
     assert update["spec"]["policyPacks"] == [PLATFORM]
+    sources = json.loads(update["metadata"]["annotations"][ENFORCED_POLICY_PACKS_ANNOTATION])
+    assert sources == {"platform": "pko-system/platform"}
     preview = build_update(stack(preview=True), WS, "preview", "m", now=NOW, enforced=enforced(PLATFORM))
     assert preview["spec"]["policyPacks"] == [PLATFORM]
     destroy = build_update(stack(), WS, "destroy", "m", now=NOW, enforced=enforced(PLATFORM))
     assert "policyPacks" not in destroy["spec"]
+    own = build_update(stack(policyPacks=[TEAM_TEMPLATE]), WS, "up", "m", now=NOW)
+    assert own["spec"]["policyPacks"] == [TEAM_TEMPLATE]
+    assert ENFORCED_POLICY_PACKS_ANNOTATION not in (own["metadata"].get("annotations") or {})
 
 
 def test_enforced_packs_come_first_then_the_stacks_own() -> None:

@@ -9,6 +9,7 @@ result; it is part of the created object, so no second write is needed to add it
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,6 +17,7 @@ from typing import Any, Final
 
 from pko.api.stack import Stack
 from pko.api.stackpolicypacks import PolicyPack
+from pko.api.stackterms import ENFORCED_POLICY_PACKS_ANNOTATION
 from pko.api.update import API_VERSION as UPDATE_API_VERSION
 from pko.api.update import KIND as UPDATE_KIND
 from pko.api.update import UpdateType
@@ -137,6 +139,9 @@ def build_update(
         merged = merge_policy_packs(enforced, own)
         if merged.packs:
             update["spec"]["policyPacks"] = [pack.wire() for pack in merged.packs]
+        if merged.sources:
+            annotations = meta.setdefault("annotations", {})
+            annotations[ENFORCED_POLICY_PACKS_ANNOTATION] = json.dumps(dict(merged.sources), sort_keys=True)
     if run is not None:
         _shape(update, run)
     return update
