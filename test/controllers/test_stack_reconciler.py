@@ -27,6 +27,7 @@ from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack import reconciler as stack_controller
 from pko.controllers.stack.branchpoll import BranchResolver
 from pko.controllers.stack.status import parse_time
+from pko.devtools.fluxsource import GITREPOSITORY_CRD
 from pko.devtools.gitserver import git_commit, serve_git
 from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import format_time
@@ -1056,32 +1057,7 @@ async def test_namespace_terminating_keeps_the_finalizer_with_a_clear_reason(
 
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False)
 GITREPOSITORIES = Resource("source.toolkit.fluxcd.io", "v1", "gitrepositories", "GitRepository")
-FLUX_CRD: Obj = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "gitrepositories.source.toolkit.fluxcd.io"},
-    "spec": {
-        "group": "source.toolkit.fluxcd.io",
-        "scope": "Namespaced",
-        "names": {
-            "plural": "gitrepositories",
-            "singular": "gitrepository",
-            "kind": "GitRepository",
-            "listKind": "GitRepositoryList",
-        },
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                },
-            }
-        ],
-    },
-}
+FLUX_CRD: Obj = GITREPOSITORY_CRD  # the CRD alone: no source-controller runs here
 
 
 async def test_flux_source_artifact_is_deployed_and_a_new_revision_redeploys(
