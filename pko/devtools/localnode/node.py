@@ -35,8 +35,9 @@ POD_SUBNET = "10.88.0.0/24"
 SERVICE_CIDR = "10.0.0.0/24"
 APISERVER_PORT = 6443
 STORAGE_CLASS = "local"
-# The e2e suite keeps every Stack's state on a claim and leaves the claims: 32 ran out before test_release.
-STATIC_VOLUMES = 48
+# The e2e suite keeps every Stack's state on a claim and leaves the claims: 32 ran out before test_release;
+# 64 since every example is applied too (issue 40: drift, git-ssh, flux-source on claims of their own).
+STATIC_VOLUMES = 64
 PACKAGES = (
     "containerd",
     "runc",
