@@ -218,6 +218,7 @@ def full_stack_status() -> dict[str, Any]:
             "message": "ok",
             "lastAttemptedCommit": "sha256:44d554df",
             "lastSuccessfulCommit": "sha256:44d554df",
+            "policyPacksDigest": "sha256:" + "ef" * 32,
             "permalink": "https://app.pulumi.com/org/random/dev/updates/3",
             "lastResyncTime": "2024-10-17T20:41:49Z",
             "failures": 0,
@@ -229,6 +230,7 @@ def full_stack_status() -> dict[str, Any]:
             "commit": "abc",
             "kind": "apply",
             "cancelRequest": "c1",
+            "policyPacksDigest": "sha256:" + "ef" * 32,
         },
         "plan": {
             "digest": "sha256:" + "ab" * 32,
