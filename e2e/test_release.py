@@ -407,6 +407,7 @@ def test_the_released_images_carry_the_version_labels(
         assert re.fullmatch(r"[0-9a-f]{40}", labels["org.opencontainers.image.revision"]), name
 
 
+@pytest.mark.timeout(600)  # the upgrade, then an update of BUSY_SECONDS and two pod rolls
 def test_upgrading_with_install_yaml_leaves_the_stack_untouched(
     kube: Kube, releases: dict[str, Release]
 ) -> None:
