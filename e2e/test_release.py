@@ -12,8 +12,11 @@ In order (the module's tests share the cluster's state and run in file order):
    ``install.yaml`` + ``quickstart.yaml`` + a Program Stack -> Ready, every container's image ID the
    registry's digest; the downloaded ``kubectl-pko``, run by a Python without site-packages, prints the
    Stack's status and both versions;
-2. B's ``install.yaml`` applied over A: the Stack stays Ready, no Update runs, its workspace pod rolls
-   once onto B's agent, B's CRD field is served, the state is intact;
+2. B's ``install.yaml`` applied over A while a second Stack's update is in flight (its Program given a
+   resource that takes a minute): the first Stack stays Ready, no Update runs, its workspace pod rolls
+   once onto B's agent, B's CRD field is served, the state is intact; the update in flight ends once,
+   succeeded, in the pod it started in (the Workspace says ``UpdateRunning`` meanwhile), and only then
+   does that pod roll onto B's agent, with no second Update (issue 41);
 3. the kubectl install removed (CRDs and Stacks kept), ``helm install oci://...`` of A, then ``helm
    upgrade`` to B: the same checks.
 The module restores the dev install (config/local and the node's dev images) when it ends.
@@ -50,6 +53,8 @@ NODE_IP = "10.87.0.1"
 PULL_SECRET = "pko-pull"
 DEV_IMAGES = ["docker.io/library/pko:*", "docker.io/library/pko-agent:*", "docker.io/library/pko-workspace:*"]
 STACK = "released"
+BUSY = "released-busy"  # the Stack whose update is in flight when B is applied
+BUSY_SECONDS = 75  # how long its update runs: past B's rollout, so B's operator finds it running
 CRD_MARKER = "releaseUpgradeMarker"  # the field B's Stack CRD adds
 
 
@@ -206,8 +211,12 @@ def _pull_with_secret(kube: Kube, namespace: str, service_account: str) -> None:
 
 
 def _restore_dev_install(kube: Kube) -> None:
-    kube.run("delete", "stack", STACK, "--ignore-not-found", "--wait=false", check=False)
-    kube.until("the release's Stack destroyed", lambda: kube.get("stack", STACK) is None, 600)
+    kube.run("delete", "stack", STACK, BUSY, "--ignore-not-found", "--wait=false", check=False)
+    kube.until(
+        "the release's Stacks destroyed",
+        lambda: kube.get("stack", STACK) is None and kube.get("stack", BUSY) is None,
+        600,
+    )
     _helm(kube, "uninstall", "pko", "-n", OPERATOR_NS, "--wait", check=False)
     kube.run(
         "-n", OPERATOR_NS, "delete", "deployment", "controller-manager", "--ignore-not-found", check=False
@@ -248,8 +257,8 @@ def _wait_operator(kube: Kube, release: Release) -> None:
     )
 
 
-def _updates(kube: Kube) -> set[str]:
-    items = kube.json("get", "updates", "-l", f"pulumi.com/stack-name={STACK}")["items"]
+def _updates(kube: Kube, name: str = STACK) -> set[str]:
+    items = kube.json("get", "updates", "-l", f"pulumi.com/stack-name={name}")["items"]
     return {u["metadata"]["name"] for u in items}
 
 
@@ -258,12 +267,12 @@ def _ready(kube: Kube) -> bool:
     return kube.condition(stack, "Ready").get("status") == "True"
 
 
-def _workspace_pod(kube: Kube) -> dict[str, Any] | None:
-    return kube.get("pod", f"{STACK}-workspace-0")
+def _workspace_pod(kube: Kube, name: str = STACK) -> dict[str, Any] | None:
+    return kube.get("pod", f"{name}-workspace-0")
 
 
-def _on_agent(kube: Kube, release: Release) -> bool:
-    pod = _workspace_pod(kube)
+def _on_agent(kube: Kube, release: Release, name: str = STACK) -> bool:
+    pod = _workspace_pod(kube, name)
     if not pod or pod["metadata"].get("deletionTimestamp"):
         return False
     ids = _image_ids(pod)
@@ -296,6 +305,49 @@ def _snapshot(kube: Kube) -> dict[str, Any]:
     }
 
 
+def _start_update(kube: Kube, name: str) -> dict[str, Any]:
+    """Give ``name``'s Program a resource that takes BUSY_SECONDS; return once its Update runs."""
+    before = _updates(kube, name)
+    kube.apply(program(name, hang=BUSY_SECONDS))
+
+    def running() -> dict[str, Any] | None:
+        for u in kube.json("get", "updates", "-l", f"pulumi.com/stack-name={name}")["items"]:
+            progressing = kube.condition(u, "Progressing")
+            if u["metadata"]["name"] not in before and progressing.get("reason") == "Progressing":
+                return dict(u)
+        return None
+
+    update = kube.until(f"{name}'s update running", running, 180, 0.5)
+    # The pod it runs in, read once it runs: the Program's change itself rolled the pod first.
+    pod = (_workspace_pod(kube, name) or {})["metadata"]["uid"]
+    return {"name": update["metadata"]["name"], "pod": pod, "before": before}
+
+
+def _ran_once_then_rolled(kube: Kube, release: Release, name: str, busy: dict[str, Any]) -> None:
+    """The update in flight across the upgrade ended once, succeeded, in the pod it started in, while
+    the Workspace held the roll; then the pod rolled onto ``release``'s agent and no Update followed."""
+    reasons: set[str] = set()
+    pods: set[str] = set()
+
+    def ended() -> dict[str, Any] | None:
+        ws = kube.get("workspace", name)
+        reasons.add(str(kube.condition(ws, "Ready").get("reason")))
+        pod = _workspace_pod(kube, name)
+        if pod is not None:
+            pods.add(pod["metadata"]["uid"])
+        update = kube.get("update", busy["name"])
+        return update if kube.condition(update, "Complete").get("status") == "True" else None
+
+    update = kube.until(f"the update in flight ({busy['name']}) ended", ended, 300, 0.5)
+    failed = kube.condition(update, "Failed")
+    assert failed.get("status") == "False", (failed, update.get("status", {}).get("message"))
+    assert "UpdateRunning" in reasons, f"the new operator never held the roll: {reasons}"
+    assert pods == {busy["pod"]}, "the workspace pod was replaced while its update ran"
+    kube.until(f"{name}'s pod on {release.version}'s agent", lambda: _on_agent(kube, release, name), 300)
+    ready(kube, name)
+    assert _updates(kube, name) - busy["before"] == {busy["name"]}, "the update ran again"
+
+
 def _helm(kube: Kube, *args: str, check: bool = True, input: str | None = None) -> str:
     helm = subprocess.run(["bash", str(HACK / "build-helm.sh")], check=True, capture_output=True, text=True)
     binary = str(Path(helm.stdout.strip().splitlines()[-1]) / "bin" / "helm")
@@ -317,8 +369,10 @@ def test_install_yaml_from_the_registry_runs_a_stack_on_a_node_without_our_image
     kube.run("apply", "--server-side", "-f", str(a.dist / "install.yaml"), timeout=300)
     _wait_operator(kube, a)
     kube.run("apply", "--server-side", "-f", str(a.dist / "quickstart.yaml"))
-    kube.apply(program(STACK) + "---\n" + stack(STACK, f"programRef:\n    name: {STACK}"))
+    for name in (STACK, BUSY):
+        kube.apply(program(name) + "---\n" + stack(name, f"programRef:\n    name: {name}"))
     ready(kube, STACK)
+    ready(kube, BUSY)
     ids = _image_ids(_workspace_pod(kube) or {})
     assert ids["bootstrap"] == a.digest("pko-agent") and ids["pulumi"] == a.digest("pko-workspace"), ids
     assert kube.get("configmap", f"{STACK}-settings") is not None
@@ -354,13 +408,16 @@ def test_the_released_images_carry_the_version_labels(
         assert re.fullmatch(r"[0-9a-f]{40}", labels["org.opencontainers.image.revision"]), name
 
 
+@pytest.mark.timeout(600)  # the upgrade, then an update of BUSY_SECONDS and two pod rolls
 def test_upgrading_with_install_yaml_leaves_the_stack_untouched(
     kube: Kube, releases: dict[str, Release]
 ) -> None:
     b = releases["B"]
     before = _snapshot(kube)
+    busy = _start_update(kube, BUSY)
     kube.run("apply", "--server-side", "-f", str(b.dist / "install.yaml"), timeout=300)
     _wait_operator(kube, b)
+    _ran_once_then_rolled(kube, b, BUSY, busy)
     crd = kube.get("crd", "stacks.pulumi.com", "") or {}
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     assert CRD_MARKER in spec, "B's CRD field is not served"

@@ -15,6 +15,7 @@ from pko.api.stackterms import CANCEL_REQUEST_ANNOTATION as CANCEL_REQUEST_ANNOT
 from pko.api.stackterms import RECONCILE_REQUEST_ANNOTATION
 from pko.api.stackterms import REFRESH_REQUEST_ANNOTATION as REFRESH_REQUEST_ANNOTATION
 from pko.machinery.resource import Resource
+from pko.machinery.store import index_by_field
 
 STACKS: Final = Resource("pulumi.com", "v1", "stacks", "Stack")
 PROGRAMS: Final = Resource("pulumi.com", "v1", "programs", "Program")
@@ -23,6 +24,11 @@ UPDATES: Final = Resource("auto.pulumi.com", "v1alpha1", "updates", "Update")
 WORKSPACE_TEMPLATES: Final = Resource(
     "auto.pulumi.com", "v1alpha1", "workspacetemplates", "WorkspaceTemplate"
 )
+# Updates by the Workspace they run in (``ns/spec.workspaceName``): the Update controller wakes the
+# Updates a Workspace's readiness concerns, the Workspace controller holds a pod roll for a running one.
+# One function object, as a shared informer's index must be.
+UPDATES_BY_WORKSPACE: Final = "update-workspace"
+index_updates_by_workspace: Final = index_by_field("spec.workspaceName", namespaced=True)
 
 # Labels on a Workspace's StatefulSet, Service and pod (and the StatefulSet's selector).
 WORKSPACE_COMPONENT_LABEL: Final = "auto.pulumi.com/component"

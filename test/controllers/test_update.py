@@ -13,6 +13,7 @@ import base64
 import json
 import signal
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -414,6 +415,56 @@ async def test_operator_restart_mid_up_reattaches_and_records_once(env: Env) -> 
     succeeded = [e for e in events if e["reason"] == "UpdateSucceeded"]
     assert len(succeeded) == 1 and succeeded[0].get("count", 1) == 1, events
     assert not [e for e in events if e["reason"] == "UpdateFailed"]
+
+
+async def test_an_upgrade_that_changes_the_pod_waits_for_the_running_update_then_rolls(env: Env) -> None:
+    """pko upgraded mid-update (issue 41): the new operator's pod template differs (here its pull
+    policy, as a new agent image would), yet the pod running the operation stays until it ends, so the
+    Update is neither lost nor run again; the Workspace says why meanwhile, and rolls after."""
+    ws = await env.workspace("upgrade", SLOW_PROGRAM.format(name="upgrade", seconds=30))
+    pods = ResourceClient(env.api, PODS, env.ns)
+    before = await pods.get("upgrade-workspace-0")
+    update = await env.wait_running(await env.create_update(ws, "up"), within=180)
+    previous = env.operator.options
+    env.operator.options = replace(previous, agent_image_pull_policy="Always")
+    try:
+        await env.operator.restart()
+
+        async def holding() -> Obj | None:
+            w = await env.workspaces.get("upgrade", env.ns)
+            return w if condition(w, "Ready").get("reason") == "UpdateRunning" else None
+
+        held = await wait_until("the Workspace holds its roll", holding, within=60)
+        assert condition(held, "Ready")["status"] == "False"
+        assert update["metadata"]["name"] in condition(held, "Ready")["message"]
+        update = await env.wait_complete(update, within=240)
+        assert_succeeded(update)
+        assert (await pods.get("upgrade-workspace-0"))["metadata"]["uid"] == before["metadata"]["uid"]
+
+        async def rolled() -> Obj | None:
+            pod = await get_or_none(pods, "upgrade-workspace-0")
+            if pod is None or pod["metadata"]["uid"] == before["metadata"]["uid"]:
+                return None
+            policies = {c.get("imagePullPolicy") for c in pod["spec"]["initContainers"]}
+            return pod if "Always" in policies else None
+
+        await wait_until("the pod rolled once the Update ended", rolled, within=120)
+        ready = await wait_until(
+            "the Workspace Ready again",
+            lambda: _ready_workspace(env, "upgrade"),
+            within=180,
+        )
+        assert condition(ready, "Ready")["reason"] == "Succeeded"
+        events = await env.events_for(update["metadata"]["name"], reason="UpdateSucceeded")
+        assert len([e for e in events if e["reason"] == "UpdateSucceeded"]) == 1, events
+    finally:
+        env.operator.options = previous
+        await env.operator.restart()
+
+
+async def _ready_workspace(env: Env, name: str) -> Obj | None:
+    w = await env.workspaces.get(name, env.ns)
+    return w if condition(w, "Ready").get("status") == "True" else None
 
 
 async def test_deleting_a_running_update_cancels_it(env: Env) -> None:

@@ -11,6 +11,8 @@ from pko.controllers.options import ControllerOptions
 from pko.controllers.workspace import plan as wp
 from pko.controllers.workspace.plan import Failure, Finding, Observed, Plan, decide, desired_status, refused
 from pko.controllers.workspace.workloads import (
+    AGENT_API,
+    ANNOTATION_AGENT_API,
     ANNOTATION_INITIALIZED,
     ANNOTATION_STACKS_HASH,
     NODE_LOST_GRACE,
@@ -226,6 +228,59 @@ def test_immutable_changes_and_a_previous_owner_wait_for_the_old_statefulset() -
     writes, plan = run(decide(observed(statefulset=other, apply_statefulset=True)))
     assert writes == [] and plan.finding is not None
     assert "of a previous Workspace to go" in plan.finding.message
+
+
+def test_a_new_pod_template_waits_for_the_running_update_then_rolls() -> None:
+    """An upgrade of pko changes the agent's image under a live Stack: the pod that runs an operation
+    is not replaced under it (nor the StatefulSet deleted for an immutable change), and no other Update
+    may start meanwhile (not Ready); once none runs, the apply goes ahead as before."""
+    ours = ready_pod(**{ANNOTATION_AGENT_API: AGENT_API})
+    upgraded = desired_statefulset(
+        workspace(), parse_spec(workspace()), ControllerOptions(agent_image="x/agent:v2")
+    )
+    assert upgraded["spec"]["template"]["metadata"]["annotations"][ANNOTATION_AGENT_API] == AGENT_API
+    held = decide(
+        observed(desired_statefulset=upgraded, apply_statefulset=True, pod=ours, running_updates=("u-1",))
+    )
+    assert held.writes == [] and held.then is None
+    assert held.finding == Finding(
+        wp.REASON_UPDATE_RUNNING,
+        "Waiting for the running Update u-1 to finish before replacing the workspace pod",
+    )
+    assert desired_status(workspace(), held.finding)["conditions"][0]["status"] == "False"
+    sts = copy.deepcopy(observed().statefulset)
+    assert sts is not None
+    sts["spec"]["serviceName"] = "old"
+    migrating = decide(
+        observed(statefulset=sts, apply_statefulset=True, pod=ours, running_updates=("u-1", "u-2"))
+    )
+    assert migrating.writes == [] and migrating.finding is not None
+    assert "Update u-1, u-2 to finish" in migrating.finding.message
+    # Nothing to apply: a running Update changes nothing (the settled case writes nothing, Ready).
+    ws = workspace(pulumiVersion="3.200.0")
+    settled_pod = initialized_pod(ws)
+    settled_pod["metadata"]["annotations"][ANNOTATION_AGENT_API] = AGENT_API
+    writes, settled = run(decide(observed(ws, pod=settled_pod, running_updates=("u-1",))))
+    assert writes == [] and settled.finding == Finding("Succeeded", "", ready=True)
+    # None running: dry run, then the apply.
+    rolling = decide(observed(desired_statefulset=upgraded, apply_statefulset=True, pod=ours))
+    assert kinds(rolling.writes) == ["CheckPod"] and rolling.then is not None
+    assert kinds(rolling.then(None).writes) == ["ApplyStatefulSet"]
+
+
+def test_a_pod_of_the_go_operator_rolls_at_once_though_its_update_runs() -> None:
+    """Switching from the Go operator: its agent cannot be followed (its Update ends OperationLost), so
+    its pod, which lacks pko's agent-API annotation, is replaced at once rather than held while the Go
+    agent's operation runs on unobserved."""
+    upgraded = desired_statefulset(
+        workspace(), parse_spec(workspace()), ControllerOptions(agent_image="x/agent:v2")
+    )
+    go_pod = ready_pod()
+    rolling = decide(
+        observed(desired_statefulset=upgraded, apply_statefulset=True, pod=go_pod, running_updates=("u-1",))
+    )
+    assert kinds(rolling.writes) == ["CheckPod"] and rolling.then is not None
+    assert kinds(rolling.then(None).writes) == ["ApplyStatefulSet"]
 
 
 def test_the_rollout_waits_for_the_statefulset_controller_and_the_new_pod() -> None:

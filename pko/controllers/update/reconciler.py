@@ -53,8 +53,10 @@ from pko.controllers.resources import (
     STACK_NAME_LABEL,
     STACKS,
     UPDATES,
+    UPDATES_BY_WORKSPACE,
     WORKSPACE_SELECTOR,
     WORKSPACES,
+    index_updates_by_workspace,
 )
 from pko.controllers.update import status as us
 from pko.controllers.update.plan import (
@@ -107,7 +109,7 @@ from pko.tokens import TokenSource
 __all__ = ["WORKSPACE_INDEX", "UpdateReconciler", "setup"]
 
 CONTROLLER_NAME: Final = "update-controller"
-WORKSPACE_INDEX: Final = "update-workspace"
+WORKSPACE_INDEX: Final = UPDATES_BY_WORKSPACE
 
 _log = structlog.get_logger("pko.controllers.update.reconciler")
 
@@ -174,9 +176,7 @@ class UpdateReconciler:
     ) -> None:
         self.options = options = options or ControllerOptions()
         self.api = manager.api
-        self.updates = manager.informer(
-            UPDATES, indexers={WORKSPACE_INDEX: index_by_field("spec.workspaceName", namespaced=True)}
-        )
+        self.updates = manager.informer(UPDATES, indexers={WORKSPACE_INDEX: index_updates_by_workspace})
         self.workspaces = manager.informer(WORKSPACES)
         self.stacks = manager.informer(STACKS)
         self.pods = manager.informer(PODS, label_selector=WORKSPACE_SELECTOR)

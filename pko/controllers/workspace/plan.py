@@ -28,6 +28,7 @@ from pko.controllers.workspace.workloads import (
     diagnose_node,
     diagnose_pod,
     immutable_fields_changed,
+    serves_our_agent,
     statefulset_name,
 )
 from pko.machinery.conditions import ConditionStatus, remove_condition, set_condition
@@ -61,6 +62,8 @@ __all__ = [
 ]
 
 READY: Final = "Ready"
+# Not Ready: the pod's new template waits for the operation running in the old one.
+REASON_UPDATE_RUNNING: Final = "UpdateRunning"
 STALLED: Final = "Stalled"
 # The Go operator's timings: retry an unreachable agent after 5 s, wait 5 s for a migration.
 REQUEUE_CONNECTION: Final = 5.0
@@ -107,6 +110,7 @@ class Observed:
     since_apply: float | None = None  # seconds since this process applied the StatefulSet
     address: str | None = None  # where the pod's agent answers (None: the pod has no IP yet)
     stacks_hash: str = ""  # workloads.stacks_hash of the spec: what the agent must be initialized with
+    running_updates: tuple[str, ...] = ()  # the Updates whose operation runs in this pod now
 
 
 # --- writes ----------------------------------------------------------------------------------
@@ -271,6 +275,8 @@ def decide(observed: Observed) -> Plan:
             finding = Finding("RollingUpdate", message)
             return Plan(writes, finding, Result.requeue_after(REQUEUE_MIGRATION), version=version)
         changed = immutable_fields_changed(sts, observed.desired_statefulset)
+        if (changed or observed.apply_statefulset) and _holds(observed):
+            return _prepend(writes, _hold_roll(observed.running_updates, version))
         if changed:
             return _prepend(writes, _migrate(sts, tuple(changed), version))
     if observed.apply_statefulset:
@@ -283,6 +289,24 @@ def decide(observed: Observed) -> Plan:
     if sts is None:  # not reached: the applier applies a StatefulSet it has not seen
         return Plan(writes, Finding("RollingUpdate", "Waiting for the statefulset"), version=version)
     return _prepend(writes, _rollout(observed, sts, observed.since_apply, version))
+
+
+def _holds(observed: Observed) -> bool:
+    """An Update runs in the pod, and this operator follows it there: the pod serves pko's agent API.
+    The Go operator's agent, met when switching from it, cannot be followed (its Update ends
+    ``OperationLost``), so holding its pod would only let its operation run on unobserved."""
+    return bool(observed.running_updates) and serves_our_agent(observed.pod)
+
+
+def _hold_roll(running: tuple[str, ...], version: str | None) -> Plan:
+    """A new pod would end the operation running in this one (an upgrade of pko changes the agent's
+    image under a live Stack), so the StatefulSet waits for it: the Update's end wakes this Workspace
+    again. Not Ready meanwhile, so that no other Update starts in a pod about to go; the running one
+    is followed whatever the Workspace says. Every operation ends (the Update controller ends one whose
+    agent stops answering), so the hold ends too."""
+    names = ", ".join(running)
+    message = f"Waiting for the running Update {names} to finish before replacing the workspace pod"
+    return Plan([], Finding(REASON_UPDATE_RUNNING, message), version=version)
 
 
 def _migrate(sts: Obj, fields: tuple[str, ...], version: str | None) -> Plan:

@@ -63,14 +63,19 @@ from kubernetes_asyncio.client import ApiException, CoreV1Api
 from pko.agentclient import AgentClient, AgentError, audience, resolve_address
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
+from pko.api.update import CONDITION_COMPLETE
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import (
     FIELD_MANAGER,
     FIELD_MANAGER_WORKSPACE_STATUS,
+    UPDATES,
+    UPDATES_BY_WORKSPACE,
     WORKSPACE_NAME_LABEL,
     WORKSPACE_SELECTOR,
     WORKSPACES,
+    index_updates_by_workspace,
 )
+from pko.controllers.update.status import is_running
 from pko.controllers.workspace import plan as wp
 from pko.controllers.workspace.plan import Failure, Observed, Plan, Write, decide, desired_status, refused
 from pko.controllers.workspace.workloads import (
@@ -89,7 +94,7 @@ from pko.machinery.conditions import get_condition
 from pko.machinery.controller import Result
 from pko.machinery.executor import Expected, execute
 from pko.machinery.manager import Manager
-from pko.machinery.predicates import deletion_started, generation_changed, or_
+from pko.machinery.predicates import condition_became, deletion_started, generation_changed, or_
 from pko.machinery.resource import PODS, SERVICES, STATEFULSETS, Obj, Resource, api_error_status
 from pko.machinery.store import object_key
 from pko.machinery.writes import DigestApplier, StatusWriter
@@ -201,6 +206,7 @@ class WorkspaceReconciler:
         self.statefulsets = manager.informer(STATEFULSETS, label_selector=WORKSPACE_SELECTOR)
         self.services = manager.informer(SERVICES, label_selector=WORKSPACE_SELECTOR)
         self.pods = manager.informer(PODS, label_selector=WORKSPACE_SELECTOR)
+        self.updates = manager.informer(UPDATES, indexers={UPDATES_BY_WORKSPACE: index_updates_by_workspace})
         self.events = manager.events
         self.tokens = tokens or options.operator_tokens(manager)
         self.workspace_client = manager.client(WORKSPACES)
@@ -275,6 +281,13 @@ class WorkspaceReconciler:
             since_apply=time.monotonic() - applied if applied is not None else None,
             address=address,
             stacks_hash=stacks_hash(ws.get("spec") or {}),
+            running_updates=tuple(
+                sorted(
+                    str(u["metadata"]["name"])
+                    for u in self.updates.indexer.by_index(UPDATES_BY_WORKSPACE, object_key(namespace, name))
+                    if is_running(u)
+                )
+            ),
         )
 
     # --- acting: the one place that writes -----------------------------------------------------
@@ -452,6 +465,13 @@ def _pod_workspace(pod: Obj) -> list[str]:
     return [object_key(meta.get("namespace"), workspace)] if workspace else []
 
 
+def _update_workspace(update: Obj) -> list[str]:
+    """An Update's events go to the Workspace it runs in."""
+    workspace = (update.get("spec") or {}).get("workspaceName")
+    namespace = (update.get("metadata") or {}).get("namespace")
+    return [object_key(namespace, workspace)] if workspace else []
+
+
 def setup(manager: Manager, options: ControllerOptions | None = None, **kwargs: Any) -> WorkspaceReconciler:
     """Declare the workspace controller: Workspaces, and the workspace StatefulSets, Services and Pods."""
     reconciler = WorkspaceReconciler(manager, options, **kwargs)
@@ -461,5 +481,7 @@ def setup(manager: Manager, options: ControllerOptions | None = None, **kwargs: 
         .owns(STATEFULSETS, label_selector=WORKSPACE_SELECTOR)
         .owns(SERVICES, label_selector=WORKSPACE_SELECTOR)
         .watches(PODS, _pod_workspace, label_selector=WORKSPACE_SELECTOR)
+        # An Update's end lets the roll it held go on (plan.py ``_hold_roll``).
+        .watches(UPDATES, _update_workspace, predicate=condition_became(CONDITION_COMPLETE, "True"))
     )
     return reconciler

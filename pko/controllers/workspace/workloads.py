@@ -68,6 +68,8 @@ from pko.machinery.writes import ANNOTATION_APPLIED_DIGEST, stamp
 from pko.machinery.writes import digest as applied_digest
 
 __all__ = [
+    "AGENT_API",
+    "ANNOTATION_AGENT_API",
     "ANNOTATION_APPLIED_DIGEST",
     "ANNOTATION_INITIALIZED",
     "ANNOTATION_REVISION_HASH",
@@ -93,6 +95,7 @@ __all__ = [
     "parse_spec",
     "pod_name",
     "revision_hash",
+    "serves_our_agent",
     "stacks_hash",
     "statefulset_name",
     "workspace_labels",
@@ -104,6 +107,11 @@ Obj = dict[str, Any]
 ANNOTATION_REVISION_HASH: Final = "auto.pulumi.com/revision-hash"
 ANNOTATION_INITIALIZED: Final = "auto.pulumi.com/initialized"
 ANNOTATION_STACKS_HASH: Final = "auto.pulumi.com/stacks-hash"
+# On pko's pod template: the gRPC API the pod's agent serves. An operator follows an operation only in a
+# pod whose agent serves an API it speaks, so only such a pod is kept for a running Update (plan.py
+# ``_hold_roll``); the Go operator's pods, met in a switch, lack it and roll at once.
+ANNOTATION_AGENT_API: Final = "pko.pulumi.com/agent-api"
+AGENT_API: Final = "pko.agent.v1"
 # Set by the StatefulSet controller on each pod: the revision of the template it was made from.
 REVISION_LABEL: Final = "controller-revision-hash"
 
@@ -192,13 +200,24 @@ def _meta(workspace: Mapping[str, Any]) -> tuple[str, str]:
     return str(meta["name"]), str(meta.get("namespace") or "")
 
 
+def _pod_annotations(revision: str) -> dict[str, str]:
+    """The annotations pko asserts on its pod template, over any a ``podTemplate`` sets."""
+    return {ANNOTATION_REVISION_HASH: revision, ANNOTATION_AGENT_API: AGENT_API}
+
+
+def serves_our_agent(pod: Mapping[str, Any] | None) -> bool:
+    """Whether ``pod`` runs an agent whose operations this operator can follow (not the Go operator's)."""
+    annotations = ((pod or {}).get("metadata") or {}).get("annotations") or {}
+    return annotations.get(ANNOTATION_AGENT_API) == AGENT_API
+
+
 def desired_statefulset(workspace: Mapping[str, Any], spec: WorkspaceSpec, options: ControllerOptions) -> Obj:
     """The StatefulSet to apply for ``workspace`` (read from the API: the owner reference needs its uid)."""
     name, namespace = _meta(workspace)
     labels = workspace_labels(name)
     revision = revision_hash(workspace.get("spec") or {})
     template: Obj = {
-        "metadata": {"labels": dict(labels), "annotations": {ANNOTATION_REVISION_HASH: revision}},
+        "metadata": {"labels": dict(labels), "annotations": _pod_annotations(revision)},
         "spec": pod_spec(name, namespace, spec, options),
     }
     if spec.pod_template is not None:
@@ -207,7 +226,7 @@ def desired_statefulset(workspace: Mapping[str, Any], spec: WorkspaceSpec, optio
         )
         meta = template.setdefault("metadata", {})
         meta.setdefault("labels", {}).update(labels)
-        meta.setdefault("annotations", {})[ANNOTATION_REVISION_HASH] = revision
+        meta.setdefault("annotations", {}).update(_pod_annotations(revision))
     finish_pod_spec(template["spec"])
     return _finish(
         workspace,
