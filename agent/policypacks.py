@@ -10,18 +10,32 @@ a pack that does not start ends the run with one of the engine's own lines
 (pkg/engine/update.go, pkg/resource/plugin/analyzer_plugin.go), its runtime's error as a diagnostic.
 Those two failures get their own reasons, PolicyViolation and PolicyPackFailed, so a controller never
 reads them as a program error or a bare exit status.
+
+A Python pack (``runtime: python``) cannot go through the Python host we build (v3.78: its ``RunPlugin``
+runs the request's ``program`` field, which the v3.274 engine no longer sets, and never the policy
+runner), so the agent launches it the way the engine launches a binary analyzer: ``--policy-pack``
+names an executable the agent writes, which the engine starts with its address and which runs
+``python -u -m pulumi.policy ADDRESS PACK_DIR`` (the pulumi SDK's runner, as the retired
+``pulumi-analyzer-policy-python`` did) with the pack's virtualenv (``runtime.options.virtualenv`` in
+its PulumiPolicy.yaml, relative to the pack) or, without one, the Python the language host would use.
+A copy of PulumiPolicy.yaml beside the launcher gives the engine the pack's version and description.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
+from pko.agent.pythondeps import python_command
 from pko.api.generated.pko.agent import v1 as pb
 from pko.api.stackterms import POLICY_PACK_FAILED, POLICY_VIOLATION
 
@@ -44,13 +58,26 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _MESSAGE_VIOLATIONS = 3  # violations a failure's message names; the result lists them all
 
 
+POLICY_PROJECT = "PulumiPolicy.yaml"
+LAUNCHER = "pack"  # the Python launcher's file name in its directory
+
+
 @dataclass(frozen=True)
 class PackArgs:
-    """The CLI's view of a request's packs: ``--policy-pack`` directories and, when any pack has
-    configuration, one ``--policy-pack-config`` file per pack (the CLI pairs them by position)."""
+    """The CLI's view of a request's packs: ``--policy-pack`` directories (a Python pack's launcher) and,
+    when any pack has configuration, one ``--policy-pack-config`` file per pack (the CLI pairs them by
+    position); ``launchers``: the directories written for Python packs."""
 
     paths: list[str]
     configs: list[str]
+    launchers: list[str] = field(default_factory=list)
+
+    def remove(self) -> None:
+        """Remove what :func:`pack_args` wrote: the operation's files outlive it in no case."""
+        for config in self.configs:
+            Path(config).unlink(missing_ok=True)
+        for launcher in self.launchers:
+            shutil.rmtree(launcher, ignore_errors=True)
 
 
 def pack_path(pack: pb.PolicyPack, program_dir: Path) -> Path:
@@ -60,14 +87,26 @@ def pack_path(pack: pb.PolicyPack, program_dir: Path) -> Path:
 
 
 def pack_args(
-    packs: Sequence[pb.PolicyPack], program_dir: Path, config_dir: Path, operation_id: str
+    packs: Sequence[pb.PolicyPack],
+    program_dir: Path,
+    config_dir: Path,
+    operation_id: str,
+    env: Mapping[str, str] | None = None,
 ) -> PackArgs:
     """The arguments for ``packs``, writing each pack's configuration into ``config_dir`` (a pack
     without any gets ``{}``: its defaults). Configuration that is not a JSON object is refused here
-    with ValueError naming the pack, not by the CLI after the program started."""
-    paths = [str(pack_path(p, program_dir)) for p in packs]
+    with ValueError naming the pack, not by the CLI after the program started. A Python pack's
+    ``--policy-pack`` is its launcher (:func:`python_launcher`), written into ``config_dir`` too."""
+    paths, launchers = [], []
+    for i, pack in enumerate(packs):
+        directory = pack_path(pack, program_dir)
+        launch_dir = config_dir / f"{operation_id}-{i}-python"
+        launcher = python_launcher(pack, directory, launch_dir, os.environ if env is None else env)
+        if launcher is not None:
+            launchers.append(str(launcher.parent))
+        paths.append(str(launcher or directory))
     if not any(p.config for p in packs):
-        return PackArgs(paths, [])
+        return PackArgs(paths, [], launchers)
     config_dir.mkdir(parents=True, exist_ok=True)
     configs = []
     for i, pack in enumerate(packs):
@@ -80,7 +119,53 @@ def pack_args(
         file = config_dir / f"{operation_id}-{i}.json"
         file.write_text(json.dumps(value))
         configs.append(str(file))
-    return PackArgs(paths, configs)
+    return PackArgs(paths, configs, launchers)
+
+
+def python_runtime(directory: Path) -> dict[str, Any] | None:
+    """The runtime options of the Python pack in ``directory`` ({} without any), or None when it is
+    not a readable Python pack (the engine then reports the pack in its own words)."""
+    try:
+        project = yaml.safe_load((directory / POLICY_PROJECT).read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    runtime = project.get("runtime") if isinstance(project, dict) else None
+    if runtime == "python":
+        return {}
+    if isinstance(runtime, dict) and runtime.get("name") == "python":
+        options = runtime.get("options")
+        return options if isinstance(options, dict) else {}
+    return None
+
+
+def python_launcher(
+    pack: pb.PolicyPack, directory: Path, launch_dir: Path, env: Mapping[str, str]
+) -> Path | None:
+    """Write the executable the engine runs for the Python pack in ``directory`` (None for a pack of
+    another runtime). Its Python: the virtualenv PulumiPolicy.yaml names (ValueError naming the pack
+    when it is not one), else the one the language host would run a program with (``env``)."""
+    options = python_runtime(directory)
+    if options is None:
+        return None
+    virtualenv = options.get("virtualenv")
+    if virtualenv:
+        venv = directory / str(virtualenv)
+        python = venv / "bin" / "python"
+        if not (venv / "pyvenv.cfg").is_file() or not python.exists():
+            raise ValueError(
+                f"policy pack {pack.name!r}: its virtualenv {venv} (runtime.options.virtualenv in "
+                f"{POLICY_PROJECT}) is not a virtualenv: create it with the pack's requirements"
+            )
+        command = str(python)
+    else:
+        command = python_command(env)
+    launch_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(directory / POLICY_PROJECT, launch_dir / POLICY_PROJECT)
+    launcher = launch_dir / LAUNCHER
+    run = " ".join(shlex.quote(a) for a in (command, "-u", "-m", "pulumi.policy"))
+    launcher.write_text(f'#!/bin/sh\nexec {run} "$@" {shlex.quote(str(directory))}\n')
+    launcher.chmod(0o755)
+    return launcher
 
 
 def enforcement_level(engine_level: str) -> str:
@@ -158,9 +243,11 @@ def pack_failure(
     packs: Sequence[pb.PolicyPack],
     program_dir: Path,
     detail: str,
+    launched: Sequence[str] = (),
 ) -> pb.Failure | None:
     """The failure of a run whose policy pack did not load or start, naming the pack and quoting the
-    tool (the runtime's error line, else the engine's), or None when no pack failed."""
+    tool (the runtime's error line, else the engine's), or None when no pack failed. ``launched``: what
+    the CLI was given for each pack (:attr:`PackArgs.paths`: a Python pack's launcher)."""
     text = _ANSI.sub("", error_text)
     engine = next((line.strip() for line in text.splitlines() if _PACK_FAILED.search(line)), None)
     if engine is None or not packs:
@@ -169,7 +256,8 @@ def pack_failure(
     said = [_ANSI.sub("", message) for _, message in diagnostics]
     # The pack the engine's line names, else the first a diagnostic or the text names (the longest path
     # first: one pack's directory may begin with another's name).
-    paths = sorted(((str(pack_path(p, program_dir)), p) for p in packs), key=lambda item: -len(item[0]))
+    named = [(str(pack_path(p, program_dir)), p) for p in packs] + list(zip(launched, packs, strict=False))
+    paths = sorted(named, key=lambda item: -len(item[0]))
     pack = next(
         (p for texts in ([engine], said, [text]) for path, p in paths if any(path in t for t in texts)),
         packs[0],
@@ -194,11 +282,12 @@ def failure(
     observations: PolicyObservations,
     packs: Sequence[pb.PolicyPack],
     program_dir: Path,
+    launched: Sequence[str] = (),
 ) -> pb.Failure | None:
     """The failure a policy pack caused in a run that failed: a pack that did not load, else a
     mandatory violation; None when the packs had no part in it (classify it as any other)."""
     detail = "\n".join([line for line in _ANSI.sub("", error_text).splitlines() if line.strip()][-20:])
-    return pack_failure(error_text, diagnostics, packs, program_dir, detail) or violation_failure(
+    return pack_failure(error_text, diagnostics, packs, program_dir, detail, launched) or violation_failure(
         observations, detail
     )
 

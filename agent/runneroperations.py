@@ -7,9 +7,9 @@ destroy that succeeded leaves no pending operation in the state that it made sta
 
 from __future__ import annotations
 
+import os
 import threading
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -93,7 +93,8 @@ class RunnerOperations:
         packs = list(request.policy_pack) if isinstance(request, (pb.PreviewRequest, pb.UpRequest)) else []
         config_dir = agent_state_dir(self.settings.work_dir) / "policy-config"
         try:
-            pack_args = policypacks.pack_args(packs, self.settings.work_dir, config_dir, operation_id)
+            env = {**os.environ, **stack.workspace.env_vars}
+            pack_args = policypacks.pack_args(packs, self.settings.work_dir, config_dir, operation_id, env)
         except ValueError as exc:
             return policypacks.refused(base, str(exc), started)
         try:
@@ -119,7 +120,12 @@ class RunnerOperations:
             self._confirmed = None  # whatever failed, the next selection asks the CLI again
             base.stdout, base.stderr = capped(stdout), capped(stderr)
             base.failure = policypacks.failure(
-                stderr, observations.error_diagnostics, policies, packs, self.settings.work_dir
+                stderr,
+                observations.error_diagnostics,
+                policies,
+                packs,
+                self.settings.work_dir,
+                pack_args.paths,
             ) or self._state.classify(exc, observations, stack)
             base.summary = pb.UpdateSummary(
                 start_time=started, end_time=datetime.now(UTC), result="failed", message=base.failure.message
@@ -138,8 +144,7 @@ class RunnerOperations:
             return base
         finally:
             base.policy_violations = policies.violations
-            for config in pack_args.configs:
-                Path(config).unlink(missing_ok=True)
+            pack_args.remove()
         return self._succeeded(stack, operation_id, request, base, changes, started)
 
     def _succeeded(

@@ -1,5 +1,6 @@
 """Policy packs for tests on the real engine (issue 43): the pinned ``@pulumi/policy`` npm package,
-fetched once into the pko cache, and JavaScript packs made from it (no compile).
+fetched once into the pko cache, and JavaScript packs made from it (no compile); and Python packs, with
+a virtualenv of the pinned ``pulumi-policy`` made once into the pko cache (:func:`python_policy_env`).
 
 What the engine needs to run such a pack, offline: pulumi v3.274 runs a pack directory through its
 language host (``pulumi-language-nodejs``, built by hack/build-sources.sh, starts
@@ -7,7 +8,8 @@ language host (``pulumi-language-nodejs``, built by hack/build-sources.sh, start
 ``@pulumi/policy`` (here in its own ``node_modules``, as ``npm install`` leaves it) and ``@pulumi/pulumi``
 with its dependencies, which the image's SDK set has (hack/build-runtimes.sh's ``node_modules``: the
 image's /node_modules, on NODE_PATH outside an image). :func:`engine_env` says what to add to the
-engine's environment for that.
+engine's environment for that. A Python pack needs nothing of the engine's environment: the agent
+launches it with the virtualenv its PulumiPolicy.yaml names (agent/policypacks.py says why).
 """
 
 from __future__ import annotations
@@ -17,17 +19,23 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
+
+from pko.devtools.versions import cache_dir
 
 __all__ = [
     "POLICY_SDK",
     "POLICY_SDK_INTEGRITY",
+    "PYTHON_POLICY_LOCK",
     "built",
     "engine_dirs",
     "engine_env",
     "policy_sdk",
+    "python_policy_env",
     "write_pack",
+    "write_python_pack",
 ]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,6 +43,9 @@ POLICY_SDK = ("@pulumi/policy", "1.21.0")
 POLICY_SDK_INTEGRITY = (
     "sha512-tLczMS7S2UUpc1qO9xvGY54GumUShTNxm/BY/T1fb0Hp/ILScxXzrmLpkbt4KUGZAcX/EdGLVuMGHyhreqbfvg=="
 )
+# pulumi-policy 1.21.0 and the Pulumi SDK, every file's sha256 (its header says how it was resolved).
+PYTHON_POLICY_LOCK = Path(__file__).with_name("policypacks-python.lock")
+UV_VERSION = "0.13.8"  # hack/lock.sh's uv, in the same cache folder
 
 
 def built(script: str) -> Path:
@@ -96,3 +107,56 @@ def engine_env(path: str, runtimes: Path) -> dict[str, str]:
         "NODE_PATH": str(runtimes / "node_modules"),
         "PULUMI_IGNORE_AMBIENT_PLUGINS": "false",
     }
+
+
+def _uv(cache: Path) -> Path:
+    """hack/lock.sh's pinned uv, installed as that script installs it when the cache lacks it."""
+    tools = cache / f"uv-{UV_VERSION}"
+    if not (tools / ".installed").is_file():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(tools)], check=True, capture_output=True)
+        pip = [str(tools / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check"]
+        subprocess.run([*pip, f"uv=={UV_VERSION}"], check=True, capture_output=True, timeout=300)
+        (tools / ".installed").touch()
+    return tools / "bin" / "uv"
+
+
+def python_policy_env(cache: Path | None = None) -> Path:
+    """A virtualenv holding exactly :data:`PYTHON_POLICY_LOCK` (hash-checked, ``--no-deps``), made once
+    with uv under the pko cache in a folder named after the lock's digest; uv's own cache (hack/lock.sh's)
+    keeps the wheels, so a rebuild needs no package index. Returns the virtualenv's directory."""
+    cache = cache or cache_dir()
+    lock = PYTHON_POLICY_LOCK.read_bytes()
+    venv = cache / f"python-policy-{hashlib.sha256(lock).hexdigest()[:12]}"
+    if (venv / ".installed").is_file():
+        return venv
+    uv = _uv(cache)
+    env = {**os.environ, "UV_CACHE_DIR": str(cache / "uv-cache")}
+    subprocess.run(
+        [str(uv), "venv", "--quiet", "--clear", "--python", sys.executable, str(venv)],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
+    install = [str(uv), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python")]
+    install += ["--require-hashes", "--no-deps", "--requirement", str(PYTHON_POLICY_LOCK)]
+    # The cache first, the index only for what it lacks (a first run, a new lock).
+    if subprocess.run([*install, "--offline"], capture_output=True, env=env).returncode != 0:
+        subprocess.run(install, check=True, capture_output=True, env=env, timeout=600)
+    (venv / ".installed").touch()
+    return venv
+
+
+def write_python_pack(
+    directory: Path, source: str, virtualenv: Path | None, name: str = "pko-pack", version: str = "0.1.0"
+) -> None:
+    """A Python pack in ``directory``: ``source`` as its __main__.py, PulumiPolicy.yaml naming
+    ``virtualenv`` (:func:`python_policy_env`; None: the Python on PATH) and the pack's version (a
+    Python pack takes it from there, not from its code). ``name`` is only for the reader: the pack's
+    name is the one its source gives PolicyPack."""
+    directory.mkdir(parents=True)
+    options = f"\n  options:\n    virtualenv: {virtualenv}" if virtualenv else ""
+    (directory / "PulumiPolicy.yaml").write_text(
+        f"runtime:\n  name: python{options}\ndescription: {name}, a pko test pack\nversion: {version}\n"
+    )
+    (directory / "requirements.txt").write_text("pulumi-policy==1.21.0\n")
+    (directory / "__main__.py").write_text(source)

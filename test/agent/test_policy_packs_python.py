@@ -1,0 +1,171 @@
+"""Python policy packs on the real engine (hack/build-pulumi.sh) through the agent's gRPC service: a pack
+with a mandatory and an advisory policy over the Pulumi YAML program of test_policy_packs.py, its
+virtualenv the pinned ``pulumi-policy`` (pko.devtools.policypacks.python_policy_env), launched by the
+agent (agent/policypacks.py: the Python host we build cannot run a pack for this engine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from pko.agent.policypacks import REASON_POLICY_PACK_FAILED, REASON_POLICY_VIOLATION
+from pko.api.generated.google.protobuf import Value
+from pko.api.generated.pko.agent import v1 as pb
+from realpulumi import RealPulumi, make_real_pulumi
+from test_pending_operations import install_command_provider
+from test_policy_packs import PROGRAM, URN, violations
+from test_server import drain
+
+from pko.devtools.agents import RunningAgent, collect, start_agent
+from pko.devtools.policypacks import python_policy_env, write_python_pack
+
+pytestmark = pytest.mark.timeout(300)
+
+PACK = """\
+from pulumi_policy import EnforcementLevel, PolicyPack, ResourceValidationPolicy
+
+
+def is_command(args):
+    return args.resource_type == "command:local:Command"
+
+
+def no_forbidden(args, report_violation):
+    if is_command(args) and "forbidden" in str(args.props.get("create") or ""):
+        report_violation("this command says 'forbidden'")
+
+
+def has_delete(args, report_violation):
+    if is_command(args) and not args.props.get("delete"):
+        report_violation("no delete command")
+
+
+PolicyPack(
+    "pko-commands-py",
+    policies=[
+        ResourceValidationPolicy(
+            name="no-forbidden-commands",
+            description="A command may not say 'forbidden'.",
+            enforcement_level=EnforcementLevel.MANDATORY,
+            validate=no_forbidden,
+        ),
+        ResourceValidationPolicy(
+            name="commands-have-delete",
+            description="A command should say how to undo it.",
+            enforcement_level=EnforcementLevel.ADVISORY,
+            validate=has_delete,
+        ),
+    ],
+)
+"""
+MANDATORY = (
+    "pko-commands-py",
+    "0.2.0",
+    "no-forbidden-commands",
+    "mandatory",
+    URN,
+    "this command says 'forbidden'",
+)
+ADVISORY = ("pko-commands-py", "0.2.0", "commands-have-delete", "advisory", URN, "no delete command")
+
+
+@pytest.fixture(scope="module")
+def venv() -> Path:
+    return python_policy_env()
+
+
+@pytest.fixture
+async def agent(tmp_path: Path, venv: Path) -> AsyncIterator[RunningAgent]:
+    real: RealPulumi = make_real_pulumi(tmp_path / "pulumi")
+    install_command_provider(real)
+    work = tmp_path / "workspace"
+    work.mkdir()
+    (work / "Pulumi.yaml").write_text(PROGRAM)
+    packs = work / "policies"
+    write_python_pack(packs / "commands", PACK, venv, version="0.2.0")
+    write_python_pack(packs / "syntax", PACK + "this is not python(\n", venv)
+    write_python_pack(packs / "imports", "import pko_no_such_module\n" + PACK, venv)
+    write_python_pack(packs / "novenv", PACK, packs / "novenv" / "venv")
+    running = await start_agent(work, tmp_path / "journal", env=real.env, pulumi_root=real.root, stack="dev")
+    yield running
+    await running.stop()
+
+
+async def run(
+    agent: RunningAgent, create: str, request: pb.PreviewRequest | pb.UpRequest
+) -> pb.OperationResult:
+    stub = agent.stub(agent.channel())
+    config = [pb.ConfigItem(key="create", value=Value.from_dict(create))]
+    await stub.set_all_config(pb.SetAllConfigRequest(config=config))
+    stream = stub.preview(request) if isinstance(request, pb.PreviewRequest) else stub.up(request)
+    _, result = collect(await drain(stream))
+    assert result is not None
+    return result
+
+
+async def test_a_mandatory_violation_of_a_python_pack_refuses_the_up_and_an_advisory_one_is_reported(
+    tmp_path: Path, agent: RunningAgent
+) -> None:
+    witness = tmp_path / "witness"
+    pack = pb.PolicyPack(name="commands", path="policies/commands")
+
+    preview = await run(
+        agent, f"echo forbidden >> {witness}", pb.PreviewRequest(operation_id="p-1", policy_pack=[pack])
+    )
+    assert preview.failure.reason == REASON_POLICY_VIOLATION, preview.failure
+
+    refused = await run(
+        agent, f"echo forbidden >> {witness}", pb.UpRequest(operation_id="u-1", policy_pack=[pack])
+    )
+    assert refused.state == pb.OperationState.FAILED, refused
+    assert refused.failure.reason == REASON_POLICY_VIOLATION, refused.failure
+    for said in ("pko-commands-py@0.2.0", "no-forbidden-commands", URN, "this command says 'forbidden'"):
+        assert said in refused.failure.message, refused.failure.message
+    assert violations(refused) == [MANDATORY, ADVISORY]
+    assert not witness.exists(), "the command ran although a mandatory policy refused it"
+
+    passed = await run(
+        agent, f"echo allowed >> {witness}", pb.UpRequest(operation_id="u-2", policy_pack=[pack])
+    )
+    assert passed.state == pb.OperationState.SUCCEEDED, passed
+    assert witness.read_text() == "allowed\n"
+    assert violations(passed) == [ADVISORY]
+
+    quiet = pb.PolicyPack(
+        name="commands", path="policies/commands", config='{"commands-have-delete": "disabled"}'
+    )
+    configured = await run(agent, "echo allowed", pb.PreviewRequest(operation_id="p-2", policy_pack=[quiet]))
+    assert configured.state == pb.OperationState.SUCCEEDED, configured
+    assert violations(configured) == []
+    assert not list((agent.options.runner.work_dir.parent / ".agent" / "policy-config").glob("*")), (
+        "the launchers and configuration files outlived their operation"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("syntax", "SyntaxError: '(' was never closed"),
+        ("imports", "ModuleNotFoundError: No module named 'pko_no_such_module'"),
+    ],
+)
+async def test_a_python_pack_that_does_not_load_fails_naming_the_pack_in_pythons_words(
+    agent: RunningAgent, name: str, said: str
+) -> None:
+    broken = pb.PolicyPack(name=name, path=f"policies/{name}")
+    commands = pb.PolicyPack(name="commands", path="policies/commands")
+    result = await run(
+        agent, "echo allowed", pb.PreviewRequest(operation_id="p-1", policy_pack=[commands, broken])
+    )
+    assert result.state == pb.OperationState.FAILED, result
+    assert result.failure.reason == REASON_POLICY_PACK_FAILED, result.failure
+    assert result.failure.message == f"policy pack {name!r} could not be loaded: {said}", result.failure
+
+
+async def test_a_python_pack_whose_virtualenv_is_missing_is_refused_naming_it(agent: RunningAgent) -> None:
+    pack = pb.PolicyPack(name="novenv", path="policies/novenv")
+    result = await run(agent, "echo allowed", pb.PreviewRequest(operation_id="p-1", policy_pack=[pack]))
+    assert result.failure.reason == REASON_POLICY_PACK_FAILED, result.failure
+    assert result.failure.message.startswith("policy pack 'novenv': its virtualenv "), result.failure
+    assert "policies/novenv/venv" in result.failure.message, result.failure
