@@ -4,6 +4,11 @@
 # in the cluster, then the sample Program + Stack (config/samples) applied and waited for until Ready.
 # A second run reuses every cache (kube binaries, images) and recreates the node. Stop: hack/down.sh
 #
+# Usage: hack/up.sh [s3]
+#   It builds and imports only the images config/local and config/samples run (hack/build-images.sh
+#   sample); `s3` adds SeaweedFS, the object store of config/samples/s3 (about 5 minutes more cold).
+#   The Go operator (hack/build-peer.sh) is never built here: e2e/ and the benchmarks build it.
+#
 # The node runs the Kubernetes and etcd of hack/versions.env, built from the Go module proxy by
 # hack/build-kubernetes.sh; this script's kubectl is the one built with them (first on PATH), since the
 # machine's may be outside the supported version skew.
@@ -11,6 +16,13 @@
 # No stand-ins: the workspace image (images/workspace) carries the real Pulumi CLI, language hosts and
 # pulumi-kubernetes, built from their Go modules by hack/build-pulumi.sh (cached in ~/.cache/pko).
 set -euo pipefail
+SETS=(sample)
+for arg in "$@"; do
+  case "$arg" in
+    s3) SETS+=(s3) ;;
+    *) echo "usage: hack/up.sh [s3]" >&2; exit 2 ;;
+  esac
+done
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$REPO"
 say() { printf '\n== %s\n' "$*" >&2; }
@@ -20,10 +32,12 @@ export PYTHON="$PY"    # hack/build-agent.sh builds the agent with the project's
 say "Kubernetes and etcd (built once from the Go module proxy, cached in ~/.cache/pko)"
 KUBE_BIN="$("$PY" hack/localcluster.py build | tail -1)"
 export PATH="$KUBE_BIN:$PATH"
-say "the Pulumi engine and the images (offline; cached in ~/.cache/pko)"
-bash hack/build-images.sh >/dev/null
+say "the Pulumi engine and the images: ${SETS[*]} (offline; cached in ~/.cache/pko)"
+ARCHIVES="$(bash hack/build-images.sh "${SETS[@]}")"
+IMPORTS=()
+while read -r archive; do IMPORTS+=(--import "$archive"); done <<<"$ARCHIVES"
 say "the node: etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy, DNS"
-python3 hack/localnode.py up >/dev/null
+python3 hack/localnode.py up "${IMPORTS[@]}" >/dev/null   # these archives only, not the whole cache
 export KUBECONFIG="$REPO/.node/kubeconfig"
 
 say "pko: kubectl apply --server-side -k config/local"
@@ -70,6 +84,8 @@ pko is running in the cluster and the sample Stack is Ready on the real Pulumi e
   kubectl logs hello-workspace-0 -c pulumi           # the workspace agent's log
   kubectl exec -it hello-workspace-0 -c pulumi -- sh -c 'cd /share/workspace && pulumi stack --show-urns'
   kubectl delete pod hello-workspace-0               # the state is on the hello-state PVC: nothing is lost
+  python3 hack/localnode.py import-images --import "\$(bash hack/build-images.sh s3)"   # the S3 sample's image (hack/up.sh s3 imports it)
+  kubectl apply --server-side -n default -k config/samples/s3   # a Stack with its state in S3, in the cluster
   kubectl -n pulumi-kubernetes-operator port-forward svc/pulumi-kubernetes-operator-metrics 8383 &
   curl -s localhost:8383/metrics | grep ^stacks_      # stacks_active, stacks_failing
   hack/down.sh                                        # stop the node, remove everything
