@@ -24,9 +24,11 @@
 #                                 USER 65532:65532 (numeric: the kubelet can check runAsNonRoot, so it
 #                                 runs under the `restricted` Pod Security Standard)
 #   and copies the archive to IMAGES_DIR (default ${PKO_CACHE_DIR:-~/.cache/pko}/images, where
-#   hack/localnode.py imports every *.oci.tar at `up`) as pko-seaweedfs.oci.tar, with
-#   pko-seaweedfs.hash naming the build (hack/build-images.sh's convention). Built with buildah, vfs
-#   storage under the build's directory, nothing kept.
+#   `hack/localnode.py up` imports every *.oci.tar unless told which: hack/test.sh's and e2e/'s node
+#   does, hack/up.sh's only with `hack/up.sh s3`) as pko-seaweedfs.oci.tar, with pko-seaweedfs.hash
+#   naming the build (hack/build-images.sh's convention). Built with buildah, vfs storage under the
+#   build's directory, nothing kept. `hack/build-images.sh s3` runs it (installing buildah first if
+#   needed) and prints the archive's path.
 if [ -z "${BASH_VERSION:-}" ]; then echo "hack/build-seaweedfs.sh: needs bash" >&2; exit 2; fi
 set -euo pipefail
 
