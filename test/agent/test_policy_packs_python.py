@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from pko.agent import policypacks
 from pko.agent.policypacks import REASON_POLICY_PACK_FAILED, REASON_POLICY_VIOLATION
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
@@ -169,3 +170,34 @@ async def test_a_python_pack_whose_virtualenv_is_missing_is_refused_naming_it(ag
     assert result.failure.reason == REASON_POLICY_PACK_FAILED, result.failure
     assert result.failure.message.startswith("policy pack 'novenv': its virtualenv "), result.failure
     assert "policies/novenv/venv" in result.failure.message, result.failure
+
+
+def test_a_python_pack_goes_to_the_cli_as_a_launcher_of_its_python_and_is_removed_after(
+    tmp_path: Path,
+) -> None:
+    js, py, plain = tmp_path / "js", tmp_path / "py", tmp_path / "plain"
+    for directory, runtime in (
+        (js, "nodejs"),
+        (py, "{name: python, options: {virtualenv: venv}}"),
+        (plain, "python"),
+    ):
+        directory.mkdir()
+        (directory / "PulumiPolicy.yaml").write_text(f"runtime: {runtime}\nversion: 1.2.3\n")
+    (py / "venv" / "bin").mkdir(parents=True)
+    (py / "venv" / "pyvenv.cfg").touch()
+    (py / "venv" / "bin" / "python").touch()
+    packs = [pb.PolicyPack(name=n, path=n) for n in ("js", "py", "plain")]
+    args = policypacks.pack_args(packs, tmp_path, tmp_path / "cfg", "op", {"PULUMI_PYTHON_CMD": "/opt/py3"})
+
+    assert args.paths == [
+        str(js),
+        str(tmp_path / "cfg" / "op-1-python" / "pack"),
+        str(tmp_path / "cfg" / "op-2-python" / "pack"),
+    ]
+    launcher = Path(args.paths[1])
+    assert launcher.read_text() == f'#!/bin/sh\nexec {py}/venv/bin/python -u -m pulumi.policy "$@" {py}\n'
+    assert launcher.stat().st_mode & 0o111
+    assert (launcher.parent / "PulumiPolicy.yaml").read_text() == (py / "PulumiPolicy.yaml").read_text()
+    assert Path(args.paths[2]).read_text() == f'#!/bin/sh\nexec /opt/py3 -u -m pulumi.policy "$@" {plain}\n'
+    args.remove()
+    assert not list((tmp_path / "cfg").iterdir())
