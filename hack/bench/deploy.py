@@ -4,7 +4,7 @@ and N Stacks from apply to Ready beside a bare-loop floor.
 
 The real operator runs as a process (``python -m pko``) under its ServiceAccount and the shipped RBAC;
 kube-controller-manager's StatefulSet controller makes the pods; the play-kubelet
-(test/controllers/kubelet.py) runs each workspace pod's real agent as a process with the real Pulumi
+(test/controllers/kubelet/) runs each workspace pod's real agent as a process with the real Pulumi
 engine (hack/build-pulumi.sh: the CLI, the YAML host and pulumi-kubernetes). Every Stack is
 Program-sourced (a ConfigMap made by pulumi-kubernetes, and a secret output), so the agents fetch the
 operator's own artifacts over loopback. The operator's writes are counted from the apiserver's audit

@@ -18,6 +18,7 @@ from grpclib.const import Status
 from kubernetes_asyncio import client
 from pko.api.generated.pko.agent import v1 as pb
 
+from pko.machinery.quantity import parse_quantity
 from pko.machinery.resource import PODS, STATEFULSETS, ResourceClient
 
 from .kubelet import (
@@ -29,11 +30,9 @@ from .kubelet import (
     grant_workspace_rpc,
     mint_token,
     normalize_image,
-    parse_quantity,
     rewrite_paths,
-    tail,
-    translate_argv,
 )
+from .kubelet.programs import tail, translate_argv
 
 pytestmark = pytest.mark.cluster
 
