@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from gotools import tool_binary
 
 from pko.devtools import gen_helm
+from pko.devtools.gotools import tool_binary
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "pko"

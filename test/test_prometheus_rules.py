@@ -13,10 +13,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gotools import tool_binary
-from prometheustest import PROMETHEUS_DIR, rule_spec
 
 from pko.devtools import apiref_tables
+from pko.devtools.gotools import tool_binary
+from pko.devtools.prometheus import PROMETHEUS_DIR, rule_spec
 
 REPO = Path(__file__).resolve().parents[1]
 DASHBOARD = PROMETHEUS_DIR / "grafana-dashboard.json"

@@ -11,15 +11,14 @@ under its shipped RBAC."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes_asyncio import client
-from prometheustest import rule_spec, running_prometheus
 
+from pko.devtools.prometheus import rules_without_waiting, running_prometheus
 from pko.devtools.waiting import wait_until
 from pko.machinery.resource import Resource, ResourceClient
 
@@ -56,15 +55,6 @@ async def metrics_reader_token(api: client.ApiClient, namespace: str) -> str:
         }
     )
     return await mint_token(api, namespace, "prometheus")
-
-
-def rules_without_waiting() -> dict[str, Any]:
-    spec = json.loads(json.dumps(rule_spec()))
-    for group in spec["groups"]:
-        group["interval"] = "1s"
-        for rule in group["rules"]:
-            rule.pop("for", None)
-    return spec
 
 
 async def test_a_real_prometheus_scrapes_the_new_series_and_fires_the_failing_alert(

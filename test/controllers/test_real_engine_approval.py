@@ -15,7 +15,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from kstatustest import kstatus
 from kubernetes_asyncio import client
 
 from pko.controllers.resources import (
@@ -23,6 +22,7 @@ from pko.controllers.resources import (
     CANCEL_REQUEST_ANNOTATION,
     REFRESH_REQUEST_ANNOTATION,
 )
+from pko.devtools.kstatus import kstatus
 from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import get_condition
 

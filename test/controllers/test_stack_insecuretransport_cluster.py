@@ -18,7 +18,6 @@ import pytest
 from dulwich.repo import Repo
 from dulwich.server import DictBackend
 from dulwich.web import make_wsgi_chain
-from kstatustest import kstatus
 from pko.api.stackterms import (
     CONDITION_INSECURE_TRANSPORT,
     INSECURE_TRANSPORT_ALLOWED,
@@ -31,6 +30,7 @@ from pko.controllers.resources import STACKS, WORKSPACES
 from pko.controllers.stack import reconciler as stack_controller
 from pko.controllers.stack.steps import Unresolved
 from pko.devtools.gitserver import git_commit, serve_wsgi
+from pko.devtools.kstatus import kstatus
 from pko.devtools.waiting import wait_until
 from pko.machinery.resource import EVENTS, SECRETS, Obj, ResourceClient
 

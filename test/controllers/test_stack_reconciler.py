@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from dulwich.repo import Repo
-from kstatustest import kstatus
+from pko.devtools.kstatus import kstatus
 
 from pko.controllers.resources import PROGRAMS, STACKS, UPDATES, WORKSPACES
 from pko.controllers.retrysettings import RetrySettings

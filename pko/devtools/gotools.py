@@ -11,7 +11,7 @@ from pathlib import Path
 
 __all__ = ["tool_binary"]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @functools.cache

@@ -1,5 +1,6 @@
-"""A real Prometheus for the tests (hack/build-prometheus.sh builds it): started on loopback with a
-scrape config and rule files the test gives, queried over its HTTP API, stopped with its data."""
+"""A real Prometheus for the tests (hack/build-prometheus.sh builds it; test/ and e2e/ use it): started
+on loopback with a scrape config and rule files the test gives, queried over its HTTP API, stopped with
+its data."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from gotools import tool_binary
 
-__all__ = ["PROMETHEUS_DIR", "Prometheus", "rule_spec", "running_prometheus"]
+from pko.devtools.gotools import tool_binary
 
-PROMETHEUS_DIR = Path(__file__).resolve().parents[1] / "config" / "prometheus"
+__all__ = ["PROMETHEUS_DIR", "Prometheus", "rule_spec", "rules_without_waiting", "running_prometheus"]
+
+PROMETHEUS_DIR = Path(__file__).resolve().parents[2] / "config" / "prometheus"
 
 
 def rule_spec() -> dict[str, Any]:
@@ -26,6 +28,17 @@ def rule_spec() -> dict[str, Any]:
     doc = yaml.safe_load((PROMETHEUS_DIR / "prometheusrule.yaml").read_text())
     assert doc["kind"] == "PrometheusRule" and doc["apiVersion"] == "monitoring.coreos.com/v1"
     spec: dict[str, Any] = doc["spec"]
+    return spec
+
+
+def rules_without_waiting() -> dict[str, Any]:
+    """The shipped rules evaluated each second with no ``for``: a test sees an alert fire at once
+    (the durations are promtool's to test: test/test_prometheus_rules.py)."""
+    spec: dict[str, Any] = json.loads(json.dumps(rule_spec()))
+    for group in spec["groups"]:
+        group["interval"] = "1s"
+        for rule in group["rules"]:
+            rule.pop("for", None)
     return spec
 
 
