@@ -11,7 +11,7 @@ from . import config as cfgmod
 from . import workspace
 from .backend import current_user, parse_stack_ref
 from .cli import Parsed
-from .engine import Engine, Request
+from .engine import Engine
 from .errors import EXIT_CONFIGURATION, CliError, StackNotFound
 from .importing import (
     Declaration,
@@ -22,6 +22,7 @@ from .importing import (
     validate_entries,
 )
 from .providers import canonical_type, provider_for
+from .request import Request
 from .stackctx import Context, StackContext, open_backend, resolve_stack
 from .values import mask_state, state_has_secrets, to_plaintext_state
 from .version import cli_version
