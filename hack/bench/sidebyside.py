@@ -24,6 +24,8 @@ from typing import Any
 
 import peer
 import peerscale
+import peerscale_busy
+import peerscale_table
 from common import REPO, api_client
 from node import KUBECONFIG
 from run import exit_on_sigterm, log
@@ -105,8 +107,8 @@ def print_summary(rows: list[Row]) -> None:
     print("| row | Go operator | pko | pko / Go |")
     print("|---|---:|---:|---:|")
     for label, g, p, digits in rows:
-        shown = "" if "1 is right" in label else peerscale.ratio(g, p)
-        cells = f"{peerscale.cell(g, digits)} | {peerscale.cell(p, digits)} | {shown}"
+        shown = "" if "1 is right" in label else peerscale_table.ratio(g, p)
+        cells = f"{peerscale_table.cell(g, digits)} | {peerscale_table.cell(p, digits)} | {shown}"
         print(f"| {label} | {cells} |")
 
 
@@ -121,7 +123,7 @@ def main() -> int:
         print("bench: no local node; run hack/up.sh first", file=sys.stderr)
         return 2
     if args.stacks:
-        peerscale.disk_check(args.stacks, args.disk_per_workspace_gb)
+        peerscale_busy.disk_check(args.stacks, args.disk_per_workspace_gb)
     small, scale = asyncio.run(bench(args, peer.build_peer()))
     RAW.parent.mkdir(exist_ok=True)
     RAW.write_text(json.dumps({"args": vars(args), "small": small, "scale": scale}, indent=1))
@@ -133,7 +135,7 @@ def main() -> int:
     print("\n## Rows 1, 2, 5 and 6 in full (peer.py's table)\n")
     peer.print_table(small)
     print()
-    peerscale.print_table(scale, args)
+    peerscale_table.print_table(scale, args)
     return 0
 
 

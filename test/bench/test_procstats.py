@@ -1,4 +1,4 @@
-"""hack/bench/procstats.py's parsers and cgroup readers, and peerscale.py's pure steps, on sample text
+"""hack/bench/procstats.py's parsers and cgroup readers, and peerscale*.py's pure steps, on sample text
 and files (no cluster): what the scale benchmark counts must be right before its figures mean anything."""
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack" / "bench"))
 
-import peerscale
+import peerscale_busy
+import peerscale_idle
+import peerscale_operator
+import peerscale_watch
 import procstats
 from procstats import Requests
 
@@ -192,11 +195,11 @@ def pod(name: str, *, running: bool = True, deleting: bool = False, restarts: in
 
 
 def test_the_operator_pod_is_the_one_running_and_not_being_deleted() -> None:
-    assert peerscale.running([pod("old", deleting=True), pod("new")])["metadata"]["name"] == "new"
-    assert peerscale.running([pod("new", running=False)]) is None
-    assert peerscale.running([pod("a"), pod("b")]) is None  # a rollout in progress: not yet
-    assert peerscale.running([]) is None
-    assert peerscale.restarts(pod("a", restarts=2)) == 2
+    assert peerscale_operator.running([pod("old", deleting=True), pod("new")])["metadata"]["name"] == "new"
+    assert peerscale_operator.running([pod("new", running=False)]) is None
+    assert peerscale_operator.running([pod("a"), pod("b")]) is None  # a rollout in progress: not yet
+    assert peerscale_operator.running([]) is None
+    assert peerscale_operator.restarts(pod("a", restarts=2)) == 2
 
 
 def stack(name: str, generation: int = 1, **status: Any) -> Obj:
@@ -205,16 +208,16 @@ def stack(name: str, generation: int = 1, **status: Any) -> Obj:
 
 def test_a_stack_is_ready_for_its_generation_and_has_a_status_once_it_has_conditions() -> None:
     ready = [{"type": "Ready", "status": "True", "reason": "ProcessingCompleted"}]
-    assert peerscale.ready_now(stack("a", 2, conditions=ready, lastUpdate={"generation": 2}))
-    assert not peerscale.ready_now(stack("a", 2, conditions=ready, lastUpdate={"generation": 1}))
+    assert peerscale_watch.ready_now(stack("a", 2, conditions=ready, lastUpdate={"generation": 2}))
+    assert not peerscale_watch.ready_now(stack("a", 2, conditions=ready, lastUpdate={"generation": 1}))
     stalled = [{"type": "Stalled", "status": "True", "reason": "SourceUnavailable"}]
-    assert peerscale.has_status(stack("a", conditions=stalled))
-    assert not peerscale.has_status(stack("a", observedGeneration=1))
-    assert not peerscale.has_status({"metadata": {"name": "a"}})
+    assert peerscale_watch.has_status(stack("a", conditions=stalled))
+    assert not peerscale_watch.has_status(stack("a", observedGeneration=1))
+    assert not peerscale_watch.has_status({"metadata": {"name": "a"}})
 
 
 def test_the_stack_watch_notes_the_first_moment_every_stack_is_done() -> None:
-    watch = peerscale.StackWatch(None, ["a", "b"], peerscale.has_status, None)  # type: ignore[arg-type]
+    watch = peerscale_watch.StackWatch(None, ["a", "b"], peerscale_watch.has_status, None)  # type: ignore[arg-type]
     done = [{"type": "Stalled", "status": "True", "reason": "SourceUnavailable"}]
     watch._see("ADDED", stack("a"), 1.0)
     watch._see("ADDED", stack("other", conditions=done), 1.5)  # not one of ours
@@ -228,20 +231,20 @@ def test_the_stack_watch_notes_the_first_moment_every_stack_is_done() -> None:
 
 
 def test_both_idle_shapes_name_something_that_never_exists_and_destroy_nothing() -> None:
-    missing = peerscale.idle_stack("idle-00000", "missing-program")["spec"]
-    assert missing == {"stack": "dev", "programRef": {"name": peerscale.ABSENT}}
-    waiting = peerscale.idle_stack("idle-00001", "prerequisite")["spec"]
-    assert waiting["programRef"] == {"name": peerscale.IDLE_PROGRAM}
-    assert waiting["prerequisites"] == [{"name": peerscale.ABSENT}]
+    missing = peerscale_idle.idle_stack("idle-00000", "missing-program")["spec"]
+    assert missing == {"stack": "dev", "programRef": {"name": peerscale_idle.ABSENT}}
+    waiting = peerscale_idle.idle_stack("idle-00001", "prerequisite")["spec"]
+    assert waiting["programRef"] == {"name": peerscale_idle.IDLE_PROGRAM}
+    assert waiting["prerequisites"] == [{"name": peerscale_idle.ABSENT}]
     assert "destroyOnFinalize" not in missing and "destroyOnFinalize" not in waiting
 
 
 def test_row_3s_stacks_are_peer_pys_on_one_shared_claim_with_small_cpu_requests() -> None:
-    program, stack_obj = peerscale.row3_objects("scale-007")
+    program, stack_obj = peerscale_busy.row3_objects("scale-007")
     assert program["kind"] == "Program" and program["metadata"]["name"] == "scale-007"
     spec = stack_obj["spec"]
     assert spec["programRef"] == {"name": "scale-007"} and spec["destroyOnFinalize"] is True
     workspace = spec["workspaceTemplate"]["spec"]
     claim = workspace["podTemplate"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
-    assert claim == peerscale.SHARED_CLAIM == peerscale.shared_claim()["metadata"]["name"]
+    assert claim == peerscale_busy.SHARED_CLAIM == peerscale_busy.shared_claim()["metadata"]["name"]
     assert workspace["resources"] == {"requests": {"cpu": "10m", "memory": "64Mi"}}
