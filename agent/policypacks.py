@@ -11,14 +11,7 @@ a pack that does not start ends the run with one of the engine's own lines
 Those two failures get their own reasons, PolicyViolation and PolicyPackFailed, so a controller never
 reads them as a program error or a bare exit status.
 
-A Python pack (``runtime: python``) cannot go through the Python host we build (v3.78: its ``RunPlugin``
-runs the request's ``program`` field, which the v3.274 engine no longer sets, and never the policy
-runner), so the agent launches it the way the engine launches a binary analyzer: ``--policy-pack``
-names an executable the agent writes, which the engine starts with its address and which runs
-``python -u -m pulumi.policy ADDRESS PACK_DIR`` (the pulumi SDK's runner, as the retired
-``pulumi-analyzer-policy-python`` did) with the pack's virtualenv (``runtime.options.virtualenv`` in
-its PulumiPolicy.yaml, relative to the pack) or, without one, the Python the language host would use.
-A copy of PulumiPolicy.yaml beside the launcher gives the engine the pack's version and description.
+A Python pack goes to the engine as a launcher the agent writes (:mod:`pko.agent.policypython`).
 """
 
 from __future__ import annotations
@@ -26,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,8 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pko.agent.pythondeps import python_command
+from pko.agent.policypython import launcher as python_launcher
 from pko.api.generated.pko.agent import v1 as pb
 from pko.api.stackterms import POLICY_PACK_FAILED, POLICY_VIOLATION
 
@@ -56,10 +47,6 @@ _PACK_FAILED = re.compile(
 _RUNTIME_ERROR = re.compile(r"^\s*(?:[A-Z]\w*)?Error: .+")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _MESSAGE_VIOLATIONS = 3  # violations a failure's message names; the result lists them all
-
-
-POLICY_PROJECT = "PulumiPolicy.yaml"
-LAUNCHER = "pack"  # the Python launcher's file name in its directory
 
 
 @dataclass(frozen=True)
@@ -120,52 +107,6 @@ def pack_args(
         file.write_text(json.dumps(value))
         configs.append(str(file))
     return PackArgs(paths, configs, launchers)
-
-
-def python_runtime(directory: Path) -> dict[str, Any] | None:
-    """The runtime options of the Python pack in ``directory`` ({} without any), or None when it is
-    not a readable Python pack (the engine then reports the pack in its own words)."""
-    try:
-        project = yaml.safe_load((directory / POLICY_PROJECT).read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-    runtime = project.get("runtime") if isinstance(project, dict) else None
-    if runtime == "python":
-        return {}
-    if isinstance(runtime, dict) and runtime.get("name") == "python":
-        options = runtime.get("options")
-        return options if isinstance(options, dict) else {}
-    return None
-
-
-def python_launcher(
-    pack: pb.PolicyPack, directory: Path, launch_dir: Path, env: Mapping[str, str]
-) -> Path | None:
-    """Write the executable the engine runs for the Python pack in ``directory`` (None for a pack of
-    another runtime). Its Python: the virtualenv PulumiPolicy.yaml names (ValueError naming the pack
-    when it is not one), else the one the language host would run a program with (``env``)."""
-    options = python_runtime(directory)
-    if options is None:
-        return None
-    virtualenv = options.get("virtualenv")
-    if virtualenv:
-        venv = directory / str(virtualenv)
-        python = venv / "bin" / "python"
-        if not (venv / "pyvenv.cfg").is_file() or not python.exists():
-            raise ValueError(
-                f"policy pack {pack.name!r}: its virtualenv {venv} (runtime.options.virtualenv in "
-                f"{POLICY_PROJECT}) is not a virtualenv: create it with the pack's requirements"
-            )
-        command = str(python)
-    else:
-        command = python_command(env)
-    launch_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(directory / POLICY_PROJECT, launch_dir / POLICY_PROJECT)
-    launcher = launch_dir / LAUNCHER
-    run = " ".join(shlex.quote(a) for a in (command, "-u", "-m", "pulumi.policy"))
-    launcher.write_text(f'#!/bin/sh\nexec {run} "$@" {shlex.quote(str(directory))}\n')
-    launcher.chmod(0o755)
-    return launcher
 
 
 def enforcement_level(engine_level: str) -> str:

@@ -34,6 +34,7 @@ __all__ = [
     "engine_env",
     "policy_sdk",
     "python_policy_env",
+    "python_policy_wheels",
     "write_pack",
     "write_python_pack",
 ]
@@ -43,6 +44,7 @@ POLICY_SDK = ("@pulumi/policy", "1.21.0")
 POLICY_SDK_INTEGRITY = (
     "sha512-tLczMS7S2UUpc1qO9xvGY54GumUShTNxm/BY/T1fb0Hp/ILScxXzrmLpkbt4KUGZAcX/EdGLVuMGHyhreqbfvg=="
 )
+POLICY_SDK_PYTHON = ("pulumi-policy", "1.21.0")
 # pulumi-policy 1.21.0 and the Pulumi SDK, every file's sha256 (its header says how it was resolved).
 PYTHON_POLICY_LOCK = Path(__file__).with_name("policypacks-python.lock")
 UV_VERSION = "0.13.8"  # hack/lock.sh's uv, in the same cache folder
@@ -146,17 +148,42 @@ def python_policy_env(cache: Path | None = None) -> Path:
     return venv
 
 
+def python_policy_wheels(cache: Path | None = None) -> Path:
+    """The wheels of :data:`PYTHON_POLICY_LOCK`, hash-checked, fetched once with pip into the pko cache:
+    a ``PIP_FIND_LINKS`` folder (with ``PIP_NO_INDEX``) from which the agent makes a pack's virtualenv
+    out of its requirements.txt offline, as the workspace image's wheelhouse serves programs."""
+    cache = cache or cache_dir()
+    lock = PYTHON_POLICY_LOCK.read_bytes()
+    wheels = cache / f"python-policy-wheels-{hashlib.sha256(lock).hexdigest()[:12]}"
+    if (wheels / ".downloaded").is_file():
+        return wheels
+    download = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check"]
+    download += ["--require-hashes", "--no-deps", "--only-binary", ":all:", "--dest", str(wheels)]
+    subprocess.run(
+        [*download, "--requirement", str(PYTHON_POLICY_LOCK)], check=True, capture_output=True, timeout=600
+    )
+    (wheels / ".downloaded").touch()
+    return wheels
+
+
 def write_python_pack(
-    directory: Path, source: str, virtualenv: Path | None, name: str = "pko-pack", version: str = "0.1.0"
+    directory: Path,
+    source: str,
+    virtualenv: Path | str | None,
+    name: str = "pko-pack",
+    version: str = "0.1.0",
+    requirements: str | None = f"{POLICY_SDK_PYTHON[0]}=={POLICY_SDK_PYTHON[1]}\n",
 ) -> None:
-    """A Python pack in ``directory``: ``source`` as its __main__.py, PulumiPolicy.yaml naming
-    ``virtualenv`` (:func:`python_policy_env`; None: the Python on PATH) and the pack's version (a
-    Python pack takes it from there, not from its code). ``name`` is only for the reader: the pack's
-    name is the one its source gives PolicyPack."""
+    """A Python pack in ``directory``: ``source`` as its __main__.py, ``requirements`` as its
+    requirements.txt (none when None), PulumiPolicy.yaml naming ``virtualenv`` (:func:`python_policy_env`,
+    or a folder of the pack the agent makes from the requirements; None: the Python on PATH) and the
+    pack's version (a Python pack takes it from there, not from its code). ``name`` goes into the
+    description: the pack's own name is the one its source gives PolicyPack."""
     directory.mkdir(parents=True)
     options = f"\n  options:\n    virtualenv: {virtualenv}" if virtualenv else ""
     (directory / "PulumiPolicy.yaml").write_text(
         f"runtime:\n  name: python{options}\ndescription: {name}, a pko test pack\nversion: {version}\n"
     )
-    (directory / "requirements.txt").write_text("pulumi-policy==1.21.0\n")
+    if requirements is not None:
+        (directory / "requirements.txt").write_text(requirements)
     (directory / "__main__.py").write_text(source)

@@ -20,7 +20,7 @@ from test_policy_packs import PROGRAM, URN, violations
 from test_server import drain
 
 from pko.devtools.agents import RunningAgent, collect, start_agent
-from pko.devtools.policypacks import python_policy_env, write_python_pack
+from pko.devtools.policypacks import python_policy_env, python_policy_wheels, write_python_pack
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -76,8 +76,13 @@ def venv() -> Path:
     return python_policy_env()
 
 
+@pytest.fixture(scope="module")
+def wheels() -> Path:
+    return python_policy_wheels()
+
+
 @pytest.fixture
-async def agent(tmp_path: Path, venv: Path) -> AsyncIterator[RunningAgent]:
+async def agent(tmp_path: Path, venv: Path, wheels: Path) -> AsyncIterator[RunningAgent]:
     real: RealPulumi = make_real_pulumi(tmp_path / "pulumi")
     install_command_provider(real)
     work = tmp_path / "workspace"
@@ -87,8 +92,12 @@ async def agent(tmp_path: Path, venv: Path) -> AsyncIterator[RunningAgent]:
     write_python_pack(packs / "commands", PACK, venv, version="0.2.0")
     write_python_pack(packs / "syntax", PACK + "this is not python(\n", venv)
     write_python_pack(packs / "imports", "import pko_no_such_module\n" + PACK, venv)
-    write_python_pack(packs / "novenv", PACK, packs / "novenv" / "venv")
-    running = await start_agent(work, tmp_path / "journal", env=real.env, pulumi_root=real.root, stack="dev")
+    write_python_pack(packs / "novenv", PACK, "venv", requirements=None)
+    # Virtualenvs the agent makes from the pack's requirements.txt, offline from the pinned wheels.
+    write_python_pack(packs / "made", PACK, "venv", version="0.3.0")
+    write_python_pack(packs / "unknown", PACK, "venv", requirements="pko-no-such-package==1.0\n")
+    env = {**real.env, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)}
+    running = await start_agent(work, tmp_path / "journal", env=env, pulumi_root=real.root, stack="dev")
     yield running
     await running.stop()
 
@@ -164,12 +173,33 @@ async def test_a_python_pack_that_does_not_load_fails_naming_the_pack_in_pythons
     assert result.failure.message == f"policy pack {name!r} could not be loaded: {said}", result.failure
 
 
-async def test_a_python_pack_whose_virtualenv_is_missing_is_refused_naming_it(agent: RunningAgent) -> None:
-    pack = pb.PolicyPack(name="novenv", path="policies/novenv")
-    result = await run(agent, "echo allowed", pb.PreviewRequest(operation_id="p-1", policy_pack=[pack]))
+async def test_a_python_packs_virtualenv_is_made_from_its_requirements_or_refused_in_pips_words(
+    agent: RunningAgent,
+) -> None:
+    packs = agent.options.runner.work_dir / "policies"
+    made = pb.PolicyPack(name="made", path="policies/made")
+    result = await run(agent, "echo forbidden", pb.PreviewRequest(operation_id="p-1", policy_pack=[made]))
+    assert result.failure.reason == REASON_POLICY_VIOLATION, result.failure
+    assert "pko-commands-py@0.3.0" in result.failure.message, result.failure
+    assert (packs / "made" / "venv" / "pyvenv.cfg").is_file()
+
+    unknown = pb.PolicyPack(name="unknown", path="policies/unknown")
+    result = await run(agent, "echo allowed", pb.PreviewRequest(operation_id="p-2", policy_pack=[unknown]))
     assert result.failure.reason == REASON_POLICY_PACK_FAILED, result.failure
-    assert result.failure.message.startswith("policy pack 'novenv': its virtualenv "), result.failure
-    assert "policies/novenv/venv" in result.failure.message, result.failure
+    assert result.failure.message == (
+        "policy pack 'unknown': installing its requirements.txt failed: "
+        "ERROR: Could not find a version that satisfies the requirement pko-no-such-package==1.0 "
+        "(from versions: none); "
+        "ERROR: No matching distribution found for pko-no-such-package==1.0"
+    ), result.failure
+
+    novenv = pb.PolicyPack(name="novenv", path="policies/novenv")
+    result = await run(agent, "echo allowed", pb.PreviewRequest(operation_id="p-3", policy_pack=[novenv]))
+    assert result.failure.reason == REASON_POLICY_PACK_FAILED, result.failure
+    assert result.failure.message == (
+        f"policy pack 'novenv': its virtualenv {packs / 'novenv' / 'venv'} (runtime.options.virtualenv in "
+        "PulumiPolicy.yaml) is not a virtualenv, and the pack has no requirements.txt to make it from"
+    ), result.failure
 
 
 def test_a_python_pack_goes_to_the_cli_as_a_launcher_of_its_python_and_is_removed_after(
