@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from controllers.conftest import new_manager, running
-from controllers.test_stack_reconciler import Env
+from controllers.stackenv import Env
 
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack import reconciler as stack_controller

@@ -15,7 +15,7 @@ namespace and gives the ClusterRoleBinding a unique name.
 * ``git-stack``: end to end, with ``projectRepo`` replaced by a local dulwich HTTP git server
   serving ``random-yaml/Pulumi.yaml`` on ``master`` (the token is sent, the server ignores it);
 * ``flux-stack``: Flux's CRDs are not installed here, so its Stack is checked with a server-side
-  dry run only (the GitRepository is not applied); ``test_stack_reconciler`` covers Flux sources;
+  dry run only (the GitRepository is not applied); ``test_stack_reconciler_sources`` covers Flux sources;
 * ``first-stack``, the README's first Stack: its Program and Stack pass a server-side dry run.
 """
 

@@ -32,7 +32,7 @@ from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, ResourceClient
 
 from .conftest import OperatorEnv, get_or_none, operator_env
-from .test_stack_reconciler import CRDS, FLUX_CRD, GITREPOSITORIES
+from .stackenv import CRDS, FLUX_CRD, GITREPOSITORIES
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 

@@ -29,7 +29,7 @@ from pko.devtools.waiting import wait_until
 from pko.machinery.resource import EVENTS, Obj, ResourceClient
 
 from .conftest import new_manager, running
-from .test_stack_reconciler import Env
+from .stackenv import Env
 
 SLOW = RetrySettings(deterministic_base=60.0, transient_base=60.0, transient_cap=120.0)
 FINALIZER = "finalizer.stack.pulumi.com"

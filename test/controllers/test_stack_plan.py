@@ -1,5 +1,5 @@
 """The Stack reconcile's decisions as pure functions (no cluster): ``decide`` (with the source read
-it asks for) and ``refused``, branch by branch (the black-box tests in test_stack_reconciler.py
+it asks for) and ``refused``, branch by branch (the black-box tests in test_stack_reconciler*.py
 drive the same paths through a real apiserver)."""
 
 from __future__ import annotations
