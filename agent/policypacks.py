@@ -84,29 +84,37 @@ def pack_args(
     without any gets ``{}``: its defaults). Configuration that is not a JSON object is refused here
     with ValueError naming the pack, not by the CLI after the program started. A Python pack's
     ``--policy-pack`` is its launcher (:func:`python_launcher`), written into ``config_dir`` too."""
-    paths, launchers = [], []
-    for i, pack in enumerate(packs):
-        directory = pack_path(pack, program_dir)
-        launch_dir = config_dir / f"{operation_id}-{i}-python"
-        launcher = python_launcher(pack, directory, launch_dir, os.environ if env is None else env)
-        if launcher is not None:
-            launchers.append(str(launcher.parent))
-        paths.append(str(launcher or directory))
-    if not any(p.config for p in packs):
-        return PackArgs(paths, [], launchers)
-    config_dir.mkdir(parents=True, exist_ok=True)
-    configs = []
-    for i, pack in enumerate(packs):
-        try:
-            value = json.loads(pack.config) if pack.config else {}
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"policy pack {pack.name!r}: its config is not JSON: {exc}") from None
-        if not isinstance(value, dict):
-            raise ValueError(f"policy pack {pack.name!r}: its config must be a JSON object")
-        file = config_dir / f"{operation_id}-{i}.json"
-        file.write_text(json.dumps(value))
-        configs.append(str(file))
-    return PackArgs(paths, configs, launchers)
+    values = [_config(pack) for pack in packs]  # refused before anything is written
+    args = PackArgs([], [], [])
+    try:
+        for i, pack in enumerate(packs):
+            directory = pack_path(pack, program_dir)
+            launch_dir = config_dir / f"{operation_id}-{i}-python"
+            launcher = python_launcher(pack, directory, launch_dir, os.environ if env is None else env)
+            if launcher is not None:
+                args.launchers.append(str(launcher.parent))
+            args.paths.append(str(launcher or directory))
+        if any(p.config for p in packs):
+            config_dir.mkdir(parents=True, exist_ok=True)
+            for i, value in enumerate(values):
+                file = config_dir / f"{operation_id}-{i}.json"
+                file.write_text(json.dumps(value))
+                args.configs.append(str(file))
+    except BaseException:
+        args.remove()  # a pack refused (its virtualenv): nothing of the operation stays behind
+        raise
+    return args
+
+
+def _config(pack: pb.PolicyPack) -> dict[str, Any]:
+    """The pack's configuration as the JSON object the CLI reads ({} without any)."""
+    try:
+        value = json.loads(pack.config) if pack.config else {}
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"policy pack {pack.name!r}: its config is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"policy pack {pack.name!r}: its config must be a JSON object")
+    return value
 
 
 def enforcement_level(engine_level: str) -> str:

@@ -231,3 +231,14 @@ def test_a_python_pack_goes_to_the_cli_as_a_launcher_of_its_python_and_is_remove
     assert Path(args.paths[2]).read_text() == f'#!/bin/sh\nexec /opt/py3 -u -m pulumi.policy "$@" {plain}\n'
     args.remove()
     assert not list((tmp_path / "cfg").iterdir())
+
+    # A pack refused (no virtualenv, no requirements.txt) leaves nothing of the others behind.
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "PulumiPolicy.yaml").write_text(
+        "runtime: {name: python, options: {virtualenv: venv}}\n"
+    )
+    with pytest.raises(ValueError, match=r"policy pack 'bad': its virtualenv .* is not a virtualenv"):
+        policypacks.pack_args(
+            [packs[1], pb.PolicyPack(name="bad", path="bad")], tmp_path, tmp_path / "cfg", "op", {}
+        )
+    assert not list((tmp_path / "cfg").iterdir())
