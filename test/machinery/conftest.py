@@ -1,8 +1,10 @@
-"""Fixtures for machinery tests: API clients (optionally through a cuttable loopback proxy)
-and throw-away namespaces."""
+"""Fixtures for machinery tests: API clients (optionally through a cuttable loopback proxy),
+throw-away namespaces, and a Manager started for the length of a test."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,9 @@ from typing import Any
 import pytest
 from kube_helpers import TcpProxy, create_namespace, delete_namespace
 from kubernetes_asyncio import client, config
+from manager_helpers import StartManager
+
+from pko.machinery.manager import Manager
 
 ClientFactory = Callable[..., Awaitable[client.ApiClient]]
 
@@ -56,3 +61,25 @@ async def namespace(api_client: Any) -> AsyncIterator[str]:
     name = await create_namespace(api_client)
     yield name
     await delete_namespace(api_client, name)
+
+
+@pytest.fixture
+async def start_manager() -> AsyncIterator[StartManager]:
+    """``await start_manager(m)``: run ``m`` in a task until its servers listen; stopped afterwards."""
+    running: list[tuple[Manager, asyncio.Task[None]]] = []
+
+    async def start(manager: Manager) -> asyncio.Task[None]:
+        task = asyncio.create_task(manager.run())
+        running.append((manager, task))
+        serving = asyncio.create_task(manager.wait_serving())
+        await asyncio.wait({task, serving}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()  # raise what failed
+        assert serving.done(), "manager did not start serving"
+        return task
+
+    yield start
+    for manager, task in running:
+        manager.stop()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 60)
