@@ -173,6 +173,7 @@ class Parsed:
 
 def _commands() -> dict[tuple[str, ...], Command]:
     from . import commands as c
+    from . import configcommands as cc
 
     stack = {"stack": VALUE}
     s = {"s": "stack"}
@@ -223,33 +224,33 @@ def _commands() -> dict[tuple[str, ...], Command]:
         ),
         ("stack", "import"): Command(c.stack_import, {**stack, "file": VALUE, "force": BOOL}, s),
         ("config",): Command(
-            c.config_ls,
+            cc.config_ls,
             {**stack, "json": BOOL, "show-secrets": BOOL, "config-file": VALUE, "open": BOOL},
             {**s, "j": "json"},
         ),
         ("config", "get"): Command(
-            c.config_get,
+            cc.config_get,
             {**stack, "json": BOOL, "path": BOOL, "config-file": VALUE, "open": BOOL},
             {**s, "j": "json"},
         ),
         ("config", "set"): Command(
-            c.config_set,
+            cc.config_set,
             {**stack, "secret": BOOL, "plaintext": BOOL, "path": BOOL, "config-file": VALUE, "type": VALUE},
             s,
         ),
         ("config", "set-all"): Command(
-            c.config_set_all,
+            cc.config_set_all,
             {**stack, "plaintext": LIST, "secret": LIST, "path": BOOL, "json": VALUE, "config-file": VALUE},
             s,
         ),
-        ("config", "rm"): Command(c.config_rm, {**stack, "path": BOOL, "config-file": VALUE}, s),
-        ("config", "rm-all"): Command(c.config_rm_all, {**stack, "path": BOOL, "config-file": VALUE}, s),
+        ("config", "rm"): Command(cc.config_rm, {**stack, "path": BOOL, "config-file": VALUE}, s),
+        ("config", "rm-all"): Command(cc.config_rm_all, {**stack, "path": BOOL, "config-file": VALUE}, s),
         ("config", "refresh"): Command(
-            c.config_refresh, {**stack, "force": BOOL, "config-file": VALUE}, {**s, "f": "force"}
+            cc.config_refresh, {**stack, "force": BOOL, "config-file": VALUE}, {**s, "f": "force"}
         ),
-        ("config", "env", "add"): Command(c.config_env, {**stack, "yes": BOOL, "show-secrets": BOOL}, s),
-        ("config", "env", "ls"): Command(c.config_env, {**stack, "json": BOOL}, s),
-        ("config", "env", "rm"): Command(c.config_env, {**stack, "yes": BOOL, "show-secrets": BOOL}, s),
+        ("config", "env", "add"): Command(cc.config_env, {**stack, "yes": BOOL, "show-secrets": BOOL}, s),
+        ("config", "env", "ls"): Command(cc.config_env, {**stack, "json": BOOL}, s),
+        ("config", "env", "rm"): Command(cc.config_env, {**stack, "yes": BOOL, "show-secrets": BOOL}, s),
         ("install",): Command(
             c.install,
             {
