@@ -1,5 +1,6 @@
 """Issue 29 on a real node, as a user drives it: a Stack with ``approval.mode: Always`` waits with its
-plan, ``kubectl pko approve`` approves it and exactly that plan is applied (one up, with the plan); a
+plan, which kstatus (the library Flux's health checks read) reads as InProgress, not Current;
+``kubectl pko approve`` approves it and exactly that plan is applied (one up, with the plan). A
 ConfigMap that Pulumi manages (through pulumi-kubernetes) changed out of band shows as drift on the
 Stack and in the metrics, and ``remediate: true`` puts it back and clears ``Drifted``. The Stack is
 examples/approval as users apply it (docs/examples.md), with drift detection added (report only).
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from pko.devtools.examples import local_example
+from pko.devtools.kstatus import kstatus
 
 from .conftest import Kube
 from .test_walkthrough import gone, metrics, ready
@@ -78,6 +80,8 @@ def test_an_approved_plan_is_applied_once_and_drift_is_seen_and_repaired(kube: K
     assert ups(k) == []
     shown = plugin(k, "status", NAME)
     assert plan["digest"] in shown.stdout, shown
+    # Not Current to kstatus readers (Flux's health checks and dependsOn, kpt): it waits for a person.
+    assert kstatus(s) == "InProgress", s["status"].get("conditions")
 
     approved = plugin(k, "approve", NAME)
     assert approved.returncode == 0, approved
@@ -86,7 +90,9 @@ def test_an_approved_plan_is_applied_once_and_drift_is_seen_and_repaired(kube: K
     done = ups(k)
     assert len(done) == 1 and done[0]["spec"].get("plan") == plan["update"], done
     assert (k.get("configmap", f"{NAME}-settings") or {})["data"] == {"greeting": "hello"}
-    assert "plan" not in (k.get("stack", NAME) or {})["status"]  # used once
+    approved_stack = k.get("stack", NAME) or {}
+    assert "plan" not in approved_stack["status"]  # used once
+    assert kstatus(approved_stack) == "Current"
 
     # Out of band: the ConfigMap edited; the next check (every 60 s) reports it, read-only.
     k.run("patch", "configmap", f"{NAME}-settings", "--type=merge", "-p", '{"data":{"greeting":"edited"}}')

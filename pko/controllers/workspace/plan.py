@@ -292,18 +292,16 @@ def decide(observed: Observed) -> Plan:
 
 
 def _holds(observed: Observed) -> bool:
-    """An Update runs in the pod, and this operator follows it there: the pod serves pko's agent API.
-    The Go operator's agent, met when switching from it, cannot be followed (its Update ends
-    ``OperationLost``), so holding its pod would only let its operation run on unobserved."""
+    """An Update runs in the pod and this operator follows it there (pko's agent API): a Go operator's
+    pod, met in a switch, is not held, as its Update ends ``OperationLost`` and its run is unobserved."""
     return bool(observed.running_updates) and serves_our_agent(observed.pod)
 
 
 def _hold_roll(running: tuple[str, ...], version: str | None) -> Plan:
     """A new pod would end the operation running in this one (an upgrade of pko changes the agent's
-    image under a live Stack), so the StatefulSet waits for it: the Update's end wakes this Workspace
-    again. Not Ready meanwhile, so that no other Update starts in a pod about to go; the running one
-    is followed whatever the Workspace says. Every operation ends (the Update controller ends one whose
-    agent stops answering), so the hold ends too."""
+    image under a live Stack), so the StatefulSet waits for it: the Update's end wakes this Workspace.
+    Not Ready meanwhile, so that no other Update starts in a pod about to go. Every operation ends (the
+    Update controller ends one whose agent stops answering), so the hold ends too."""
     names = ", ".join(running)
     message = f"Waiting for the running Update {names} to finish before replacing the workspace pod"
     return Plan([], Finding(REASON_UPDATE_RUNNING, message), version=version)

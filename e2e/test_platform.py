@@ -1,0 +1,248 @@
+"""What a platform team sets up around pko, on the real node (issues 42 and 46), judged from outside:
+
+1. a WorkspaceTemplate shared by two Program Stacks (``workspaceTemplateRef``): both workspace pods carry
+   its label; the template changed once rolls each pod exactly once, onto the new label, with no Update;
+2. ``spec.outputs``: the Stack's outputs Secret, with its stable name, mounted by a plain pod that prints
+   the output it reads;
+3. a real Prometheus (hack/build-prometheus.sh) on this machine's loopback scraping the operator's pod on
+   the node over HTTPS with a metrics-reader ServiceAccount's token, evaluating the shipped rules
+   (``for`` shortened): it fires ``PulumiStackFailing`` for a Stack whose program is broken, and no other
+   Stack; a token without the metrics-reader binding is refused (403), and no token at all (401).
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pko.devtools.prometheus import rules_without_waiting, running_prometheus
+from pko.devtools.waiting import NotReached
+
+from .conftest import OPERATOR_NS, Kube
+from .test_walkthrough import METRICS_SCRAPER, gone, program, ready, stack
+
+pytestmark = [
+    pytest.mark.timeout(900),
+    pytest.mark.pko_only("WorkspaceTemplate, spec.outputs, secure metrics"),
+]
+
+SHARED = ("pf-a", "pf-b")  # the two Stacks of the shared template
+BROKEN = "pf-broken"  # a Stack whose program the engine refuses
+TEMPLATE = "pf-shared"
+LABEL = "e2e.pko.dev/template"
+# A Program whose output names nothing: the engine refuses it on every up.
+BROKEN_PROGRAM = """\
+apiVersion: pulumi.com/v1
+kind: Program
+metadata:
+  name: {name}
+program:
+  outputs:
+    broken: ${{nothing.here}}
+"""
+OUTPUTS = "pf-a-outputs"  # pf-a's outputs Secret
+READER = "pf-outputs-reader"  # the pod that mounts it
+
+
+def _template(version: str) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "auto.pulumi.com/v1alpha1",
+            "kind": "WorkspaceTemplate",
+            "metadata": {"name": TEMPLATE},
+            "spec": {"spec": {"podTemplate": {"metadata": {"labels": {LABEL: version}}}}},
+        }
+    )
+
+
+def _stack(name: str, **spec: Any) -> str:
+    """The suite's Program Stack (state on its claim), with more ``spec`` fields."""
+    docs = [d for d in yaml.safe_load_all(stack(name, f"programRef:\n    name: {name}")) if d]
+    for doc in docs:
+        if doc["kind"] == "Stack":
+            doc["spec"].update(spec)
+    return yaml.safe_dump_all(docs)
+
+
+def _pod(k: Kube, name: str) -> dict[str, Any] | None:
+    return k.get("pod", f"{name}-workspace-0")
+
+
+def _ups(k: Kube, name: str) -> set[str]:
+    return {
+        u["metadata"]["name"]
+        for u in k.json("get", "updates", "-l", f"pulumi.com/stack-name={name}")["items"]
+    }
+
+
+@pytest.fixture(scope="module")
+def stacks(kube: Kube) -> Any:
+    """The shared template, its two Stacks (pf-a keeping its outputs in a Secret) and the broken one."""
+    k = kube
+    k.apply(_template("v1"))
+    k.apply(
+        program(SHARED[0])
+        + "---\n"
+        + _stack(
+            SHARED[0], workspaceTemplateRef={"name": TEMPLATE}, outputs={"name": OUTPUTS, "kind": "Secret"}
+        )
+    )
+    k.apply(program(SHARED[1]) + "---\n" + _stack(SHARED[1], workspaceTemplateRef={"name": TEMPLATE}))
+    k.apply(BROKEN_PROGRAM.format(name=BROKEN) + "---\n" + _stack(BROKEN, destroyOnFinalize=False))
+    for name in SHARED:
+        ready(k, name)
+    yield k
+    k.run("delete", "pod", READER, "--ignore-not-found", "--wait=false", check=False)
+    for name in (*SHARED, BROKEN):
+        k.run("delete", "stack", name, "--ignore-not-found", "--wait=false", check=False)
+    for name in (*SHARED, BROKEN):
+        gone(k, "stack", name, 600)
+        k.run("delete", "program", name, f"pvc/{name}-state", "--ignore-not-found", check=False)
+    k.run("delete", "workspacetemplate", TEMPLATE, "--ignore-not-found", check=False)
+
+
+def test_a_shared_template_changed_once_rolls_each_pod_once_without_an_update(stacks: Kube) -> None:
+    k = stacks
+    before = {}
+    for name in SHARED:
+        pod = _pod(k, name)
+        assert pod is not None and pod["metadata"]["labels"].get(LABEL) == "v1", pod and pod["metadata"]
+        before[name] = (pod["metadata"]["uid"], _ups(k, name))
+    k.apply(_template("v2"))
+    seen: dict[str, set[str]] = {name: set() for name in SHARED}
+
+    def rolled() -> bool:
+        done = True
+        for name in SHARED:
+            pod = _pod(k, name)
+            if pod is None:
+                done = False
+                continue
+            seen[name].add(pod["metadata"]["uid"])
+            ready_pod = any(
+                c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", [])
+            )
+            done = done and pod["metadata"]["labels"].get(LABEL) == "v2" and ready_pod
+        return done
+
+    k.until("both workspace pods on the changed template", rolled, 300, 0.5)
+    for name in SHARED:
+        uid, ups = before[name]
+        assert seen[name] - {uid} and len(seen[name] - {uid}) == 1, (
+            f"{name}'s pod rolled more than once: {seen}"
+        )
+        ready(k, name)
+        assert _ups(k, name) == ups, f"the template's change ran an Update for {name}"
+        tmpl = k.json("get", "stack", name)["spec"]["workspaceTemplateRef"]
+        assert tmpl == {"name": TEMPLATE}
+
+
+def test_the_outputs_secret_is_mounted_by_a_pod(stacks: Kube) -> None:
+    k = stacks
+    secret = k.until("pf-a's outputs Secret", lambda: k.get("secret", OUTPUTS), 120)
+    assert secret["metadata"]["labels"]["pulumi.com/stack-name"] == SHARED[0]
+    assert [o["kind"] for o in secret["metadata"]["ownerReferences"]] == ["Stack"]
+    assert set(secret["data"]) == {"greeting", "uid"}
+    reader = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": READER},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 1000,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "reader",
+                    "image": "localhost/pko-base-python:bookworm",
+                    "imagePullPolicy": "Never",
+                    "command": ["cat", "/outputs/greeting"],
+                    "volumeMounts": [{"name": "outputs", "mountPath": "/outputs", "readOnly": True}],
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                }
+            ],
+            "volumes": [{"name": "outputs", "secret": {"secretName": OUTPUTS}}],
+        },
+    }
+    k.apply(json.dumps(reader))
+    k.until(
+        "the reader pod done",
+        lambda: ((k.get("pod", READER) or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed"),
+        120,
+    )
+    assert k.run("logs", READER) == "hello"
+
+
+def _metrics_status(url: str, token: str | None) -> int:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = (
+        False,
+        ssl.CERT_NONE,
+    )  # the operator's self-signed certificate
+    try:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=10, context=context
+        ) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_a_real_prometheus_scrapes_the_operator_on_the_node_and_fires_for_the_broken_stack(
+    stacks: Kube, tmp_path: Path
+) -> None:
+    k = stacks
+    pod = k.json("-n", OPERATOR_NS, "get", "pods", "-l", "control-plane=controller-manager")["items"][0]
+    target = f"{pod['status']['podIP']}:8383"
+    url = f"https://{target}/metrics"
+    k.apply(METRICS_SCRAPER, OPERATOR_NS)
+    token = tmp_path / "token"
+    token.write_text(k.run("-n", OPERATOR_NS, "create", "token", "e2e-metrics-scraper").strip())
+    # Issue 46: only a token the apiserver accepts and whose user may get /metrics is served.
+    k.run("-n", OPERATOR_NS, "create", "serviceaccount", "pf-nobody", check=False)
+    nobody = k.run("-n", OPERATOR_NS, "create", "token", "pf-nobody").strip()
+    try:
+        assert _metrics_status(url, nobody) == 403
+        assert _metrics_status(url, None) == 401
+        assert _metrics_status(url, token.read_text()) == 200
+    finally:
+        k.run("-n", OPERATOR_NS, "delete", "serviceaccount", "pf-nobody", "--ignore-not-found", check=False)
+    config = {
+        "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
+        "scrape_configs": [
+            {
+                "job_name": "pko",
+                "scheme": "https",
+                "tls_config": {"insecure_skip_verify": True},
+                "authorization": {"credentials_file": str(token)},
+                "static_configs": [{"targets": [target]}],
+            }
+        ],
+    }
+    with running_prometheus(tmp_path / "prometheus", config, rules_without_waiting()) as prom:
+        k.until("Prometheus ready", prom.ready, 60, 1)
+
+        def failing() -> list[dict[str, Any]]:
+            alerts = [a for a in prom.alerts() if a["labels"]["alertname"] == "PulumiStackFailing"]
+            return alerts if any(a["labels"].get("name") == BROKEN for a in alerts) else []
+
+        try:
+            alerts = k.until("PulumiStackFailing firing for the broken Stack", failing, 300, 2)
+        except NotReached as exc:
+            raise AssertionError(f"{exc}\nPrometheus log:\n{prom.logs()}") from None
+        names = {(a["labels"]["namespace"], a["labels"]["name"]) for a in alerts}
+        assert names == {("default", BROKEN)}, names
+        assert prom.query('up{job="pko"} == 1'), "the operator's target is not up"
+        scraped = prom.query('pko_updates_total{type="up",result="succeeded"} > 0')
+        assert scraped, "no succeeded up was counted"
