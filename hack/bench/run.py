@@ -18,6 +18,9 @@ anchor measured in the same run on the same control plane.
 
 Also reported, to show what limits each run: CPU seconds used by the contender, the apiserver and
 etcd during it (2 cores in all), and the PATCH requests the apiserver served for it.
+
+``--json PATH`` writes every printed table's rows, every fan-out and informer run behind them, and the
+record of the run (common.start_record: date, commit, machine, load average at start and end, command).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import json
 import os
 import signal
@@ -34,7 +38,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +54,12 @@ from common import (
     VERSION,
     WORKERS,
     api_client,
+    finish_record,
     stack_spec,
     stack_status,
+    start_record,
+    table_rows,
+    write_record,
 )
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -510,6 +518,30 @@ def print_informer(mem: list[dict[str, Any]], n: int, sizes: tuple[float, float]
         )
 
 
+class Tee(io.StringIO):
+    """Stdout that is also kept, so ``--json`` holds exactly the tables that were printed."""
+
+    def __init__(self, out: Any) -> None:
+        super().__init__()
+        self.out = out
+
+    def write(self, text: str) -> int:
+        self.out.write(text)
+        return super().write(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def tables_by_heading(markdown: str) -> dict[str, list[dict[str, str]]]:
+    """Each ``## heading``'s table rows, keyed by the heading."""
+    tables: dict[str, list[dict[str, str]]] = {}
+    for section in markdown.split("\n## ")[1:]:
+        heading, _, body = section.partition("\n")
+        tables[heading.strip()] = table_rows(body)
+    return tables
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="2000,10000", help="fan-out object counts (default %(default)s)")
@@ -523,7 +555,9 @@ def main() -> int:
     p.add_argument(
         "--apiserver-arg", action="append", default=[], help="extra kube-apiserver flag (repeated)"
     )
+    p.add_argument("--json", type=Path, help="write every printed figure, the runs and the run's record here")
     args = p.parse_args()
+    record = start_record("hack/bench/run.py")
     args.sizes = [int(s) for s in args.sizes.split(",") if s]
     args.contenders = [c for c in args.contenders.split(",") if c]
     unknown = set(args.contenders) - set(CONTENDER_LABELS)
@@ -531,6 +565,26 @@ def main() -> int:
         p.error(f"unknown contenders: {sorted(unknown)}")
 
     kopf_version = ensure_bench_venv() if "kopf" in args.contenders else None
+    printed = Tee(sys.stdout)
+    with contextlib.redirect_stdout(printed):
+        fanouts, mem, sizes = bench_and_print(args, kopf_version)
+    if args.json:
+        figures = {
+            "kopf": kopf_version,
+            "tables": tables_by_heading(printed.getvalue()),
+            "fanout_runs": [asdict(r) for r in fanouts],
+            "informer_runs": mem,
+            "stack_kb": {"served": sizes[0], "cached": sizes[1]},
+            "printed": printed.getvalue(),
+        }
+        write_record(args.json, finish_record(record, figures))
+        log(f"raw figures: {args.json}")
+    return 0
+
+
+def bench_and_print(
+    args: argparse.Namespace, kopf_version: str | None
+) -> tuple[list[FanoutResult], list[dict[str, Any]], tuple[float, float]]:
     print("# pko machinery benchmarks (issue 4)\n")
     print(
         f"machine: {os.cpu_count()} CPUs, load average at start {os.getloadavg()[0]:.2f}; "
@@ -572,7 +626,7 @@ def main() -> int:
         f"\napiserver flags added: {' '.join(args.apiserver_arg) or 'none'}; load average at end "
         f"{os.getloadavg()[0]:.2f}"
     )
-    return 0
+    return fanouts, mem, sizes
 
 
 if __name__ == "__main__":
