@@ -31,7 +31,9 @@ import pytest
 import yaml
 
 from pko.devtools import kubectl
+from pko.devtools.builds import built
 from pko.devtools.gitssh import fixed_host_key, known_hosts_line
+from pko.devtools.localcluster import ensure_binaries
 from pko.devtools.waiting import NotReached, until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -173,10 +175,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def go_operator_quickstart() -> Path:
     """The Go operator's own quickstart kustomization (hack/build-peer.sh), its image imported into the
     node: ``kubectl apply --server-side --force-conflicts -k`` it to install the Go operator."""
-    built = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-peer.sh")], check=True, stdout=subprocess.PIPE, text=True
-    )
-    dist = Path(built.stdout.strip().splitlines()[-1])
+    dist = built("build-peer.sh", show_stderr=True)
     from pko.devtools.localnode.images import import_images
 
     import_images([dist / "pulumi-kubernetes-operator.oci.tar"])
@@ -200,13 +199,7 @@ def kube() -> Iterator[Kube]:
         pytest.skip(f"e2e skipped: {reason}")
     python = sys.executable
     env = {**os.environ, "PYTHON": python}
-    built = subprocess.run(
-        [python, str(REPO / "hack" / "localcluster.py"), "build"],
-        check=True,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    bin_dir = Path(built.stdout.strip().splitlines()[-1])
+    bin_dir = ensure_binaries()  # what `hack/localcluster.py build` prints
     if os.environ.get("PKO_E2E_NODE_BOOTED") != "1":  # hack/test.sh boots it while the unit suite runs
         subprocess.run(
             ["bash", str(REPO / "hack" / "build-images.sh")], check=True, env=env, stdout=subprocess.DEVNULL

@@ -40,6 +40,7 @@ import pytest
 import yaml
 
 from pko.devtools import ociclient, versions
+from pko.devtools.builds import built
 from pko.devtools.localnode.images import import_images, remove_images, trust_registry, untrust_registry
 from pko.devtools.registry import start as start_registry
 
@@ -48,7 +49,6 @@ from .test_walkthrough import program, ready, stack
 
 pytestmark = pytest.mark.pko_only("installs pko's own releases")
 
-HACK = REPO / "hack"
 NODE_IP = "10.87.0.1"
 PULL_SECRET = "pko-pull"
 DEV_IMAGES = ["docker.io/library/pko:*", "docker.io/library/pko-agent:*", "docker.io/library/pko-workspace:*"]
@@ -349,8 +349,7 @@ def _ran_once_then_rolled(kube: Kube, release: Release, name: str, busy: dict[st
 
 
 def _helm(kube: Kube, *args: str, check: bool = True, input: str | None = None) -> str:
-    helm = subprocess.run(["bash", str(HACK / "build-helm.sh")], check=True, capture_output=True, text=True)
-    binary = str(Path(helm.stdout.strip().splitlines()[-1]) / "bin" / "helm")
+    binary = str(built("build-helm.sh") / "bin" / "helm")
     proc = subprocess.run(
         [binary, *args], env=kube.env, capture_output=True, text=True, timeout=600, input=input
     )

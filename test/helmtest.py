@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from pko.devtools import gen_helm
-from pko.devtools.gotools import tool_binary
+from pko.devtools.builds import tool_binary
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "pko"

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from fakepulumi.fixtures import FakePulumi
+
+from pko.devtools.builds import built
 
 REPO = Path(__file__).resolve().parents[1]
 PASSPHRASE = "real-pulumi-test-passphrase"
@@ -37,10 +38,7 @@ def engine_dir() -> Path:
     chosen = os.environ.get("PKO_PULUMI_ENGINE")
     if chosen:
         return Path(chosen)
-    done = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-pulumi.sh")], check=True, capture_output=True, text=True
-    )
-    return Path(done.stdout.strip().splitlines()[-1])
+    return built("build-pulumi.sh")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pko.devtools import apiref_tables
-from pko.devtools.gotools import tool_binary
+from pko.devtools.builds import tool_binary
 from pko.devtools.prometheus import PROMETHEUS_DIR, rule_spec
 
 REPO = Path(__file__).resolve().parents[1]

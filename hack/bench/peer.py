@@ -32,7 +32,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,6 +41,7 @@ from common import REPO
 from node import KUBECONFIG, POLL
 from run import exit_on_sigterm, log
 
+from pko.devtools.builds import built
 from pko.devtools.kubectl import run
 from pko.devtools.localnode.images import import_images
 from pko.devtools.waiting import wait_until
@@ -367,10 +367,7 @@ async def operator_restart_mid_update(op: Operator) -> dict[str, list[float]]:
 
 def build_peer() -> Path:
     """The Go operator's build (hack/build-peer.sh, cached: instant once built): its ``dist`` folder."""
-    built = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-peer.sh")], check=True, capture_output=True, text=True
-    )
-    return Path(built.stdout.strip().splitlines()[-1])
+    return built("build-peer.sh")
 
 
 def operators(peer_dist: Path) -> tuple[Operator, Operator]:

@@ -32,6 +32,7 @@ from pko.agent.kubeapi import KubeAPI, load_kubeconfig
 from pko.agent.pulumirunner import RunnerSettings
 from pko.agent.server import ServeOptions, serve
 from pko.api.generated.pko.agent import v1 as pb
+from pko.devtools.builds import built
 
 # Re-exported for the agent tests: the one free-port helper.
 from pko.devtools.localcluster import free_port  # noqa: F401
@@ -51,16 +52,10 @@ def agent_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if prebuilt:
         return Path(prebuilt)
     out = tmp_path_factory.mktemp("agent-bin")
-    proc = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-agent.sh"), str(out)],
-        # The interpreter these tests run with (any virtualenv with the dev extras), not .venv's.
-        env={**os.environ, "PYTHON": os.environ.get("PYTHON", sys.executable)},
-        capture_output=True,
-        text=True,
-        timeout=1800,
+    # The interpreter these tests run with (any virtualenv with the dev extras), not .venv's.
+    return built(
+        "build-agent.sh", str(out), env={"PYTHON": os.environ.get("PYTHON", sys.executable)}, timeout=1800
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return Path(proc.stdout.strip().splitlines()[-1])
 
 
 # -- Kubernetes identities -------------------------------------------------------------------------

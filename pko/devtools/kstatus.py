@@ -8,7 +8,7 @@ import json
 import subprocess
 from typing import Any
 
-from pko.devtools.gotools import tool_binary
+from pko.devtools.builds import tool_binary
 
 __all__ = ["kstatus"]
 

@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pko.devtools.builds import built
 from pko.devtools.pki import Cert, apiserver_sans, ensure_pki
 from pko.devtools.waiting import NotReached, until
 
@@ -87,10 +88,7 @@ def ensure_binaries() -> Path:
     override = os.environ.get("PKO_KUBE_BIN_DIR")
     if override:
         return Path(override)
-    out = subprocess.run(
-        ["bash", str(HACK_DIR / "build-kubernetes.sh")], check=True, stdout=subprocess.PIPE, text=True
-    ).stdout
-    return Path(out.strip().splitlines()[-1])
+    return built("build-kubernetes.sh", show_stderr=True)
 
 
 # The control plane's PKI (pki.py): the apiserver's serving cert (serverAuth and clientAuth) for the

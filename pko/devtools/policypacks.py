@@ -23,13 +23,13 @@ import sys
 import tarfile
 from pathlib import Path
 
+from pko.devtools.builds import built
 from pko.devtools.versions import cache_dir
 
 __all__ = [
     "POLICY_SDK",
     "POLICY_SDK_INTEGRITY",
     "PYTHON_POLICY_LOCK",
-    "built",
     "engine_dirs",
     "engine_env",
     "policy_sdk",
@@ -48,12 +48,6 @@ POLICY_SDK_PYTHON = ("pulumi-policy", "1.21.0")
 # pulumi-policy 1.21.0 and the Pulumi SDK, every file's sha256 (its header says how it was resolved).
 PYTHON_POLICY_LOCK = Path(__file__).with_name("policypacks-python.lock")
 UV_VERSION = "0.13.8"  # hack/lock.sh's uv, in the same cache folder
-
-
-def built(script: str) -> Path:
-    """The output directory a hack/build-*.sh script prints last (it builds only what its cache lacks)."""
-    done = subprocess.run(["bash", str(REPO / "hack" / script)], check=True, capture_output=True, text=True)
-    return Path(done.stdout.strip().splitlines()[-1])
 
 
 def policy_sdk(runtimes: Path) -> Path:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from pko.devtools.gotools import tool_binary
+from pko.devtools.builds import tool_binary
 
 __all__ = ["PROMETHEUS_DIR", "Prometheus", "rule_spec", "rules_without_waiting", "running_prometheus"]
 

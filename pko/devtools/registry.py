@@ -41,6 +41,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from pko.devtools.builds import built
 from pko.devtools.localcluster import _apt_install
 from pko.devtools.pki import Cert, ensure_pki
 
@@ -86,10 +87,7 @@ class Registry:
 
 def binary() -> Path:
     """The ``registry`` server, built once (hack/build-registry.sh prints its dist directory last)."""
-    out = subprocess.run(
-        ["bash", str(HACK / "build-registry.sh")], check=True, stdout=subprocess.PIPE, text=True
-    ).stdout
-    return Path(out.strip().splitlines()[-1]) / "bin" / "registry"
+    return built("build-registry.sh", show_stderr=True) / "bin" / "registry"
 
 
 def _pki(state_dir: Path, host: str) -> Path:

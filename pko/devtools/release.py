@@ -32,6 +32,7 @@ from pathlib import Path
 import yaml
 
 from pko.devtools.build_plugin import build_plugin
+from pko.devtools.builds import BuildError, built
 from pko.devtools.ociclient import Registry, RegistryError, RegistryRef
 from pko.devtools.ocilayout import push_archive
 from pko.devtools.releasefiles import (
@@ -156,7 +157,10 @@ def kustomize(tree: Path, kubectl: str, directory: str) -> list[dict[str, object
 
 def helm_binary() -> str:
     """The pinned helm: hack/build-helm.sh prints the directory whose bin/helm it built (or found cached)."""
-    return str(Path(run("bash", str(HACK / "build-helm.sh")).strip().splitlines()[-1]) / "bin" / "helm")
+    try:
+        return str(built("build-helm.sh") / "bin" / "helm")
+    except BuildError as exc:
+        raise ReleaseError(str(exc)) from None
 
 
 # --- the release -----------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from pko.controllers.workspace.workloads import BOOTSTRAP_COPY
+from pko.devtools.builds import built
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "docker.io/library/pko-agent:dev"
@@ -178,15 +179,12 @@ def unpack(image: Image, root: Path) -> None:
 @pytest.fixture(scope="module")
 def archive(agent_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("images")
-    proc = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-agent-image.sh"), str(out)],
-        env={**os.environ, "PKO_AGENT_BINARY": str(agent_binary), "PYTHON": sys.executable},
-        capture_output=True,
-        text=True,
+    path = built(
+        "build-agent-image.sh",
+        str(out),
+        env={"PKO_AGENT_BINARY": str(agent_binary), "PYTHON": sys.executable},
         timeout=900,
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    path = Path(proc.stdout.strip().splitlines()[-1])
     assert path.parent == out and path.is_file()
     assert sorted(p.name for p in out.iterdir()) == [path.name], "only the archive is left behind"
     return path

@@ -23,11 +23,12 @@ from typing import Any
 import pytest
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
-from realpulumi import REPO, RealPulumi, make_real_pulumi
+from realpulumi import RealPulumi, make_real_pulumi
 from test_real_engine import _descendants, agent_process
 from test_server import drain, lock_files
 
 from pko.devtools.agents import agent_env, collect
+from pko.devtools.builds import built
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -63,15 +64,12 @@ def urn(name: str) -> str:
 def install_command_provider(real: RealPulumi) -> None:
     """Put the pulumi-command plugin hack/build-sources.sh built into ``real``'s PULUMI_HOME, as the
     workspace image has it (its files linked, the directory real)."""
-    done = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-sources.sh")], check=True, capture_output=True, text=True
-    )
-    plugins = Path(done.stdout.strip().splitlines()[-1]) / "plugins"
-    for built in plugins.glob("resource-command-v*"):
-        target = real.home / "plugins" / built.name
-        if built.is_dir():
+    plugins = built("build-sources.sh") / "plugins"
+    for plugin in plugins.glob("resource-command-v*"):
+        target = real.home / "plugins" / plugin.name
+        if plugin.is_dir():
             target.mkdir(parents=True, exist_ok=True)
-            for file in built.iterdir():
+            for file in plugin.iterdir():
                 (target / file.name).symlink_to(file)
         else:
             target.touch()

@@ -19,7 +19,8 @@ from test_pending_operations import install_command_provider
 from test_server import drain
 
 from pko.devtools.agents import RunningAgent, collect, start_agent
-from pko.devtools.policypacks import built, engine_env, policy_sdk, write_pack
+from pko.devtools.builds import built
+from pko.devtools.policypacks import engine_env, policy_sdk, write_pack
 
 pytestmark = pytest.mark.timeout(300)
 

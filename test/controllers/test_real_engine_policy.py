@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from realpulumi import RealPulumi, make_real_pulumi
 
+from pko.devtools.builds import built
 from pko.devtools.policypacks import (
-    built,
     engine_dirs,
     policy_sdk,
     python_policy_env,
