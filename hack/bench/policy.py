@@ -14,27 +14,22 @@ command (a replace), so every agent does the same work; the first round warms th
 counted. Each figure is the time from the request to its result, as the operator waits for it; the
 table shows each median and what the pack adds to the no-pack median of the same run.
 
-Prints a Markdown table; writes every timing with the date, the git commit and the machine (``nproc``,
-the kernel) as JSON to ``--json`` (default ``.bench-logs/policy.json``).
+Prints a Markdown table; writes every timing with the run's record (common.start_record: the date, the
+git commit, the machine, the load average at start and end, the command) as JSON to ``--json`` (default
+``.bench-logs/policy.json``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from common import REPO
+from common import REPO, finish_record, start_record, write_record
 
 # The real engine's fixture and the agent tests' helpers are test/ modules (as in deploy.py).
 sys.path[:0] = [str(REPO / "test"), str(REPO / "test" / "agent")]
@@ -61,20 +56,6 @@ from pko.logging import configure_logging  # noqa: E402
 VARIANTS = ("none", "javascript", "python")
 LABELS = {"none": "no pack", "javascript": "JavaScript pack", "python": "Python pack"}
 OPERATIONS = ("preview", "up")
-
-
-def machine() -> dict[str, Any]:
-    return {
-        "nproc": int(subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip() or 0),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "loadavg": list(os.getloadavg()),  # 1, 5 and 15 minutes: the machine is shared
-    }
-
-
-def git_commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    return done.stdout.strip()
 
 
 async def start(
@@ -161,25 +142,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7, help="counted rounds after a warm-up (default 7)")
     parser.add_argument("--json", type=Path, default=REPO / ".bench-logs" / "policy.json", help="raw timings")
     args = parser.parse_args(argv)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
+    record = start_record("hack/bench/policy.py", argv)
     log = REPO / ".bench-logs" / "policy-agents.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    date = datetime.now(UTC).isoformat(timespec="seconds")
-    before = machine()
     with log.open("w") as agent_log, tempfile.TemporaryDirectory(prefix="pko-bench-policy-") as tmp:
         configure_logging("warning", "console", stream=agent_log)
         times = asyncio.run(measure(args.rounds, Path(tmp)))
-    raw = {
-        "benchmark": "hack/bench/policy.py",
-        "date": date,
-        "commit": git_commit(),
-        "machine": before,
-        "loadavg_after": list(os.getloadavg()),
+    figures = {
         "rounds": args.rounds,
         "seconds": times,
         "medians": {v: {op: statistics.median(times[v][op]) for op in OPERATIONS} for v in VARIANTS},
     }
-    args.json.write_text(json.dumps(raw, indent=2) + "\n")
+    write_record(args.json, finish_record(record, figures))
     print(table(times))
     print(f"\nraw timings: {args.json}")
     return 0
