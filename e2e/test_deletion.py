@@ -56,6 +56,7 @@ def release_by_hand(k: Kube, name: str) -> None:
     k.run("delete", "program", name)
 
 
+@pytest.mark.pko_only("the EphemeralBackend warning; the Go operator replaces the pod for the destroy")
 def test_state_on_an_emptydir_is_destroyed_in_the_pod_that_holds_it(kube: Kube) -> None:
     """The issue's scenario: ``kubectl delete stack`` with the state on an emptyDir. The workspace pod
     is not replaced for the destroy (one pod uid, one Workspace generation throughout), the ConfigMap
@@ -77,6 +78,7 @@ def test_state_on_an_emptydir_is_destroyed_in_the_pod_that_holds_it(kube: Kube) 
     k.run("delete", "program", "ephemeral")
 
 
+@pytest.mark.pko_only("StackNotFound: the Go operator destroys an empty stack it creates and lets go")
 def test_a_stack_missing_from_its_backend_is_stack_not_found_until_released_by_hand(kube: Kube) -> None:
     """The destroy never creates the stack it should destroy: one removed from its backend ends the
     destroy Update ``StackNotFound``, naming the stack and the backend; the Stack keeps its finalizer,
@@ -99,6 +101,7 @@ def test_a_stack_missing_from_its_backend_is_stack_not_found_until_released_by_h
     release_by_hand(k, "vanished")
 
 
+@pytest.mark.pko_only("status.resourceCount and StackNotFound")
 def test_a_stack_emptied_by_a_lost_pod_is_not_reported_destroyed(kube: Kube) -> None:
     """State lost with a replaced pod before the delete: the new pod's stack is empty, so the destroy
     deletes nothing; the Stack says so (StackNotFound) instead of releasing itself."""
