@@ -15,6 +15,8 @@ from pko.api.workspace import WorkspaceSpec
 from pko.controllers.options import ControllerOptions
 from pko.controllers.stack.workspaceobject import ArtifactRevision, build_workspace
 from pko.controllers.workspace.workloads import (
+    AGENT_API,
+    ANNOTATION_AGENT_API,
     ANNOTATION_APPLIED_DIGEST,
     ANNOTATION_REVISION_HASH,
     NODE_LOST_GRACE,
@@ -84,7 +86,10 @@ def test_seed_pod_labels_merge_and_revision_annotation() -> None:
     ws = seed_workspace()
     meta = build(ws)["spec"]["template"]["metadata"]
     assert meta["labels"] == {**LABELS, "example.com/mylabel": "bar"}
-    assert meta["annotations"] == {ANNOTATION_REVISION_HASH: revision_hash(ws["spec"])}
+    assert meta["annotations"] == {
+        ANNOTATION_REVISION_HASH: revision_hash(ws["spec"]),
+        ANNOTATION_AGENT_API: AGENT_API,
+    }
 
 
 def test_seed_pod_fields_override_and_add() -> None:
@@ -444,7 +449,7 @@ def test_template_cannot_break_the_selector_or_the_revision_hash() -> None:
             "podTemplate": {
                 "metadata": {
                     "labels": {"auto.pulumi.com/workspace-name": "other", "x": "y"},
-                    "annotations": {ANNOTATION_REVISION_HASH: "mine"},
+                    "annotations": {ANNOTATION_REVISION_HASH: "mine", ANNOTATION_AGENT_API: "mine"},
                 }
             }
         }
@@ -452,6 +457,7 @@ def test_template_cannot_break_the_selector_or_the_revision_hash() -> None:
     meta = build(ws)["spec"]["template"]["metadata"]
     assert meta["labels"] == {**LABELS, "x": "y"}
     assert meta["annotations"][ANNOTATION_REVISION_HASH] == revision_hash(ws["spec"])
+    assert meta["annotations"][ANNOTATION_AGENT_API] == AGENT_API  # only pko's agent claims pko's API
 
 
 def test_template_security_context_overrides_the_profile() -> None:
