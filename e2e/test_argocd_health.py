@@ -18,7 +18,7 @@ import yaml
 from pko.devtools.argocd import Health, Scripts, discover, health, merge_patch, run_action
 
 from .conftest import Kube
-from .test_walkthrough import gone, program, ready, stack
+from .test_walkthrough import BROKEN_PROGRAM, gone, program, ready, stack
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -109,22 +109,11 @@ def test_the_refresh_action_runs_one_refresh_and_the_stack_stays_healthy(kube: K
         delete(k, name)
 
 
-BROKEN = """\
-apiVersion: pulumi.com/v1
-kind: Program
-metadata:
-  name: {name}
-program:
-  outputs:
-    broken: ${{nothing.here}}
-"""
-
-
 @pytest.mark.pko_only("spec.maxUpdateFailures (Stalled at the first deterministic failure)")
 def test_a_program_error_stalls_the_stack_degraded_and_the_retry_action_runs_it_again(kube: Kube) -> None:
     k = kube
     name = "argocd-broken"
-    k.apply(BROKEN.format(name=name))
+    k.apply(BROKEN_PROGRAM.format(name=name))
     docs = list(yaml.safe_load_all(stack(name, f"programRef:\n    name: {name}")))
     docs[1]["spec"].update({"maxUpdateFailures": 0, "destroyOnFinalize": False})
     k.apply(yaml.safe_dump_all(docs))

@@ -4,7 +4,11 @@
    its label; the template changed once rolls each pod exactly once, onto the new label, with no Update;
 2. ``spec.outputs``: the Stack's outputs Secret, with its stable name, mounted by a plain pod that prints
    the output it reads;
-3. a real Prometheus (hack/build-prometheus.sh) on this machine's loopback scraping the operator's pod on
+3. two shards (docs/sharding.md): the suite's operator given ``!pko.pulumi.com/shard`` and a second
+   Deployment ``pko.pulumi.com/shard=b``, each with its own Lease; ``pf-b`` is labelled shard ``b``, the
+   others are the default shard's. With shard ``b``'s operator gone (scaled to 0), a change of ``pf-a``
+   is deployed and one of ``pf-b`` waits, with no Update; shard ``b`` back, it is deployed;
+4. a real Prometheus (hack/build-prometheus.sh) on this machine's loopback scraping the operator's pod on
    the node over HTTPS with a metrics-reader ServiceAccount's token, evaluating the shipped rules
    (``for`` shortened): it fires ``PulumiStackFailing`` for a Stack whose program is broken, and no other
    Stack; a token without the metrics-reader binding is refused (403), and no token at all (401).
@@ -22,11 +26,13 @@ from typing import Any
 import pytest
 import yaml
 
-from pko.devtools.prometheus import rules_without_waiting, running_prometheus
+from pko.controllers.sharding import lease_name
+from pko.defaults import LEADER_ELECTION_ID
+from pko.devtools.prometheus import rules_without_waiting, running_prometheus, scrape_pko
 from pko.devtools.waiting import NotReached
 
 from .conftest import OPERATOR_NS, Kube
-from .test_walkthrough import METRICS_SCRAPER, gone, program, ready, stack
+from .test_walkthrough import BROKEN_PROGRAM, METRICS_SCRAPER, gone, program, ready, stack
 
 pytestmark = [
     pytest.mark.timeout(900),
@@ -37,16 +43,6 @@ SHARED = ("pf-a", "pf-b")  # the two Stacks of the shared template
 BROKEN = "pf-broken"  # a Stack whose program the engine refuses
 TEMPLATE = "pf-shared"
 LABEL = "e2e.pko.dev/template"
-# A Program whose output names nothing: the engine refuses it on every up.
-BROKEN_PROGRAM = """\
-apiVersion: pulumi.com/v1
-kind: Program
-metadata:
-  name: {name}
-program:
-  outputs:
-    broken: ${{nothing.here}}
-"""
 OUTPUTS = "pf-a-outputs"  # pf-a's outputs Secret
 READER = "pf-outputs-reader"  # the pod that mounts it
 
@@ -82,10 +78,78 @@ def _ups(k: Kube, name: str) -> set[str]:
     }
 
 
+SHARD_LABEL = "pko.pulumi.com/shard"
+SHARD_B = "controller-manager-shard-b"  # shard b's operator: a copy of the suite's Deployment
+SHARD_POD_LABEL = "e2e.pko.dev/shard"  # tells its pods from the suite's operator's
+
+
+def _operator(k: Kube) -> dict[str, Any]:
+    """The suite's operator pod (not shard b's)."""
+    pods = k.json(
+        "-n", OPERATOR_NS, "get", "pods", "-l", f"control-plane=controller-manager,!{SHARD_POD_LABEL}"
+    )
+    running = [p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
+    assert len(running) == 1, [p["metadata"]["name"] for p in running]
+    return dict(running[0])
+
+
+def _set_selector(k: Kube, deployment: str, selector: str | None) -> None:
+    env = f"WATCH_LABEL_SELECTOR={selector}" if selector else "WATCH_LABEL_SELECTOR-"
+    k.run("-n", OPERATOR_NS, "set", "env", f"deployment/{deployment}", "-c", "manager", env)
+    k.run("-n", OPERATOR_NS, "rollout", "status", f"deployment/{deployment}", "--timeout=300s", timeout=320)
+
+
+def _start_shard_b(k: Kube) -> None:
+    """Shard b's operator: the suite's Deployment copied, its pods told apart by one more label, its
+    selector ``pko.pulumi.com/shard=b``; the suite's operator takes the unlabelled Stacks."""
+    deployment = k.json("-n", OPERATOR_NS, "get", "deployment", "controller-manager")
+    meta = deployment["metadata"]
+    deployment["metadata"] = {"name": SHARD_B, "namespace": OPERATOR_NS, "labels": meta.get("labels", {})}
+    deployment.pop("status", None)
+    spec = deployment["spec"]
+    spec["selector"]["matchLabels"][SHARD_POD_LABEL] = "b"
+    spec["template"]["metadata"]["labels"][SHARD_POD_LABEL] = "b"
+    (manager,) = [c for c in spec["template"]["spec"]["containers"] if c["name"] == "manager"]
+    manager["env"] = [e for e in manager.get("env", []) if e["name"] != "WATCH_LABEL_SELECTOR"]
+    manager["env"].append({"name": "WATCH_LABEL_SELECTOR", "value": f"{SHARD_LABEL}=b"})
+    k.apply(json.dumps(deployment), OPERATOR_NS)
+    _set_selector(k, "controller-manager", f"!{SHARD_LABEL}")
+    k.run("-n", OPERATOR_NS, "rollout", "status", f"deployment/{SHARD_B}", "--timeout=300s", timeout=320)
+
+
+def _stop_shards(k: Kube) -> None:
+    k.run("-n", OPERATOR_NS, "delete", "deployment", SHARD_B, "--ignore-not-found", check=False)
+    _set_selector(k, "controller-manager", None)
+
+
+def _scale_shard_b(k: Kube, replicas: int) -> None:
+    k.run("-n", OPERATOR_NS, "scale", f"deployment/{SHARD_B}", f"--replicas={replicas}")
+    k.until(
+        f"shard b's operator at {replicas} pods",
+        lambda: (
+            len(
+                [
+                    p
+                    for p in k.json("-n", OPERATOR_NS, "get", "pods", "-l", f"{SHARD_POD_LABEL}=b")["items"]
+                    if replicas == 0
+                    or any(
+                        c["type"] == "Ready" and c["status"] == "True"
+                        for c in p["status"].get("conditions", [])
+                    )
+                ]
+            )
+            == replicas
+        ),
+        180,
+    )
+
+
 @pytest.fixture(scope="module")
 def stacks(kube: Kube) -> Any:
-    """The shared template, its two Stacks (pf-a keeping its outputs in a Secret) and the broken one."""
+    """Two shards; the shared template, its two Stacks (pf-a keeping its outputs in a Secret, pf-b of
+    shard b) and the broken one."""
     k = kube
+    _start_shard_b(k)
     k.apply(_template("v1"))
     k.apply(
         program(SHARED[0])
@@ -95,6 +159,7 @@ def stacks(kube: Kube) -> Any:
         )
     )
     k.apply(program(SHARED[1]) + "---\n" + _stack(SHARED[1], workspaceTemplateRef={"name": TEMPLATE}))
+    k.run("label", "stack", SHARED[1], f"{SHARD_LABEL}=b")
     k.apply(BROKEN_PROGRAM.format(name=BROKEN) + "---\n" + _stack(BROKEN, destroyOnFinalize=False))
     for name in SHARED:
         ready(k, name)
@@ -106,6 +171,7 @@ def stacks(kube: Kube) -> Any:
         gone(k, "stack", name, 600)
         k.run("delete", "program", name, f"pvc/{name}-state", "--ignore-not-found", check=False)
     k.run("delete", "workspacetemplate", TEMPLATE, "--ignore-not-found", check=False)
+    _stop_shards(k)
 
 
 def test_a_shared_template_changed_once_rolls_each_pod_once_without_an_update(stacks: Kube) -> None:
@@ -180,7 +246,43 @@ def test_the_outputs_secret_is_mounted_by_a_pod(stacks: Kube) -> None:
         lambda: ((k.get("pod", READER) or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed"),
         120,
     )
-    assert k.run("logs", READER) == "hello"
+    assert k.run("logs", READER) == k.json("get", "stack", SHARED[0])["status"]["outputs"]["greeting"]
+
+
+def test_two_shards_split_the_stacks_and_one_shards_loss_leaves_the_other(stacks: Kube) -> None:
+    k = stacks
+    a, b = SHARED
+    # Each shard holds its own Lease (the selector's digest after the Lease name), by its own pods.
+    leases = {x["metadata"]["name"]: x["spec"] for x in k.json("-n", OPERATOR_NS, "get", "leases")["items"]}
+    holders = {
+        shard: str(leases[lease_name(LEADER_ELECTION_ID, selector)].get("holderIdentity"))
+        for shard, selector in (("default", f"!{SHARD_LABEL}"), ("b", f"{SHARD_LABEL}=b"))
+    }
+    assert holders["b"].startswith(SHARD_B) and holders["default"].startswith("controller-manager-"), holders
+    assert not holders["default"].startswith(SHARD_B), holders
+    # The Stack's shard label reaches its Workspace and Updates, and only those of shard b carry it.
+    assert [
+        w["metadata"]["name"] for w in k.json("get", "workspaces", "-l", f"{SHARD_LABEL}=b")["items"]
+    ] == [b]
+    shard_b_updates = k.json("get", "updates", "-l", f"{SHARD_LABEL}=b")["items"]
+    assert {u["metadata"]["labels"]["pulumi.com/stack-name"] for u in shard_b_updates} == {b}
+    _scale_shard_b(k, 0)
+    before_b = _ups(k, b)
+    for name in (a, b):
+        k.apply(program(name).replace("greeting: hello", "greeting: hello-sharded"))
+    k.until(
+        f"{a} deployed by the default shard",
+        lambda: (ready(k, a, 300)["status"].get("outputs") or {}).get("greeting") == "hello-sharded",
+        300,
+    )
+    assert _ups(k, b) == before_b, f"{b}'s shard is down, yet an Update ran for it"
+    _scale_shard_b(k, 1)
+    k.until(
+        f"{b} deployed once shard b is back",
+        lambda: (ready(k, b, 300)["status"].get("outputs") or {}).get("greeting") == "hello-sharded",
+        300,
+    )
+    assert len(_ups(k, b) - before_b) == 1, "shard b ran more than one Update for one change"
 
 
 def _metrics_status(url: str, token: str | None) -> int:
@@ -203,7 +305,7 @@ def test_a_real_prometheus_scrapes_the_operator_on_the_node_and_fires_for_the_br
     stacks: Kube, tmp_path: Path
 ) -> None:
     k = stacks
-    pod = k.json("-n", OPERATOR_NS, "get", "pods", "-l", "control-plane=controller-manager")["items"][0]
+    pod = _operator(k)
     target = f"{pod['status']['podIP']}:8383"
     url = f"https://{target}/metrics"
     k.apply(METRICS_SCRAPER, OPERATOR_NS)
@@ -218,18 +320,7 @@ def test_a_real_prometheus_scrapes_the_operator_on_the_node_and_fires_for_the_br
         assert _metrics_status(url, token.read_text()) == 200
     finally:
         k.run("-n", OPERATOR_NS, "delete", "serviceaccount", "pf-nobody", "--ignore-not-found", check=False)
-    config = {
-        "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
-        "scrape_configs": [
-            {
-                "job_name": "pko",
-                "scheme": "https",
-                "tls_config": {"insecure_skip_verify": True},
-                "authorization": {"credentials_file": str(token)},
-                "static_configs": [{"targets": [target]}],
-            }
-        ],
-    }
+    config = scrape_pko(target, token, "2s")
     with running_prometheus(tmp_path / "prometheus", config, rules_without_waiting()) as prom:
         k.until("Prometheus ready", prom.ready, 60, 1)
 

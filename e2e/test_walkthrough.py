@@ -123,6 +123,18 @@ HANG = """\
 """
 
 
+# A Program whose output names nothing: the engine refuses it on every up.
+BROKEN_PROGRAM = """\
+apiVersion: pulumi.com/v1
+kind: Program
+metadata:
+  name: {name}
+program:
+  outputs:
+    broken: ${{nothing.here}}
+"""
+
+
 def program(name: str, hang: int | None = None) -> str:
     return PROGRAM.format(name=name, extra=HANG.format(name=name, seconds=hang) if hang else "")
 

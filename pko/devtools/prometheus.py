@@ -18,7 +18,14 @@ import yaml
 
 from pko.devtools.builds import tool_binary
 
-__all__ = ["PROMETHEUS_DIR", "Prometheus", "rule_spec", "rules_without_waiting", "running_prometheus"]
+__all__ = [
+    "PROMETHEUS_DIR",
+    "Prometheus",
+    "rule_spec",
+    "rules_without_waiting",
+    "running_prometheus",
+    "scrape_pko",
+]
 
 PROMETHEUS_DIR = Path(__file__).resolve().parents[2] / "config" / "prometheus"
 
@@ -40,6 +47,24 @@ def rules_without_waiting() -> dict[str, Any]:
         for rule in group["rules"]:
             rule.pop("for", None)
     return spec
+
+
+def scrape_pko(target: str, token_file: Path, interval: str = "1s") -> dict[str, Any]:
+    """A config that scrapes the operator at ``target`` (host:port) as a deployed Prometheus does
+    (docs/metrics.md): HTTPS (its self-signed certificate, so no verification) with the bearer token
+    in ``token_file``, every ``interval``, evaluating rules as often."""
+    return {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "scrape_configs": [
+            {
+                "job_name": "pko",
+                "scheme": "https",
+                "tls_config": {"insecure_skip_verify": True},
+                "authorization": {"credentials_file": str(token_file)},
+                "static_configs": [{"targets": [target]}],
+            }
+        ],
+    }
 
 
 class Prometheus:

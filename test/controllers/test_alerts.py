@@ -18,7 +18,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from pko.devtools.prometheus import rules_without_waiting, running_prometheus
+from pko.devtools.prometheus import rules_without_waiting, running_prometheus, scrape_pko
 from pko.devtools.waiting import wait_until
 from pko.machinery.resource import Resource, ResourceClient
 
@@ -72,18 +72,7 @@ async def test_a_real_prometheus_scrapes_the_new_series_and_fires_the_failing_al
     target = f"127.0.0.1:{address[1]}"
     token = tmp_path / "token"
     token.write_text(await metrics_reader_token(env.api, env.ns))
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [
-            {
-                "job_name": "pko",
-                "scheme": "https",
-                "tls_config": {"insecure_skip_verify": True},
-                "authorization": {"credentials_file": str(token)},
-                "static_configs": [{"targets": [target]}],
-            }
-        ],
-    }
+    config = scrape_pko(target, token)
     with running_prometheus(tmp_path / "prometheus", config, rules_without_waiting()) as prom:
         await wait_until("Prometheus ready", prom.ready, within=60)
         await env.condition("fine", "Ready", "ProcessingCompleted")

@@ -108,3 +108,25 @@ async def steal_lease(api: client.ApiClient, namespace: str, name: str, seconds:
 
 def ours(keys: list[str], namespace: str, names: list[str]) -> bool:
     return all(f"{namespace}/{n}" in keys for n in names)
+
+
+def gizmo_crd(group: str) -> dict[str, Any]:
+    """A namespaced CRD of kind Gizmo in ``group``, any fields: an informer waits for it to exist."""
+    return {
+        "metadata": {"name": f"gizmos.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                    },
+                }
+            ],
+        },
+    }

@@ -17,6 +17,7 @@ from manager_helpers import (
     RecordingReconciler,
     StartManager,
     create_configmaps,
+    gizmo_crd,
     http_get,
     lease_config,
     options,
@@ -50,29 +51,7 @@ async def test_readyz_fails_until_every_cache_has_synced(
     assert f"[-]informer-sync failed: not synced: gizmos.{group}" in body
 
     crds = ResourceClient(api_client, CRDS)
-    await crds.create(
-        {
-            "metadata": {"name": f"gizmos.{group}"},
-            "spec": {
-                "group": group,
-                "scope": "Namespaced",
-                "names": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo"},
-                "versions": [
-                    {
-                        "name": "v1",
-                        "served": True,
-                        "storage": True,
-                        "schema": {
-                            "openAPIV3Schema": {
-                                "type": "object",
-                                "x-kubernetes-preserve-unknown-fields": True,
-                            }
-                        },
-                    }
-                ],
-            },
-        }
-    )
+    await crds.create(gizmo_crd(group))
     try:
 
         async def ready() -> bool:

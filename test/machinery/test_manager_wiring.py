@@ -16,6 +16,7 @@ from manager_helpers import (
     RecordingReconciler,
     StartManager,
     create_configmaps,
+    gizmo_crd,
     http_get,
     options,
     ours,
@@ -100,27 +101,6 @@ async def test_without_leader_election_controllers_run_and_no_lease_is_written(
 
 
 # ----- runnables, scoped and optional informers, events ------------------------------------------
-
-
-def gizmo_crd(group: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": f"gizmos.{group}"},
-        "spec": {
-            "group": group,
-            "scope": "Namespaced",
-            "names": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo"},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                    },
-                }
-            ],
-        },
-    }
 
 
 class RunnableLog:
