@@ -8,7 +8,11 @@
    Deployment ``pko.pulumi.com/shard=b``, each with its own Lease; ``pf-b`` is labelled shard ``b``, the
    others are the default shard's. With shard ``b``'s operator gone (scaled to 0), a change of ``pf-a``
    is deployed and one of ``pf-b`` waits, with no Update; shard ``b`` back, it is deployed;
-4. a real Prometheus (hack/build-prometheus.sh) on this machine's loopback scraping the operator's pod on
+4. a probe of the operator and an agent from a pod in another namespace (issue 46): its scrape of
+   ``/metrics`` without a token is refused (401) and with its own token (no metrics-reader role) 403; its
+   calls to ``pf-a``'s agent without a token are ``UNAUTHENTICATED`` and with a token of the agent's own
+   audience ``PERMISSION_DENIED``; and the operator's ServiceAccount may not list or watch Secrets;
+5. a real Prometheus (hack/build-prometheus.sh) on this machine's loopback scraping the operator's pod on
    the node over HTTPS with a metrics-reader ServiceAccount's token, evaluating the shipped rules
    (``for`` shortened): it fires ``PulumiStackFailing`` for a Stack whose program is broken, and no other
    Stack; a token without the metrics-reader binding is refused (403), and no token at all (401).
@@ -283,6 +287,117 @@ def test_two_shards_split_the_stacks_and_one_shards_loss_leaves_the_other(stacks
         300,
     )
     assert len(_ups(k, b) - before_b) == 1, "shard b ran more than one Update for one change"
+
+
+OUTSIDER = "pf-outsider"  # the namespace of the probing pod
+# Run in pko's own image (it has grpclib and the agent's client stubs): every answer, as JSON.
+PROBE = """
+import asyncio, json, ssl, sys, urllib.error, urllib.request
+from grpclib.client import Channel
+from grpclib.exceptions import GRPCError
+from pko.api.generated.pko.agent import v1 as pb
+
+metrics, agent = sys.argv[1], sys.argv[2]
+own = open("/var/run/secrets/kubernetes.io/serviceaccount/token").read().strip()
+aimed = open("/var/run/probe/token").read().strip()
+context = ssl.create_default_context()
+context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+
+def scrape(token):
+    headers = {"Authorization": "Bearer " + token} if token else {}
+    try:
+        request = urllib.request.Request(metrics, headers=headers)
+        with urllib.request.urlopen(request, timeout=10, context=context) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+async def call(token):
+    host, port = agent.rsplit(":", 1)
+    channel = Channel(host, int(port))
+    try:
+        meta = {"authorization": "Bearer " + token} if token else None
+        await pb.AutomationServiceStub(channel).pulumi_version(metadata=meta, timeout=10)
+        return "OK"
+    except GRPCError as e:
+        return e.status.name
+    finally:
+        channel.close()
+
+answers = {"metrics_none": scrape(None), "metrics_own": scrape(own)}
+answers["agent_none"] = asyncio.run(call(None))
+answers["agent_aimed"] = asyncio.run(call(aimed))
+print(json.dumps(answers))
+"""
+
+
+def test_a_pod_in_another_namespace_is_refused_by_the_operator_and_the_agent(stacks: Kube) -> None:
+    k = stacks
+    operator = _operator(k)
+    image = next(c["image"] for c in operator["spec"]["containers"] if c["name"] == "manager")
+    metrics_url = f"https://{operator['status']['podIP']}:8383/metrics"
+    agent = f"{SHARED[0]}-workspace.default.svc.cluster.local:50051"
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": OUTSIDER},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "probe",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": ["python3", "-c", PROBE, metrics_url, agent],
+                    "volumeMounts": [{"name": "aimed", "mountPath": "/var/run/probe", "readOnly": True}],
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                }
+            ],
+            # A token for the agent's own audience: it passes the TokenReview, so the SubjectAccessReview
+            # is what refuses it.
+            "volumes": [
+                {
+                    "name": "aimed",
+                    "projected": {
+                        "sources": [
+                            {"serviceAccountToken": {"path": "token", "audience": f"{SHARED[0]}.default"}}
+                        ]
+                    },
+                }
+            ],
+        },
+    }
+    k.run("create", "namespace", OUTSIDER)
+    try:
+        k.apply(json.dumps(probe), OUTSIDER)
+        k.until(
+            "the probe done",
+            lambda: (
+                ((k.get("pod", "probe", OUTSIDER) or {}).get("status") or {}).get("phase")
+                in ("Succeeded", "Failed")
+            ),
+            180,
+        )
+        logs = k.run("-n", OUTSIDER, "logs", "probe")
+        answers = json.loads(logs.strip().splitlines()[-1])
+        assert answers == {
+            "metrics_none": 401,
+            "metrics_own": 403,
+            "agent_none": "UNAUTHENTICATED",
+            "agent_aimed": "PERMISSION_DENIED",
+        }, logs
+    finally:
+        k.run("delete", "namespace", OUTSIDER, "--wait=false", check=False)
+    # The operator reads each Secret it needs by name; it can neither list nor watch them.
+    operator_sa = f"system:serviceaccount:{OPERATOR_NS}:controller-manager"
+    for verb in ("list", "watch"):
+        can = k.run("auth", "can-i", verb, "secrets", "--all-namespaces", f"--as={operator_sa}", check=False)
+        assert can.strip() == "no", (verb, can)
 
 
 def _metrics_status(url: str, token: str | None) -> int:
