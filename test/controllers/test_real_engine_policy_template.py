@@ -43,7 +43,7 @@ async def put_template(env: Env, pack: Obj) -> None:
 async def test_a_templates_pack_is_enforced_on_a_stack_that_names_none(env: Env) -> None:
     pack = {"name": "configmaps", "path": str(env.kubelet.pulumi.pack)}  # type: ignore[attr-defined]
     await put_template(env, pack)
-    await env.create_program("policed", program(env, "forbidden"))
+    await env.create_program("policed", program(env, "policed", "forbidden"))
     await env.create_stack(
         "enforced", {"programRef": {"name": "policed"}, "workspaceTemplateRef": {"name": "platform"}}
     )

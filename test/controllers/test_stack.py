@@ -123,8 +123,13 @@ async def test_program_stack_reaches_ready_with_secret_outputs(env: Env) -> None
     assert last["lastSuccessfulCommit"] == last["lastAttemptedCommit"]
     assert status["observedGeneration"] == stack["metadata"]["generation"]
     assert status["projectInfo"]["runtime"] == "yaml"
-    update = await env.get(env.updates, last["name"])
-    assert update is not None and not update["metadata"].get("finalizers")
+
+    # The Stack records the result, then releases the Update (its finalizer off): a second write.
+    async def released() -> bool:
+        update = await env.get(env.updates, last["name"])
+        return update is not None and not update["metadata"].get("finalizers")
+
+    await wait_until("the recorded Update released", released, within=30)
     reasons = {e["reason"]: e["message"] for e in await env.events_for("website")}
     assert reasons.get("StackCreated") == "Successfully updated stack"
     assert reasons.get("StackUpdateDetected") == "Initial stack update"
