@@ -465,13 +465,6 @@ def _pod_workspace(pod: Obj) -> list[str]:
     return [object_key(meta.get("namespace"), workspace)] if workspace else []
 
 
-def _update_workspace(update: Obj) -> list[str]:
-    """An Update's events go to the Workspace it runs in."""
-    workspace = (update.get("spec") or {}).get("workspaceName")
-    namespace = (update.get("metadata") or {}).get("namespace")
-    return [object_key(namespace, workspace)] if workspace else []
-
-
 def setup(manager: Manager, options: ControllerOptions | None = None, **kwargs: Any) -> WorkspaceReconciler:
     """Declare the workspace controller: Workspaces, and the workspace StatefulSets, Services and Pods."""
     reconciler = WorkspaceReconciler(manager, options, **kwargs)
@@ -481,7 +474,8 @@ def setup(manager: Manager, options: ControllerOptions | None = None, **kwargs: 
         .owns(STATEFULSETS, label_selector=WORKSPACE_SELECTOR)
         .owns(SERVICES, label_selector=WORKSPACE_SELECTOR)
         .watches(PODS, _pod_workspace, label_selector=WORKSPACE_SELECTOR)
-        # An Update's end lets the roll it held go on (plan.py ``_hold_roll``).
-        .watches(UPDATES, _update_workspace, predicate=condition_became(CONDITION_COMPLETE, "True"))
+        # An Update's end lets the roll it held go on (plan.py ``_hold_roll``): to the Workspace it ran
+        # in, the key the shared Updates-by-Workspace index computes.
+        .watches(UPDATES, index_updates_by_workspace, predicate=condition_became(CONDITION_COMPLETE, "True"))
     )
     return reconciler
