@@ -135,11 +135,7 @@ def _scale_shard_b(k: Kube, replicas: int) -> None:
                 [
                     p
                     for p in k.json("-n", OPERATOR_NS, "get", "pods", "-l", f"{SHARD_POD_LABEL}=b")["items"]
-                    if replicas == 0
-                    or any(
-                        c["type"] == "Ready" and c["status"] == "True"
-                        for c in p["status"].get("conditions", [])
-                    )
+                    if replicas == 0 or k.condition(p, "Ready").get("status") == "True"
                 ]
             )
             == replicas
@@ -196,9 +192,7 @@ def test_a_shared_template_changed_once_rolls_each_pod_once_without_an_update(st
                 done = False
                 continue
             seen[name].add(pod["metadata"]["uid"])
-            ready_pod = any(
-                c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", [])
-            )
+            ready_pod = k.condition(pod, "Ready").get("status") == "True"
             done = done and pod["metadata"]["labels"].get(LABEL) == "v2" and ready_pod
         return done
 
