@@ -65,6 +65,10 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="network timeout in seconds (default 60)")
     parser.add_argument(
+        "--source-name",
+        help="what the source is, to begin a failure's line (e.g. \"policy pack 'x'\") [SOURCE_NAME]",
+    )
+    parser.add_argument(
         "--deadline",
         type=float,
         default=None,
@@ -454,7 +458,10 @@ def _what(source: GitSpec | ArtifactSpec | ProjectInfoSpec) -> tuple[str, str]:
 
 
 def _watchdog(
-    limits: Limits, source: GitSpec | ArtifactSpec | ProjectInfoSpec, secrets: tuple[str, ...]
+    limits: Limits,
+    source: GitSpec | ArtifactSpec | ProjectInfoSpec,
+    secrets: tuple[str, ...],
+    named: str = "",
 ) -> threading.Event:
     """Ends the process when the whole fetch outlives the deadline, or a download stays below the
     low-speed limit: transports block in places no timeout reaches (a git:// or SSH peer that goes
@@ -467,7 +474,7 @@ def _watchdog(
     done = threading.Event()
 
     def give_up(why: str) -> None:
-        _fail(redact_text(f"{why} waiting for {what} from {host}", secrets))
+        _fail(redact_text(f"{why} waiting for {what} from {host}", secrets), named)
         sys.stderr.flush()
         os._exit(1)
 
@@ -489,28 +496,31 @@ def _watchdog(
 def run_init(args: argparse.Namespace) -> int:
     """Entry point of `agent init`: 0 on success, 1 if the fetch failed, 2 for bad settings."""
     secrets: tuple[str, ...] = ()
+    named = args.source_name if args.source_name is not None else os.environ.get("SOURCE_NAME", "")
     try:
         request = resolve_request(args, os.environ)
         secrets = request.secrets
-        watchdog = _watchdog(_limits(args, os.environ), request.source, secrets)
+        watchdog = _watchdog(_limits(args, os.environ), request.source, secrets, named)
         try:
             execute(request)
         finally:
             watchdog.set()
     except UsageError as exc:
-        _fail(redact_text(str(exc), secrets))
+        _fail(redact_text(str(exc), secrets), named)
         return 2
     except SourceError as exc:
-        _fail(redact_text(str(exc), secrets))
+        _fail(redact_text(str(exc), secrets), named)
         return 1
     except Exception as exc:
         # A bug or an environment problem: still one line and no secrets. No traceback in the log:
         # renderers that show locals would print the credentials held in them.
-        _fail(redact_text(f"unexpected error: {type(exc).__name__}: {exc}", secrets))
+        _fail(redact_text(f"unexpected error: {type(exc).__name__}: {exc}", secrets), named)
         return 1
     return 0
 
 
-def _fail(message: str) -> None:
+def _fail(message: str, named: str = "") -> None:
+    """One line on stderr; ``named`` (``--source-name``) begins it: which of a pod's fetches failed."""
+    message = f"{named}: {message}" if named else message
     log.error("init failed", error=message)
     print(f"agent init: {message}", file=sys.stderr)

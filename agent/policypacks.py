@@ -46,6 +46,7 @@ _PACK_FAILED = re.compile(
 # "Error: Cannot find module '@pulumi/policy'", "ModuleNotFoundError: No module named 'pulumi_policy'".
 _RUNTIME_ERROR = re.compile(r"^\s*(?:[A-Z]\w*)?Error: .+")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a fetched pack's name: its directory
 _MESSAGE_VIOLATIONS = 3  # violations a failure's message names; the result lists them all
 
 
@@ -67,9 +68,17 @@ class PackArgs:
             shutil.rmtree(launcher, ignore_errors=True)
 
 
+def fetched_dir(program_dir: Path, name: str) -> Path:
+    """Where the workspace pod fetched pack ``name`` from its own git repository: ``policy/<name>``
+    beside the program's directory (``/share/policy/<name>``), as the agent's own state is beside it."""
+    return program_dir.parent / "policy" / name
+
+
 def pack_path(pack: pb.PolicyPack, program_dir: Path) -> Path:
     """Where ``pack`` is: its path (or its name, the Go agent's only field), under the program's
-    directory unless absolute."""
+    directory unless absolute; a fetched pack's path under its checkout (:func:`fetched_dir`)."""
+    if pack.fetched:
+        return fetched_dir(program_dir, pack.name) / pack.path
     return program_dir / (pack.path or pack.name)
 
 
@@ -84,7 +93,7 @@ def pack_args(
     without any gets ``{}``: its defaults). Configuration that is not a JSON object is refused here
     with ValueError naming the pack, not by the CLI after the program started. A Python pack's
     ``--policy-pack`` is its launcher (:func:`python_launcher`), written into ``config_dir`` too."""
-    values = [_config(pack) for pack in packs]  # refused before anything is written
+    values = [_config(_fetched_inside(pack)) for pack in packs]  # refused before anything is written
     args = PackArgs([], [], [])
     try:
         for i, pack in enumerate(packs):
@@ -104,6 +113,15 @@ def pack_args(
         args.remove()  # a pack refused (its virtualenv): nothing of the operation stays behind
         raise
     return args
+
+
+def _fetched_inside(pack: pb.PolicyPack) -> pb.PolicyPack:
+    """``pack``, when it is not fetched or its directory stays inside its checkout; else ValueError."""
+    if pack.fetched and (
+        not _DNS_LABEL.match(pack.name) or pack.path.startswith("/") or ".." in pack.path.split("/")
+    ):
+        raise ValueError(f"policy pack {pack.name!r}: a fetched pack's path must stay inside its repository")
+    return pack
 
 
 def _config(pack: pb.PolicyPack) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from pko.api.markers import (
     Format,
     ListAtomic,
     ListMap,
+    NotInTemplates,
     PreserveUnknown,
     Rule,
     rules_of,
@@ -208,6 +209,17 @@ def _type_schema(tp: Any, metadata: Sequence[Any], ctx: _Ctx) -> Schema:
     return schema
 
 
+def _not_in_templates(info: FieldInfo) -> bool:
+    """The field is marked :class:`NotInTemplates` (on it, or on the type inside its optional)."""
+    tp, found = info.annotation, list(info.metadata)
+    while True:
+        bare, inner = _split_annotated(_strip_optional(tp))
+        if bare is tp and not inner:
+            break
+        tp, found = bare, [*inner, *found]
+    return any(isinstance(m, NotInTemplates) for m in _flatten(found))
+
+
 def _model_schema(model: type[BaseModel], ctx: _Ctx) -> Schema:
     if model in ctx.stack:
         raise CrdGenError(f"recursive model {model.__name__}: structural schemas cannot recurse")
@@ -216,6 +228,8 @@ def _model_schema(model: type[BaseModel], ctx: _Ctx) -> Schema:
     required: list[str] = []
     for name, info in model.model_fields.items():
         wire = info.alias or name
+        if ctx.partial and _not_in_templates(info):
+            continue
         prop = _type_schema(info.annotation, info.metadata, ctx)
         description = None if ctx.partial else _clean(info.description)
         if description:

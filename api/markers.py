@@ -56,6 +56,13 @@ class CrdDefault:
 
 
 @dataclass(frozen=True)
+class NotInTemplates:
+    """A field the controller sets after any template is merged (a template's value is replaced): left
+    out of template schemas (``ApplyConfigurationOf``), where it would only cost bytes of the Stack
+    CRD (which client-side apply keeps under 256 KiB) and mislead a template's author."""
+
+
+@dataclass(frozen=True)
 class Extension:
     """A field that is ours, not the Go operator's; ``why`` names the issue or design note."""
 

@@ -40,7 +40,7 @@ from pko.api.stackpolicy import (
     RetrySeconds,
     TransientRetry,
 )
-from pko.api.stackpolicypacks import PolicyPack, PolicyViolation
+from pko.api.stackpolicypacks import MAX_PACKS, PolicyPack, PolicyViolation
 from pko.api.stacksources import (
     BasicAuth,
     ConfigMapRef,
@@ -284,7 +284,7 @@ class StackSpec(KubeModel):
     """(pko extension) Outputs keeps the latest successful up's outputs in one Secret or ConfigMap
     of this name in the Stack's namespace, updated in place, for workloads to mount or read."""
     policy_packs: (
-        Annotated[list[PolicyPack], ListMap("name"), Extension("issue43: policy as code")] | None
+        Annotated[list[PolicyPack], MAX_PACKS, ListMap("name"), Extension("issue43: policy as code")] | None
     ) = None
     """(pko extension) PolicyPacks run on every preview and up (and the approval gate's preview)
     before any resource changes: a mandatory violation fails the Update (``PolicyViolation``) and the

@@ -4,41 +4,90 @@ it makes), and the violations an Update records.
 A pack is a Pulumi policy pack project (``PulumiPolicy.yaml``: JavaScript/TypeScript with
 ``@pulumi/policy``, Python with ``pulumi-policy``) in a directory of the workspace: in the workspace
 image, or in the program's own source (a path relative to the program's directory), which comes
-with the Stack's git source and its auth. The engine runs every pack on each preview and up before any
-resource changes (``pulumi preview/up --policy-pack``). Re-exported by :mod:`pko.api.stack`.
+with the Stack's git source and its auth; or in a git repository of its own (``git``: a platform
+team's one repository of packs), which the workspace pod fetches beside the program, with the same
+kinds of auth a Stack's ``projectRepo`` takes. The engine runs every pack on each preview and up
+before any resource changes (``pulumi preview/up --policy-pack``). Re-exported by
+:mod:`pko.api.stack`.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Final
 
+from pko.api.markers import Rule
 from pko.api.meta import JSONValue, KubeModel
-from pydantic import Field
+from pko.api.workspace import GitAuth
+from pydantic import Field, model_validator
 
-__all__ = ["ENFORCEMENT_LEVELS", "POLICY_PACK_NAME_PATTERN", "PolicyPack", "PolicyViolation"]
+__all__ = [
+    "ENFORCEMENT_LEVELS",
+    "MAX_PACKS",
+    "MAX_POLICY_PACKS",
+    "POLICY_PACK_NAME_PATTERN",
+    "PolicyPack",
+    "PolicyPackGit",
+    "PolicyViolation",
+]
 
 POLICY_PACK_NAME_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 """A pack's name on the Stack: a DNS label (it names the pack in Events and messages)."""
+MAX_POLICY_PACKS: Final = 16
+"""Most packs one list holds (a Stack's, an Update's, a template's): a bound the apiserver needs to cost
+the list's validation rules (a git source's auth) within its budget; each pack costs a runtime start
+per operation, so a list near it is already slow."""
+MAX_PACKS: Final = Field(max_length=MAX_POLICY_PACKS)
+"""The bound as list metadata (``maxItems``)."""
 ENFORCEMENT_LEVELS: Final = ("mandatory", "advisory", "remediate", "disabled")
 """A violation's enforcement level, as ``pulumi policy`` names them: a mandatory violation fails the
 operation; advisory and remediate ones are reported; disabled policies do not run."""
 
 
+@Rule("has(self.branch) != has(self.commit)", "exactly one of branch or commit is required")
+class PolicyPackGit(KubeModel):
+    """(pko extension) A git repository a policy pack comes from: the fields of a Stack's git source
+    (``projectRepo``, ``branch`` or ``commit``, ``gitAuth``), for the pack's own repository."""
+
+    url: Annotated[str, Field(min_length=1, max_length=4096)]
+    """URL of the repository, as a Stack's projectRepo."""
+    branch: Annotated[str, Field(min_length=1)] | None = None
+    """Branch to follow, as a Stack's branch: a new commit runs the Stack again."""
+    commit: Annotated[str, Field(min_length=1)] | None = None
+    """Commit to fetch (a SHA), instead of a branch."""
+    auth: GitAuth | None = None
+    """Auth is the repository's credentials: keys of Secrets in the Stack's namespace."""
+
+
+@Rule("has(self.path) || has(self.git)", "one of path or git is required")
+@Rule(
+    "!has(self.git) || !has(self.path) || !self.path.startsWith('/')",
+    "with git, path is a directory inside the repository: relative, without '..'",
+    field_path=".path",
+)
 class PolicyPack(KubeModel):
     """(pko extension) A Pulumi policy pack run on every preview and up of the Stack."""
 
     name: Annotated[str, Field(min_length=1, max_length=63, pattern=POLICY_PACK_NAME_PATTERN)]
     """Name of the pack on this Stack (unique in the list): what messages and Events call it when it
     cannot be loaded; a violation names the pack as it declares itself."""
-    path: Annotated[str, Field(min_length=1, max_length=4096)]
-    """Path is the pack's directory (the one holding ``PulumiPolicy.yaml``) in the workspace: absolute
-    (a pack the workspace image ships), or relative to the program's directory (a pack in the
-    program's own repository or Program source). Its dependencies must be installed there
-    (``node_modules``, or a Python virtualenv the pack's project names), or in the image."""
+    path: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    """Path is the pack's directory (holding ``PulumiPolicy.yaml``): with ``git``, in that repository
+    (default: its root); else absolute (in the workspace image) or relative to the program's
+    directory. Its ``node_modules`` (JavaScript) or virtualenv (Python) must be there or in the
+    image."""
+    git: PolicyPackGit | None = None
+    """Git is the pack's own repository, fetched by the workspace pod beside the program."""
     config: dict[str, JSONValue] | None = None
     """Config is the pack's configuration (``pulumi preview --policy-pack-config``): per policy, an
     enforcement level (``"mandatory"``, ``"advisory"``, ``"disabled"``) or an object of the policy's
     settings, e.g. ``{"no-public-services": "mandatory", "cost-centre": {"label": "team"}}``."""
+
+    @model_validator(mode="after")
+    def _located(self) -> PolicyPack:
+        """One of path or git (the CEL rule's twin here: a pack nothing locates is no pack)."""
+        if self.path is None and self.git is None:
+            raise ValueError("one of path or git is required")
+        return self
 
 
 class PolicyViolation(KubeModel):

@@ -17,7 +17,7 @@ from pko.api.meta import (
     ObjectMeta,
     Time,
 )
-from pko.api.stackpolicypacks import PolicyPack, PolicyViolation
+from pko.api.stackpolicypacks import MAX_PACKS, PolicyPack, PolicyViolation
 from pydantic import Field
 
 GROUP: Final = "auto.pulumi.com"
@@ -83,7 +83,7 @@ class UpdateSpec(KubeModel):
     preview_only: Annotated[bool, Extension("issue29: drift detection is a read-only refresh")] | None = None
     """(pko extension) PreviewOnly previews the refresh (``pulumi refresh --preview-only``): nothing
     is written to the state; ``status.changes`` lists the resources that drifted. Refresh only."""
-    policy_packs: Annotated[list[PolicyPack], ListAtomic(), Extension(_POLICY)] | None = None
+    policy_packs: Annotated[list[PolicyPack], MAX_PACKS, ListAtomic(), Extension(_POLICY)] | None = None
     """(pko extension) PolicyPacks run on this preview or up (the Stack's ``spec.policyPacks``): a
     mandatory violation fails it ``PolicyViolation`` before anything changes, a pack that cannot be
     loaded ``PolicyPackFailed``. Preview and up only."""

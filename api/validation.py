@@ -30,6 +30,7 @@ from typing import Annotated, Any, Final, TypeVar
 
 from pko.api.program import Program
 from pko.api.stack import MAX_NAME_LENGTH, NAME_TOO_LONG_MESSAGE, ResourceRef, Stack, StackSpec
+from pko.api.stackpolicypacks import PolicyPack
 from pko.api.update import Update
 from pko.api.workspace import GitAuth, Workspace, WorkspaceSpec, WorkspaceStack
 from pydantic import BaseModel, ValidationError
@@ -245,6 +246,32 @@ def _stack_git_errors(spec: StackSpec, namespace: str | None) -> Iterator[FieldE
             yield from _secret_ref_errors(ref, ref_path, namespace)
 
 
+def policy_pack_errors(pack: PolicyPack, path: str) -> list[FieldError]:
+    """A policy pack's problems (the twin of its CEL rules, :mod:`pko.api.stackpolicypacks`): with
+    ``git``, ``path`` inside it, a URL git clones from, a branch or a commit, usable credentials."""
+    errors: list[FieldError] = []
+    git = pack.git
+    if git is None:
+        return errors  # the model refuses a pack without a path
+    where = (pack.path or "").split("/")
+    if pack.path is not None and (pack.path.startswith("/") or ".." in where):
+        message = "with git, path is a directory inside the repository: relative, without '..'"
+        errors.append(FieldError(f"{path}.path", message))
+    problem = git_url_error(git.url)
+    if problem:
+        errors.append(FieldError(f"{path}.git.url", problem))
+    if (git.branch is None) == (git.commit is None):
+        errors.append(FieldError(f"{path}.git", "exactly one of branch or commit is required"))
+    auth = git.auth
+    if auth is not None and not (auth.ssh_private_key or auth.username or auth.token or auth.github_app):
+        errors.append(
+            FieldError(f"{path}.git.auth", "must specify one of sshPrivateKey, username, token or githubApp")
+        )
+    if auth is not None and auth.username is not None and auth.password is None:
+        errors.append(FieldError(f"{path}.git.auth.password", "required with username"))
+    return errors
+
+
 def git_url_error(url: str) -> str | None:
     """Why ``url`` cannot name a git repository, or None when its form is one git clones from.
 
@@ -334,6 +361,8 @@ def validate_stack(stack: Stack) -> list[FieldError]:
     errors += _stack_env_errors(spec, namespace)
     errors += _stack_config_errors(spec)
     errors += _stack_prerequisite_errors(stack)
+    for index, pack in enumerate(spec.policy_packs or []):
+        errors += policy_pack_errors(pack, f"spec.policyPacks[{index}]")
     ref = spec.workspace_template_ref
     if ref is not None and ref.namespace and ref.namespace != namespace:
         errors.append(FieldError("spec.workspaceTemplateRef.namespace", MSG_CROSS_NAMESPACE))

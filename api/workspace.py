@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Final, Literal
 
 from pko.api.k8sschema import EnvFromSource, EnvVar, PodSpec, ResourceRequirements, SecretKeySelector
-from pko.api.markers import CrdDefault, ListAtomic, ListMap
+from pko.api.markers import CrdDefault, Extension, ListAtomic, ListMap, NotInTemplates
 from pko.api.meta import (
     Conditions,
     EmbeddedObjectMeta,
@@ -85,6 +85,17 @@ class GitSource(KubeModel):
     """Auth contains optional authentication information to use when cloning the repository."""
     shallow: bool | None = None
     """Shallow controls whether the workspace uses a shallow clone or whether all history is cloned."""
+
+
+class PolicyPackSource(KubeModel):
+    """(pko extension) A policy pack's own git repository, which the pod fetches beside the program into
+    ``/share/policy/<name>`` (an init container per pack, its credentials only there): what a Stack's
+    ``spec.policyPacks[].git`` becomes, at the commit its branch resolved to."""
+
+    name: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    """Name of the pack (a DNS label): its directory under ``/share/policy``."""
+    git: GitSource
+    """Git is the pack's repository; ``dir`` the pack's directory in it (checked to exist at fetch)."""
 
 
 class FluxSource(KubeModel):
@@ -212,6 +223,15 @@ class WorkspaceSpec(KubeModel):
     disabled."""
     stacks: Annotated[list[WorkspaceStack], ListMap("name")] | None = None
     """List of stacks this workspace manages."""
+    policy_pack_sources: (
+        Annotated[
+            list[PolicyPackSource], ListMap("name"), NotInTemplates(), Extension("issue43: packs from git")
+        ]
+        | None
+    ) = None
+    """(pko extension) PolicyPackSources are policy packs' own git repositories, each fetched into
+    ``/share/policy/<name>`` before the agent starts; the Updates name the packs that run. Set by the
+    Stack controller (a template cannot set it)."""
 
     def default_image(self) -> str:
         """The image used when ``image`` is unset, by security profile."""

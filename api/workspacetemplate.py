@@ -20,7 +20,7 @@ from typing import Annotated, Any, Final
 from pko.api import workspace as workspace_api
 from pko.api.markers import ApplyConfigurationOf, Extension, ListAtomic
 from pko.api.meta import KubeModel, ObjectMeta
-from pko.api.stackpolicypacks import PolicyPack
+from pko.api.stackpolicypacks import MAX_PACKS, PolicyPack
 from pydantic import Field
 
 GROUP: Final = workspace_api.GROUP
@@ -38,7 +38,10 @@ class EnforcedWorkspace(workspace_api.Workspace):
     the policy packs the template enforces (never part of the Workspace)."""
 
     policy_packs: (
-        Annotated[list[PolicyPack], ListAtomic(), Extension("issue43: packs enforced by a template")] | None
+        Annotated[
+            list[PolicyPack], MAX_PACKS, ListAtomic(), Extension("issue43: packs enforced by a template")
+        ]
+        | None
     ) = None
     """(pko extension) PolicyPacks run on every preview and up of every Stack that uses this
     template, beside the Stack's own spec.policyPacks: a Stack cannot remove or weaken one (its own

@@ -75,7 +75,17 @@ def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]
                     "name": "platform",
                     "path": "/opt/policy/platform",
                     "config": {"no-public-services": "mandatory", "cost-centre": {"label": "team"}},
-                }
+                },
+                {
+                    "name": "shared",
+                    "path": "packs/shared",
+                    "git": {
+                        "url": "https://github.com/example/policies",
+                        "branch": "main",
+                        "auth": _GIT_AUTH,
+                    },
+                },
+                {"name": "pinned", "git": {"url": "https://github.com/example/policies", "commit": "abc123"}},
             ],
             "outputs": {"name": "app-outputs", "kind": "ConfigMap"},
             "resyncFrequencySeconds": 300,
@@ -333,6 +343,16 @@ def full_workspace(name: str = "full", namespace: str = "default") -> dict[str, 
                     ],
                 }
             ],
+            "policyPackSources": [
+                {
+                    "name": "shared",
+                    "git": {
+                        "url": "https://github.com/example/policies",
+                        "ref": "abc123",
+                        "dir": "packs/shared",
+                    },
+                }
+            ],
         },
     }
 
@@ -353,6 +373,16 @@ def full_workspace_status() -> dict[str, Any]:
             }
         ],
     }
+
+
+_SECRET_KEY = {"name": "git", "key": "token"}
+_GIT_AUTH = {
+    "sshPrivateKey": _SECRET_KEY,
+    "username": _SECRET_KEY,
+    "password": _SECRET_KEY,
+    "token": _SECRET_KEY,
+    "githubApp": {"appID": _SECRET_KEY, "installationID": _SECRET_KEY, "privateKey": _SECRET_KEY},
+}
 
 
 def full_update(name: str = "full", namespace: str = "default") -> dict[str, Any]:
@@ -379,7 +409,15 @@ def full_update(name: str = "full", namespace: str = "default") -> dict[str, Any
             "savePlan": True,
             "plan": "full-preview",
             "previewOnly": True,
-            "policyPacks": [{"name": "platform", "path": "policies/platform", "config": {"p": "advisory"}}],
+            "policyPacks": [
+                {"name": "platform", "path": "policies/platform", "config": {"p": "advisory"}},
+                {
+                    "name": "pinned",
+                    "path": "packs/shared",
+                    "git": {"url": "https://g/p.git", "commit": "abc123"},
+                },
+                {"name": "followed", "git": {"url": "https://g/p.git", "branch": "main", "auth": _GIT_AUTH}},
+            ],
         },
     }
 

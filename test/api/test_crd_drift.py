@@ -162,12 +162,16 @@ def test_cel_rules_are_where_the_models_declare_them_and_nowhere_else() -> None:
         "spec.gitAuth.githubApp.privateKey",
         "spec.gitAuth.sshAuth.password",
         "spec.gitAuth.sshAuth.sshPrivateKey",
+        "spec.policyPacks[]",
+        "spec.policyPacks[].git",
         "spec.secretsRef{}",
     ]
     assert "configMap" in stack["spec.envRefs{}"][0] and "configMap" not in stack["spec.secretsRef{}"][0]
     # Program: its rules (get/properties, type/default) are about JSON values, which CEL cannot see.
     # Workspace, Update: the operator creates them from the Stack's templates; it checks them itself.
-    assert cel_rules("Program") == {} and cel_rules("Workspace") == {} and cel_rules("Update") == {}
+    # An Update's policy packs carry the pack's own rules (issue 43), as the Stack's do.
+    assert cel_rules("Program") == {} and cel_rules("Workspace") == {}
+    assert cel_rules("Update") == {k: v for k, v in stack.items() if k.startswith("spec.policyPacks[]")}
     stack_doc = by_kind()["Stack"]
     root = storage_schema("Stack")["x-kubernetes-validations"][0]
     assert root["message"].startswith("Stack name must be no more than 42 characters")
@@ -334,6 +338,8 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
     # Stack and Update spec.policyPacks, Update status.policyViolations/policyViolationCount: ours
     # (issue 43: policy packs on every preview and up); Stack status.currentUpdate/lastUpdate
     # .policyPacksDigest: ours (issue 43: the packs a WorkspaceTemplate enforced on the update).
+    # Stack/Update spec.policyPacks[].git, Workspace spec.policyPackSources: ours (issue 43: a pack
+    # from a git repository of its own, fetched by the workspace pod).
     # Stack spec.outputs: ours (issue 42: outputs apps can mount; Go operator #649).
     # Update status.changeCount/changesTruncated/changeSummary and Stack status.drift.count/truncated:
     # ours (issue 44: bounded status, the totals beside the first entries listed).
@@ -364,6 +370,19 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Stack", "spec.policyPacks[]"),
         ("Stack", "spec.policyPacks[].config"),
         ("Stack", "spec.policyPacks[].config{}"),
+        ("Stack", "spec.policyPacks[].git"),
+        ("Stack", "spec.policyPacks[].git.auth"),
+        ("Stack", "spec.policyPacks[].git.auth.githubApp"),
+        ("Stack", "spec.policyPacks[].git.auth.githubApp.appID"),
+        ("Stack", "spec.policyPacks[].git.auth.githubApp.installationID"),
+        ("Stack", "spec.policyPacks[].git.auth.githubApp.privateKey"),
+        ("Stack", "spec.policyPacks[].git.auth.password"),
+        ("Stack", "spec.policyPacks[].git.auth.sshPrivateKey"),
+        ("Stack", "spec.policyPacks[].git.auth.token"),
+        ("Stack", "spec.policyPacks[].git.auth.username"),
+        ("Stack", "spec.policyPacks[].git.branch"),
+        ("Stack", "spec.policyPacks[].git.commit"),
+        ("Stack", "spec.policyPacks[].git.url"),
         ("Stack", "spec.policyPacks[].name"),
         ("Stack", "spec.policyPacks[].path"),
         ("Stack", "spec.retryPolicy"),
@@ -381,6 +400,19 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Stack", "spec.updateTemplate.spec.policyPacks[]"),
         ("Stack", "spec.updateTemplate.spec.policyPacks[].config"),
         ("Stack", "spec.updateTemplate.spec.policyPacks[].config{}"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].git"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].git.auth"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].git.auth.githubApp"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].git.auth.githubApp.appID"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].git.auth.githubApp.installationID"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].git.auth.githubApp.privateKey"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].git.auth.password"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].git.auth.sshPrivateKey"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].git.auth.token"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].git.auth.username"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].git.branch"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].git.commit"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].git.url"),
         ("Stack", "spec.updateTemplate.spec.policyPacks[].name"),
         ("Stack", "spec.updateTemplate.spec.policyPacks[].path"),
         ("Stack", "spec.updateTemplate.spec.previewOnly"),
@@ -469,6 +501,19 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Update", "spec.policyPacks[]"),
         ("Update", "spec.policyPacks[].config"),
         ("Update", "spec.policyPacks[].config{}"),
+        ("Update", "spec.policyPacks[].git"),
+        ("Update", "spec.policyPacks[].git.auth"),
+        ("Update", "spec.policyPacks[].git.auth.githubApp"),
+        ("Update", "spec.policyPacks[].git.auth.githubApp.appID"),
+        ("Update", "spec.policyPacks[].git.auth.githubApp.installationID"),
+        ("Update", "spec.policyPacks[].git.auth.githubApp.privateKey"),
+        ("Update", "spec.policyPacks[].git.auth.password"),
+        ("Update", "spec.policyPacks[].git.auth.sshPrivateKey"),
+        ("Update", "spec.policyPacks[].git.auth.token"),
+        ("Update", "spec.policyPacks[].git.auth.username"),
+        ("Update", "spec.policyPacks[].git.branch"),
+        ("Update", "spec.policyPacks[].git.commit"),
+        ("Update", "spec.policyPacks[].git.url"),
         ("Update", "spec.policyPacks[].name"),
         ("Update", "spec.policyPacks[].path"),
         ("Update", "spec.previewOnly"),
@@ -506,6 +551,23 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Update", "status.policyViolations[].urn"),
         ("Update", "status.resourceChanges"),
         ("Update", "status.resourceChanges{}"),
+        ("Workspace", "spec.policyPackSources"),
+        ("Workspace", "spec.policyPackSources[]"),
+        ("Workspace", "spec.policyPackSources[].git"),
+        ("Workspace", "spec.policyPackSources[].git.auth"),
+        ("Workspace", "spec.policyPackSources[].git.auth.githubApp"),
+        ("Workspace", "spec.policyPackSources[].git.auth.githubApp.appID"),
+        ("Workspace", "spec.policyPackSources[].git.auth.githubApp.installationID"),
+        ("Workspace", "spec.policyPackSources[].git.auth.githubApp.privateKey"),
+        ("Workspace", "spec.policyPackSources[].git.auth.password"),
+        ("Workspace", "spec.policyPackSources[].git.auth.sshPrivateKey"),
+        ("Workspace", "spec.policyPackSources[].git.auth.token"),
+        ("Workspace", "spec.policyPackSources[].git.auth.username"),
+        ("Workspace", "spec.policyPackSources[].git.dir"),
+        ("Workspace", "spec.policyPackSources[].git.ref"),
+        ("Workspace", "spec.policyPackSources[].git.shallow"),
+        ("Workspace", "spec.policyPackSources[].git.url"),
+        ("Workspace", "spec.policyPackSources[].name"),
     ]
 
 

@@ -15,6 +15,7 @@ from pko.controllers.resources import CANCEL_REQUEST_ANNOTATION
 from pko.controllers.stack.ensure import mark_workspace_stalled, unservable_workspace
 from pko.controllers.stack.kinds import recorded_kind
 from pko.controllers.stack.policyevents import policy_violation_events
+from pko.controllers.stack.policypacks import git_packs
 from pko.controllers.stack.results import RECORDERS, pending_operation_events
 from pko.controllers.stack.status import MSG_UPDATE, mark_reconciling, record_cancelled, record_lost
 from pko.controllers.stack.steps import (
@@ -68,7 +69,7 @@ def absorb(observed: Observed, stack: Stack, status: Obj) -> Absorbed | Plan | R
         return Absorbed([Log("current update is gone; moving on", fields)])
     if not update_complete(update):
         if observed.source is None and may_name_stale_artifact(observed.workspace):
-            return ReadSource(stack)
+            return ReadSource(stack, git_packs(observed.templates.enforced, stack.spec.policy_packs))
         # An Update whose workspace pod is stranded (its node lost) waits for the agent's
         # unreachable timeout; what a person must do shows meanwhile.
         stranded = mark_workspace_stalled(status, observed.workspace, generation, now)

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from pko.api.meta import parse_go_duration
 from pko.api.stack import Stack
 from pko.api.stackterms import POLICY_PACK_OVERRIDDEN
-from pko.controllers.stack.policypacks import Enforced, merge_policy_packs
+from pko.controllers.stack.policypacks import Enforced, merge_policy_packs, packs_digest
 from pko.controllers.stack.status import (
     MSG_UPDATE,
     MSG_WORKSPACE,
@@ -44,7 +44,13 @@ from pko.controllers.stack.switch import stale_artifact
 from pko.controllers.stack.templates import REASON_TEMPLATE_NOT_FOUND, TEMPLATES_ANNOTATION, Templates
 from pko.controllers.stack.updateobject import Run, build_update
 from pko.controllers.stack.watches import workspace_ready, workspace_stalled
-from pko.controllers.stack.workspaceobject import ProjectInfoRevision, ResolvedSource, build_workspace
+from pko.controllers.stack.workspaceobject import (
+    PackRevision,
+    ProjectInfoRevision,
+    ResolvedSource,
+    build_workspace,
+    pack_commits,
+)
 from pko.machinery.conditions import get_condition
 from pko.machinery.controller import Result
 from pko.machinery.resource import Obj
@@ -118,6 +124,7 @@ def ensure(
             observed.settings.workspace_image,
             deleting=deleting,
             templates=observed.templates,
+            packs=nxt.packs,
         )
     except ValueError as exc:
         mark_stalled(status, "SpecInvalid", str(exc), generation, now)
@@ -174,8 +181,9 @@ def plan_update(
         status["currentUpdate"]["kind"] = run.kind.recorded_as
     packs = merge_policy_packs(enforced, stack.spec.policy_packs)
     runs_packs = run.type in ("preview", "up")
-    if runs_packs and packs.digest:
-        status["currentUpdate"]["policyPacksDigest"] = packs.digest
+    digest = packs_digest(enforced, pack_commits(workspace))
+    if runs_packs and digest:
+        status["currentUpdate"]["policyPacksDigest"] = digest
     if run.kind.quiet:
         fields = {"stack": (obj.get("metadata") or {}).get("name"), "update": update["metadata"]["name"]}
         said: Write = Log("drift check started", fields)
@@ -208,6 +216,7 @@ def unservable_workspace(observed: Observed, stack: Stack) -> list[Write]:
             observed.settings.workspace_image,
             deleting=deleting,
             templates=observed.templates,
+            packs=got.packs,
         )
     except ValueError:
         return []  # the Stack's own reconcile reports it once the Update ends
@@ -234,6 +243,7 @@ def _revision(spec: Obj) -> tuple[object, ...]:
         flux.get("url"),
         flux.get("digest"),
         project.get("name"),
+        tuple(sorted(pack_commits({"spec": spec}).items())),
     )
 
 
@@ -260,7 +270,12 @@ def roll_for_templates(observed: Observed, stack: Stack, plan: Plan) -> Plan:
         return plan
     try:
         body = workspace_body(
-            stack, got.source, observed.settings.workspace_image, deleting=False, templates=templates
+            stack,
+            got.source,
+            observed.settings.workspace_image,
+            deleting=False,
+            templates=templates,
+            packs=got.packs,
         )
     except ValueError:
         return plan  # a run reports it
@@ -319,10 +334,12 @@ def workspace_body(
     *,
     deleting: bool,
     templates: Templates,
+    packs: Sequence[PackRevision] = (),
 ) -> Obj:
-    """The Workspace to apply (``templates`` merged under the Stack's own, their digest noted),
-    stamped with its digest; ValueError for a reference the Go operator refuses."""
-    body = build_workspace(stack, source, deleting=deleting, templates=templates.layers)
+    """The Workspace to apply (``templates`` merged under the Stack's own, their digest noted, the
+    policy packs from git ``packs`` fetched), stamped with its digest; ValueError for a reference the
+    Go operator refuses."""
+    body = build_workspace(stack, source, deleting=deleting, templates=templates.layers, packs=packs)
     if templates.digest:
         body["metadata"].setdefault("annotations", {})[TEMPLATES_ANNOTATION] = templates.digest
     spec = body["spec"]

@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import Final
 from urllib.parse import urlsplit
 
-from pko.api.stack import Stack
+from pko.api.stack import PolicyPack, Stack
 from pko.api.stackterms import (
     CONDITION_INSECURE_TRANSPORT,
     INSECURE_TRANSPORT_ALLOWED,
@@ -48,6 +48,7 @@ __all__ = [
     "REFUSED_REASON",
     "insecure_credentials",
     "mark_insecure_transport",
+    "pack_refusal",
     "refusal",
 ]
 
@@ -117,6 +118,39 @@ def refusal(stack: Stack, allowed: bool) -> Unresolved | None:
     if found is None or allowed:
         return None
     return Unresolved(REFUSED_REASON, _message(found, allowed))
+
+
+def pack_refusal(pack: PolicyPack, allowed: bool) -> Unresolved | None:
+    """A policy pack's git source as refused, as :func:`refusal` refuses the Stack's own: its
+    ``git.auth`` (but an SSH key) or a password in its URL would go over plain HTTP; None otherwise."""
+    git = pack.git
+    if git is None or allowed:
+        return None
+    try:
+        parts = urlsplit(git.url.strip())
+        password = parts.password
+    except ValueError:
+        return None
+    auth = git.auth
+    sent = [
+        what
+        for what, present in (
+            ("a password in the URL", password),
+            ("git.auth.username", auth and auth.username),
+            ("git.auth.password", auth and auth.password and not auth.ssh_private_key),
+            ("git.auth.token", auth and auth.token),
+            ("git.auth.githubApp", auth and auth.github_app),
+        )
+        if present
+    ]
+    if parts.scheme.lower() != "http" or not sent:
+        return None
+    return Unresolved(
+        REFUSED_REASON,
+        f"policy pack {pack.name!r}: {redact_url(git.url)} is plain HTTP and {' and '.join(sent)} would be "
+        f"sent over it unencrypted: refused, nothing was sent. Use an https:// or SSH URL, or run the "
+        f"operator with {_SETTING.flag} ({_SETTING.env[0]}=true) to accept the risk",
+    )
 
 
 def mark_insecure_transport(

@@ -24,7 +24,7 @@ from pko.controllers.stack.drift import clear_drift, drift_due_in, remediation_d
 from pko.controllers.stack.ensure import mark_workspace_stalled, saved_project, workspace_for_destroy
 from pko.controllers.stack.guidance import destroy_from_project_message, stack_ref
 from pko.controllers.stack.kinds import APPLY, DRIFT, PLAN, spec_kind
-from pko.controllers.stack.policypacks import merge_policy_packs
+from pko.controllers.stack.policypacks import git_packs, packs_digest
 from pko.controllers.stack.refresh import RefreshWait, requested_refresh, retrying_message
 from pko.controllers.stack.status import mark_ready, mark_result, mark_stalled, mark_suspended, plan_sync
 from pko.controllers.stack.steps import (
@@ -37,6 +37,7 @@ from pko.controllers.stack.steps import (
     ReadSource,
     ReleaseUpdate,
     RemoveFinalizer,
+    Resolved,
     Unresolved,
     Write,
     after,
@@ -45,7 +46,7 @@ from pko.controllers.stack.steps import (
     write_status,
 )
 from pko.controllers.stack.updateobject import Run
-from pko.controllers.stack.workspaceobject import ResolvedSource
+from pko.controllers.stack.workspaceobject import PackRevision, ResolvedSource
 from pko.machinery.conditions import get_condition
 from pko.machinery.controller import Result
 from pko.machinery.resource import Obj
@@ -76,12 +77,13 @@ def next_run(
     kept = workspace_for_destroy(observed.workspace) if deleting else None
     source: ResolvedSource | None = None
     note: str | None = None
+    packs: tuple[PackRevision, ...] = ()
     if kept is not None:
         commit = str((status.get("lastUpdate") or {}).get("lastAttemptedCommit") or "")
     else:
         got = observed.source
         if got is None:
-            return ReadSource(stack)
+            return ReadSource(stack, git_packs(observed.templates.enforced, spec.policy_packs))
         if isinstance(got, Unresolved):
             saved = saved_project(stack, status) if deleting else None
             if saved is None:
@@ -89,14 +91,14 @@ def next_run(
                 return Plan([*writes, write_status(status, recorded)], after(got.requeue), status)
             source, commit, note = saved, "", destroy_from_project_message(got.message, saved)
         else:
-            source, commit = got.source, got.commit
+            source, commit, packs = got.source, got.commit, got.packs
 
     # 3. run, or report and wait
     chosen = _choose(observed, stack, status, writes, recorded, commit)
     if isinstance(chosen, Plan):
         return chosen
     run, waiting = chosen
-    return Next(run, commit, source, kept, note, waiting)
+    return Next(run, commit, source, kept, note, waiting, packs)
 
 
 def _choose(
@@ -110,10 +112,13 @@ def _choose(
     deleting = bool(meta.get("deletionTimestamp"))
     spec = stack.spec
     retry = observed.settings.retry
-    polls_branch = bool(spec.project_repo and spec.branch)
-    packs_digest = merge_policy_packs(observed.templates.enforced, ()).digest
+    from_git = git_packs(observed.templates.enforced, spec.policy_packs)
+    polls_branch = bool(spec.project_repo and spec.branch) or any(p.git and p.git.branch for p in from_git)
+    got = observed.source
+    commits = {p.name: p.commit for p in got.packs} if isinstance(got, Resolved) else {}
+    digest = packs_digest(observed.templates.enforced, commits)
     decision = plan_sync(
-        obj, spec, status, commit, now, retry, polls_branch=polls_branch, packs_digest=packs_digest
+        obj, spec, status, commit, now, retry, polls_branch=polls_branch, packs_digest=digest
     )
     mark_suspended(status, spec.suspend and not deleting, generation, now)
     drift_spec = spec.drift_detection if not spec.preview else None

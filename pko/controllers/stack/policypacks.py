@@ -10,8 +10,10 @@ weaken an enforced pack (a pack of the same name on the Stack is dropped and nam
 after it is merged), and names are unique in the result (a name in two templates: the default
 template's wins, a referenced template being the namespace's to write).
 
-:attr:`Merged.digest` covers the enforced packs only: the Stack records it with each Update, and a
-new digest is a reason to run again (a change of the Stack's own packs is a new generation).
+:attr:`Merged.digest` covers the enforced packs only; :func:`packs_digest` adds the commit each pack
+from git runs at (its own or an enforced one: a branch moves without a new generation). The Stack
+records that with each Update, and a new digest is a reason to run again (a change of the Stack's
+own packs' spec is a new generation).
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from pko.api.stackpolicypacks import PolicyPack
+from pko.api.validation import format_errors, policy_pack_errors
 
-__all__ = ["Enforced", "Merged", "enforced_packs", "merge_policy_packs"]
+__all__ = ["Enforced", "Merged", "enforced_packs", "git_packs", "merge_policy_packs", "packs_digest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +57,16 @@ def enforced_packs(source: str, spec: Mapping[str, Any]) -> tuple[Enforced, ...]
     found: list[Enforced] = []
     for index, raw in enumerate(spec.get("policyPacks") or []):
         try:
-            found.append(Enforced(PolicyPack.model_validate(raw), source))
+            pack = PolicyPack.model_validate(raw)
         except ValidationError as err:
             problem = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
             raise ValueError(
                 f'WorkspaceTemplate "{source}" spec.policyPacks[{index}] is not a policy pack: {problem}'
             ) from None
+        errors = policy_pack_errors(pack, f"spec.policyPacks[{index}]")
+        if errors:
+            raise ValueError(f'WorkspaceTemplate "{source}" {format_errors(errors)}')
+        found.append(Enforced(pack, source))
     return tuple(found)
 
 
@@ -74,6 +81,23 @@ def merge_policy_packs(enforced: Sequence[Enforced], own: Sequence[PolicyPack] |
     overridden = tuple(pack.name for pack in own or () if pack.name in sources)
     packs += [pack for pack in own or () if pack.name not in sources]
     return Merged(tuple(packs), sources, overridden, _digest([p for p in packs if p.name in sources]))
+
+
+def git_packs(enforced: Sequence[Enforced], own: Sequence[PolicyPack] | None) -> tuple[PolicyPack, ...]:
+    """The packs an Update runs that come from git of their own: what the Stack resolves and its
+    workspace pod fetches."""
+    return tuple(pack for pack in merge_policy_packs(enforced, own).packs if pack.git is not None)
+
+
+def packs_digest(enforced: Sequence[Enforced], commits: Mapping[str, str]) -> str:
+    """What the Stack records with a preview or up and compares: the enforced packs' digest and, when
+    packs come from git, the commit of each (``commits``, by pack name); "" for neither (so a Stack
+    without packs from git keeps the digest it had)."""
+    base = merge_policy_packs(enforced, ()).digest
+    if not commits:
+        return base
+    text = json.dumps({"enforced": base, "commits": dict(commits)}, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _digest(packs: Sequence[PolicyPack]) -> str:

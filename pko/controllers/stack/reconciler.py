@@ -380,7 +380,7 @@ class StackReconciler:
     async def _carry_out(self, obj: Obj, write: Write) -> Any:
         """One write; its answer: the Workspace, when it applied one; the source, when it read it."""
         if isinstance(write, ReadSource):
-            return await self.sources.resolve(obj, write.stack)
+            return await self.sources.resolve(obj, write.stack, write.packs)
         if isinstance(write, WriteStatus):
             await self._write_status(obj, write.status)
             await release_update(self._update_client, write.recorded)

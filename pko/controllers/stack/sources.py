@@ -11,18 +11,22 @@ hold them all in memory); a missing one is looked for again after ``secret_reche
 from __future__ import annotations
 
 import base64
+import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
-from pko.api.stack import Stack
+from pko.api.stack import PolicyPack, Stack
+from pko.api.workspace import GitAuth
 from pko.controllers.sharding import own_program_url
 from pko.controllers.stack.branchpoll import BranchResolver, GitCredentials, GitLookupError
-from pko.controllers.stack.insecuretransport import refusal
+from pko.controllers.stack.insecuretransport import pack_refusal, refusal
 from pko.controllers.stack.steps import SOURCE_UNAVAILABLE_REQUEUE, Resolved, Unresolved
 from pko.controllers.stack.switch import artifact_served
 from pko.controllers.stack.watches import FLUX_SOURCES, artifact_of, namespace_of
 from pko.controllers.stack.workspaceobject import (
     ArtifactRevision,
     GitRevision,
+    PackRevision,
 )
 from pko.machinery.conditions import get_condition
 from pko.machinery.informer import SharedInformer
@@ -63,10 +67,47 @@ class SourceResolver:
         self.secret_recheck = secret_recheck
         self.allow_insecure_git_credentials = allow_insecure_git_credentials
 
-    async def resolve(self, obj: Obj, stack: Stack) -> Resolved | Unresolved:
+    async def resolve(
+        self, obj: Obj, stack: Stack, packs: Sequence[PolicyPack] = ()
+    ) -> Resolved | Unresolved:
         """The source at its current revision, the revision, and whether its artifact is the one
-        served now; :class:`Unresolved` when it cannot be had (a destroy may still run from
-        :func:`saved_project`)."""
+        served now, with ``packs`` (policy packs from git) at their commits; :class:`Unresolved` when
+        either cannot be had (a destroy may still run from :func:`saved_project`)."""
+        got = await self._program(obj, stack)
+        if isinstance(got, Unresolved) or not packs:
+            return got
+        revisions: list[PackRevision] = []
+        for pack in packs:
+            revision = await self._pack(stack, pack)
+            if isinstance(revision, Unresolved):
+                return revision
+            revisions.append(revision)
+        return dataclasses.replace(got, packs=tuple(revisions))
+
+    async def _pack(self, stack: Stack, pack: PolicyPack) -> PackRevision | Unresolved:
+        """A policy pack's git source at its commit (a branch looked up as the Stack's own is, with the
+        pack's credentials); Unresolved as for the program's source, the message naming the pack."""
+        git = pack.git
+        assert git is not None
+        named = f"policy pack {pack.name!r}"
+        refused = pack_refusal(pack, self.allow_insecure_git_credentials)
+        if refused is not None:
+            return refused
+        creds = await self._pack_credentials(stack.metadata.namespace, git.auth)
+        if isinstance(creds, Unresolved):
+            return dataclasses.replace(creds, message=f"{named}: {creds.message}")
+        commit = git.commit or ""
+        if not commit:
+            try:
+                commit = await self.branches.head(
+                    git.url, git.branch or "", creds, float(stack.spec.resync_frequency())
+                )
+            except GitLookupError as exc:
+                return Unresolved("SourceUnavailable", f"{named}: {exc}", SOURCE_UNAVAILABLE_REQUEUE)
+        return PackRevision(pack.name, git.url, commit, pack.path, git.auth)
+
+    async def _program(self, obj: Obj, stack: Stack) -> Resolved | Unresolved:
+        """The program's source (see :meth:`resolve`)."""
         spec = stack.spec
         namespace = namespace_of(obj)
         if spec.project_repo:
@@ -173,6 +214,36 @@ class SourceResolver:
                 self.secret_recheck,
             )
         return value
+
+    async def _pack_credentials(
+        self, namespace: str | None, auth: GitAuth | None
+    ) -> GitCredentials | Unresolved:
+        """Credentials for a policy pack's branch lookup: its ``git.auth`` Secret keys (the fetch step in
+        the pod reads the same keys)."""
+        if auth is None:
+            return GitCredentials()
+        values: dict[str, str] = {}
+        named = (
+            ("ssh_private_key", auth.ssh_private_key, "SSH private key"),
+            ("username", auth.username, "username"),
+            ("password", auth.password, "password"),
+            ("token", auth.token, "token"),
+        )
+        for field, selector, what in named:
+            if selector is None:
+                continue
+            got = await self._secret_value(
+                namespace,
+                str(selector.get("name") or ""),
+                str(selector.get("key") or ""),
+                f"reading git.auth {what}",
+            )
+            if isinstance(got, Unresolved):
+                if selector.get("optional"):
+                    continue
+                return got
+            values[field] = got
+        return GitCredentials(**values)
 
     async def git_credentials(self, stack: Stack) -> GitCredentials | Unresolved:
         """Credentials for the branch lookup, read from Secrets (Go: resolveGitAuth)."""

@@ -520,7 +520,8 @@ def plan_sync(
     if (last.get("reconcileRequest") or "") != request:
         return SyncDecision(False, f'Sync request: "{request}"')
     if not deleting and (last.get("policyPacksDigest") or "") != packs_digest:
-        return SyncDecision(False, "Enforced policy packs changed (WorkspaceTemplate spec.policyPacks)")
+        changed = "Enforced policy packs changed (WorkspaceTemplate spec.policyPacks), or a pack's git commit"
+        return SyncDecision(False, changed)
     resync = float(spec.resync_frequency())
     state = last.get("state")
     requeue: float | None = None

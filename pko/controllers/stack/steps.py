@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from pko.api.stack import Stack
+from pko.api.stack import PolicyPack, Stack
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack.refresh import RefreshWait
 from pko.controllers.stack.templates import Templates
 from pko.controllers.stack.updateobject import Run
-from pko.controllers.stack.workspaceobject import ResolvedSource
+from pko.controllers.stack.workspaceobject import PackRevision, ResolvedSource
 from pko.machinery.controller import Result
 from pko.machinery.events import Emit, Log
 from pko.machinery.resource import Obj
@@ -142,10 +142,12 @@ class WriteOutputs:
 @dataclass(frozen=True, slots=True)
 class ReadSource:
     """Read the Stack's source at its current revision (its Secrets, a branch head, a Flux object's
-    or Program's artifact): a read only some decisions need. Answer: :class:`Resolved` or
+    or Program's artifact), and the commits of ``packs``, the policy packs from git it runs (their
+    branch heads): a read only some decisions need. Answer: :class:`Resolved` or
     :class:`Unresolved`; ``then`` decides again with it."""
 
     stack: Stack
+    packs: tuple[PolicyPack, ...] = ()
 
 
 Write = (
@@ -208,11 +210,13 @@ def sooner(requeue: float | None, waiting: RefreshWait | float | None) -> float 
 @dataclass(frozen=True, slots=True)
 class Resolved:
     """The source at a revision (``source`` None: the workspace template brings the program);
-    ``served``: its artifact is the one its server serves now (:func:`artifact_served`)."""
+    ``served``: its artifact is the one its server serves now (:func:`artifact_served`); ``packs``:
+    the policy packs from git at their commits."""
 
     source: ResolvedSource | None
     commit: str
     served: bool = False
+    packs: tuple[PackRevision, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +297,8 @@ class Next:
     """What runs next and where: ``run`` the Update, ``commit`` the revision it runs at, ``source``
     the source a new Workspace is built from (None: the template brings the program), ``kept`` the
     Workspace a destroy runs in as it is (None: one is applied), ``note`` the warning a destroy
-    from the saved project gives, ``waiting`` a refresh request waiting for its retry."""
+    from the saved project gives, ``waiting`` a refresh request waiting for its retry, ``packs`` the
+    policy packs from git the new Workspace fetches."""
 
     run: Run
     commit: str
@@ -301,3 +306,4 @@ class Next:
     kept: Obj | None = None
     note: str | None = None
     waiting: RefreshWait | None = None
+    packs: tuple[PackRevision, ...] = ()

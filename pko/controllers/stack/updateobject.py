@@ -10,7 +10,7 @@ result; it is part of the created object, so no second write is needed to add it
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -24,7 +24,7 @@ from pko.api.update import UpdateType
 from pko.controllers.resources import STACK_FINALIZER
 from pko.controllers.stack.kinds import UpdateKind, spec_kind
 from pko.controllers.stack.policypacks import Enforced, merge_policy_packs
-from pko.controllers.stack.workspaceobject import stack_labels, stack_owner_reference
+from pko.controllers.stack.workspaceobject import pack_commits, stack_labels, stack_owner_reference
 from pko.controllers.strategicmerge import strategic_merge
 
 __all__ = [
@@ -138,13 +138,23 @@ def build_update(
         own = spec.policy_packs if templated is None else [PolicyPack.model_validate(p) for p in templated]
         merged = merge_policy_packs(enforced, own)
         if merged.packs:
-            update["spec"]["policyPacks"] = [pack.wire() for pack in merged.packs]
+            commits = pack_commits(workspace)
+            update["spec"]["policyPacks"] = [_pinned(pack.wire(), commits) for pack in merged.packs]
         if merged.sources:
             annotations = meta.setdefault("annotations", {})
             annotations[ENFORCED_POLICY_PACKS_ANNOTATION] = json.dumps(dict(merged.sources), sort_keys=True)
     if run is not None:
         _shape(update, run)
     return update
+
+
+def _pinned(pack: Obj, commits: Mapping[str, str]) -> Obj:
+    """A pack from git as the Update records it: at the commit its Workspace fetched (a branch
+    resolved), so the Update says which revision of the pack ran."""
+    git, commit = pack.get("git"), commits.get(str(pack.get("name")))
+    if git is not None and commit:
+        pack["git"] = {**{k: v for k, v in git.items() if k != "branch"}, "commit": commit}
+    return pack
 
 
 def _shape(update: Obj, run: Run) -> None:

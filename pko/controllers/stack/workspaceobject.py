@@ -22,6 +22,7 @@ from pko.api.stack import ConfigMapRef, GitAuthConfig, ResourceRef, Stack, Stack
 from pko.api.stackterms import SHARD_LABEL
 from pko.api.workspace import API_VERSION as WORKSPACE_API_VERSION
 from pko.api.workspace import KIND as WORKSPACE_KIND
+from pko.api.workspace import GitAuth
 from pko.controllers.resources import STACK_COMPONENT, STACK_COMPONENT_LABEL, STACK_NAME_LABEL
 from pko.controllers.strategicmerge import strategic_merge
 
@@ -31,9 +32,11 @@ __all__ = [
     "SECRET_MOUNT_ROOT",
     "ArtifactRevision",
     "GitRevision",
+    "PackRevision",
     "ProjectInfoRevision",
     "ResolvedSource",
     "build_workspace",
+    "pack_commits",
     "stack_labels",
     "workspace_name",
 ]
@@ -53,6 +56,18 @@ class GitRevision:
     commit: str
     dir: str | None = None
     shallow: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PackRevision:
+    """A policy pack's own git repository pinned to one commit (its branch resolved to its head):
+    fetched by the workspace pod into a directory of the pack's name, ``path`` in it."""
+
+    name: str
+    url: str
+    commit: str
+    path: str | None = None
+    auth: GitAuth | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +159,23 @@ def _git_auth(spec: StackSpec) -> Obj | None:
                 "privateKey": _ref_secret_key(app.private_key),
             }
     return auth or None
+
+
+def _pack_source(pack: PackRevision) -> Obj:
+    """A Workspace's ``policyPackSources`` entry: the pack's repository at its commit, shallow (a pack
+    needs no history), ``dir`` its path (the fetch checks it exists)."""
+    git: Obj = {"url": pack.url, "ref": pack.commit, "shallow": True}
+    if pack.path:
+        git["dir"] = pack.path
+    if pack.auth is not None:
+        git["auth"] = pack.auth.wire()
+    return {"name": pack.name, "git": git}
+
+
+def pack_commits(workspace: Mapping[str, Any] | None) -> dict[str, str]:
+    """The commit of each pack a Workspace fetches (``spec.policyPackSources``), by pack name."""
+    sources = ((workspace or {}).get("spec") or {}).get("policyPackSources") or []
+    return {str(s.get("name")): str((s.get("git") or {}).get("ref") or "") for s in sources}
 
 
 def _source_spec(spec: StackSpec, source: ResolvedSource | None) -> Obj:
@@ -269,11 +301,13 @@ def build_workspace(
     *,
     deleting: bool = False,
     templates: Sequence[Mapping[str, Any]] = (),
+    packs: Sequence[PackRevision] = (),
 ) -> Obj:
     """The Workspace to apply for ``stack`` with ``source`` (None: the template brings the program);
     ``deleting``: built to run the destroy, so the stack is never created. ``templates``: the shared
     WorkspaceTemplates' specs (:mod:`pko.controllers.stack.templates`), lowest first, merged before
-    the Stack's own ``workspaceTemplate``.
+    the Stack's own ``workspaceTemplate``. ``packs``: the policy packs from git the pod fetches (set
+    after the templates: no template drops one).
 
     ``stack`` must come from the API (the owner reference needs its uid). Raises ValueError for a
     reference the Go operator refuses (Env/FS refs): ``pko.api.validation`` reports those first.
@@ -318,4 +352,8 @@ def build_workspace(
     if env_from:
         ws_spec["envFrom"] = env_from
     ws_spec["stacks"] = [wss]
+    if packs:
+        ws_spec["policyPackSources"] = [_pack_source(pack) for pack in packs]
+    else:
+        ws_spec.pop("policyPackSources", None)
     return workspace

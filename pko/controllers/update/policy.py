@@ -16,7 +16,8 @@ __all__ = ["request_packs", "violation_fields"]
 
 
 def request_packs(spec: Mapping[str, Any]) -> list[pb.PolicyPack]:
-    """``spec.policyPacks`` as the agent's PreviewRequest/UpRequest take them (config as JSON text)."""
+    """``spec.policyPacks`` as the agent's PreviewRequest/UpRequest take them (config as JSON text); a
+    pack from git is ``fetched``: the workspace pod put it in a directory of its own, ``path`` inside."""
     packs = []
     for pack in spec.get("policyPacks") or []:
         config = pack.get("config")
@@ -25,6 +26,7 @@ def request_packs(spec: Mapping[str, Any]) -> list[pb.PolicyPack]:
                 name=str(pack.get("name") or ""),
                 path=str(pack.get("path") or ""),
                 config=json.dumps(config, sort_keys=True) if config is not None else "",
+                fetched=pack.get("git") is not None,
             )
         )
     return packs

@@ -15,6 +15,7 @@ from typing import Any, Final
 from pko.api.workspace import WorkspaceSpec
 from pko.controllers.options import ControllerOptions
 from pko.controllers.strategicmerge import strategic_merge
+from pko.controllers.workspace.policysources import git_env, policy_fetches
 from pko.machinery.quantity import parse_quantity
 
 Obj = dict[str, Any]
@@ -70,6 +71,7 @@ def pod_spec(name: str, namespace: str, spec: WorkspaceSpec, options: Controller
     fetch = _fetch_container(spec, options)
     if fetch is not None:
         init_containers.append(fetch)
+    init_containers += [_agent_container(n, options, args, env) for n, args, env in policy_fetches(spec)]
     built: Obj = {
         "serviceAccountName": spec.service_account_name,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
@@ -135,33 +137,11 @@ def _agent_container(name: str, options: ControllerOptions, args: list[str], env
     return container
 
 
-def _secret_env(name: str, selector: Mapping[str, Any] | None) -> list[Obj]:
-    return [] if selector is None else [{"name": name, "valueFrom": {"secretKeyRef": dict(selector)}}]
-
-
 def _fetch_container(spec: WorkspaceSpec, options: ControllerOptions) -> Obj | None:
     """The ``fetch`` init container for the spec's source (None without one); secrets by reference only."""
     init = ["/share/agent", "init", "-t", SOURCE_DIR, "--workspace-dir", WORKSPACE_DIR]
     if spec.git is not None:
-        git = spec.git
-        env: list[Obj] = [
-            {"name": "GIT_URL", "value": git.url or ""},
-            {"name": "GIT_REVISION", "value": git.ref or ""},
-            {"name": "GIT_DIR", "value": git.dir or ""},
-        ]
-        if git.shallow:
-            env.append({"name": "GIT_SHALLOW", "value": "true"})
-        auth = git.auth
-        if auth is not None:
-            env += _secret_env("GIT_SSH_PRIVATE_KEY", auth.ssh_private_key)
-            env += _secret_env("GIT_USERNAME", auth.username)
-            env += _secret_env("GIT_PASSWORD", auth.password)
-            env += _secret_env("GIT_TOKEN", auth.token)
-            if auth.github_app is not None:
-                env += _secret_env("GIT_GITHUB_APP_ID", auth.github_app.app_id)
-                env += _secret_env("GIT_GITHUB_APP_INSTALLATION_ID", auth.github_app.installation_id)
-                env += _secret_env("GIT_GITHUB_APP_PRIVATE_KEY", auth.github_app.private_key)
-        return _agent_container(FETCH_CONTAINER, options, init, env)
+        return _agent_container(FETCH_CONTAINER, options, init, git_env(spec.git))
     if spec.flux is not None:
         flux = spec.flux
         env = [

@@ -603,6 +603,13 @@ class PolicyPack(betterproto2.Message):
     object of settings, as `pulumi policy` documents it. Empty: the pack's defaults.
     """
 
+    fetched: "bool" = betterproto2.field(4, betterproto2.TYPE_BOOL)
+    """
+    The workspace pod fetched the pack from a git repository of its own (a Stack's
+    spec.policyPacks[].git) into policy/<name> beside the program's directory (/share/policy/<name>
+    in a workspace pod); path is then relative to that checkout (empty: its root).
+    """
+
 
 default_message_pool.register_message("pko.agent.v1", "PolicyPack", PolicyPack)
 
