@@ -156,6 +156,7 @@ async def run_serve(args: argparse.Namespace) -> int:
         env = read_env_file(args.env_file)
     settings = RunnerSettings(
         work_dir=work_dir,
+        policy_dir=args.workspace.parent / "policy",
         env_vars=env,
         pulumi_root=args.pulumi_root,
         pulumi_log_level=args.pulumi_log_level,

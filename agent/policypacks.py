@@ -68,17 +68,12 @@ class PackArgs:
             shutil.rmtree(launcher, ignore_errors=True)
 
 
-def fetched_dir(program_dir: Path, name: str) -> Path:
-    """Where the workspace pod fetched pack ``name`` from its own git repository: ``policy/<name>``
-    beside the program's directory (``/share/policy/<name>``), as the agent's own state is beside it."""
-    return program_dir.parent / "policy" / name
-
-
-def pack_path(pack: pb.PolicyPack, program_dir: Path) -> Path:
+def pack_path(pack: pb.PolicyPack, program_dir: Path, policy_dir: Path | None = None) -> Path:
     """Where ``pack`` is: its path (or its name, the Go agent's only field), under the program's
-    directory unless absolute; a fetched pack's path under its checkout (:func:`fetched_dir`)."""
+    directory unless absolute; a fetched pack's path under its checkout, ``<policy_dir>/<name>``
+    (the workspace pod's ``/share/policy``; default ``policy`` beside the program's directory)."""
     if pack.fetched:
-        return fetched_dir(program_dir, pack.name) / pack.path
+        return (policy_dir or program_dir.parent / "policy") / pack.name / pack.path
     return program_dir / (pack.path or pack.name)
 
 
@@ -88,6 +83,7 @@ def pack_args(
     config_dir: Path,
     operation_id: str,
     env: Mapping[str, str] | None = None,
+    policy_dir: Path | None = None,
 ) -> PackArgs:
     """The arguments for ``packs``, writing each pack's configuration into ``config_dir`` (a pack
     without any gets ``{}``: its defaults). Configuration that is not a JSON object is refused here
@@ -97,7 +93,7 @@ def pack_args(
     args = PackArgs([], [], [])
     try:
         for i, pack in enumerate(packs):
-            directory = pack_path(pack, program_dir)
+            directory = pack_path(pack, program_dir, policy_dir)
             launch_dir = config_dir / f"{operation_id}-{i}-python"
             launcher = python_launcher(pack, directory, launch_dir, os.environ if env is None else env)
             if launcher is not None:
@@ -211,6 +207,7 @@ def pack_failure(
     program_dir: Path,
     detail: str,
     launched: Sequence[str] = (),
+    policy_dir: Path | None = None,
 ) -> pb.Failure | None:
     """The failure of a run whose policy pack did not load or start, naming the pack and quoting the
     tool (the runtime's error line, else the engine's), or None when no pack failed. ``launched``: what
@@ -223,13 +220,14 @@ def pack_failure(
     said = [_ANSI.sub("", message) for _, message in diagnostics]
     # The pack the engine's line names, else the first a diagnostic or the text names (the longest path
     # first: one pack's directory may begin with another's name).
-    named = [(str(pack_path(p, program_dir)), p) for p in packs] + list(zip(launched, packs, strict=False))
+    named = [(str(pack_path(p, program_dir, policy_dir)), p) for p in packs]
+    named += list(zip(launched, packs, strict=False))
     paths = sorted(named, key=lambda item: -len(item[0]))
     pack = next(
         (p for texts in ([engine], said, [text]) for path, p in paths if any(path in t for t in texts)),
         packs[0],
     )
-    path = str(pack_path(pack, program_dir))
+    path = str(pack_path(pack, program_dir, policy_dir))
     # The runtime's words: in the pack's diagnostic when the engine sent one, else on the CLI's stderr.
     sources = [m for m in said if path in m] or [text]
     tool = [
@@ -250,13 +248,13 @@ def failure(
     packs: Sequence[pb.PolicyPack],
     program_dir: Path,
     launched: Sequence[str] = (),
+    policy_dir: Path | None = None,
 ) -> pb.Failure | None:
     """The failure a policy pack caused in a run that failed: a pack that did not load, else a
     mandatory violation; None when the packs had no part in it (classify it as any other)."""
     detail = "\n".join([line for line in _ANSI.sub("", error_text).splitlines() if line.strip()][-20:])
-    return pack_failure(error_text, diagnostics, packs, program_dir, detail, launched) or violation_failure(
-        observations, detail
-    )
+    failed = pack_failure(error_text, diagnostics, packs, program_dir, detail, launched, policy_dir)
+    return failed or violation_failure(observations, detail)
 
 
 def refused(out: pb.OperationResult, message: str, started: datetime) -> pb.OperationResult:

@@ -125,6 +125,10 @@ class RunnerSettings:
     # Where previews save update plans for a later `up --plan`; None: plans.default_plans_dir(work_dir),
     # i.e. /share/.agent/plans in a pod.
     plans_dir: Path | None = None
+    # Where the workspace pod fetched the policy packs from git of their own (one directory per pack):
+    # ``policy`` beside the --workspace path as given, /share/policy in a pod (work_dir is that path
+    # resolved, the program's directory in the fetched source). None: beside work_dir.
+    policy_dir: Path | None = None
 
 
 class PulumiRunner(RunnerOperations):

@@ -94,7 +94,9 @@ class RunnerOperations:
         config_dir = agent_state_dir(self.settings.work_dir) / "policy-config"
         try:
             env = {**os.environ, **stack.workspace.env_vars}
-            pack_args = policypacks.pack_args(packs, self.settings.work_dir, config_dir, operation_id, env)
+            pack_args = policypacks.pack_args(
+                packs, self.settings.work_dir, config_dir, operation_id, env, self.settings.policy_dir
+            )
         except ValueError as exc:
             return policypacks.refused(base, str(exc), started)
         try:
@@ -126,6 +128,7 @@ class RunnerOperations:
                 packs,
                 self.settings.work_dir,
                 pack_args.paths,
+                self.settings.policy_dir,
             ) or self._state.classify(exc, observations, stack)
             base.summary = pb.UpdateSummary(
                 start_time=started, end_time=datetime.now(UTC), result="failed", message=base.failure.message

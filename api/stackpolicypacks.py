@@ -5,10 +5,10 @@ A pack is a Pulumi policy pack project (``PulumiPolicy.yaml``: JavaScript/TypeSc
 ``@pulumi/policy``, Python with ``pulumi-policy``) in a directory of the workspace: in the workspace
 image, or in the program's own source (a path relative to the program's directory), which comes
 with the Stack's git source and its auth; or in a git repository of its own (``git``: a platform
-team's one repository of packs), which the workspace pod fetches beside the program, with the same
-kinds of auth a Stack's ``projectRepo`` takes. The engine runs every pack on each preview and up
-before any resource changes (``pulumi preview/up --policy-pack``). Re-exported by
-:mod:`pko.api.stack`.
+team's one repository of packs), which the workspace pod fetches beside the program, its credentials
+keys of Secrets (as a Workspace's ``git.auth``: the Stack CRD has no room for a second ``gitAuth``).
+The engine runs every pack on each preview and up before any resource changes (``pulumi preview/up
+--policy-pack``). Re-exported by :mod:`pko.api.stack`.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ operation; advisory and remediate ones are reported; disabled policies do not ru
 
 @Rule("has(self.branch) != has(self.commit)", "exactly one of branch or commit is required")
 class PolicyPackGit(KubeModel):
-    """(pko extension) A git repository a policy pack comes from: the fields of a Stack's git source
-    (``projectRepo``, ``branch`` or ``commit``, ``gitAuth``), for the pack's own repository."""
+    """(pko extension) A git repository a policy pack comes from, as a Stack's git source names one
+    (``projectRepo``, ``branch`` or ``commit``, credentials from Secrets)."""
 
     url: Annotated[str, Field(min_length=1, max_length=4096)]
     """URL of the repository, as a Stack's projectRepo."""

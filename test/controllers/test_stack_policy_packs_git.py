@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from pko.controllers.options import ControllerOptions
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack.ensure import plan_update
+from pko.controllers.stack.insecuretransport import pack_refusal
 from pko.controllers.stack.kinds import spec_kind
 from pko.controllers.stack.policypacks import enforced_packs, git_packs, packs_digest
 from pko.controllers.stack.status import plan_sync, record_succeeded
@@ -156,6 +157,11 @@ def test_the_agent_finds_a_fetched_pack_beside_the_program_and_refuses_one_that_
     program = tmp_path / "workspace"
     fetched = pb.PolicyPack(name="shared", path="packs/shared", fetched=True)
     assert pack_path(fetched, program) == tmp_path / "policy" / "shared" / "packs" / "shared"
+    share = tmp_path / "share"  # a pod: the program's directory is /share/source/<dir>, resolved
+    assert (
+        pack_path(fetched, program / "app", share / "policy")
+        == share / "policy" / "shared" / "packs" / "shared"
+    )
     assert pack_path(pb.PolicyPack(name="local", path="packs/local"), program) == program / "packs" / "local"
     escaping = pb.PolicyPack(name="shared", path="../../etc", fetched=True)
     with pytest.raises(ValueError, match="must stay inside its repository"):
@@ -181,3 +187,15 @@ def test_a_new_commit_of_a_pack_runs_the_stack_again() -> None:
     moved = packs_digest((), {"shared": "f" * 40})
     decision = plan_sync(obj, s.spec, status, "abc", NOW, settings, packs_digest=moved)
     assert not decision.synced and "a pack's git commit" in decision.message
+
+
+def test_a_packs_credentials_over_plain_http_are_refused_unless_the_operator_allows_them() -> None:
+    plain = "http://git.internal/policies.git"
+    with_token = PolicyPack.model_validate({**SHARED, "git": {**SHARED["git"], "url": plain}})
+    refused = pack_refusal(with_token, allowed=False)
+    assert refused is not None and refused.reason == "CredentialsOverPlainHTTPRefused"
+    assert refused.message.startswith(f"policy pack 'shared': {plain} is plain HTTP and git.auth.token")
+    assert pack_refusal(with_token, allowed=True) is None
+    anonymous = PolicyPack.model_validate({**SHARED, "git": {"url": plain, "branch": "main"}})
+    assert pack_refusal(anonymous, allowed=False) is None, "an in-cluster mirror without credentials"
+    assert pack_refusal(PolicyPack.model_validate(SHARED), allowed=False) is None  # https

@@ -21,8 +21,8 @@ __all__ = ["POLICY_DIR", "POLICY_FETCH_PREFIX", "git_env", "policy_fetches"]
 Obj = dict[str, Any]
 
 POLICY_DIR: Final = "/share/policy"
-"""Where the packs are fetched, one directory per pack name: ``policy`` beside the program's
-``/share/workspace`` (the agent finds it from its workspace directory, as its ``.agent`` state)."""
+"""Where the packs are fetched, one directory per pack name: ``policy`` beside ``/share/workspace``,
+where the agent looks (beside its ``--workspace`` path)."""
 POLICY_FETCH_PREFIX: Final = "fetch-policy-"
 """Init container names: the prefix and the pack's index (a pack name may be 63 characters)."""
 

@@ -606,8 +606,8 @@ class PolicyPack(betterproto2.Message):
     fetched: "bool" = betterproto2.field(4, betterproto2.TYPE_BOOL)
     """
     The workspace pod fetched the pack from a git repository of its own (a Stack's
-    spec.policyPacks[].git) into policy/<name> beside the program's directory (/share/policy/<name>
-    in a workspace pod); path is then relative to that checkout (empty: its root).
+    spec.policyPacks[].git) into policy/<name> beside the agent's --workspace path
+    (/share/policy/<name> in a workspace pod); path is then relative to that checkout (empty: its root).
     """
 
 
