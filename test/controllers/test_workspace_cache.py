@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .builders import workspace
-from .test_workspace_workloads import by_name, env_of, pod_spec
+from .builders import by_name, env_of, pod_spec, workspace
 
 Obj = dict[str, Any]
 CLAIM = {"name": "cache", "persistentVolumeClaim": {"claimName": "my-stack-go-cache"}}
