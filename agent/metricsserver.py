@@ -1,4 +1,5 @@
-"""The agent's own ``/metrics`` (``--metrics-bind-address``, off unless given), served as the operator
+"""The agent's own ``/metrics`` (``--metrics-bind-address``, off unless given: the operator gives it in
+every workspace pod, pko.controllers.workspace.podspec), served as the operator
 serves its own (pko.machinery.serving, metricsauth, servingcert): from a thread of its own, over HTTPS
 to scrapers whose bearer token the apiserver accepts (a TokenReview for its own audiences, not the
 workspace's) and whose user may ``get`` the non-resource URL ``/metrics`` (a SubjectAccessReview);

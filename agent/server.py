@@ -254,16 +254,24 @@ async def serve(
 
     metrics = None
     if options.metrics_address not in ("", "0"):
-        # Imported only when asked for: most agents serve no /metrics.
+        # Imported only when asked for (the operator asks in every workspace pod unless
+        # --workspace-metrics=off).
         from pko.agent.metricsserver import start_metrics_server
 
-        metrics = start_metrics_server(
-            options.metrics_address,
-            api=options.authorizer.api if options.authorizer is not None else None,
-            secure=options.metrics_secure,
-            cert_dir=options.metrics_cert_dir,
-        )
-        log.info("serving metrics", port=metrics.port if metrics else None, secure=options.metrics_secure)
+        try:
+            metrics = start_metrics_server(
+                options.metrics_address,
+                api=options.authorizer.api if options.authorizer is not None else None,
+                secure=options.metrics_secure,
+                cert_dir=options.metrics_cert_dir,
+            )
+        except (OSError, ValueError) as exc:
+            # Metrics are the operator's default in every workspace pod: a port a pod template's
+            # sidecar holds, or an unreadable certificate, costs the metrics, never the agent.
+            error = f"{type(exc).__name__}: {exc}"
+            log.error("metrics not served", address=options.metrics_address, error=error)
+        else:
+            log.info("serving metrics", port=metrics.port if metrics else None, secure=options.metrics_secure)
 
     loop = asyncio.get_running_loop()
     signals = 0

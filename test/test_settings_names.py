@@ -238,6 +238,7 @@ PINNED: list[tuple[tuple[str, ...], tuple[str, ...], str, Any, str, Any]] = [
         "false",
         False,
     ),
+    (("--workspace-metrics",), ("WORKSPACE_METRICS",), "workspace_metrics", "https", "off", "off"),
     *[
         (
             (f"--max-concurrent-reconciles-{kind}",),

@@ -14,6 +14,8 @@ from pko.machinery.manager import Manager
 from pko.tokens import TokenSource
 
 AddressMode = Literal["dns", "pod-ip", "static"]
+# How workspace agents serve their own /metrics (pko.controllers.workspace.podspec.metrics_args).
+WorkspaceMetrics = Literal["https", "http", "off"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,8 @@ class ControllerOptions:
     allow_insecure_git_credentials: bool = False
     # One NetworkPolicy per Workspace admitting only the operator's pods to its agent's port.
     workspace_network_policy: bool = True
+    # The agents' /metrics: HTTPS with token reviews (the default), plain HTTP, or not served.
+    workspace_metrics: WorkspaceMetrics = "https"
     # Limit every informer to one namespace (None: the whole cluster).
     watch_namespace: str | None = None
     # How long a running Update waits for its unreachable agent before it ends AgentUnreachable.

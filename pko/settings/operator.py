@@ -296,9 +296,21 @@ class Settings:
         ("WORKSPACE_NETWORK_POLICY",),
         "true",
         "give each Workspace a NetworkPolicy that lets only the operator's pods (in its namespace) "
-        "reach the agent's port; false for an operator outside the cluster network (docs/security.md)",
+        "reach the agent's gRPC port (its metrics port: any scraper, whose token the agent reviews); "
+        "false for an operator outside the cluster network (docs/security.md)",
         WORKSPACES,
         feeds=("ControllerOptions.workspace_network_policy",),
+    )
+    workspace_metrics = Setting(
+        "--workspace-metrics",
+        choice("https", "http", "off"),
+        ("WORKSPACE_METRICS",),
+        "https",
+        "the workspace agents' own /metrics, on container port https-metrics (8443): https as the "
+        "operator's (a self-signed certificate, a TokenReview and a SubjectAccessReview per scraper); "
+        "http: plain HTTP to anyone (port http-metrics); off: not served (docs/metrics.md)",
+        WORKSPACES,
+        feeds=("ControllerOptions.workspace_metrics",),
     )
     watch_namespace = Setting(
         "--watch-namespace",

@@ -71,7 +71,7 @@ async def test_a_workspace_gets_a_policy_that_selects_its_real_pod_and_admits_on
     selected = [p for p in pods if selects(policy["spec"]["podSelector"], p["metadata"].get("labels") or {})]
     assert [p["metadata"]["name"] for p in selected] == ["guarded-workspace-0"]
 
-    (rule,) = policy["spec"]["ingress"]
+    rule, scrapes = policy["spec"]["ingress"]
     (peer,) = rule["from"]
     operator_ns = await client.CoreV1Api(env.api).read_namespace(env.operator.namespace)
     assert selects(peer["namespaceSelector"], operator_ns.metadata.labels)
@@ -83,6 +83,11 @@ async def test_a_workspace_gets_a_policy_that_selects_its_real_pod_and_admits_on
         p for c in pod["spec"]["containers"] for p in c.get("ports") or [] if p["name"] == "grpc"
     )
     assert rule["ports"] == [{"protocol": "TCP", "port": agent_port["containerPort"]}]
+    # The agent's metrics port (--workspace-metrics, https by default) admits any scraper with a token.
+    metrics_port = next(
+        p for c in pod["spec"]["containers"] for p in c.get("ports") or [] if p["name"] == "https-metrics"
+    )
+    assert scrapes == {"ports": [{"protocol": "TCP", "port": metrics_port["containerPort"]}]}
 
 
 async def test_a_widened_policy_is_put_back_and_a_deleted_one_made_again(env: Env) -> None:

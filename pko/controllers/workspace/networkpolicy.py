@@ -10,7 +10,9 @@ which Kubernetes sets on every namespace). A pod selected by a policy with ``Ing
 nothing else, so a port a user adds to the pod needs a policy of the user's too; traffic from the
 pod's own node (the kubelet's probes) is always allowed by the NetworkPolicy API. Egress is left
 alone: what a program reaches (its cloud, its registry, the git server, the backend) is the user's
-to restrict (docs/security.md).
+to restrict (docs/security.md). The agent's metrics port (:data:`METRICS_PORT`, unless
+``--workspace-metrics=off``) is open to every source: wherever the cluster's Prometheus runs, a
+scraper still needs a token that may get ``/metrics`` (over HTTPS unless ``--workspace-metrics=http``).
 
 Controlled by the Workspace, so it goes with it. A separate small controller rather than a step of
 the Workspace reconciler: it is optional (``--workspace-network-policy``; the operator run outside
@@ -28,7 +30,7 @@ from typing import Any, Final
 
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import FIELD_MANAGER, WORKSPACE_SELECTOR, WORKSPACES
-from pko.controllers.workspace.podspec import WORKSPACE_PORT
+from pko.controllers.workspace.podspec import METRICS_PORT, WORKSPACE_PORT
 from pko.controllers.workspace.workloads import statefulset_name, workspace_labels
 from pko.machinery.controller import Result
 from pko.machinery.manager import Manager
@@ -60,12 +62,15 @@ NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 WORKERS: Final = 2
 
 
-def desired_network_policy(workspace: Mapping[str, Any], operator_namespace: str) -> Obj:
+def desired_network_policy(
+    workspace: Mapping[str, Any], operator_namespace: str, *, metrics: bool = False
+) -> Obj:
     """The NetworkPolicy of ``workspace`` (read from the API: the owner reference needs its uid),
-    stamped with its digest."""
+    stamped with its digest; with ``metrics``, its agent's metrics port open to any scraper."""
     meta = workspace.get("metadata") or {}
     name, namespace = str(meta["name"]), str(meta.get("namespace") or "")
     labels = workspace_labels(name)
+    scrapes = [{"ports": [{"protocol": "TCP", "port": METRICS_PORT}]}] if metrics else []
     body: Obj = {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -82,7 +87,8 @@ def desired_network_policy(workspace: Mapping[str, Any], operator_namespace: str
                         }
                     ],
                     "ports": [{"protocol": "TCP", "port": WORKSPACE_PORT}],
-                }
+                },
+                *scrapes,
             ],
         },
     }
@@ -112,7 +118,9 @@ class NetworkPolicyReconciler:
             namespace, name = split_key(key)
             self.applier.forget(object_key(namespace, statefulset_name(name)))
             return Result.done()  # its policy goes with it (garbage collection)
-        body = desired_network_policy(workspace, self.options.operator_namespace)
+        body = desired_network_policy(
+            workspace, self.options.operator_namespace, metrics=self.options.workspace_metrics != "off"
+        )
         await self.applier.ensure(body)
         return Result.done()
 

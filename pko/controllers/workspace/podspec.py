@@ -21,6 +21,13 @@ from pko.machinery.quantity import parse_quantity
 Obj = dict[str, Any]
 
 WORKSPACE_PORT: Final = 50051
+# The agent's own /metrics (pko.agent.metricsserver), served as the operator serves its own unless
+# --workspace-metrics says otherwise: HTTPS with a self-signed certificate made at start, each scraper's
+# token reviewed (TokenReview, then a SubjectAccessReview for get on /metrics) with the identity that
+# already reviews RPC callers (system:auth-delegator), so it needs no right of its own. The port's name
+# says the scheme; a PodMonitor selects it by name (the chart's scrapes https-metrics).
+METRICS_PORT: Final = 8443
+METRICS_PORT_NAMES: Final = {"https": "https-metrics", "http": "http-metrics"}
 PULUMI_CONTAINER: Final = "pulumi"
 BOOTSTRAP_CONTAINER: Final = "bootstrap"
 FETCH_CONTAINER: Final = "fetch"
@@ -166,7 +173,22 @@ def _fetch_container(spec: WorkspaceSpec, options: ControllerOptions) -> Obj | N
     return None
 
 
-def _serve_command(name: str, namespace: str, spec: WorkspaceSpec) -> list[str]:
+def metrics_port(options: ControllerOptions) -> Obj | None:
+    """The ``pulumi`` container's metrics port, None when the agents serve no /metrics."""
+    port_name = METRICS_PORT_NAMES.get(options.workspace_metrics)
+    if port_name is None:
+        return None
+    return {"name": port_name, "containerPort": METRICS_PORT, "protocol": "TCP"}
+
+
+def _metrics_args(options: ControllerOptions) -> list[str]:
+    if options.workspace_metrics == "off":
+        return []
+    args = ["--metrics-bind-address", f":{METRICS_PORT}"]
+    return args if options.workspace_metrics == "https" else [*args, "--metrics-secure", "false"]
+
+
+def _serve_command(name: str, namespace: str, spec: WorkspaceSpec, options: ControllerOptions) -> list[str]:
     command = [
         "/share/tini", "/share/agent", "--", "serve",
         "--workspace", WORKSPACE_DIR,
@@ -176,6 +198,7 @@ def _serve_command(name: str, namespace: str, spec: WorkspaceSpec) -> list[str]:
         "--kube-audience", f"{name}.{namespace}",
         "--kube-workspace-namespace", namespace,
         "--kube-workspace-name", name,
+        *_metrics_args(options),
     ]  # fmt: skip
     if spec.pulumi_log_level:
         command += ["--pulumi-log-level", str(spec.pulumi_log_level)]
@@ -196,7 +219,7 @@ def _pulumi_container(name: str, namespace: str, spec: WorkspaceSpec, options: C
     container: Obj = {
         "name": PULUMI_CONTAINER,
         "image": spec.image or options.workspace_image(spec.security_profile),
-        "command": _serve_command(name, namespace, spec),
+        "command": _serve_command(name, namespace, spec, options),
         "workingDir": WORKSPACE_DIR,
         "ports": [{"name": "grpc", "containerPort": WORKSPACE_PORT, "protocol": "TCP"}],
         "env": env,
@@ -204,6 +227,9 @@ def _pulumi_container(name: str, namespace: str, spec: WorkspaceSpec, options: C
         "resources": copy.deepcopy(dict(spec.with_defaults().resources or {})),
         "volumeMounts": [_share_mount(), {"name": CACHE_VOLUME, "mountPath": CACHE_PATH}],
     }
+    metrics = metrics_port(options)
+    if metrics is not None:
+        container["ports"].append(metrics)
     if spec.image_pull_policy:
         container["imagePullPolicy"] = spec.image_pull_policy
     if spec.env_from:

@@ -24,7 +24,8 @@ act, on pods labelled ``auto.pulumi.com/component=workspace`` in the namespaces 
   not know is never run: ``ErrImagePull`` then ``ImagePullBackOff``, retried as a kubelet retries.
 * **Programs.** An image has no filesystem here, so the agent image's programs are mapped: a
   command naming ``agent`` (``/share/agent ...``, ``/share/tini /share/agent -- ...``, ``/agent``)
-  runs ``python -m pko.agent ...`` (``serve`` gets ``--host <podIP>``), the bootstrap copy
+  runs ``python -m pko.agent ...`` (``serve`` gets ``--host <podIP>``, and its
+  ``--metrics-bind-address :PORT`` becomes ``<podIP>:PORT``), the bootstrap copy
   ``cp -r /agent /agent-lib /tini /share/`` writes small shims instead and succeeds, ``tini`` is
   dropped; any other command runs as it is (``sh -c 'echo hi > /share/x'``). Every container gets
   the Pulumi engine first on PATH and its PULUMI_* variables as the image's environment (the

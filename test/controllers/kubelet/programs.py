@@ -110,6 +110,8 @@ def translate_argv(argv: list[str], pod_ip: str) -> list[str]:
                     skip = False
                 elif a == "--host":
                     skip = True
+                elif rest and rest[-1] == "--metrics-bind-address" and a.startswith(":"):
+                    rest.append(f"{pod_ip}{a}")  # ':PORT' is every interface of the pod's own network
                 elif not a.startswith("--host="):
                     rest.append(a)
             args = ["serve", "--host", pod_ip, *rest]
