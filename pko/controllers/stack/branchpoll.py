@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from dulwich.client import HTTPUnauthorized
+from dulwich.errors import NotGitRepository
 
 from pko.controllers.stack.retry import jitter_fraction
 from pko.git import GitCredentials, branch_ref, ls_remote, redact_text, redact_url, resolve_ref
@@ -47,6 +48,8 @@ def _lookup_failure(exc: BaseException, creds: GitCredentials) -> str:
         if any(creds.secrets()) or creds.username:
             return "authentication failed: the server rejected the credentials (spec.gitAuth)"
         return "authentication failed: the server requires credentials (set spec.gitAuth)"
+    if isinstance(exc, NotGitRepository):  # the server's 404: the agent's fetch's words
+        return "no git repository there (or it is not visible with the credentials given)"
     if isinstance(exc, SourceError):  # pko.git's own (SSH): already one line to act on
         return redact_text(str(exc), creds.secrets())
     return redact_text(f"{type(exc).__name__}: {exc}", creds.secrets())
