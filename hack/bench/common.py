@@ -1,5 +1,5 @@
-"""What the benchmark's driver and its contenders share: the bench CRD, kube clients, RSS, and the
-record that goes beside a run's raw JSON.
+"""What the benchmark's driver and its contenders share: the bench CRD, kube clients, RSS, Stack-shaped
+objects. (The record beside a run's raw JSON is pko.devtools.benchrecord.)
 
 Contenders run in their own processes (a fresh interpreter each, so one's memory or event loop
 never colours another's numbers). Every contender prints ``START <unix time>`` once its imports
@@ -8,13 +8,7 @@ are done and before it talks to the apiserver; the driver measures from there.
 
 from __future__ import annotations
 
-import json
-import os
-import platform
-import subprocess
-import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,85 +47,6 @@ FANOUT_CRD: dict[str, Any] = {
 }
 
 
-# --- the record beside a run's raw JSON ------------------------------------------------------------
-# A figure means little without when, on what and under what load it was measured: the machine is
-# shared, so the load average at start and end is part of the result.
-
-
-def cpu_model(cpuinfo: str) -> str:
-    """The CPU's name from ``/proc/cpuinfo`` text (x86's ``model name``; else ``Processor`` or
-    ``cpu model``, as some ARM and MIPS kernels write it); empty if none is given."""
-    for line in cpuinfo.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip() in ("model name", "Processor", "cpu model") and value.strip():
-            return value.strip()
-    return ""
-
-
-def dirty_paths(porcelain: str) -> list[str]:
-    """Tracked paths with uncommitted changes, from ``git status --porcelain=v1`` output (untracked
-    files excluded by the caller); a rename lists its new path."""
-    return [line[3:].split(" -> ")[-1] for line in porcelain.splitlines() if len(line) > 3]
-
-
-def _git(*args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
-    return done.stdout if done.returncode == 0 else ""
-
-
-def start_record(benchmark: str, argv: list[str] | None = None) -> dict[str, Any]:
-    """What to write beside a run's figures, taken as it starts: the UTC date, the git commit and the
-    tracked files changed from it (the tree the run measured), the machine and its load average."""
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        cpuinfo = ""
-    dirty = dirty_paths(_git("status", "--porcelain=v1", "--untracked-files=no"))
-    return {
-        "benchmark": benchmark,
-        "command": [Path(sys.executable).name, *(sys.argv if argv is None else argv)],
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "commit": _git("rev-parse", "HEAD").strip(),
-        "dirty": bool(dirty),
-        "dirty_paths": dirty,
-        "machine": {
-            "nproc": os.cpu_count() or 0,
-            "cpu": cpu_model(cpuinfo) or platform.processor(),
-            "kernel": platform.release(),
-            "python": platform.python_version(),
-        },
-        "loadavg_start": list(os.getloadavg()),  # 1, 5 and 15 minutes
-    }
-
-
-def finish_record(record: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
-    """The record with the load average at the end and the run's figures, ready to write."""
-    return {**record, "loadavg_end": list(os.getloadavg()), **figures}
-
-
-def write_record(path: Path, record: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n")
-
-
-def table_rows(markdown: str) -> list[dict[str, str]]:
-    """The rows of every Markdown table in ``markdown`` as {header: cell}, so the raw JSON holds each
-    figure exactly as it was printed."""
-    rows: list[dict[str, str]] = []
-    header: list[str] | None = None
-    for line in markdown.splitlines():
-        line = line.strip()
-        if not (line.startswith("|") and line.endswith("|")):
-            header = None
-            continue
-        cells = [c.strip() for c in line[1:-1].split("|")]
-        if header is None:
-            header = cells
-        elif not all(set(c) <= set(":-") and c for c in cells):  # not the |---|:-:| line
-            rows.append(dict(zip(header, cells, strict=False)))
-    return rows
-
-
 def mark_start() -> None:
     print(f"START {time.time():.6f}", flush=True)
 
@@ -154,16 +69,15 @@ def _status_kb(field: str) -> int:
 
 
 async def api_client(kubeconfig: str, *, pko_client: bool = False) -> Any:
-    """kubernetes-asyncio's stock ``ApiClient``, or (``pko_client``) the one the operator uses."""
+    """kubernetes-asyncio's stock ``ApiClient``, or (``pko_client``) the one the operator uses; either
+    can be handed to pko's machinery too (pko.machinery.apiclient)."""
     from kubernetes_asyncio import client, config
+
+    from pko.machinery.apiclient import new_api_client, stock_api_client
 
     cfg = client.Configuration()
     await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    if pko_client:
-        from pko.machinery.apiclient import new_api_client
-
-        return new_api_client(cfg)
-    return client.ApiClient(configuration=cfg)
+    return new_api_client(cfg) if pko_client else stock_api_client(cfg)
 
 
 async def patch_status(objects: Any, namespace: str, name: str) -> None:

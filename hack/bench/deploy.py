@@ -19,8 +19,8 @@ writes never count.
    per Stack, its peak RSS; beside it the floor, the same number of writes made by a bare
    kubernetes-asyncio loop (ConfigMap creates, ``--floor-concurrency`` at a time).
 
-    .venv/bin/python hack/bench/deploy.py                # 100 Stacks
-    .venv/bin/python hack/bench/deploy.py --stacks 3     # smoke
+    PYTHONPATH=test .venv/bin/python hack/bench/deploy.py                # 100 Stacks
+    PYTHONPATH=test .venv/bin/python hack/bench/deploy.py --stacks 3     # smoke
 """
 
 from __future__ import annotations
@@ -41,31 +41,37 @@ from pathlib import Path
 from typing import Any
 
 from common import REPO, api_client
-
-# The reconciler tests' kubelet and the real engine's fixture are test/ modules (not yet in pko.devtools).
-sys.path.insert(0, str(REPO / "test"))
-
-from controllers.kubelet import (
-    AGENT_IMAGE,
-    IMAGE_CONFIG,
-    KNOWN_IMAGES,
-    PlayKubelet,
-    grant_auth_delegator,
+from driver import (
+    bounded,
+    cpu_seconds,
+    create_namespace,
+    exit_on_sigterm,
+    free_port,
+    log,
+    rss_mb,
+    stop_and_keep_log,
 )
-from controllers.operator import OPERATOR_SERVICE_ACCOUNT, Operator
 from grpclib.client import Channel
 from grpclib.exceptions import GRPCError
 from kubernetes_asyncio import client
 from pko.api.generated.pko.agent import v1 as pb
-from realpulumi import make_real_pulumi
-from run import bounded, cpu_seconds, create_namespace, exit_on_sigterm, log, stop_and_keep_log
-from steady import free_port, rss_mb
 
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import PROGRAMS, STACKS, UPDATES
+from pko.devtools.benchrecord import recording
 from pko.devtools.localcluster import LocalCluster
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import CONFIGMAPS, ResourceClient
+
+try:  # the suite's play-kubelet, operator harness and real engine are test/ modules: PYTHONPATH=test
+    from controllers.kubelet import AGENT_IMAGE, IMAGE_CONFIG, KNOWN_IMAGES, PlayKubelet, grant_auth_delegator
+    from controllers.operator import OPERATOR_SERVICE_ACCOUNT, Operator
+    from realpulumi import make_real_pulumi
+except ModuleNotFoundError as missing:
+    raise SystemExit(
+        f"deploy.py runs the test suite's play-kubelet and real engine ({missing.name}, in test/): "
+        "PYTHONPATH=test .venv/bin/python hack/bench/deploy.py ..."
+    ) from missing
 
 NAMESPACE = "stacks"
 OPERATOR_NAMESPACE = "pko-system"
@@ -123,15 +129,6 @@ class Audit:
             dry = " (dry run)" if "dryRun=" in str(event.get("requestURI")) else ""
             counts[f"{event['verb']} {what}{dry}"] += 1
         return counts
-
-
-def print_writes(counts: Counter[str], per: int) -> None:
-    print("| verb resource | writes | per Stack |")
-    print("|---|---:|---:|")
-    for key, n in sorted(counts.items()):
-        print(f"| {key} | {n} | {n / per:.1f} |")
-    total = sum(counts.values())
-    print(f"| **all** | **{total}** | **{total / per:.1f}** |")
 
 
 async def apply_stack(api: Any, i: int) -> None:
@@ -266,7 +263,10 @@ async def agent_serving(tmp: Path, runs: int) -> tuple[list[float], list[float]]
     return serving, versions
 
 
-async def bench(cluster: LocalCluster, audit_path: Path, tmp: Path, args: argparse.Namespace) -> None:
+async def bench(
+    cluster: LocalCluster, audit_path: Path, tmp: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Every figure of the run, as the tables print them and the JSON records them."""
     log("agent start to serving, with the real CLI")
     serving, versions = await agent_serving(tmp, args.agent_runs)
     api = await api_client(str(cluster.kubeconfig))
@@ -342,6 +342,40 @@ async def bench(cluster: LocalCluster, audit_path: Path, tmp: Path, args: argpar
             if op.api is not None:
                 await op.api.close()  # the operator's identity, opened by setup()
 
+    return {
+        "agent": {"serving_s": serving, "pulumi_version_s": versions},
+        "one_stack": {
+            "apply_to_ready_s": one_wall,
+            "pulumi_up_s": one_pulumi[0] if one_pulumi else None,
+            "writes": dict(one),
+        },
+        "many_stacks": {
+            "stacks": n,
+            "apply_to_ready_s": wall,
+            "operator_cpu_s": cpu,
+            "operator_rss_peak_mb": peak[0],
+            "writes": dict(many),
+            "pulumi_up_s": many_pulumi,
+            "floor_writes": writes,
+            "floor_concurrency": args.floor_concurrency,
+            "floor_s": floor_s,
+        },
+    }
+
+
+def print_writes(counts: dict[str, int], per: int) -> None:
+    print("| verb resource | writes | per Stack |")
+    print("|---|---:|---:|")
+    for key, n in sorted(counts.items()):
+        print(f"| {key} | {n} | {n / per:.1f} |")
+    total = sum(counts.values())
+    print(f"| **all** | **{total}** | **{total / per:.1f}** |")
+
+
+def print_tables(figures: dict[str, Any]) -> None:
+    """The run's tables, from the figures bench() measured (the same dict the JSON records)."""
+    agent, one, many = figures["agent"], figures["one_stack"], figures["many_stacks"]
+    serving, versions = agent["serving_s"], agent["pulumi_version_s"]
     print("## Agent start to serving\n")
     print("| figure | median s | runs |")
     print("|---|---:|---:|")
@@ -349,31 +383,34 @@ async def bench(cluster: LocalCluster, audit_path: Path, tmp: Path, args: argpar
           f"{len(serving)} |")  # fmt: skip
     print(f"| of which `pulumi version` (opening the workspace runs it) | "
           f"{statistics.median(versions):.2f} | {len(versions)} |\n")  # fmt: skip
-    one_up = one_pulumi[0] if one_pulumi else 0.0
+    one_wall, one_up = one["apply_to_ready_s"], one["pulumi_up_s"]
     print("## One Stack: the operator's overhead per update\n")
     print("| figure | s |")
     print("|---|---:|")
     print(f"| Program + Stack applied -> Stack Ready | {one_wall:.1f} |")
-    print(f"| of which `pulumi up` in the workspace (the engine's own start -> end) | {one_up:.1f} |")
-    print(f"| the rest: workspace pod, agent, program fetch, stack select, config, status writes | "
-          f"{one_wall - one_up:.1f} ({one_wall / one_up:.1f}x the up) |\n" if one_up else "")  # fmt: skip
-    print("## Writes per deployed Stack\n")
+    if one_up:
+        print(f"| of which `pulumi up` in the workspace (the engine's own start -> end) | {one_up:.1f} |")
+        print(f"| the rest: workspace pod, agent, program fetch, stack select, config, status writes | "
+              f"{one_wall - one_up:.1f} ({one_wall / one_up:.1f}x the up) |")  # fmt: skip
+    print("\n## Writes per deployed Stack\n")
     print(f"One Program and one Stack applied; the operator's API writes until the Stack was Ready "
           f"({one_wall:.1f} s), from the apiserver's audit log:\n")  # fmt: skip
-    print_writes(one, 1)
+    print_writes(one["writes"], 1)
+    n, wall, floor_s = many["stacks"], many["apply_to_ready_s"], many["floor_s"]
+    writes = sum(many["writes"].values())
     print(f"\n## {n} Stacks from apply to Ready\n")
     print("| figure | value |")
     print("|---|---:|")
     print(f"| wall time, apply to all Ready (s) | {wall:.1f} |")
-    print(f"| the floor: {writes} writes by a bare loop (s) | {floor_s:.1f} |")
+    print(f"| the floor: {many['floor_writes']} writes by a bare loop (s) | {floor_s:.1f} |")
     print(f"| operator / floor | {wall / floor_s:.1f}x |" if floor_s else "| operator / floor | - |")
-    print(f"| operator CPU seconds per Stack | {cpu / n:.2f} |")
-    print(f"| operator RSS peak (MB) | {peak[0]:.0f} |")
+    print(f"| operator CPU seconds per Stack | {many['operator_cpu_s'] / n:.2f} |")
+    print(f"| operator RSS peak (MB) | {many['operator_rss_peak_mb']:.0f} |")
     print(f"| operator writes per Stack | {writes / n:.1f} |")
-    if many_pulumi:
-        print(f"| `pulumi up` per Stack, median (s) | {statistics.median(many_pulumi):.1f} |")
-    print("\nThe operator's writes for them:\n")
-    print_writes(many, n)
+    if many["pulumi_up_s"]:
+        print(f"| `pulumi up` per Stack, median (s) | {statistics.median(many['pulumi_up_s']):.1f} |")
+    print(f"\n## The operator's writes for the {n} Stacks\n")
+    print_writes(many["writes"], n)
 
 
 def main() -> int:
@@ -383,8 +420,16 @@ def main() -> int:
     p.add_argument("--floor-concurrency", type=int, default=10)
     p.add_argument("--agent-runs", type=int, default=5, help="agent start-to-serving runs")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for Ready")
+    p.add_argument("--json", type=Path, help="write every printed figure and the run's record here")
     args = p.parse_args()
-    print("# pko deploying Stacks on the real Pulumi engine\n")
+    with recording("hack/bench/deploy.py", args.json, vars(args)) as run:
+        run.figures.update(measure(args))
+        print("# pko deploying Stacks on the real Pulumi engine\n")
+        print_tables(run.figures)
+    return 0
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="pko-deploy-") as name:
         tmp = Path(name)
         policy = tmp / "audit-policy.yaml"
@@ -395,10 +440,9 @@ def main() -> int:
         log("starting a control plane (with kube-controller-manager)")
         cluster.start()
         try:
-            asyncio.run(bench(cluster, audit_path, tmp, args))
+            return asyncio.run(bench(cluster, audit_path, tmp, args))
         finally:
             cluster.stop()
-    return 0
 
 
 if __name__ == "__main__":

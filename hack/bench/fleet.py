@@ -23,13 +23,13 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from common import stack_spec
+from driver import bounded
 from dulwich.objects import Blob, Commit, Tree
 from dulwich.repo import MemoryRepo
 from dulwich.server import DictBackend
 from dulwich.web import make_wsgi_chain
 from pko.api.generated.pko.agent import v1 as pb
 from pko.api.validation import parse_stack
-from run import bounded
 
 from pko.agentclient import service_address
 from pko.controllers.options import ControllerOptions

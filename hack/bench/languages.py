@@ -33,11 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from common import REPO
+from driver import exit_on_sigterm, log
 from dulwich.repo import Repo
 from node import KUBECONFIG, NAMESPACE, POLL, _kube_time, agent_log, when
-from run import exit_on_sigterm, log
 from timeline import operation_span
 
+from pko.devtools.benchrecord import recording
 from pko.devtools.gitserver import git_commit, serve_git
 from pko.devtools.goproxy import go_sum, serve_module_cache
 from pko.devtools.kubectl import run
@@ -316,7 +317,8 @@ def core_image() -> Path:
     return out / "pko-workspace-core.oci.tar"
 
 
-async def bench(args: argparse.Namespace) -> None:
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
+    """Every figure of the run, as the tables print them and the JSON records them."""
     languages = [lang for lang in args.languages.split(",") if lang]
     core = core_image() if args.core else None
     if core is not None:
@@ -339,25 +341,37 @@ async def bench(args: argparse.Namespace) -> None:
         if core is not None:
             log("yaml on the core image")
             rows["yaml (core image)"] = await run_language("yaml", sources, 0, CORE_IMAGE)
-
-    print("# The same ConfigMap in every language, on the local node, real Pulumi engine\n")
-    print(f"One run, {args.updates} config update(s) per language (medians); seconds.\n")
-    print("| program | apply -> Ready (first deploy) | its `pulumi up` | pod created -> agent serving "
-          "| config change -> Ready | its `pulumi up` |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|")
-    for language, r in rows.items():
-        update = f"{r['update']:.1f} | {r['update_up']:.1f}" if "update" in r else "- | -"
-        print(f"| {language} | {r['first']:.1f} | {r['first_up']:.1f} | {r['serving']:.1f} | {update} |")
+    images = []
     if core is not None:
-        print("\n| workspace image | archive (pulled) | unpacked |")
-        print("|---|---:|---:|")
         full = cache_dir() / "images" / "pko-workspace.oci.tar"
         for label, archive in (
             ("every language (pko-workspace:dev)", full),
             ("core: YAML and Python (--target core)", core),
         ):
             packed, unpacked = image_sizes(archive)
-            print(f"| {label} | {packed / 1e6:.0f} MB | {unpacked / 1e6:.0f} MB |")
+            images.append({"image": label, "archive_bytes": packed, "unpacked_bytes": unpacked})
+    return {"updates_per_language": args.updates, "programs": rows, "images": images}
+
+
+def print_tables(figures: dict[str, Any]) -> None:
+    """The run's tables, from the figures bench() took (the same dict the JSON records)."""
+    print("# The same ConfigMap in every language, on the local node, real Pulumi engine\n")
+    print(f"One run, {figures['updates_per_language']} config update(s) per language (medians); seconds.\n")
+    print("| program | apply -> Ready (first deploy) | its `pulumi up` | pod created -> agent serving "
+          "| config change -> Ready | its `pulumi up` |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|")
+    for language, r in figures["programs"].items():
+        update = f"{r['update']:.1f} | {r['update_up']:.1f}" if "update" in r else "- | -"
+        print(f"| {language} | {r['first']:.1f} | {r['first_up']:.1f} | {r['serving']:.1f} | {update} |")
+    if figures["images"]:
+        print("\n## Workspace images\n")
+        print("| workspace image | archive (pulled) | unpacked |")
+        print("|---|---:|---:|")
+        for image in figures["images"]:
+            print(
+                f"| {image['image']} | {image['archive_bytes'] / 1e6:.0f} MB | "
+                f"{image['unpacked_bytes'] / 1e6:.0f} MB |"
+            )
 
 
 def main() -> int:
@@ -368,11 +382,14 @@ def main() -> int:
         "--languages", default=",".join(LANGUAGES), help="comma-separated, of " + ",".join(LANGUAGES)
     )
     p.add_argument("--no-core", dest="core", action="store_false", help="skip the core image's run")
+    p.add_argument("--json", type=Path, help="write every printed figure and the run's record here")
     args = p.parse_args()
     if not KUBECONFIG.exists():
         print("bench: no local node; run hack/up.sh first", file=sys.stderr)
         return 2
-    asyncio.run(bench(args))
+    with recording("hack/bench/languages.py", args.json, vars(args)) as run:
+        run.figures.update(asyncio.run(bench(args)))
+        print_tables(run.figures)
     return 0
 
 

@@ -30,15 +30,17 @@ import statistics
 import sys
 import time
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import timeline
 from common import REPO, api_client
+from driver import exit_on_sigterm, log
 from kubernetes_asyncio.client.exceptions import ApiException
-from run import exit_on_sigterm, log
 from timeline import when
 
 from pko.controllers.resources import STACKS, UPDATES, WORKSPACES
+from pko.devtools.benchrecord import recording
 from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import PODS, ResourceClient
@@ -169,7 +171,8 @@ async def update(clients: dict[str, ResourceClient], greeting: str | None) -> di
     return {"wall": wall, "up": up, "timeline": steps.rows()}
 
 
-async def bench(args: argparse.Namespace) -> None:
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
+    """Every figure of the run, as the tables print them and the JSON records them."""
     api = await api_client(str(KUBECONFIG))
     async with api:
         stacks = ResourceClient(api, STACKS, NAMESPACE)
@@ -195,6 +198,12 @@ async def bench(args: argparse.Namespace) -> None:
             if args.updates:
                 log("restoring the sample's config")
                 await update(clients, original)
+    return {"restarts": restarts, "updates": timed}
+
+
+def print_tables(figures: dict[str, Any]) -> None:
+    """The run's tables, from the figures bench() took (the same dict the JSON records)."""
+    restarts, timed = figures["restarts"], figures["updates"]
 
     def med(rows: list[dict[str, Any]], key: str) -> float:
         return statistics.median(r[key] for r in rows)
@@ -235,11 +244,14 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--restarts", type=int, default=3, help="workspace pod deletions to time")
     p.add_argument("--updates", type=int, default=5, help="config updates to time")
+    p.add_argument("--json", type=Path, help="write every printed figure and the run's record here")
     args = p.parse_args()
     if not KUBECONFIG.exists():
         print("bench: no local node; run hack/up.sh first", file=sys.stderr)
         return 2
-    asyncio.run(bench(args))
+    with recording("hack/bench/node.py", args.json, vars(args)) as run:
+        run.figures.update(asyncio.run(bench(args)))
+        print_tables(run.figures)
     return 0
 
 

@@ -38,9 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from common import REPO
+from driver import exit_on_sigterm, log
 from node import KUBECONFIG, POLL
-from run import exit_on_sigterm, log
 
+from pko.devtools.benchrecord import recording
 from pko.devtools.builds import built
 from pko.devtools.kubectl import run
 from pko.devtools.localnode.images import import_images
@@ -393,7 +394,7 @@ def clear_node(pko: Operator) -> None:
 Results = dict[str, dict[str, list[float]]]  # operator label -> figure -> one value per round
 
 
-async def bench(args: argparse.Namespace, peer_dist: Path) -> None:
+async def bench(args: argparse.Namespace, peer_dist: Path) -> Results:
     go, pko = operators(peer_dist)
     clear_node(pko)
     results: Results = {"go": {}, "pko": {}}
@@ -410,8 +411,7 @@ async def bench(args: argparse.Namespace, peer_dist: Path) -> None:
                     results[op.label].setdefault(key, []).extend(values)
     finally:
         pko.install()
-    print(f"# pko beside the Go operator v2.9.0, local node ({args.rounds} round(s); medians, seconds)\n")
-    print_table(results)
+    return results
 
 
 def median(results: Results, label: str, key: str) -> float:
@@ -423,12 +423,17 @@ def overhead(results: Results, label: str) -> float:
     return median(results, label, "update") - median(results, label, "bare")
 
 
-def print_table(results: Results) -> None:
+def figure_rows(results: Results) -> list[dict[str, Any]]:
+    """The table's rows: each figure's label, the Go operator's and pko's value (the median of the rounds;
+    the per-round lists for the counts) and pko / Go (None where there is none to take)."""
+
     def med(label: str, key: str) -> float:
         return median(results, label, key)
 
-    print("| figure | Go operator | pko | pko / Go |")
-    print("|---|---:|---:|---:|")
+    def ratio(g: float, p: float) -> float | None:
+        return p / g if g not in (0.0, float("inf")) else None
+
+    rows: list[dict[str, Any]] = []
     for key, label in (
         ("first", "Program Stack applied -> Ready (first deploy, workspace pod included)"),
         ("update", "config change -> Ready"),
@@ -436,16 +441,34 @@ def print_table(results: Results) -> None:
         ("restart", "workspace pod deleted -> Workspace Ready again"),
     ):
         g, p = med("go", key), med("pko", key)
-        print(f"| {label} | {g:.1f} | {p:.1f} | {p / g:.2f} |")
+        rows.append({"figure": label, "go": g, "pko": p, "ratio": ratio(g, p)})
     g, p = overhead(results, "go"), overhead(results, "pko")
-    print(f"| operator overhead per update (config change -> Ready minus the bare up) | {g:.1f} | {p:.1f} | "
-          f"{p / g if g else float('nan'):.2f} |")  # fmt: skip
+    label = "operator overhead per update (config change -> Ready minus the bare up)"
+    rows.append({"figure": label, "go": g, "pko": p, "ratio": ratio(g, p)})
     g, p = med("go", "operator_restart"), med("pko", "operator_restart")
     label = f"operator pod deleted 3 s into a {SLOW_SECONDS} s update -> Stack Ready"
-    ratio = f"{p / g:.2f}" if g != float("inf") else "-"
-    print(f"| {label} (inf: not within {RECOVERY:.0f} s) | {g:.1f} | {p:.1f} | {ratio} |")
+    label += f" (inf: not within {RECOVERY:.0f} s)"
+    rows.append({"figure": label, "go": g, "pko": p, "ratio": ratio(g, p)})
     for key, label in (("updates_made", "Updates that change made"), ("engine_runs", "engine runs recorded")):
-        print(f"| {label} (each round; 1 is right) | {results['go'][key]} | {results['pko'][key]} | |")
+        label += " (each round; 1 is right)"
+        rows.append({"figure": label, "go": results["go"][key], "pko": results["pko"][key], "ratio": None})
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    """figure_rows() as a Markdown table (seconds to one decimal, ratios to two)."""
+
+    def cell(value: Any) -> str:
+        return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+    print("| figure | Go operator | pko | pko / Go |")
+    print("|---|---:|---:|---:|")
+    for row in rows:
+        if isinstance(row["go"], list):  # the counts per round: no ratio
+            shown = ""
+        else:
+            shown = "-" if row["ratio"] is None else f"{row['ratio']:.2f}"
+        print(f"| {row['figure']} | {cell(row['go'])} | {cell(row['pko'])} | {shown} |")
 
 
 def main() -> int:
@@ -454,11 +477,16 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=1, help="install/measure/remove rounds per operator")
     p.add_argument("--updates", type=int, default=2, help="config changes per round")
     p.add_argument("--restarts", type=int, default=2, help="workspace pod deletions per round")
+    p.add_argument("--json", type=Path, help="write every printed figure and the run's record here")
     args = p.parse_args()
     if not KUBECONFIG.exists():
         print("bench: no local node; run hack/up.sh first", file=sys.stderr)
         return 2
-    asyncio.run(bench(args, build_peer()))
+    with recording("hack/bench/peer.py", args.json, vars(args)) as run:
+        run.figures["rounds"] = asyncio.run(bench(args, build_peer()))
+        run.figures["rows"] = figure_rows(run.figures["rounds"])
+        print(f"# pko beside the Go operator v2.9.0, local node ({args.rounds} round(s); medians, seconds)\n")
+        print_table(run.figures["rows"])
     return 0
 
 

@@ -114,16 +114,17 @@ from pathlib import Path
 from typing import Any
 
 from common import api_client
+from driver import exit_on_sigterm, log
 from node import KUBECONFIG
 from peer import NS, Operator, build_peer, clear_node, operators
 from peerscale_busy import disk_check, many_stacks
 from peerscale_idle import SHAPES, idle_stacks
 from peerscale_operator import leader_at, started_pod
 from peerscale_requests import background, per_minute
-from peerscale_table import print_table
-from run import exit_on_sigterm, log
+from peerscale_table import figure_rows, print_table
 
 from pko.controllers.resources import STACKS
+from pko.devtools.benchrecord import recording
 from pko.machinery.resource import ResourceClient
 
 Obj = dict[str, Any]
@@ -154,7 +155,7 @@ async def measure(op: Operator, client: ResourceClient, args: argparse.Namespace
     return results
 
 
-async def bench(args: argparse.Namespace, peer_dist: Path) -> None:
+async def bench(args: argparse.Namespace, peer_dist: Path) -> dict[str, Obj]:
     go, pko = operators(peer_dist)
     clear_node(pko)
     results: dict[str, Obj] = {}
@@ -171,7 +172,7 @@ async def bench(args: argparse.Namespace, peer_dist: Path) -> None:
                     op.remove()
         finally:
             pko.install()
-    print_table(results, args)
+    return results
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -200,6 +201,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     p.add_argument("--operators", default="go,pko", help="which to measure (Go first when both)")
+    p.add_argument("--json", type=Path, help="write every printed figure and the run's record here")
     args = parse(p)
     args.operators = {o for o in args.operators.split(",") if o}
     if not KUBECONFIG.exists():
@@ -207,7 +209,10 @@ def main() -> int:
         return 2
     if args.stacks:
         disk_check(args.stacks, args.disk_per_workspace_gb)
-    asyncio.run(bench(args, build_peer()))
+    with recording("hack/bench/peerscale.py", args.json, vars(args)) as run:
+        run.figures["operators"] = asyncio.run(bench(args, build_peer()))
+        run.figures["rows"] = figure_rows(run.figures["operators"], args)
+        print_table(run.figures["rows"])
     return 0
 
 

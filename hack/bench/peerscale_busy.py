@@ -12,6 +12,7 @@ from typing import Any
 
 import procstats
 import yaml
+from driver import log
 from node import KUBECONFIG
 from peer import NS, PROGRAM, STACK, get, kubectl, release, wait
 from peerscale_operator import MIB, OperatorPod, poll
@@ -19,7 +20,6 @@ from peerscale_requests import SENT, Background, caused, scrape
 from peerscale_table import fmt_row
 from peerscale_watch import StackWatch, ready_now
 from procstats import PULUMI_GROUPS, PeakSampler
-from run import log
 
 from pko.machinery.resource import ResourceClient
 

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import procstats
+from driver import log
 from peer import NS, PROGRAM, get, kubectl, release, wait
 from peerscale_busy import as_list
 from peerscale_operator import MIB, leader_at, operator_pods, poll, scale, started_pod
@@ -18,7 +19,6 @@ from peerscale_requests import SENT, Background, caused, per_minute, scrape
 from peerscale_table import fmt_row
 from peerscale_watch import StackWatch, has_status
 from procstats import PULUMI_GROUPS
-from run import log
 
 from pko.machinery.resource import ResourceClient
 

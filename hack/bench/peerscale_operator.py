@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import procstats
+from driver import log
 from peer import OPERATOR_NS, get, kubectl
-from run import log
 
 from pko.devtools.waiting import wait_until
 

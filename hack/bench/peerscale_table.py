@@ -20,10 +20,17 @@ def cell(value: Any, digits: int) -> str:
     return f"{value:,.{digits}f}" if isinstance(value, float) else str(value)
 
 
-def ratio(go: Any, pko: Any) -> str:
+def ratio_value(go: Any, pko: Any) -> float | None:
+    """pko / Go, None unless both are numbers measured and Go's is neither 0 nor infinite."""
     if not isinstance(go, float) or not isinstance(pko, float) or go in (0.0, float("inf")) or go != go:
-        return "-"
-    return f"{pko / go:.2f}"
+        return None
+    return pko / go
+
+
+def shown_ratio(value: float | None, compared: bool = True) -> str:
+    if not compared:
+        return ""
+    return "-" if value is None else f"{value:.2f}"
 
 
 # (label, key, digits, compared): the table's rows; {n}, {idle}, {timeout}, {shape} filled in.
@@ -75,20 +82,35 @@ IDLE_FIGURES = [
 ]
 
 
-def print_table(results: dict[str, Obj], args: argparse.Namespace) -> None:
+def figure_rows(results: dict[str, Obj], args: argparse.Namespace) -> list[Obj]:
+    """The table's rows: each figure's label, the Go operator's and pko's value, pko / Go (None where
+    the figure is not compared or either value is missing), and the digits it is printed with."""
     go, pko = results.get("go") or {}, results.get("pko") or {}
+    out: list[Obj] = []
 
     def rows(figures: list[tuple[str, str, int, bool]], prefix: str, **fill: Any) -> None:
         for label, key, digits, compared in figures:
             g, p = go.get(prefix + key), pko.get(prefix + key)
-            shown = ratio(g, p) if compared else ""
-            print(f"| {label.format(**fill)} | {cell(g, digits)} | {cell(p, digits)} | {shown} |")
+            value = ratio_value(g, p) if compared else None
+            out.append(
+                {"figure": label.format(**fill), "go": g, "pko": p, "ratio": value, "digits": digits,
+                 "compared": compared}
+            )  # fmt: skip
 
-    print("# pko beside the Go operator v2.9.0 with many Stacks, local node (one run)\n")
-    print("| figure | Go operator | pko | pko / Go |")
-    print("|---|---:|---:|---:|")
     rows(BACKGROUND_FIGURES, "", background=f"{args.background_seconds:.0f}")
     if args.stacks:
         rows(ROW3_FIGURES, "row3.", n=args.stacks, timeout=f"{args.timeout:.0f}")
     for n in args.idle:
         rows(IDLE_FIGURES, f"idle{n}.", n=f"{n:,}", shape=args.idle_shape, idle=f"{args.idle_seconds:.0f}")
+    return out
+
+
+def print_table(rows: list[Obj]) -> None:
+    """figure_rows() as a Markdown table."""
+    print("# pko beside the Go operator v2.9.0 with many Stacks, local node (one run)\n")
+    print("| figure | Go operator | pko | pko / Go |")
+    print("|---|---:|---:|---:|")
+    for row in rows:
+        shown = shown_ratio(row["ratio"], row["compared"])
+        digits = row["digits"]
+        print(f"| {row['figure']} | {cell(row['go'], digits)} | {cell(row['pko'], digits)} | {shown} |")

@@ -14,7 +14,7 @@ command (a replace), so every agent does the same work; the first round warms th
 counted. Each figure is the time from the request to its result, as the operator waits for it; the
 table shows each median and what the pack adds to the no-pack median of the same run.
 
-Prints a Markdown table; writes every timing with the run's record (common.start_record: the date, the
+Prints a Markdown table; writes every timing with the run's record (pko.devtools.benchrecord: the date, the
 git commit, the machine, the load average at start and end, the command) as JSON to ``--json`` (default
 ``.bench-logs/policy.json``).
 """
@@ -29,9 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import REPO, finish_record, start_record, write_record
+from common import REPO
 
-# The real engine's fixture and the agent tests' helpers are test/ modules (as in deploy.py).
+# The real engine's fixture and the agent tests' helpers are test/ modules (deploy.py: PYTHONPATH=test).
 sys.path[:0] = [str(REPO / "test"), str(REPO / "test" / "agent")]
 
 from pko.api.generated.google.protobuf import Value  # noqa: E402
@@ -43,6 +43,7 @@ from test_policy_packs import PROGRAM  # noqa: E402
 from test_policy_packs_python import PACK as PYTHON_PACK  # noqa: E402
 
 from pko.devtools.agents import RunningAgent, collect, start_agent  # noqa: E402
+from pko.devtools.benchrecord import finish_record, start_record, write_record  # noqa: E402
 from pko.devtools.builds import built  # noqa: E402
 from pko.devtools.policypacks import (  # noqa: E402
     engine_env,

@@ -10,14 +10,15 @@ For each operator in turn, peer.py's rows (1 first deploy, 2 a config change bes
 `pulumi up`, 5 the workspace pod replaced, 6 the operator pod deleted mid-update) and then
 peerscale.py's (3 ``--stacks`` Program Stacks at once, 4 ``--idle`` idle Stacks over an
 ``--idle-seconds`` window); how each figure is taken is in those two files' docstrings. Prints the
-six-row summary, then each bench's full table, all from this one run.
+six-row summary, then each bench's full table, all from this one run; ``--json PATH`` writes them with
+the run's record (pko.devtools.benchrecord), each row with both operators' values and pko / Go, and
+every figure behind them (peer.py's per round, peerscale.py's per operator).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,15 +27,15 @@ import peer
 import peerscale
 import peerscale_busy
 import peerscale_table
-from common import REPO, api_client
+from common import api_client
+from driver import exit_on_sigterm, log
 from node import KUBECONFIG
-from run import exit_on_sigterm, log
 
 from pko.controllers.resources import STACKS
+from pko.devtools.benchrecord import recording
 from pko.machinery.resource import ResourceClient
 
 Obj = dict[str, Any]
-RAW = REPO / ".bench-logs" / "sidebyside.json"  # every figure of the last run, before the tables
 
 
 async def bench(args: argparse.Namespace, peer_dist: Path) -> tuple[peer.Results, dict[str, Obj]]:
@@ -103,13 +104,25 @@ def summary_rows(small: peer.Results, scale: dict[str, Obj], args: argparse.Name
     return rows
 
 
-def print_summary(rows: list[Row]) -> None:
+def summary_table(rows: list[Row]) -> list[Obj]:
+    """The summary's rows as the JSON records them and the table prints them: the figure, the Go
+    operator's and pko's value, pko / Go (None where there is none: a count, a value missing), and the
+    digits it is printed with."""
+    out: list[Obj] = []
+    for label, g, p, digits in rows:
+        value = None if "1 is right" in label else peerscale_table.ratio_value(g, p)
+        out.append({"row": label, "go": g, "pko": p, "ratio": value, "digits": digits})
+    return out
+
+
+def print_summary(rows: list[Obj]) -> None:
     print("| row | Go operator | pko | pko / Go |")
     print("|---|---:|---:|---:|")
-    for label, g, p, digits in rows:
-        shown = "" if "1 is right" in label else peerscale_table.ratio(g, p)
-        cells = f"{peerscale_table.cell(g, digits)} | {peerscale_table.cell(p, digits)} | {shown}"
-        print(f"| {label} | {cells} |")
+    for row in rows:
+        shown = peerscale_table.shown_ratio(row["ratio"], "1 is right" not in row["row"])
+        digits = row["digits"]
+        cells = f"{peerscale_table.cell(row['go'], digits)} | {peerscale_table.cell(row['pko'], digits)}"
+        print(f"| {row['row']} | {cells} | {shown} |")
 
 
 def main() -> int:
@@ -118,25 +131,36 @@ def main() -> int:
     p.add_argument("--updates", type=int, default=2, help="rows 2: config changes")
     p.add_argument("--restarts", type=int, default=2, help="row 5: workspace pod deletions")
     peerscale.add_arguments(p)
+    p.add_argument("--json", type=Path, help="write every printed figure and the run's record here")
     args = peerscale.parse(p)
     if not KUBECONFIG.exists():
         print("bench: no local node; run hack/up.sh first", file=sys.stderr)
         return 2
     if args.stacks:
         peerscale_busy.disk_check(args.stacks, args.disk_per_workspace_gb)
-    small, scale = asyncio.run(bench(args, peer.build_peer()))
-    RAW.parent.mkdir(exist_ok=True)
-    RAW.write_text(json.dumps({"args": vars(args), "small": small, "scale": scale}, indent=1))
-    log(f"raw figures: {RAW}")
+    with recording("hack/bench/sidebyside.py", args.json, vars(args)) as run:
+        small, scale = asyncio.run(bench(args, peer.build_peer()))
+        run.figures.update(
+            summary=summary_table(summary_rows(small, scale, args)),
+            peer_rows=peer.figure_rows(small),
+            peerscale_rows=peerscale_table.figure_rows(scale, args),
+            peer_rounds=small,
+            peerscale_operators=scale,
+        )
+        print_tables(run.figures, args)
+    return 0
+
+
+def print_tables(figures: Obj, args: argparse.Namespace) -> None:
+    """The run's tables, from the figures measured (the same dict the JSON records)."""
     print("# pko beside the Go operator v2.9.0, local node: issue 26's six rows (one run)\n")
-    print_summary(summary_rows(small, scale, args))
+    print_summary(figures["summary"])
     window, recovery = f"{args.idle_seconds:.0f} s", f"{peer.RECOVERY:.0f} s"
     print(f"\nRow 4's idle window: {window}; row 6's inf: not Ready within {recovery}.")
     print("\n## Rows 1, 2, 5 and 6 in full (peer.py's table)\n")
-    peer.print_table(small)
+    peer.print_table(figures["peer_rows"])
     print()
-    peerscale_table.print_table(scale, args)
-    return 0
+    peerscale_table.print_table(figures["peerscale_rows"])
 
 
 if __name__ == "__main__":

@@ -18,39 +18,35 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from common import REPO, api_client
+from driver import (
+    cpu_seconds,
+    create_namespace,
+    exit_on_sigterm,
+    free_port,
+    install_crds,
+    log,
+    rss_mb,
+    stop_and_keep_log,
+)
 from fleet import GitServer, Seeded, git_server, seed_fleet
 from prometheus_client.parser import text_string_to_metric_families
-from run import cpu_seconds, create_namespace, exit_on_sigterm, install_crds, log, stop_and_keep_log
 
 from pko.controllers.options import ControllerOptions
+from pko.devtools.benchrecord import recording
 from pko.devtools.localcluster import LocalCluster
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+Obj = dict[str, Any]
 
 
 def reconciles(port: int) -> dict[str, float]:
@@ -132,17 +128,35 @@ class ProbeSampler:
                     age = float(line.split()[1])
                     self.heartbeat_age = max(self.heartbeat_age or 0.0, age)
 
-    def rows(self) -> list[str]:
-        out = []
-        for key in self.urls:
-            out.append(f"| first pass: slowest /{key} answer (s) | {self.slowest[key]:.2f} | < 1 |")
-            out.append(
-                f"| first pass: /{key} answers over 1 s / failed / sampled | {self.over_1s[key]} / "
-                f"{self.failed[key]} / {self.samples[key]} | 0 / 0 / - |"
-            )
-        age = "n/a" if self.heartbeat_age is None else f"{self.heartbeat_age:.2f}"
-        out.append(f"| first pass: largest event-loop heartbeat age (s) | {age} | < 60 (liveness) |")
-        return out
+    def figures(self) -> dict[str, Any]:
+        """Per endpoint the slowest answer, the answers over 1 s, the failed and all sampled; the largest
+        heartbeat age (None: not exported)."""
+        per = {
+            key: {
+                "slowest_s": self.slowest[key],
+                "over_1s": self.over_1s[key],
+                "failed": self.failed[key],
+                "sampled": self.samples[key],
+            }
+            for key in self.urls
+        }
+        return {**per, "heartbeat_age_max_s": self.heartbeat_age}
+
+
+def probe_rows(probes: dict[str, Any]) -> list[str]:
+    """ProbeSampler.figures() as rows of the figures table."""
+    out = []
+    for key in ("healthz", "metrics"):
+        p = probes[key]
+        out.append(f"| first pass: slowest /{key} answer (s) | {p['slowest_s']:.2f} | < 1 |")
+        out.append(
+            f"| first pass: /{key} answers over 1 s / failed / sampled | {p['over_1s']} / "
+            f"{p['failed']} / {p['sampled']} | 0 / 0 / - |"
+        )
+    age = probes["heartbeat_age_max_s"]
+    shown = "n/a" if age is None else f"{age:.2f}"
+    out.append(f"| first pass: largest event-loop heartbeat age (s) | {shown} | < 60 (liveness) |")
+    return out
 
 
 NAMESPACE = "stacks"
@@ -191,14 +205,23 @@ async def seed(cluster: LocalCluster, n: int, git: GitServer, teams: int, resync
         )
 
 
-def table_of_writes(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]) -> None:
+def write_deltas(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]) -> list[Obj]:
+    """The write requests served between two readings of api_writes(), by verb and resource (those with
+    none left out), then their sum as ``all``."""
+    rows: list[Obj] = []
+    for verb, resource in sorted(after):
+        delta = after[verb, resource] - before.get((verb, resource), 0.0)
+        if delta:
+            rows.append({"verb": verb, "resource": resource, "writes": delta})
+    rows.append({"verb": "all", "resource": "all", "writes": sum(after.values()) - sum(before.values())})
+    return rows
+
+
+def print_writes(rows: list[Obj]) -> None:
     print("| verb | resource | writes |")
     print("|---|---|---:|")
-    for key in sorted(after):
-        d = after[key] - before.get(key, 0.0)
-        if d:
-            print(f"| {key[0]} | {key[1]} | {d:.0f} |")
-    print(f"| all | all | {sum(after.values()) - sum(before.values()):.0f} |")
+    for row in rows:
+        print(f"| {row['verb']} | {row['resource']} | {row['writes']:.0f} |")
 
 
 def start_operator(cluster: LocalCluster, logf: Any) -> tuple[subprocess.Popen[bytes], int, int]:
@@ -265,8 +288,16 @@ def main() -> int:
     )
     p.add_argument("--quiet", type=float, default=15.0, help="write-free seconds that end the first pass")
     p.add_argument("--first-pass-timeout", type=float, default=3600.0)
+    p.add_argument("--json", type=Path, help="write every printed figure and the run's record here")
     args = p.parse_args()
-    print("# pko steady state at scale (issue 9)\n")
+    with recording("hack/bench/steady.py", args.json, vars(args)) as run:
+        run.figures.update(measure(args))
+        print_tables(run.figures)
+    return 0
+
+
+def measure(args: argparse.Namespace) -> Obj:
+    """Every figure of the run, as the tables print them and the JSON records them."""
     with tempfile.TemporaryDirectory(prefix="pko-steady-") as tmp, git_server(args.teams) as git:
         cluster = LocalCluster(Path(tmp) / "cluster", with_controller_manager=False)
         log("starting a control plane")
@@ -304,49 +335,80 @@ def main() -> int:
             cpu1, t1 = cpu_seconds(proc.pid), time.monotonic()
             rss = rss_mb(proc.pid)
             w1 = api_writes(cluster)
-            cpu_pct = 100 * (cpu1 - cpu0) / (t1 - t0)
-            print(
-                f"Seeded: {seeded.stacks} Stacks with {seeded.workspaces} Workspaces, "
-                f"{seeded.statefulsets} StatefulSets, {seeded.services} Services, {seeded.pods} Ready pods, "
-                f"{seeded.updates} Updates; branches on {args.teams} loopback git repositories, "
-                f"resyncFrequencySeconds {args.resync}; "
-                f"window {args.duration:.0f} s after the first pass\n"
-            )
-            print("| figure | value | target |")
-            print("|---|---:|---|")
-            print(f"| operator RSS at end (MB) | {rss:.0f} | <= 400 |")
-            print(f"| operator RSS peak in window (MB) | {peak:.0f} | <= 400 |")
-            print(f"| operator CPU % of one core over the window | {cpu_pct:.1f} | <= 5 |")
-            print(f"| first pass: operator start to every Stack reconciled (s) | {took:.0f} | |")
-            print(f"| first pass: operator start to its last write (s) | {last_write:.0f} | |")
-            print(f"| git requests in the first pass / in the window | {git0 - git_start} / "
-                  f"{git.requests[0] - git0} | one per repository per interval |")  # fmt: skip
-            print("\n".join(probes.rows()))
-            per = {c: prev.get(c, 0) - r0.get(c, 0) for c in prev}
-            print(f"\nreconciles in the first pass: {r0}")
-            print(f"\nreconciles per controller in the window: {per}\n")
-            print("| bucket start s | reconciles |")
-            print("|---:|---:|")
-            for i, h in enumerate(hist):
-                print(f"| {i * step:.0f} | {h:.0f} |")
-            mean = sum(hist) / len(hist) if hist else 0
-            print(
-                f"\nresync spread: max bucket / mean = {max(hist) / mean:.2f}"
-                if mean
-                else "\nresync spread: no reconciles in the window"
-            )
-            print("\nAPI writes in the first pass (only the operator writes then):\n")
-            table_of_writes(w_start, w0)
-            print("\nAPI writes in the window:\n")
-            table_of_writes(w0, w1)
+            git1 = git.requests[0]
             cached = informers(log_path)
-            print(f"\ninformers synced (resource, namespace): {cached}")
-            leaked = [r for r, _ in cached if r in ("secrets", "configmaps")]
-            print(f"Secrets/ConfigMaps cached: {'yes: ' + ', '.join(leaked) if leaked else 'no'}")
         finally:
             stop_and_keep_log(proc, log_path, "steady-operator.log")
             cluster.stop()
-    return 0
+    mean = sum(hist) / len(hist) if hist else 0
+    return {
+        "seeded": asdict(seeded),
+        "teams": args.teams,
+        "resync_s": args.resync,
+        "window_s": args.duration,
+        "operator_rss_end_mb": rss,
+        "operator_rss_peak_mb": peak,
+        "operator_cpu_pct": 100 * (cpu1 - cpu0) / (t1 - t0),
+        "first_pass_reconciled_s": took,
+        "first_pass_last_write_s": last_write,
+        "git_requests_first_pass": git0 - git_start,
+        "git_requests_window": git1 - git0,
+        "probes_first_pass": probes.figures(),
+        "reconciles_first_pass": r0,
+        "reconciles_window": {c: prev.get(c, 0) - r0.get(c, 0) for c in prev},
+        "buckets": [{"start_s": i * step, "reconciles": h} for i, h in enumerate(hist)],
+        "resync_spread": max(hist) / mean if mean else None,
+        "writes_first_pass": write_deltas(w_start, w0),
+        "writes_window": write_deltas(w0, w1),
+        "informers": [{"resource": r, "namespace": ns} for r, ns in cached],
+        "secrets_configmaps_cached": [r for r, _ in cached if r in ("secrets", "configmaps")],
+    }
+
+
+def print_tables(f: Obj) -> None:
+    """The run's tables, from the figures measure() took (the same dict the JSON records)."""
+    seeded = f["seeded"]
+    print("# pko steady state at scale (issue 9)\n")
+    print(
+        f"Seeded: {seeded['stacks']} Stacks with {seeded['workspaces']} Workspaces, "
+        f"{seeded['statefulsets']} StatefulSets, {seeded['services']} Services, {seeded['pods']} Ready pods, "
+        f"{seeded['updates']} Updates; branches on {f['teams']} loopback git repositories, "
+        f"resyncFrequencySeconds {f['resync_s']}; window {f['window_s']:.0f} s after the first pass"
+    )
+    print("\n## The operator after its first pass\n")
+    print("| figure | value | target |")
+    print("|---|---:|---|")
+    print(f"| operator RSS at end (MB) | {f['operator_rss_end_mb']:.0f} | <= 400 |")
+    print(f"| operator RSS peak in window (MB) | {f['operator_rss_peak_mb']:.0f} | <= 400 |")
+    print(f"| operator CPU % of one core over the window | {f['operator_cpu_pct']:.1f} | <= 5 |")
+    print(
+        f"| first pass: operator start to every Stack reconciled (s) | {f['first_pass_reconciled_s']:.0f} | |"
+    )
+    print(f"| first pass: operator start to its last write (s) | {f['first_pass_last_write_s']:.0f} | |")
+    print(f"| git requests in the first pass / in the window | {f['git_requests_first_pass']} / "
+          f"{f['git_requests_window']} | one per repository per interval |")  # fmt: skip
+    print("\n".join(probe_rows(f["probes_first_pass"])))
+    print(f"\nreconciles in the first pass: {f['reconciles_first_pass']}")
+    print(f"\nreconciles per controller in the window: {f['reconciles_window']}")
+    print("\n## Reconciles per bucket of the window\n")
+    print("| bucket start s | reconciles |")
+    print("|---:|---:|")
+    for bucket in f["buckets"]:
+        print(f"| {bucket['start_s']:.0f} | {bucket['reconciles']:.0f} |")
+    spread = f["resync_spread"]
+    print(
+        f"\nresync spread: max bucket / mean = {spread:.2f}"
+        if spread is not None
+        else "\nresync spread: no reconciles in the window"
+    )
+    print("\n## API writes in the first pass (only the operator writes then)\n")
+    print_writes(f["writes_first_pass"])
+    print("\n## API writes in the window\n")
+    print_writes(f["writes_window"])
+    cached = [(i["resource"], i["namespace"]) for i in f["informers"]]
+    print(f"\ninformers synced (resource, namespace): {cached}")
+    leaked = f["secrets_configmaps_cached"]
+    print(f"Secrets/ConfigMaps cached: {'yes: ' + ', '.join(leaked) if leaked else 'no'}")
 
 
 if __name__ == "__main__":

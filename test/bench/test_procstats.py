@@ -4,20 +4,16 @@ and files (no cluster): what the scale benchmark counts must be right before its
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from pathlib import Path
 from typing import Any
-
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack" / "bench"))
 
 import peerscale_busy
 import peerscale_idle
 import peerscale_operator
 import peerscale_watch
 import procstats
+import pytest
 from procstats import Requests
 
 Obj = dict[str, Any]

@@ -1,4 +1,4 @@
-"""The record written beside a benchmark's raw JSON (hack/bench/common.py) and run.py's reading of its own
+"""The record written beside a benchmark's raw JSON (pko.devtools.benchrecord) and the reading of its own
 printed tables: a figure in docs/data/ is only as good as the date, commit and machine beside it."""
 
 from __future__ import annotations
@@ -7,13 +7,22 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack" / "bench"))
+import pytest
 
-from common import REPO, cpu_model, dirty_paths, finish_record, start_record, table_rows, write_record
-from run import tables_by_heading
+from pko.devtools.benchrecord import (
+    REPO,
+    cpu_model,
+    dirty_paths,
+    finish_record,
+    plain,
+    recording,
+    start_record,
+    table_rows,
+    tables_by_heading,
+    write_record,
+)
 
 X86_CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -100,3 +109,72 @@ def test_every_printed_table_row_is_kept_under_its_heading_with_cells_as_printed
     }
     assert [row["target < 150 MB: delta / after"] for row in informer] == ["", "yes / yes"]
     assert table_rows("no table here\n") == []
+
+
+def test_tables_before_any_heading_and_under_a_top_heading_are_kept_and_a_repeated_heading_keeps_both() -> (
+    None
+):
+    printed = (
+        "| a | b |\n|---|---|\n| 1 | 2 |\n\n"
+        "# The run\n\nprose\n\n| figure | s |\n|---|---:|\n| wall | 3.0 |\n"
+        "## Writes\n\n| verb | n |\n|---|---:|\n| create | 1 |\n"
+        "## Writes\n\n| verb | n |\n|---|---:|\n| patch | 2 |\n"
+        "### Empty\n\nno table\n"
+    )
+    assert tables_by_heading(printed) == {
+        "": [{"a": "1", "b": "2"}],
+        "The run": [{"figure": "wall", "s": "3.0"}],
+        "Writes": [{"verb": "create", "n": "1"}, {"verb": "patch", "n": "2"}],
+    }
+
+
+def test_what_json_has_no_word_for_is_written_as_the_nearest_thing_it_has(tmp_path: Path) -> None:
+    assert plain({"t": (1, 2.5), "s": {3}, "inf": float("inf"), "p": tmp_path, "n": None}) == {
+        "t": [1, 2.5],
+        "s": [3],
+        "inf": "inf",
+        "p": str(tmp_path),
+        "n": None,
+    }
+    path = tmp_path / "r.json"
+    write_record(path, {"recovered": [float("inf"), 12.5]})
+    assert json.loads(path.read_text()) == {"recovered": ["inf", 12.5]}  # strict JSON: no Infinity
+
+
+def test_a_recording_writes_the_record_every_printed_table_and_the_figures_they_were_printed_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bench.json"
+    with recording("hack/bench/example.py", path, {"stacks": 2}, ["--stacks", "2"]) as run:
+        run.figures["wall_s"] = 12.345
+        print("## Apply to Ready\n\n| figure | s |\n|---|---:|")
+        print(f"| wall time | {run.figures['wall_s']:.1f} |")
+    printed = capsys.readouterr().out
+    assert "| wall time | 12.3 |" in printed  # printed as ever
+    doc = json.loads(path.read_text())
+    assert doc["benchmark"] == "hack/bench/example.py" and doc["command"][1:] == ["--stacks", "2"]
+    assert doc["args"] == {"stacks": 2}
+    assert {"date", "commit", "machine", "loadavg_start", "loadavg_end"} <= set(doc)
+    assert doc["tables"] == {"Apply to Ready": [{"figure": "wall time", "s": "12.3"}]}
+    assert doc["wall_s"] == 12.345 and doc["printed"] == printed
+    assert "failed" not in doc
+
+
+def test_a_failed_recording_keeps_what_it_measured_and_says_why_and_one_with_nothing_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    measured, empty = tmp_path / "measured.json", tmp_path / "empty.json"
+    with pytest.raises(RuntimeError), recording("hack/bench/example.py", measured, argv=[]) as run:
+        run.figures["rounds"] = [1.0, 2.0]
+        raise RuntimeError("the table could not be printed")
+    doc = json.loads(measured.read_text())
+    assert doc["rounds"] == [1.0, 2.0]
+    assert doc["failed"] == "RuntimeError: the table could not be printed"
+    with pytest.raises(RuntimeError), recording("hack/bench/example.py", empty, argv=[]):
+        raise RuntimeError("before any figure")
+    assert not empty.exists()
+
+
+def test_a_figure_named_as_a_key_of_the_record_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="commit"), recording("x", tmp_path / "x.json", argv=[]) as run:
+        run.figures["commit"] = "mine"
