@@ -29,10 +29,12 @@ Where the values go, and nothing else:
 - the manager Deployment: replicas, the manager, agent and workspace images and pull policies,
   resources, both security contexts, probes, the grace period, priorityClassName, ``--leader-elect``
   and the log flags, optional environment (leader election timings, WATCH_NAMESPACE, KUBE_API_TIMEOUT,
-  FLUX_MAX_UNTAR_SIZE_BYTES, WORKSPACE_IMAGE, DEFAULT_WORKSPACE_TEMPLATE, extraEnv), extra volumes and
-  mounts, pod annotations and labels, scheduling (nodeSelector, affinity, tolerations), imagePullSecrets;
+  FLUX_MAX_UNTAR_SIZE_BYTES, WORKSPACE_IMAGE, DEFAULT_WORKSPACE_TEMPLATE, WORKSPACE_METRICS, extraEnv),
+  extra volumes and mounts, pod annotations and labels, scheduling (nodeSelector, affinity,
+  tolerations), imagePullSecrets;
 - the metrics Service (the Service whose only port is named ``http-metrics``) exists only while
   ``metrics.service.enabled``; a ServiceMonitor for it is added with ``serviceMonitor.enabled``, a
+  PodMonitor of the workspace agents' metrics with ``podMonitor.enabled`` (helm_podmonitor.py), a
   PodDisruptionBudget for the manager with ``podDisruptionBudget.enabled``, config/prometheus's
   PrometheusRule with ``prometheusRule.enabled`` (its spec in files/, helm_templates.py).
 
@@ -61,7 +63,7 @@ from typing import Any
 
 import yaml
 
-from pko.devtools import helm_namespaced, helm_templates, helm_values
+from pko.devtools import helm_namespaced, helm_podmonitor, helm_templates, helm_values
 from pko.devtools.helm_markers import (
     MARK,
     NS_MARK,
@@ -89,6 +91,7 @@ TABLE_END = "<!-- end of the generated values -->"
 SENTINEL_NAMESPACE = "pko-helm-sentinel-namespace"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 METRICS_PORT = "http-metrics"
+METRICS_READER_RULES = [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
 
 
 # ------------------------------------------------------------------------------------ rendering config/
@@ -266,6 +269,7 @@ def template_deployment(deploy: Obj, markers: Markers, found: dict[str, Any]) ->
         ("FLUX_MAX_UNTAR_SIZE_BYTES", ".Values.flux.maxUntarSizeBytes"),
         ("ALLOW_INSECURE_GIT_CREDENTIALS", ".Values.git.allowInsecureCredentials"),
         ("DEFAULT_WORKSPACE_TEMPLATE", ".Values.workspace.defaultTemplate"),
+        ("WORKSPACE_METRICS", ".Values.workspace.metrics"),
     )
     own = {name for name, _ in optional} | {"WORKSPACE_IMAGE", "WATCH_NAMESPACES", "WATCH_LABEL_SELECTOR"}
     taken = sorted(own & {e["name"] for e in env})
@@ -385,6 +389,11 @@ def build(
     if any(p.get("name") != METRICS_PORT for p in metrics["spec"]["ports"]):
         raise SystemExit(f"gen_helm: Service {metrics['metadata']['name']} serves more than {METRICS_PORT}")
     found["metrics_service"] = metrics["metadata"]["name"]
+    reader = one(
+        [o for o in objs if o["kind"] == "ClusterRole" and o.get("rules") == METRICS_READER_RULES],
+        "ClusterRole that grants get on /metrics alone (the metrics reader the PodMonitor is bound to)",
+    )
+    reader_role = reader["metadata"]["name"]
 
     templated_objs = []
     for obj, other in zip(objs, moved, strict=True):
@@ -464,6 +473,11 @@ def build(
     nodes = helm_values.describe(found)
     files["templates/servicemonitor.yaml"] = header + helm_templates.service_monitor(
         metrics, MANAGED_BY, METRICS_PORT
+    )
+    files["templates/podmonitor.yaml"] = header + helm_podmonitor.pod_monitor(
+        {k: v for k, v in (metrics["metadata"].get("labels") or {}).items() if k != "control-plane"},
+        MANAGED_BY,
+        reader_role,
     )
     rule = yaml.safe_load(PROMETHEUS_RULE.read_text())
     files["templates/prometheusrule.yaml"] = header + helm_templates.prometheus_rule(

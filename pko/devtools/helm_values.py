@@ -79,6 +79,9 @@ def image(what: str, found: dict[str, str], pull_policy: str | None) -> tuple[Le
 def describe(found: dict[str, Any]) -> tuple[Node, ...]:
     """The chart's values. ``found``: config/default's settings, which are the defaults (see
     gen_helm.template_deployment for the keys)."""
+    # Imported here: that module describes its values with this one's Leaf and Group.
+    from pko.devtools.helm_podmonitor import VALUES as POD_MONITOR
+
     lease, renew, retry, api_timeout = (
         defaults.go_duration_text(s)
         for s in (
@@ -142,6 +145,13 @@ def describe(found: dict[str, Any]) -> tuple[Node, ...]:
                     "`--default-workspace-template`: the WorkspaceTemplate (`namespace/name`, or a name in "
                     "the release namespace) merged into every Stack's Workspace, under the Stack's own "
                     "(empty: none; docs/workspaces.md)",
+                ),
+                Leaf(
+                    "metrics",
+                    "",
+                    {"type": "string", "enum": ["", "https", "http", "off"]},
+                    "`--workspace-metrics`: how workspace pods serve their agent's /metrics (empty: the "
+                    "operator's `https`, each scraper's token reviewed; `http` in the clear; `off`)",
                 ),
             ),
         ),
@@ -457,6 +467,7 @@ def describe(found: dict[str, Any]) -> tuple[Node, ...]:
                 ),
             ),
         ),
+        POD_MONITOR,
         Group(
             "prometheusRule",
             "",
