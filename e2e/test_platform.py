@@ -9,13 +9,16 @@
    others are the default shard's. With shard ``b``'s operator gone (scaled to 0), a change of ``pf-a``
    is deployed and one of ``pf-b`` waits, with no Update; shard ``b`` back, it is deployed;
 4. a probe of the operator and an agent from a pod in another namespace (issue 46): its scrape of
-   ``/metrics`` without a token is refused (401) and with its own token (no metrics-reader role) 403; its
+   ``/metrics`` without a token is refused (401) and with its own token (no metrics-reader role) 403, as
+   is (401) its tokenless scrape of ``pf-a``'s agent's own ``/metrics``; its
    calls to ``pf-a``'s agent without a token are ``UNAUTHENTICATED`` and with a token of the agent's own
    audience ``PERMISSION_DENIED``; and the operator's ServiceAccount may not list or watch Secrets;
 5. a real Prometheus (hack/build-prometheus.sh) on this machine's loopback scraping the operator's pod on
    the node over HTTPS with a metrics-reader ServiceAccount's token, evaluating the shipped rules
    (``for`` shortened): it fires ``PulumiStackFailing`` for a Stack whose program is broken, and no other
-   Stack; a token without the metrics-reader binding is refused (403), and no token at all (401).
+   Stack; a token without the metrics-reader binding is refused (403), and no token at all (401);
+6. the same Prometheus and token scraping two workspace pods' agents (``pf-a``'s and the broken Stack's)
+   on their ``https-metrics`` port: both up, and the broken Stack's failed ups counted by its agent.
 """
 
 from __future__ import annotations
@@ -291,16 +294,16 @@ from grpclib.client import Channel
 from grpclib.exceptions import GRPCError
 from pko.api.generated.pko.agent import v1 as pb
 
-metrics, agent = sys.argv[1], sys.argv[2]
+metrics, agent, agent_metrics = sys.argv[1], sys.argv[2], sys.argv[3]
 own = open("/var/run/secrets/kubernetes.io/serviceaccount/token").read().strip()
 aimed = open("/var/run/probe/token").read().strip()
 context = ssl.create_default_context()
 context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
 
-def scrape(token):
+def scrape(token, url=metrics):
     headers = {"Authorization": "Bearer " + token} if token else {}
     try:
-        request = urllib.request.Request(metrics, headers=headers)
+        request = urllib.request.Request(url, headers=headers)
         with urllib.request.urlopen(request, timeout=10, context=context) as r:
             return r.status
     except urllib.error.HTTPError as e:
@@ -319,6 +322,7 @@ async def call(token):
         channel.close()
 
 answers = {"metrics_none": scrape(None), "metrics_own": scrape(own)}
+answers["agent_metrics_none"] = scrape(None, agent_metrics)
 answers["agent_none"] = asyncio.run(call(None))
 answers["agent_aimed"] = asyncio.run(call(aimed))
 print(json.dumps(answers))
@@ -331,6 +335,7 @@ def test_a_pod_in_another_namespace_is_refused_by_the_operator_and_the_agent(sta
     image = next(c["image"] for c in operator["spec"]["containers"] if c["name"] == "manager")
     metrics_url = f"https://{operator['status']['podIP']}:8383/metrics"
     agent = f"{SHARED[0]}-workspace.default.svc.cluster.local:50051"
+    agent_metrics = f"https://{_agent_target(k, SHARED[0])}/metrics"
     probe = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -347,7 +352,7 @@ def test_a_pod_in_another_namespace_is_refused_by_the_operator_and_the_agent(sta
                     "name": "probe",
                     "image": image,
                     "imagePullPolicy": "Never",
-                    "command": ["python3", "-c", PROBE, metrics_url, agent],
+                    "command": ["python3", "-c", PROBE, metrics_url, agent, agent_metrics],
                     "volumeMounts": [{"name": "aimed", "mountPath": "/var/run/probe", "readOnly": True}],
                     "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
                 }
@@ -382,6 +387,7 @@ def test_a_pod_in_another_namespace_is_refused_by_the_operator_and_the_agent(sta
         assert answers == {
             "metrics_none": 401,
             "metrics_own": 403,
+            "agent_metrics_none": 401,
             "agent_none": "UNAUTHENTICATED",
             "agent_aimed": "PERMISSION_DENIED",
         }, logs
@@ -392,6 +398,16 @@ def test_a_pod_in_another_namespace_is_refused_by_the_operator_and_the_agent(sta
     for verb in ("list", "watch"):
         can = k.run("auth", "can-i", verb, "secrets", "--all-namespaces", f"--as={operator_sa}", check=False)
         assert can.strip() == "no", (verb, can)
+
+
+def _agent_target(k: Kube, name: str) -> str:
+    """Where Stack ``name``'s workspace agent serves /metrics: its pod's https-metrics port (issue 46)."""
+    pod = _pod(k, name)
+    assert pod is not None, f"{name} has no workspace pod"
+    (port,) = [
+        p for c in pod["spec"]["containers"] for p in c.get("ports") or [] if p["name"] == "https-metrics"
+    ]
+    return f"{pod['status']['podIP']}:{port['containerPort']}"
 
 
 def _metrics_status(url: str, token: str | None) -> int:
@@ -446,3 +462,34 @@ def test_a_real_prometheus_scrapes_the_operator_on_the_node_and_fires_for_the_br
         assert prom.query('up{job="pko"} == 1'), "the operator's target is not up"
         scraped = prom.query('pko_updates_total{type="up",result="succeeded"} > 0')
         assert scraped, "no succeeded up was counted"
+
+
+def test_a_real_prometheus_scrapes_the_workspace_agents_with_a_metrics_reader_token(
+    stacks: Kube, tmp_path: Path
+) -> None:
+    """Issue 46: workspace pods serve their agent's /metrics by default, as the operator serves its own.
+    The same metrics-reader token the operator accepts is accepted by pf-a's and the broken Stack's
+    agents (each reviews it itself); the broken Stack's failed ups are counted by its agent."""
+    k = stacks
+    targets = [_agent_target(k, name) for name in (SHARED[0], BROKEN)]
+    k.apply(METRICS_SCRAPER, OPERATOR_NS)
+    token = tmp_path / "token"
+    token.write_text(k.run("-n", OPERATOR_NS, "create", "token", "e2e-metrics-scraper").strip())
+    assert [_metrics_status(f"https://{t}/metrics", token.read_text()) for t in targets] == [200, 200]
+    config = scrape_pko(targets[0], token, "2s")
+    (job,) = config["scrape_configs"]
+    job["job_name"] = "pko-agents"
+    job["static_configs"] = [{"targets": targets}]
+    with running_prometheus(tmp_path / "prometheus", config) as prom:
+        k.until("Prometheus ready", prom.ready, 60, 1)
+        try:
+            k.until("both agents scraped", lambda: len(prom.query('up{job="pko-agents"} == 1')) == 2, 120, 2)
+            k.until(
+                "the broken Stack's failed ups, as its agent counts them",
+                lambda: prom.query('agent_operations_total{type="up",state="failed"} > 0'),
+                300,
+                2,
+            )
+        except NotReached as exc:
+            raise AssertionError(f"{exc}\nPrometheus log:\n{prom.logs()}") from None
+        assert prom.query('agent_operation_duration_seconds_count{type="up",state="failed"} > 0')
