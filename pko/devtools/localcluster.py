@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import fcntl
 import json
 import os
@@ -30,7 +31,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -411,6 +412,20 @@ class LocalCluster:
         raw = json.loads((c.dir / "state.json").read_text())
         c.state = ClusterState(**raw)
         return c
+
+
+@contextlib.contextmanager
+def private_cluster(prefix: str, *apiserver_args: str) -> Iterator[LocalCluster]:
+    """A control plane of the caller's own (no controller-manager) in a temporary directory named with
+    ``prefix``, its apiserver run with ``apiserver_args``; stopped and removed afterwards. For a test
+    whose apiserver must differ from the session's shared one (other flags, no CRDs)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as d:
+        c = LocalCluster(d, extra_apiserver_args=list(apiserver_args), with_controller_manager=False)
+        try:
+            c.start()
+            yield c
+        finally:
+            c.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,5 @@
 """Fixtures for machinery tests: API clients (optionally through a cuttable loopback proxy),
-throw-away namespaces, and a Manager started for the length of a test."""
+throw-away namespaces, a Manager started for the length of a test, and informers stopped after it."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from kube_helpers import TcpProxy, create_namespace, delete_namespace
 from kubernetes_asyncio import client, config
 from manager_helpers import StartManager
 
+from pko.machinery.informer import SharedInformer
 from pko.machinery.manager import Manager
 
 ClientFactory = Callable[..., Awaitable[client.ApiClient]]
@@ -83,3 +84,12 @@ async def start_manager() -> AsyncIterator[StartManager]:
         manager.stop()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(task, 60)
+
+
+@pytest.fixture
+async def informers() -> AsyncIterator[list[SharedInformer]]:
+    """Informers appended here are stopped after the test even when it fails."""
+    made: list[SharedInformer] = []
+    yield made
+    for informer in made:
+        await informer.stop()

@@ -1,4 +1,5 @@
-"""Helpers for tests against a real apiserver: a cuttable loopback proxy, namespaces, waiting."""
+"""Helpers for tests against a real apiserver: a cuttable loopback proxy, namespaces, waiting, and
+what the informer tests share (a recording handler, their ConfigMaps, the cache compared with a list)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from pko.machinery.informer import SharedInformer, strip_managed_fields
 from pko.machinery.resource import NAMESPACES, ObjectList, ResourceClient, WatchStream
+from pko.machinery.store import DeletedFinalStateUnknown, Obj, deletion_handling_key, meta_namespace_key
+
+# Only the informer tests' objects: the controller-manager adds a kube-root-ca.crt ConfigMap to every
+# namespace.
+SELECTOR = "pko-test=informer"
 
 
 class TcpProxy:
@@ -112,3 +119,53 @@ async def create_namespace(api: client.ApiClient, prefix: str = "mach") -> str:
 async def delete_namespace(api: client.ApiClient, name: str) -> None:
     with contextlib.suppress(Exception):
         await ResourceClient(api, NAMESPACES).delete(name)
+
+
+class Recorder:
+    """Records every event as (type, key, payload)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, Any]] = []
+
+    def on_add(self, obj: Obj) -> None:
+        self.events.append(("add", meta_namespace_key(obj), obj))
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        self.events.append(("update", meta_namespace_key(new), (old, new)))
+
+    def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        self.events.append(("delete", deletion_handling_key(obj), obj))
+
+    def keys(self, kind: str) -> list[str]:
+        return [key for k, key, _ in self.events if k == kind]
+
+    def clear(self) -> None:
+        self.events.clear()
+
+
+def configmap(name: str, data: dict[str, str], labels: dict[str, str] | None = None, **meta: Any) -> Obj:
+    labels = {"pko-test": "informer", **(labels or {})}
+    return {"metadata": {"name": name, "labels": labels, **meta}, "data": data}
+
+
+async def fresh_list(client: ResourceClient, label_selector: str | None = SELECTOR) -> dict[str, Obj]:
+    """What the cache should hold: a new list, transformed the way the informer transforms."""
+    page = await client.list(label_selector=label_selector)
+    return {meta_namespace_key(o): strip_managed_fields(o) for o in page.items}
+
+
+def cached(informer: SharedInformer) -> dict[str, Obj]:
+    return {meta_namespace_key(o): o for o in informer.indexer.list()}
+
+
+async def cache_matches(
+    informer: SharedInformer, client: ResourceClient, label_selector: str | None = SELECTOR
+) -> bool:
+    return cached(informer) == await fresh_list(client, label_selector)
+
+
+async def drain(client: ResourceClient, **watch: Any) -> None:
+    """A raw watch read to its end (5 s at most): what the server answers, an error included."""
+    async with client.watch(timeout_seconds=5, **watch) as events:
+        async for _ in events:
+            pass
