@@ -17,34 +17,23 @@ import socket
 import sys
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Literal, cast
 
 import structlog
-from kubernetes_asyncio import client, config
 
 from pko.logging import configure_logging
-from pko.machinery.apiclient import new_api_client
+from pko.machinery.kubeclient import ClientConfig, KubeClient
+from pko.machinery.kubeconfig import load_client_config
 from pko.machinery.manager import LeaderElectionLost, Manager
 from pko.settings import Settings, parse_duration, parse_settings
 
 __all__ = ["Settings", "load_client_configuration", "main", "parse_duration", "parse_settings"]
 
 
-def _home_kubeconfig() -> str:
-    return str(Path("~/.kube/config").expanduser())
-
-
-async def load_client_configuration(kubeconfig: str | None) -> client.Configuration:
-    """controller-runtime's order: ``--kubeconfig``/``$KUBECONFIG``, in-cluster, ``~/.kube/config``."""
-    cfg = client.Configuration()
-    if kubeconfig:
-        await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    else:
-        await config.load_kube_config(config_file=_home_kubeconfig(), client_configuration=cfg)
-    return cfg
+async def load_client_configuration(kubeconfig: str | None) -> ClientConfig:
+    """controller-runtime's order: ``--kubeconfig``/``$KUBECONFIG``, in-cluster, ``~/.kube/config``
+    (:mod:`pko.machinery.kubeconfig`, which says when kubernetes-asyncio's loader is used instead)."""
+    return await load_client_config(kubeconfig)
 
 
 def _identity() -> str:
@@ -63,7 +52,7 @@ async def _serve(settings: Settings) -> int:
     from pko.controllers import register  # after logging is configured: reconcilers may log at import
 
     cfg = await load_client_configuration(settings.kubeconfig)
-    async with new_api_client(cfg) as api:
+    async with KubeClient(cfg) as api:
         loop = asyncio.get_running_loop()
         signals_seen = 0
         current: Manager | None = None

@@ -31,11 +31,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
+from urllib.parse import quote
 
 import aiohttp
 import structlog
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client import ApiClient, ApiException
+
+from pko.machinery.conditions import parse_time
+from pko.machinery.kubeclient import ApiException, KubeClient
 
 DEFAULT_EXPIRATION: Final = 3600  # seconds; not 3607, which the apiserver may silently extend to a year
 DEFAULT_LEEWAY: Final = 300.0
@@ -72,7 +74,7 @@ class TokenSource:
 
     def __init__(
         self,
-        api: ApiClient,
+        api: KubeClient,
         namespace: str,
         service_account: str,
         *,
@@ -85,7 +87,7 @@ class TokenSource:
         retry_max: float = RETRY_MAX,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._core = client.CoreV1Api(api)
+        self._api = api
         self.namespace = namespace
         self.service_account = service_account
         self.expiration_seconds = expiration_seconds
@@ -176,13 +178,17 @@ class TokenSource:
 
     async def _mint(self, audience: str) -> _Entry:
         self.requests += 1
-        body = client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(audiences=[audience], expiration_seconds=self.expiration_seconds)
-        )
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"audiences": [audience], "expirationSeconds": self.expiration_seconds},
+        }
         who = f"ServiceAccount {self.namespace}/{self.service_account}"
+        path = f"/api/v1/namespaces/{quote(self.namespace, safe='')}/serviceaccounts/"
+        path += f"{quote(self.service_account, safe='')}/token"
         try:
-            res = await self._core.create_namespaced_service_account_token(
-                self.service_account, self.namespace, body, _request_timeout=self.request_timeout
+            res = await self._api.call_json(
+                "POST", path, body=body, client_timeout=aiohttp.ClientTimeout(total=self.request_timeout)
             )
         except ApiException as exc:
             raise _token_error(exc, who) from None
@@ -192,20 +198,20 @@ class TokenSource:
                 f"TokenRequest for {who} failed: {type(exc).__name__}: {exc}",
                 transient=True,
             ) from None
-        status = res.status
-        if status is None or not status.token:
+        status = res.get("status") or {}
+        if not status.get("token"):
             raise TokenError(
                 "TokenRequestFailed", f"TokenRequest for {who} returned no token", transient=True
             )
         now = self._clock()
         lifetime = float(self.expiration_seconds)
-        expires: datetime | None = status.expiration_timestamp
+        expires = parse_time(status.get("expirationTimestamp"))
         if expires is not None:
             if expires.tzinfo is None:
                 expires = expires.replace(tzinfo=UTC)
             lifetime = (expires - datetime.now(UTC)).total_seconds()
         return _Entry(
-            token=str(status.token),
+            token=str(status["token"]),
             refresh_at=now + max(0.0, lifetime - self.leeway),
             expires_at=now + max(0.0, lifetime),
             last_used=now,

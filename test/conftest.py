@@ -83,9 +83,11 @@ def crds(cluster: Any) -> list[str]:
 async def api_client(cluster: Any) -> AsyncIterator[Any]:
     from kubernetes_asyncio import client, config
 
+    from pko.machinery.apiclient import stock_api_client  # kubernetes-asyncio's and machinery's
+
     cfg = client.Configuration()
     await config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=cfg)
-    async with client.ApiClient(configuration=cfg) as api:
+    async with stock_api_client(cfg) as api:
         yield api
 
 

@@ -399,14 +399,13 @@ def _keys_section() -> str:
 
 def _metric_rows() -> list[tuple[str, str, str, str]]:
     """(name, type, labels, help) of every metric of a manager with all controllers registered."""
-    from kubernetes_asyncio import client
-
     from pko.controllers import register
+    from pko.machinery.kubeclient import ClientConfig, KubeClient
     from pko.machinery.manager import Manager
 
     async def build() -> CollectorRegistry:
         registry = CollectorRegistry()
-        async with client.ApiClient(client.Configuration(host="http://127.0.0.1:1")) as api:
+        async with KubeClient(ClientConfig("http://127.0.0.1:1")) as api:
             register(Manager(api, registry=registry))
         return registry
 

@@ -4,7 +4,10 @@ Data flows one way: watch -> cache -> queue -> reconcile -> API writes. One line
 
 * ``resource``: raw JSON requests for one resource type (list, watch, get, create, replace,
   patch, server-side apply, delete with preconditions) and discovery (``served``).
-* ``apiclient``: the kubernetes-asyncio ``ApiClient`` without its per-request environment look-ups.
+* ``kubeclient``: the HTTP client on aiohttp every request goes through (auth, TLS, proxy,
+  ``User-Agent``, ``ApiException``); no kubernetes-asyncio.
+* ``kubeconfig``: where that client connects and as whom (in-cluster, kubeconfig files).
+* ``apiclient``: for tests and tools only: one client that is pko's and kubernetes-asyncio's.
 * ``store``: the thread-safe indexed cache behind an informer, and key and index functions.
 * ``informer``: list+watch into a store (a reflector), fanned out to event handlers.
 * ``informerfactory``: one shared informer per resource type, with per-informer selectors.

@@ -1,64 +1,98 @@
-"""The operator's Kubernetes ``ApiClient``: kubernetes-asyncio's, minus a per-request cost.
+"""The operator's client for tests and tools that speak kubernetes-asyncio too (never the operator).
 
-kubernetes-asyncio opens its aiohttp session with ``trust_env=True``, so *every* request first
-runs two blocking look-ups on the default thread pool: ``~/.netrc`` (read from disk each time)
-and the ``*_PROXY`` variables. Two thread hops per request, plus the GIL hand-offs they cause,
-cost more CPU than our whole controller machinery (measured: about 0.5 ms per request, 40% of the
-client's CPU in the fan-out benchmark; see ``hack/bench``).
+The operator loads its configuration with :mod:`pko.machinery.kubeconfig` and talks through
+:class:`~pko.machinery.kubeclient.KubeClient`, without importing kubernetes-asyncio (issue 44).
+Tests and ``hack/bench`` load a kubernetes-asyncio ``Configuration``, make their own typed calls
+(``CoreV1Api(api)``) and hand the same client to machinery code; :class:`BridgeClient` is both:
 
-:func:`new_api_client` keeps the behaviour and drops the cost: the environment's proxy for the
-apiserver (honouring ``NO_PROXY``) is resolved once and set as the configuration's explicit
-proxy, which kubernetes-asyncio passes on every request; the session then no longer consults the
-environment. netrc credentials are not used (the apiserver authenticates by token or certificate).
-
-It also sends pko's own ``User-Agent`` (:data:`OPERATOR_USER_AGENT`, built by
-:func:`pko.version.user_agent`, which says why) instead of kubernetes-asyncio's
-``OpenAPI-Generator/<ver>/python``: the apiserver names a write without a ``fieldManager`` after it.
+* a :class:`KubeClient` for everything pko sends, raising :class:`ApiError`, which is pko's
+  :class:`~pko.machinery.kubeclient.ApiException` and kubernetes-asyncio's at once, so an
+  ``except`` of either catches it;
+* a kubernetes-asyncio ``ApiClient`` for the generated APIs: from :func:`new_api_client` as the
+  operator would send them (pko's ``User-Agent``; its session skips the stock one's two blocking
+  look-ups per request, ``~/.netrc`` and the ``*_PROXY`` variables, with the environment's proxy
+  resolved once by :func:`environment_proxy`); from :func:`stock_api_client` as a stock client
+  sends them (a test acting as a user or as another controller).
 """
 
 from __future__ import annotations
 
-import urllib.parse
-import urllib.request
+from collections.abc import Mapping
+from typing import Any
 
 import aiohttp
-import kubernetes_asyncio
 from kubernetes_asyncio import client
 
-from pko.version import OPERATOR_PRODUCT, user_agent
+from pko.machinery.kubeclient import (
+    OPERATOR_USER_AGENT,
+    READ_BUFSIZE,
+    ApiException,
+    KubeClient,
+    config_of,
+    environment_proxy,
+)
 
-__all__ = ["OPERATOR_USER_AGENT", "environment_proxy", "new_api_client"]
-
-OPERATOR_USER_AGENT = user_agent(OPERATOR_PRODUCT, f"kubernetes-asyncio/{kubernetes_asyncio.__version__}")
-
-# kubernetes-asyncio's own read buffer: watch events of large objects exceed aiohttp's default.
-_READ_BUFSIZE = 2**21
-
-
-def environment_proxy(server: str) -> str | None:
-    """The proxy ``HTTPS_PROXY``/``HTTP_PROXY`` name for ``server``, unless ``NO_PROXY`` exempts it."""
-    url = urllib.parse.urlsplit(server)
-    if url.hostname and urllib.request.proxy_bypass(url.hostname):
-        return None
-    return urllib.request.getproxies().get(url.scheme) or None
+__all__ = [
+    "OPERATOR_USER_AGENT",
+    "ApiError",
+    "BridgeClient",
+    "environment_proxy",
+    "new_api_client",
+    "stock_api_client",
+]
 
 
-def new_api_client(configuration: client.Configuration) -> client.ApiClient:
-    """An ``ApiClient`` for ``configuration`` whose requests skip the environment look-ups and carry
-    :data:`OPERATOR_USER_AGENT`.
+class ApiError(ApiException, client.ApiException):  # type: ignore[misc]
+    """A failed request of the operator's client, catchable as either library's ``ApiException``."""
 
-    Call it on the event loop (aiohttp sessions belong to one); close it like any ``ApiClient``
-    (``async with`` or ``await api.close()``). Sets ``configuration.proxy`` when the environment
-    names one and it was unset.
+
+class BridgeClient(client.ApiClient, KubeClient):
+    """kubernetes-asyncio's ``ApiClient`` and pko's :class:`KubeClient` on one ``Configuration``.
+
+    ``operator_typed``: the generated APIs' requests as the operator's client sends its own (pko's
+    ``User-Agent``, no environment look-ups); else as a stock ``ApiClient`` sends them (its
+    ``OpenAPI-Generator`` agent, which the apiserver names writes without a field manager after).
     """
+
+    def __init__(self, configuration: Any, *, operator_typed: bool = True) -> None:
+        client.ApiClient.__init__(self, configuration=configuration)
+        KubeClient.__init__(self, config_of(configuration), user_agent=OPERATOR_USER_AGENT)
+        if not operator_typed:
+            return
+        self.user_agent = OPERATOR_USER_AGENT  # the ApiClient's, for the generated APIs
+        rest = self.rest_client
+        stock: aiohttp.ClientSession = rest.pool_manager
+        rest.pool_manager = aiohttp.ClientSession(
+            connector=stock.connector, connector_owner=True, trust_env=False, read_bufsize=READ_BUFSIZE
+        )
+        stock.detach()  # the new session owns (and will close) the connector
+
+    def set_default_header(self, header_name: str, header_value: str) -> None:
+        """A header for every request, the generated APIs' and pko's alike."""
+        client.ApiClient.set_default_header(self, header_name, header_value)
+        self.headers[header_name] = header_value
+
+    def error(
+        self, status: int, reason: str, body: str | None = None, headers: Mapping[str, str] | None = None
+    ) -> ApiException:
+        return ApiError(status, reason, body, headers)
+
+    async def close(self) -> None:
+        await KubeClient.close(self)
+        await client.ApiClient.close(self)
+
+
+def new_api_client(configuration: Any) -> BridgeClient:
+    """The operator's client for ``configuration``, also for the generated APIs; sets
+    ``configuration.proxy`` when the environment names one and it was unset. Close it with
+    ``async with`` or ``await api.close()``."""
     if configuration.proxy is None and configuration.host:
         configuration.proxy = environment_proxy(configuration.host)
-    api = client.ApiClient(configuration=configuration)
-    api.user_agent = OPERATOR_USER_AGENT
-    rest = api.rest_client
-    stock: aiohttp.ClientSession = rest.pool_manager
-    rest.pool_manager = aiohttp.ClientSession(
-        connector=stock.connector, connector_owner=True, trust_env=False, read_bufsize=_READ_BUFSIZE
-    )
-    stock.detach()  # the new session owns (and will close) the connector
-    return api
+    return BridgeClient(configuration)
+
+
+def stock_api_client(configuration: Any) -> BridgeClient:
+    """A stock kubernetes-asyncio ``ApiClient`` for ``configuration`` (its session, its
+    ``User-Agent``) that machinery code can be handed too: for tests that act as a user or another
+    controller with the generated APIs and drive pko's machinery with the same client."""
+    return BridgeClient(configuration, operator_typed=False)

@@ -31,9 +31,9 @@ from types import MappingProxyType
 from typing import Final, Literal, Protocol
 
 import structlog
-from kubernetes_asyncio.client.exceptions import ApiException
 from structlog.typing import FilteringBoundLogger
 
+from pko.machinery.kubeclient import ApiException
 from pko.machinery.metrics import ControllerMetricsProvider, NoopControllerMetrics, ReconcileOutcome
 from pko.machinery.ratelimitingqueue import RateLimitingQueue
 from pko.machinery.workqueue import ShutDown

@@ -32,10 +32,10 @@ from datetime import UTC, datetime
 from typing import Any, Final, Generic, Literal, Protocol, TypeVar
 
 import structlog
-from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry, Counter
 
 from pko import defaults
+from pko.machinery.kubeclient import KubeClient
 from pko.machinery.resource import EVENTS, Obj, ResourceClient, api_error_status
 
 __all__ = ["Emit", "EventRecorder", "EventType", "FakeRecorder", "Log", "Recorder"]
@@ -159,7 +159,7 @@ class EventRecorder:
 
     def __init__(
         self,
-        api: ApiClient,
+        api: KubeClient,
         component: str,
         *,
         host: str | None = None,

@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection, Mapping, Sequence
 
-from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
 from pko.machinery.informer import SharedInformer, Transform, strip_managed_fields
+from pko.machinery.kubeclient import KubeClient
 from pko.machinery.resource import Resource, ResourceClient
 from pko.machinery.store import IndexFunc
 
@@ -35,7 +35,7 @@ class InformerFactory:
 
     def __init__(
         self,
-        api: ApiClient,
+        api: KubeClient,
         *,
         namespace: str | None = None,
         namespaces: Sequence[str] = (),

@@ -33,9 +33,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from kubernetes_asyncio.client import ApiClient
 
 from pko import defaults
+from pko.machinery.kubeclient import KubeClient
 from pko.machinery.resource import LEASES, ResourceClient, api_error_status
 from pko.machinery.store import Obj
 
@@ -135,7 +135,7 @@ class LeaderElector:
 
     def __init__(
         self,
-        api: ApiClient,
+        api: KubeClient,
         config: LeaderElectionConfig,
         *,
         on_started_leading: OnStartedLeading,

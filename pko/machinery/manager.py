@@ -57,7 +57,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final
 
 import structlog
-from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
@@ -69,6 +68,7 @@ from pko.machinery.events import EventRecorder
 from pko.machinery.handler import Enqueuer
 from pko.machinery.informer import SharedInformer
 from pko.machinery.informerfactory import InformerFactory
+from pko.machinery.kubeclient import KubeClient
 from pko.machinery.leaderelection import LeaderElector
 from pko.machinery.manageroptions import ManagerOptions
 from pko.machinery.metrics import PrometheusControllerMetrics, PrometheusWorkqueueMetrics
@@ -125,7 +125,7 @@ class Manager:
 
     def __init__(
         self,
-        api: ApiClient,
+        api: KubeClient,
         options: ManagerOptions | None = None,
         *,
         registry: CollectorRegistry | None = None,

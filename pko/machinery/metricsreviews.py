@@ -1,5 +1,5 @@
 """The operator's side of :mod:`pko.machinery.metricsauth`: its reviews sent with the manager's
-``ApiClient`` on the event loop, and the secure metrics server's TLS context and authorizer."""
+``KubeClient`` on the event loop, and the secure metrics server's TLS context and authorizer."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, Final
 
-from kubernetes_asyncio.client import ApiClient
-
+from pko.machinery.kubeclient import KubeClient
 from pko.machinery.metricsauth import (
     MetricsAuthorizer,
     UserInfo,
@@ -36,11 +35,11 @@ REVIEW_TIMEOUT: Final = 10.0
 
 
 class LoopReviews:
-    """TokenReviews and SubjectAccessReviews sent with the manager's ``ApiClient`` on its loop,
+    """TokenReviews and SubjectAccessReviews sent with the manager's ``KubeClient`` on its loop,
     called from other threads (:class:`MetricsAuthorizer`'s reviewers)."""
 
     def __init__(
-        self, api: ApiClient, loop: asyncio.AbstractEventLoop, *, request_timeout: float = REVIEW_TIMEOUT
+        self, api: KubeClient, loop: asyncio.AbstractEventLoop, *, request_timeout: float = REVIEW_TIMEOUT
     ) -> None:
         self._loop = loop
         self._timeout = request_timeout
@@ -63,7 +62,7 @@ class LoopReviews:
 
 
 def secure_metrics(
-    api: ApiClient, cert_dir: str | None, *, request_timeout: float = REVIEW_TIMEOUT
+    api: KubeClient, cert_dir: str | None, *, request_timeout: float = REVIEW_TIMEOUT
 ) -> tuple[ssl.SSLContext, MetricsAuthorizer]:
     """The metrics server's TLS context and its authorizer reviewing with ``api``; call on the loop
     the reviews are to be sent on (``--metrics-secure``, the default)."""

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes_asyncio.client import ApiException
-
+from pko.machinery.kubeclient import ApiException
 from pko.machinery.resource import Obj, ResourceClient, api_error_status
 
 __all__ = [

@@ -8,17 +8,17 @@ merge patch or a replaced body, or a precondition on a delete, and a stale write
 Why not the generated ``*Api`` classes: they deserialize into model objects (a second copy of
 every object, and slow) and their watch helper re-encodes each event. Informers and leader
 election need plain dicts, page-wise lists and full control over a watch connection's lifetime;
-one small client works for core, apps and custom resources alike. Requests still go through
-``ApiClient.call_api`` so authentication, TLS and token refresh are kubernetes-asyncio's.
+one small client works for core, apps and custom resources alike. Requests go through
+:class:`~pko.machinery.kubeclient.KubeClient` (authentication, TLS, token re-reads, the proxy).
 
 Every create, replace and patch names a field manager (the ``fieldManager`` query parameter): the
 caller's, else the client's (:data:`DEFAULT_FIELD_MANAGER`, the Go operator's
 ``pulumi-kubernetes-operator``). Without one the apiserver files the write in ``managedFields``
-under a name derived from the ``User-Agent`` (kubernetes-asyncio's: ``OpenAPI-Generator``).
+under a name derived from the ``User-Agent``.
 Server-side apply always takes the caller's, explicitly: users' scripts depend on those names.
 
-Errors are raised as ``kubernetes_asyncio.client.ApiException`` (``status``, ``reason``, ``body``),
-the same type the generated APIs raise, so callers handle both alike.
+Errors are raised as :class:`pko.machinery.kubeclient.ApiException` (``status``, ``reason``,
+``body``, ``headers``), the attributes of kubernetes-asyncio's exception of that name.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from typing import Any, Final, Literal
 from urllib.parse import quote
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient, ApiException
 
 from pko import defaults
+from pko.machinery.kubeclient import ApiException, KubeClient
 from pko.machinery.resourcetype import Resource as Resource  # the one definition, re-exported
 
 Obj = dict[str, Any]
@@ -40,9 +40,6 @@ Obj = dict[str, Any]
 # The Go operator's field manager (FIELD_MANAGER in pko/controllers/resources.py, which machinery
 # does not import): every write without a manager of its own is filed under it.
 DEFAULT_FIELD_MANAGER: Final = "pulumi-kubernetes-operator"
-
-_AUTH = ["BearerToken"]
-_JSON_HEADERS = {"Accept": "application/json", "Content-Type": "application/json"}
 
 PatchType = Literal["merge", "json", "strategic"]
 # A merge or strategic patch is an object; a JSON patch a list of operations.
@@ -97,28 +94,8 @@ def _selectors(label_selector: str | None, field_selector: str | None) -> list[t
     return query
 
 
-async def _raise_for_status(resp: aiohttp.ClientResponse) -> None:
-    if 200 <= resp.status < 300:
-        return
-    try:
-        body = await resp.text()
-    finally:
-        resp.release()
-    reason = resp.reason or ""
-    try:
-        status_obj = json.loads(body)
-        if isinstance(status_obj, dict) and status_obj.get("message"):
-            reason = f"{status_obj.get('reason', reason)}: {status_obj['message']}"
-    except ValueError:
-        pass
-    exc = ApiException(status=resp.status, reason=reason)
-    exc.body = body  # type: ignore[assignment]  # str, as the generated APIs leave it
-    exc.headers = resp.headers
-    raise exc
-
-
 async def served(
-    api: ApiClient, resource: Resource, *, request_timeout: float = defaults.KUBE_API_TIMEOUT
+    api: KubeClient, resource: Resource, *, request_timeout: float = defaults.KUBE_API_TIMEOUT
 ) -> bool:
     """Whether the apiserver serves ``resource`` (discovery of its group/version), e.g. whether a
     CRD is installed and established. Errors other than 404 are raised."""
@@ -143,7 +120,7 @@ class ResourceClient:
 
     def __init__(
         self,
-        api: ApiClient,
+        api: KubeClient,
         resource: Resource,
         namespace: str | None = None,
         *,
@@ -170,21 +147,14 @@ class ResourceClient:
         client_timeout: aiohttp.ClientTimeout | None = None,
         content_type: str | None = None,
     ) -> aiohttp.ClientResponse:
-        headers = dict(_JSON_HEADERS)
-        if content_type:
-            headers["Content-Type"] = content_type
-        resp: aiohttp.ClientResponse = await self.api.call_api(
-            path,
+        return await self.api.call(
             method,
-            query_params=query or [],
-            header_params=headers,
+            path,
+            query=query,
             body=body,
-            auth_settings=_AUTH,
-            _preload_content=False,
-            _request_timeout=client_timeout or aiohttp.ClientTimeout(total=self.request_timeout),
+            content_type=content_type or "application/json",
+            client_timeout=client_timeout or aiohttp.ClientTimeout(total=self.request_timeout),
         )
-        await _raise_for_status(resp)
-        return resp
 
     async def _json(self, method: str, path: str, **kw: Any) -> Obj:
         resp = await self._request(method, path, **kw)
@@ -456,9 +426,7 @@ class WatchStream:
         obj = event.get("object") or {}
         if etype == "ERROR":
             reason = f"{obj.get('reason')}: {obj.get('message')}"
-            exc = ApiException(status=obj.get("code") or 500, reason=reason)
-            exc.body = line.decode(errors="replace")  # type: ignore[assignment]
-            raise exc
+            raise self._client.api.error(int(obj.get("code") or 500), reason, line.decode(errors="replace"))
         if etype != "BOOKMARK":
             resource = self._client.resource
             obj.setdefault("apiVersion", resource.api_version)

@@ -19,6 +19,7 @@ from fakepulumi.fixtures import make_fake_pulumi
 from kubernetes_asyncio import client
 
 from pko.devtools.agents import AuthWorld, auth_world, free_port
+from pko.machinery.apiclient import stock_api_client
 from pko.tokens import TokenSource
 
 __all__ = ["auth_world"]
@@ -65,6 +66,6 @@ def client_as(api_client: client.ApiClient) -> Callable[[str], client.ApiClient]
     def make(token: str) -> client.ApiClient:
         cfg = copy.copy(api_client.configuration)
         cfg.api_key = {"BearerToken": f"Bearer {token}"}
-        return client.ApiClient(configuration=cfg)
+        return stock_api_client(cfg)
 
     return make

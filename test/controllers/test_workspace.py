@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes_asyncio.client import ApiClient
 
 from pko.controllers.resources import WORKSPACES
 from pko.controllers.workspace.workloads import (
@@ -23,6 +22,7 @@ from pko.controllers.workspace.workloads import (
 )
 from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import get_condition
+from pko.machinery.kubeclient import KubeClient
 from pko.machinery.resource import EVENTS, PODS, SERVICES, STATEFULSETS, ResourceClient
 
 from .conftest import OperatorEnv, get_or_none, operator_env
@@ -119,10 +119,10 @@ class WriteCounter:
     """Counts the operator's API writes about one Workspace (its objects and Events; instrumentation
     of the operator's own client), so Workspaces of earlier tests still winding down do not count."""
 
-    def __init__(self, api: ApiClient, namespace: str, workspace: str) -> None:
+    def __init__(self, api: KubeClient, namespace: str, workspace: str) -> None:
         self.api, self.namespace, self.workspace = api, namespace, workspace
         self.writes: list[str] = []
-        self._original = api.call_api
+        self._original = api.call
 
     def _about(self, path: str, body: Any) -> bool:
         if f"/namespaces/{self.namespace}/" not in path:
@@ -135,16 +135,16 @@ class WriteCounter:
     def __enter__(self) -> WriteCounter:
         original = self._original
 
-        async def counting(path: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        async def counting(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
             if method.upper() in WRITES and self._about(path, kwargs.get("body")):
                 self.writes.append(f"{method} {path}")
-            return await original(path, method, *args, **kwargs)
+            return await original(method, path, *args, **kwargs)
 
-        self.api.call_api = counting  # type: ignore[method-assign]
+        self.api.call = counting  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.api.call_api = self._original  # type: ignore[method-assign]
+        self.api.call = self._original  # type: ignore[method-assign]
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from kube_helpers import TcpProxy, create_namespace, delete_namespace
 from kubernetes_asyncio import client, config
 from manager_helpers import StartManager
 
+from pko.machinery.apiclient import stock_api_client
 from pko.machinery.informer import SharedInformer
 from pko.machinery.manager import Manager
 
@@ -30,7 +31,7 @@ async def make_client() -> AsyncIterator[ClientFactory]:
         await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
         if server:
             cfg.host = server
-        api = client.ApiClient(configuration=cfg)
+        api = stock_api_client(cfg)
         made.append(api)
         return api
 

@@ -11,6 +11,7 @@ import sys
 
 from kubernetes_asyncio import client, config
 
+from pko.machinery.apiclient import stock_api_client
 from pko.machinery.leaderelection import LeaderElectionConfig, LeaderElector
 
 
@@ -18,7 +19,7 @@ async def main(argv: list[str]) -> None:
     kubeconfig, namespace, lease, identity, lease_s, renew_s, retry_s = argv
     cfg = client.Configuration()
     await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    async with client.ApiClient(configuration=cfg) as api:
+    async with stock_api_client(cfg) as api:
 
         async def lead() -> None:
             print("LEADING", flush=True)

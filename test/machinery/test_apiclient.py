@@ -1,4 +1,6 @@
-"""The operator's ApiClient: proxies from the environment resolved once, no per-request look-ups."""
+"""The operator's client for tests and tools (pko.machinery.apiclient): proxies from the
+environment resolved once, no per-request look-ups, on both its sides (pko's KubeClient and
+kubernetes-asyncio's ApiClient); its errors are either library's ApiException."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import pytest
 from kubernetes_asyncio import client, config
 
 from pko.machinery.apiclient import environment_proxy, new_api_client
+from pko.machinery.kubeclient import ApiException
 from pko.machinery.resource import NAMESPACES, ResourceClient
 
 
@@ -33,9 +36,12 @@ async def test_an_explicit_proxy_is_kept_and_the_session_ignores_the_environment
     async with new_api_client(cfg) as api:
         assert api.rest_client.proxy == "http://explicit:8080"
         assert api.rest_client.pool_manager.trust_env is False
+        assert api.config.proxy == "http://explicit:8080"
+        assert api.session().trust_env is False
     cfg = client.Configuration(host="https://127.0.0.1:6443")
     async with new_api_client(cfg) as api:
         assert api.rest_client.proxy == "http://from-env:3128"
+        assert api.config.proxy == "http://from-env:3128"
 
 
 @pytest.mark.cluster
@@ -46,5 +52,11 @@ async def test_it_talks_to_the_apiserver_and_closes_its_connections(cluster: Any
     async with api:
         page = await ResourceClient(api, NAMESPACES).list()
         assert "default" in [ns["metadata"]["name"] for ns in page.items]
+        assert (await client.CoreV1Api(api).read_namespace("default")).metadata.name == "default"
         connector = api.rest_client.pool_manager.connector
+        session = api.session()
+        with pytest.raises(client.ApiException) as missing:  # pko's request, kubernetes-asyncio's type
+            await ResourceClient(api, NAMESPACES).get("absent-namespace")
+        assert isinstance(missing.value, ApiException) and missing.value.status == 404
     assert connector is not None and connector.closed
+    assert session.closed

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import structlog
-from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -22,6 +21,7 @@ import pko.controllers
 from pko.devtools.waiting import wait_until
 from pko.logging import configure_logging
 from pko.machinery.controller import CONTROLLER_NAMES, DEFAULT_WORKERS, Controller, Result, TerminalError
+from pko.machinery.kubeclient import ApiException  # what the operator's client raises
 from pko.machinery.metrics import PrometheusControllerMetrics
 from pko.machinery.ratelimit import ItemExponentialFailureRateLimiter
 from pko.machinery.ratelimitingqueue import RateLimitingQueue
@@ -470,23 +470,21 @@ async def test_reconciler_logs_carry_the_controller_key_and_reconcile_id() -> No
 async def test_a_real_409_from_the_apiserver_is_a_quiet_requeue(
     api_client: Any, registry: CollectorRegistry
 ) -> None:
-    from kubernetes_asyncio import client
+    from pko.machinery.resource import CONFIGMAPS, ResourceClient
 
-    core = client.CoreV1Api(api_client)
+    cms = ResourceClient(api_client, CONFIGMAPS, "default")  # the operator's client, as a reconciler's
     name = f"conflict-{uuid.uuid4().hex[:8]}"
-    await core.create_namespaced_config_map(
-        "default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name), data={"n": "0"})
-    )
+    await cms.create({"metadata": {"name": name}, "data": {"n": "0"}})
 
     async def write_with_optimistic_concurrency(key: str, attempt: int) -> Result:
         namespace, cm_name = key.split("/")
-        cm = await core.read_namespaced_config_map(cm_name, namespace)
+        cm = await cms.get(cm_name, namespace)
         if attempt == 0:  # someone else writes between our read and our write
-            theirs = await core.read_namespaced_config_map(cm_name, namespace)
-            theirs.data["other"] = "writer"
-            await core.replace_namespaced_config_map(cm_name, namespace, theirs)
-        cm.data["n"] = "1"
-        await core.replace_namespaced_config_map(cm_name, namespace, cm)  # carries cm's resourceVersion
+            theirs = await cms.get(cm_name, namespace)
+            theirs["data"]["other"] = "writer"
+            await cms.replace(theirs)
+        cm["data"]["n"] = "1"
+        await cms.replace(cm)  # carries cm's resourceVersion
         return Result.done()
 
     rec = ScriptedReconciler(write_with_optimistic_concurrency)
@@ -498,7 +496,7 @@ async def test_a_real_409_from_the_apiserver_is_a_quiet_requeue(
             await eventually(lambda: total(registry, "cm-writer", "success") == 1)
     finally:
         await c.stop(grace_period=5.0)
-        await core.delete_namespaced_config_map(name, "default")
+        await cms.delete(name, "default")
     assert rec.attempts(f"default/{name}") == 2
     assert total(registry, "cm-writer", "requeue") == 1 and errors(registry, "cm-writer") == 0
     assert not [e for e in logs if e["log_level"] == "error"]

@@ -61,7 +61,7 @@ def _managers(obj: Obj) -> set[str]:
 def test_the_user_agent_names_pko_before_its_first_slash() -> None:
     assert OPERATOR_USER_AGENT.split("/", 1)[0] == OPERATOR_PRODUCT == "pulumi-kubernetes-operator-pko"
     assert OPERATOR_USER_AGENT.startswith(f"{OPERATOR_PRODUCT}/{VERSION} (python/")
-    assert "kubernetes-asyncio/" in OPERATOR_USER_AGENT
+    assert "aiohttp/" in OPERATOR_USER_AGENT
     # Not the Go operator's manager: a write that forgot its manager stays recognisable.
     assert OPERATOR_PRODUCT != FIELD_MANAGER
     assert user_agent("pko-agent", "x/1").endswith("; x/1)")
@@ -254,7 +254,8 @@ async def test_a_write_without_a_manager_is_filed_under_pkos_user_agent(
     managers = {e.manager for e in written.metadata.managed_fields}
     assert managers == {FIELD_MANAGER, OPERATOR_PRODUCT}
 
-    # The control: the same write from a stock kubernetes-asyncio client (the test fixture's).
+    # The control: the same write from a stock kubernetes-asyncio client on the fixture's configuration.
     body = {"metadata": {"labels": {"by": "stock-client"}}}
-    written = await client.CoreV1Api(api_client).patch_namespaced_config_map("bypassed", namespace, body)
+    async with client.ApiClient(configuration=api_client.configuration) as stock:
+        written = await client.CoreV1Api(stock).patch_namespaced_config_map("bypassed", namespace, body)
     assert STOCK_USER_AGENT_MANAGER in {e.manager for e in written.metadata.managed_fields}

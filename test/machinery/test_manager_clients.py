@@ -18,6 +18,7 @@ from pko.controllers.program.reconciler import ProgramReconciler
 from pko.controllers.stack.reconciler import StackReconciler
 from pko.controllers.update.reconciler import UpdateReconciler
 from pko.controllers.workspace.reconciler import WorkspaceReconciler
+from pko.machinery.apiclient import stock_api_client
 from pko.machinery.manager import Manager, ManagerOptions
 from pko.machinery.resource import CONFIGMAPS, ResourceClient
 
@@ -34,7 +35,7 @@ async def api_client_for(kubeconfig: Path, server: str | None = None) -> client.
     await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
     if server:
         cfg.host = server
-    return client.ApiClient(configuration=cfg)
+    return stock_api_client(cfg)
 
 
 @pytest.fixture
@@ -49,7 +50,7 @@ async def own_api(cluster: Any) -> AsyncIterator[client.ApiClient]:
 async def test_a_client_from_the_manager_sends_the_configured_timeout_to_aiohttp(
     own_api: client.ApiClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    session = own_api.rest_client.pool_manager
+    session = own_api.session()  # the KubeClient's: every request of pko's goes through it
     seen: list[Any] = []
     request = session.request
 

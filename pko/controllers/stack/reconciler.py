@@ -46,7 +46,6 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import structlog
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from pko.api.stack import Stack
 from pko.api.validation import parse_stack
@@ -131,6 +130,7 @@ from pko.controllers.stack.watches import (
 )
 from pko.machinery.controller import Result
 from pko.machinery.executor import Expected, execute
+from pko.machinery.kubeclient import ApiException
 from pko.machinery.manager import CACHE_SYNCED, CACHE_SYNCING, Manager
 from pko.machinery.objects import add_finalizer, remove_finalizer
 from pko.machinery.resource import CONFIGMAPS, SECRETS, Obj, Resource, api_error_status

@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Final
 
 import structlog
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from pko.controllers.resources import FIELD_MANAGER_STACK_FINALIZER, STACK_FINALIZER
 from pko.controllers.stack.watches import INDEX_UPDATES_BY_STACK, metadata_of, namespace_of, update_complete
+from pko.machinery.kubeclient import ApiException
 from pko.machinery.objects import has_finalizer, remove_finalizer
 from pko.machinery.resource import Obj, ResourceClient, api_error_status
 from pko.machinery.store import Indexer, object_key

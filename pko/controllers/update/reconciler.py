@@ -40,7 +40,6 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import structlog
-from kubernetes_asyncio.client import ApiException
 
 from pko.agentclient import AgentClient, AgentError, audience, resolve_address
 from pko.api.generated.pko.agent import v1 as pb
@@ -91,6 +90,7 @@ from pko.controllers.update.watch import UpdateWatches
 from pko.machinery.controller import Result
 from pko.machinery.events import Recorder
 from pko.machinery.executor import Expected, execute
+from pko.machinery.kubeclient import ApiException
 from pko.machinery.manager import Manager
 from pko.machinery.objects import remove_finalizer
 from pko.machinery.predicates import (

@@ -54,11 +54,10 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import aiohttp
 import structlog
-from kubernetes_asyncio.client import ApiException, CoreV1Api
 
 from pko.agentclient import AgentClient, AgentError, audience, resolve_address
 from pko.api.generated.google.protobuf import Value
@@ -93,6 +92,7 @@ from pko.controllers.workspace.workloads import (
 from pko.machinery.conditions import get_condition
 from pko.machinery.controller import Result
 from pko.machinery.executor import Expected, execute
+from pko.machinery.kubeclient import ApiException
 from pko.machinery.manager import Manager
 from pko.machinery.predicates import condition_became, deletion_started, generation_changed, or_
 from pko.machinery.resource import PODS, SERVICES, STATEFULSETS, Obj, Resource, api_error_status
@@ -215,8 +215,8 @@ class WorkspaceReconciler:
         self.pod_client = manager.client(PODS)
         self.node_client = manager.client(NODES)
         self._node_forbidden = False  # a 403 on a Node GET was logged (once: an older ClusterRole)
-        # The pod dry run (the one generated-API call), bounded like the clients' requests.
-        self.core = CoreV1Api(manager.api)
+        # The pod dry run (the one request outside a resource client), bounded like their requests.
+        self.api = manager.api
         self.request_timeout = manager.options.kube_api_timeout
         # When this controller last applied each Workspace's StatefulSet (by Workspace uid).
         self._sts_applied: OrderedDict[str, float] = OrderedDict()
@@ -380,8 +380,12 @@ class WorkspaceReconciler:
             "spec": copy.deepcopy(template["spec"]),
         }
         try:
-            await self.core.create_namespaced_pod(
-                meta["namespace"], cast(Any, pod), dry_run="All", _request_timeout=self.request_timeout
+            await self.api.call_json(
+                "POST",
+                PODS.collection_path(meta["namespace"]),
+                query=[("dryRun", "All")],
+                body=pod,
+                client_timeout=aiohttp.ClientTimeout(total=self.request_timeout),
             )
         except ApiException as exc:
             if exc.status in (409, 404):  # a pod of that name exists: it was valid; or the namespace is going
