@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build the Helm CLI at the version pinned in hack/versions.env (HELM_VERSION), cached outside the repo.
-# charts/pko is generated from config/ (hack/gen_helm.py); test/test_helm_chart.py renders, lints and
-# installs it with the real helm, so the chart users get is the one the tests ran. No release download is
-# reachable here: helm is built from its Go module, as every other tool the project needs.
+# charts/pko is generated from config/ (hack/gen_helm.py); test/test_helm_chart.py,
+# test_helm_operator_values.py and test_helm_install.py render, lint and install it with the real helm, so
+# the chart users get is the one the tests ran. No release download is reachable here: helm is built from
+# its Go module, as every other tool the project needs.
 #
 # How: upstream's own build of ./cmd/helm (helm.sh/helm/v3, go.mod and go.sum unchanged, every dependency
 # from the Go module proxy through hack/gomod.sh's environment: CGO off, no toolchain switch), static and

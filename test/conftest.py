@@ -118,6 +118,12 @@ def reg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         running.stop()
 
 
+@pytest.fixture(scope="module")
+def helm_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pinned helm's cache, config and data homes for the module (test/helmtest.py's ``helm``)."""
+    return tmp_path_factory.mktemp("helm-home")
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     mode = f"external ($KUBECONFIG={os.environ['KUBECONFIG']})" if os.environ.get("KUBECONFIG") else "local"
     return f"pko control plane: {mode}"

@@ -32,11 +32,6 @@ pytestmark = pytest.mark.timeout(900)  # the first test may build helm (hack/bui
 DIGEST = "sha256:" + "cd" * 32
 
 
-@pytest.fixture(scope="module")
-def helm_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("helm-home")
-
-
 def of_kind(objs: list[Obj], kind: str) -> list[Obj]:
     return [o for o in objs if o["kind"] == kind]
 
