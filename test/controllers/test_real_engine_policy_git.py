@@ -2,7 +2,7 @@
 test_real_engine_policy.py runs a pack from a path: the real operator, apiserver and
 kube-controller-manager, and the play-kubelet running the real agent (its ``init`` fetching the pack in
 an init container of its own, with dulwich) and the real CLI with a JavaScript pack whose
-``node_modules`` are committed beside it.
+``node_modules`` are committed beside it, and a Python pack naming a virtualenv the workspace has.
 
 What a platform team relies on: a Stack whose program breaks the pack's mandatory policy creates
 nothing and is Stalled ``PolicyViolation`` naming the pack, the Update records the commit the pack ran
@@ -14,6 +14,7 @@ and the git error, and nothing runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,13 @@ from dulwich.repo import Repo
 
 from pko.devtools.builds import built
 from pko.devtools.gitserver import git_commit, serve_git
-from pko.devtools.policypacks import policy_sdk, write_pack
+from pko.devtools.policypacks import policy_sdk, python_policy_env, write_pack, write_python_pack
 from pko.machinery.conditions import get_condition
 
 from .conftest import operator_env
 from .test_real_engine import _let_programs_manage_objects, configmap
 from .test_real_engine_policy import KUBELET_OPTIONS as POLICY_KUBELET_OPTIONS
-from .test_real_engine_policy import PACK, ended_update, program
+from .test_real_engine_policy import PACK, PYTHON_PACK, ended_update, program
 from .test_stack import Env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -39,28 +40,55 @@ KUBELET_OPTIONS = POLICY_KUBELET_OPTIONS
 env = operator_env(Env, prepare=_let_programs_manage_objects)
 PACK_DIR = "packs/configmaps"
 FIXED = PACK.replace('enforcementLevel: "mandatory"', 'enforcementLevel: "advisory"')
+PYTHON_DIR = "packs/configmaps-py"
+PYTHON_FIXED = PYTHON_PACK.replace("EnforcementLevel.MANDATORY", "EnforcementLevel.ADVISORY")
 
 
-def _pack_files(work: Path, source: str) -> dict[str, bytes]:
-    """The JavaScript pack with ``source`` as its index.js, and its node_modules, as repository files."""
-    write_pack(work, policy_sdk(built("build-runtimes.sh")), source, "pko-configmaps")
+def _files(work: Path, under: str) -> dict[str, bytes]:
+    """The files of ``work`` as repository files under ``under``."""
     return {
-        f"{PACK_DIR}/{path.relative_to(work).as_posix()}": path.read_bytes()
+        f"{under}/{path.relative_to(work).as_posix()}": path.read_bytes()
         for path in sorted(work.rglob("*"))
         if path.is_file()
     }
 
 
-@pytest.fixture(scope="module")
-def pack_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Repo, Path]]:
-    """A platform team's repository of packs, served over git's smart HTTP: its URL, the repository
-    and a scratch directory."""
-    root = tmp_path_factory.mktemp("policy-git")
+def _pack_files(work: Path, source: str) -> dict[str, bytes]:
+    """The JavaScript pack with ``source`` as its index.js, and its node_modules, as repository files."""
+    write_pack(work, policy_sdk(built("build-runtimes.sh")), source, "pko-configmaps")
+    return _files(work, PACK_DIR)
+
+
+def _python_files(work: Path, source: str) -> dict[str, bytes]:
+    """The Python pack with ``source`` as its __main__.py, as repository files; its virtualenv one the
+    workspace has (here the host's, as an image would ship one: docs/policy.md)."""
+    write_python_pack(work, source, python_policy_env(), "pko-configmaps-py")
+    return _files(work, PYTHON_DIR)
+
+
+@contextlib.contextmanager
+def _served(root: Path, files: dict[str, bytes]) -> Iterator[tuple[str, Repo, Path]]:
+    """A platform team's repository of packs holding ``files``, served over git's smart HTTP: its URL,
+    the repository and a scratch directory."""
     repo = Repo.init_bare(str(root / "packs.git"), mkdir=True)
-    git_commit(repo, _pack_files(root / "v1", PACK), b"the configmaps pack: tier forbidden is mandatory")
+    git_commit(repo, files, b"the configmaps pack: tier forbidden is mandatory")
     repo.refs.set_symbolic_ref(b"HEAD", b"refs/heads/main")
     with serve_git(repo) as url:
         yield url, repo, root
+
+
+@pytest.fixture(scope="module")
+def pack_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Repo, Path]]:
+    root = tmp_path_factory.mktemp("policy-git")
+    with _served(root, _pack_files(root / "v1", PACK)) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def python_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Repo, Path]]:
+    root = tmp_path_factory.mktemp("policy-git-py")
+    with _served(root, _python_files(root / "v1", PYTHON_PACK)) as served:
+        yield served
 
 
 async def poll_now(env: Env, name: str) -> None:
@@ -74,40 +102,60 @@ async def poll_now(env: Env, name: str) -> None:
     controller.queue.add(f"{env.ns}/{name}")
 
 
-async def test_a_pack_from_git_refuses_the_program_until_its_repository_is_fixed(
-    env: Env, pack_repo: tuple[str, Repo, Path]
+async def refused_until_fixed(
+    env: Env,
+    name: str,
+    served: tuple[str, Repo, Path],
+    pack_dir: str,
+    pack_name: str,
+    fixed: dict[str, bytes],
 ) -> None:
-    url, repo, root = pack_repo
+    """A Stack whose program breaks the mandatory policy of the pack at ``pack_dir`` of the served
+    repository is Stalled, nothing created, its Update at the pack's commit; once ``fixed`` is
+    committed (the policy advisory) the Stack, untouched, runs again at the new commit and is Ready."""
+    url, repo, _ = served
     first = repo.refs[b"refs/heads/main"].decode()
-    pack = {"name": "configmaps", "path": PACK_DIR, "git": {"url": url, "branch": "main"}}
-    await env.create_program("gitpoliced", program(env, "gitpoliced", "forbidden"))
-    await env.create_stack("gitpoliced", {"programRef": {"name": "gitpoliced"}, "policyPacks": [pack]})
+    pack = {"name": "configmaps", "path": pack_dir, "git": {"url": url, "branch": "main"}}
+    await env.create_program(name, program(env, name, "forbidden"))
+    await env.create_stack(name, {"programRef": {"name": name}, "policyPacks": [pack]})
 
-    stack = await env.condition("gitpoliced", "Stalled", "PolicyViolation", within=300)
+    stack = await env.condition(name, "Stalled", "PolicyViolation", within=300)
     stalled = get_condition(stack["status"]["conditions"], "Stalled")
     assert stalled is not None
-    for said in ("pko-configmaps@0.1.0", "no-forbidden-tier", "this ConfigMap's tier is forbidden"):
+    for said in (f"{pack_name}@0.1.0", "no-forbidden-tier", "this ConfigMap's tier is forbidden"):
         assert said in stalled["message"], stalled
-    assert await configmap(env, "gitpoliced-settings") is None, "created although the pack refused it"
-    update = await ended_update(env, "gitpoliced", stack)
+    assert await configmap(env, f"{name}-settings") is None, "created although the pack refused it"
+    update = await ended_update(env, name, stack)
     assert update["spec"]["policyPacks"] == [{**pack, "git": {"url": url, "commit": first}}]
-    workspace = await env.get(env.workspaces, "gitpoliced")
+    workspace = await env.get(env.workspaces, name)
     assert workspace is not None
     (source,) = workspace["spec"]["policyPackSources"]
-    assert (source["name"], source["git"]["ref"], source["git"]["dir"]) == ("configmaps", first, PACK_DIR)
+    assert (source["name"], source["git"]["ref"], source["git"]["dir"]) == ("configmaps", first, pack_dir)
 
-    fixed = await asyncio.to_thread(
-        git_commit, repo, _pack_files(root / "v2", FIXED), b"tier forbidden is advisory"
-    )
-    await poll_now(env, "gitpoliced")
-    stack = await env.condition("gitpoliced", "Ready", "ProcessingCompleted", within=300)
-    created = await configmap(env, "gitpoliced-settings")
+    commit = await asyncio.to_thread(git_commit, repo, fixed, b"tier forbidden is advisory")
+    await poll_now(env, name)
+    stack = await env.condition(name, "Ready", "ProcessingCompleted", within=300)
+    created = await configmap(env, f"{name}-settings")
     assert created is not None and created["data"] == {"tier": "forbidden"}, created
-    update = await ended_update(env, "gitpoliced", stack)
-    assert update["spec"]["policyPacks"] == [{**pack, "git": {"url": url, "commit": fixed}}]
+    update = await ended_update(env, name, stack)
+    assert update["spec"]["policyPacks"] == [{**pack, "git": {"url": url, "commit": commit}}]
     listed = [(v["policy"], v["enforcementLevel"]) for v in update["status"]["policyViolations"]]
     assert ("no-forbidden-tier", "advisory") in listed, listed
     assert stack["metadata"]["generation"] == 1, "the Stack ran again without being changed"
+
+
+async def test_a_pack_from_git_refuses_the_program_until_its_repository_is_fixed(
+    env: Env, pack_repo: tuple[str, Repo, Path]
+) -> None:
+    fixed = _pack_files(pack_repo[2] / "v2", FIXED)
+    await refused_until_fixed(env, "gitpoliced", pack_repo, PACK_DIR, "pko-configmaps", fixed)
+
+
+async def test_a_python_pack_from_git_refuses_the_program_until_its_repository_is_fixed(
+    env: Env, python_repo: tuple[str, Repo, Path]
+) -> None:
+    fixed = _python_files(python_repo[2] / "v2", PYTHON_FIXED)
+    await refused_until_fixed(env, "gitpoliced-py", python_repo, PYTHON_DIR, "pko-configmaps-py", fixed)
 
 
 async def test_a_pack_whose_repository_does_not_exist_stalls_the_stack_naming_the_pack(
