@@ -18,7 +18,11 @@ Shared helpers the modules import (``from .conftest import ...``):
   play-kubelet above (``env = operator_env(Env)``);
 * :func:`new_manager` and :func:`running`: a Manager of the module's namespace for tests that set up
   one reconciler themselves, run for the length of an ``async with`` block;
-* :func:`get_or_none` (a GET, ``None`` on 404).
+* :func:`get_or_none` (a GET, ``None`` on 404);
+* for the pure Stack status tests (test_stack_status, test_stack_retry, test_stack_sync): the time
+  :data:`T0`, the operator's default :data:`SETTINGS`, a Stack's :func:`spec` and object
+  (:func:`stack_obj`), a finished Update (:func:`update`) and the Update being run (:func:`current`),
+  a status after failures (:func:`failed_status`), and its conditions by type (:func:`types`).
 
 Polling for a condition is ``pko/devtools/waiting.py``'s :func:`wait_until`; HTTP and git servers on loopback
 are in ``pko/devtools/gitserver.py`` (both shared with the other test folders).
@@ -31,13 +35,18 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
+from pko.api.stack import StackSpec
 
 from pko.controllers.options import ControllerOptions
+from pko.controllers.retrysettings import RetrySettings
+from pko.controllers.stack.status import record_failed
+from pko.machinery.conditions import format_time
 from pko.machinery.manager import Manager, ManagerOptions
 from pko.machinery.resource import ResourceClient
 
@@ -212,3 +221,50 @@ async def get_or_none(rc: ResourceClient, name: str, namespace: str | None = Non
         if exc.status == 404:
             return None
         raise
+
+
+# --- a Stack's status as the status rules record it (pure) ------------------------------------------
+
+T0 = datetime(2024, 10, 17, 20, 0, 0, tzinfo=UTC)
+SETTINGS = RetrySettings()
+
+
+def spec(**fields: Any) -> StackSpec:
+    return StackSpec.model_validate({"stack": "dev", "programRef": {"name": "p"}, **fields})
+
+
+def stack_obj(generation: int = 1, request: str | None = None, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "s", "namespace": "ns", "generation": generation}
+    if request is not None:
+        meta["annotations"] = {"pulumi.com/reconciliation-request": request}
+    if deleting:
+        meta["deletionTimestamp"] = format_time(T0)
+    return {"metadata": meta}
+
+
+def update(
+    name: str, type_: str = "up", failed: str | None = None, message: str = "", **status: Any
+) -> dict[str, Any]:
+    conditions = [{"type": "Complete", "status": "True", "reason": "Updated"}]
+    if failed is not None:
+        conditions.append({"type": "Failed", "status": "True", "reason": failed})
+    return {
+        "metadata": {"name": name},
+        "spec": {"type": type_},
+        "status": {"message": message, "conditions": conditions, **status},
+    }
+
+
+def current(name: str, generation: int = 1, commit: str = "r1", request: str = "") -> dict[str, Any]:
+    return {"name": name, "generation": generation, "commit": commit, "reconcileRequest": request}
+
+
+def types(status: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
+    return {c["type"]: (c["status"], c["reason"], c["message"]) for c in status["conditions"]}
+
+
+def failed_status(times: int, reason: str = "ProgramError", type_: str = "up") -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    for i in range(times):
+        record_failed(status, current(f"s-{i}"), update(f"s-{i}", type_=type_, failed=reason), T0)
+    return status
