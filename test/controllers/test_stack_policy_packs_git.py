@@ -102,7 +102,7 @@ def test_a_pack_is_located_by_a_path_or_by_git_with_its_path_inside_the_reposito
 
 def test_the_workspace_fetches_each_pack_in_an_init_container_of_its_own() -> None:
     s = stack(policyPacks=[SHARED, {"name": "image", "path": "/opt/policy/image"}])
-    packs = git_packs((), s.spec.policy_packs)
+    packs = git_packs((), s)
     assert [p.name for p in packs] == ["shared"]
     ws = build_workspace(s, None, packs=[revision(packs[0])])
     assert ws["spec"]["policyPackSources"] == [
@@ -140,7 +140,7 @@ def test_the_workspace_fetches_each_pack_in_an_init_container_of_its_own() -> No
 
 def test_the_update_runs_the_pack_at_the_fetched_commit_marked_fetched_for_the_agent() -> None:
     s = stack(policyPacks=[SHARED])
-    ws = build_workspace(s, None, packs=[revision(git_packs((), s.spec.policy_packs)[0])])
+    ws = build_workspace(s, None, packs=[revision(git_packs((), s)[0])])
     ws["metadata"]["uid"] = "ws-uid"
     update = build_update(s, ws, "up", "m", now=NOW)
     (pack,) = update["spec"]["policyPacks"]
@@ -171,7 +171,7 @@ def test_the_agent_finds_a_fetched_pack_beside_the_program_and_refuses_one_that_
 def test_a_new_commit_of_a_pack_runs_the_stack_again() -> None:
     assert packs_digest((), {}) == "", "a Stack without packs from git keeps its digest"
     s = stack(policyPacks=[SHARED])
-    ws = build_workspace(s, None, packs=[revision(git_packs((), s.spec.policy_packs)[0])])
+    ws = build_workspace(s, None, packs=[revision(git_packs((), s)[0])])
     ws["metadata"]["uid"] = "ws-uid"
     ws["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
     obj = s.wire()
@@ -199,3 +199,16 @@ def test_a_packs_credentials_over_plain_http_are_refused_unless_the_operator_all
     anonymous = PolicyPack.model_validate({**SHARED, "git": {"url": plain, "branch": "main"}})
     assert pack_refusal(anonymous, allowed=False) is None, "an in-cluster mirror without credentials"
     assert pack_refusal(PolicyPack.model_validate(SHARED), allowed=False) is None  # https
+
+
+def test_a_pack_from_git_the_update_template_names_is_fetched_and_pinned_too() -> None:
+    s = stack(
+        policyPacks=[{"name": "image", "path": "/opt/policy/image"}],
+        updateTemplate={"spec": {"policyPacks": [SHARED]}},
+    )
+    (pack,) = git_packs((), s)
+    assert pack.name == "shared"
+    ws = build_workspace(s, None, packs=[revision(pack)])
+    ws["metadata"]["uid"] = "ws-uid"
+    (ran,) = build_update(s, ws, "up", "m", now=NOW)["spec"]["policyPacks"]
+    assert ran["git"]["commit"] == COMMIT

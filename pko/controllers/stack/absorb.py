@@ -69,7 +69,7 @@ def absorb(observed: Observed, stack: Stack, status: Obj) -> Absorbed | Plan | R
         return Absorbed([Log("current update is gone; moving on", fields)])
     if not update_complete(update):
         if observed.source is None and may_name_stale_artifact(observed.workspace):
-            return ReadSource(stack, git_packs(observed.templates.enforced, stack.spec.policy_packs))
+            return ReadSource(stack, git_packs(observed.templates.enforced, stack))
         # An Update whose workspace pod is stranded (its node lost) waits for the agent's
         # unreachable timeout; what a person must do shows meanwhile.
         stranded = mark_workspace_stalled(status, observed.workspace, generation, now)

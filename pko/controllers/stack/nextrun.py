@@ -83,7 +83,7 @@ def next_run(
     else:
         got = observed.source
         if got is None:
-            return ReadSource(stack, git_packs(observed.templates.enforced, spec.policy_packs))
+            return ReadSource(stack, git_packs(observed.templates.enforced, stack))
         if isinstance(got, Unresolved):
             saved = saved_project(stack, status) if deleting else None
             if saved is None:
@@ -112,7 +112,7 @@ def _choose(
     deleting = bool(meta.get("deletionTimestamp"))
     spec = stack.spec
     retry = observed.settings.retry
-    from_git = git_packs(observed.templates.enforced, spec.policy_packs)
+    from_git = git_packs(observed.templates.enforced, stack)
     polls_branch = bool(spec.project_repo and spec.branch) or any(p.git and p.git.branch for p in from_git)
     got = observed.source
     commits = {p.name: p.commit for p in got.packs} if isinstance(got, Resolved) else {}

@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pko.api.stack import Stack
 from pko.api.stackpolicypacks import PolicyPack
 from pko.api.validation import format_errors, policy_pack_errors
 
@@ -83,9 +84,18 @@ def merge_policy_packs(enforced: Sequence[Enforced], own: Sequence[PolicyPack] |
     return Merged(tuple(packs), sources, overridden, _digest([p for p in packs if p.name in sources]))
 
 
-def git_packs(enforced: Sequence[Enforced], own: Sequence[PolicyPack] | None) -> tuple[PolicyPack, ...]:
-    """The packs an Update runs that come from git of their own: what the Stack resolves and its
-    workspace pod fetches."""
+def git_packs(enforced: Sequence[Enforced], stack: Stack) -> tuple[PolicyPack, ...]:
+    """The packs the Stack's previews and ups run that come from git of their own (the enforced ones
+    and its own: its ``updateTemplate``'s when that names some, as the Update runs them): what the
+    Stack resolves and its workspace pod fetches. Packs the template names that are no packs are
+    left to the Update to refuse."""
+    templated = ((stack.spec.update_template or {}).get("spec") or {}).get("policyPacks")
+    own = stack.spec.policy_packs
+    if templated is not None:
+        try:
+            own = [PolicyPack.model_validate(raw) for raw in templated]
+        except ValidationError:
+            own = []
     return tuple(pack for pack in merge_policy_packs(enforced, own).packs if pack.git is not None)
 
 
