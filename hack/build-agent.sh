@@ -16,7 +16,7 @@
 # pko.logging, and the metrics server's pko.machinery.serving, metricsauth and servingcert, which import
 # no API client), not the operator's (pko.controllers, the rest of pko.machinery). kubernetes_asyncio and aiohttp
 # are excluded: the agent talks to the apiserver with its own client (pko.agent.kubeapi), and
-# test/agent/test_kubeapi.py checks that nothing it imports needs them. mypy and hypothesis are
+# test/agent/test_kubeapi_http.py checks that nothing it imports needs them. mypy and hypothesis are
 # pulled in only by pydantic's plugins for them, which the agent never loads.
 set -euo pipefail
 

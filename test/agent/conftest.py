@@ -5,6 +5,9 @@
 - `git_ssh`: pko.devtools.gitssh's server (dulwich's upload-pack over paramiko) on loopback.
 - `artifact_http`: a plain HTTP server serving byte strings (tarballs) by path.
 
+And for the tests of the agent's apiserver client (test_kubeapi_*): `pki` (a CA and its certificates)
+and `fake`, the scripted HTTPS apiserver of pko/devtools/fakeapiserver.py, started with them.
+
 It also registers the session fixtures of pko/devtools/agents.py (`agent_binary`, `auth_world`) for every
 test in this directory. A session fixture imported into two test modules is two fixtures, each run
 once per session: importing `agent_binary` into both image tests built the agent twice.
@@ -15,7 +18,7 @@ from __future__ import annotations
 import base64
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -30,6 +33,7 @@ from dulwich.server import DictBackend
 from dulwich.web import make_wsgi_chain
 
 from pko.devtools.agents import agent_binary, auth_world
+from pko.devtools.fakeapiserver import PKI, FakeAPIServer, make_pki
 from pko.devtools.gitserver import serve_wsgi
 from pko.devtools.gitssh import GitSSH, new_ed25519_openssh, serve_git_ssh
 
@@ -197,3 +201,16 @@ def closed_port() -> int:
 def new_ssh_key() -> Any:
     """A factory of fresh ed25519 private keys in OpenSSH format."""
     return new_ed25519_openssh
+
+
+@pytest.fixture(scope="module")
+def pki() -> PKI:
+    return make_pki()
+
+
+@pytest.fixture
+async def fake(pki: PKI) -> AsyncIterator[FakeAPIServer]:
+    server = FakeAPIServer(pki)
+    await server.start()
+    yield server
+    await server.stop()
