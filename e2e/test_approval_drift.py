@@ -23,7 +23,7 @@ from pko.devtools.examples import local_example
 from pko.devtools.kstatus import kstatus
 
 from .conftest import Kube
-from .test_walkthrough import gone, metrics, ready
+from .stacks import gone, metrics, ready
 
 pytestmark = [
     pytest.mark.timeout(1500),

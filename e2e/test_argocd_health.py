@@ -18,7 +18,7 @@ import yaml
 from pko.devtools.argocd import Health, Scripts, discover, health, merge_patch, run_action
 
 from .conftest import Kube
-from .test_walkthrough import BROKEN_PROGRAM, gone, program, ready, stack
+from .stacks import BROKEN_PROGRAM, gone, program, ready, stack
 
 pytestmark = pytest.mark.timeout(1800)
 

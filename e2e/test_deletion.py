@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from .conftest import Kube
-from .test_walkthrough import gone, program, ready, stack
+from .stacks import gone, program, ready, stack
 
 pytestmark = pytest.mark.timeout(1800)
 

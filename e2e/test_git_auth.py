@@ -20,8 +20,8 @@ from dulwich.web import make_wsgi_chain
 
 from pko.devtools.gitserver import serve_wsgi
 
-from .conftest import OPERATOR_NS, Kube
-from .test_walkthrough import NODE_IP, _commit, bare_repository, gone, ready, stack
+from .conftest import NODE_IP, OPERATOR_NS, Kube
+from .stacks import bare_repository, gitops_commit, gone, ready, stack
 
 pytestmark = [
     pytest.mark.timeout(1800),
@@ -219,7 +219,7 @@ def test_git_stack_with_basic_auth_tracks_its_branch(kube: Kube, auth_git_server
     # A push to the branch: the next poll (resyncFrequencySeconds: 60) finds it, the workspace fetches
     # it with the same credentials, and the new output shows.
     before = len(git.seen)
-    pushed = _commit(git.repo, "two")
+    pushed = gitops_commit(git.repo, "two")
 
     def deployed() -> dict[str, Any] | None:
         st = k.get("stack", "gitauth") or {}

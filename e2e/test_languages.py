@@ -40,7 +40,7 @@ from pko.devtools.pypiindex import Index, make_wheel, serve_index
 from pko.devtools.versions import cache_dir, versions
 
 from .conftest import GIT_SSH_HOST_KEY, NODE_IP, OPERATOR, Kube
-from .test_walkthrough import gone, ready, stack
+from .stacks import gone, ready, stack
 
 pytestmark = [
     pytest.mark.timeout(1800),

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from .conftest import OPERATOR_NS, REPO, RESTRICTED, Kube
-from .test_walkthrough import program, stack
+from .stacks import program, stack
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.pko_only("the namespaced install is pko's")]
 

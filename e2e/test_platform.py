@@ -39,7 +39,7 @@ from pko.devtools.prometheus import rules_without_waiting, running_prometheus, s
 from pko.devtools.waiting import NotReached
 
 from .conftest import OPERATOR_NS, Kube
-from .test_walkthrough import BROKEN_PROGRAM, METRICS_SCRAPER, gone, program, ready, stack
+from .stacks import BROKEN_PROGRAM, METRICS_SCRAPER, gone, program, ready, stack
 
 pytestmark = [
     pytest.mark.timeout(900),

@@ -15,7 +15,7 @@ from pko.devtools.examples import local_example
 from pko.devtools.versions import versions
 
 from .conftest import Kube
-from .test_walkthrough import gone, ready, stack
+from .stacks import gone, ready, stack
 
 pytestmark = pytest.mark.timeout(1800)
 

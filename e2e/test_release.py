@@ -45,7 +45,7 @@ from pko.devtools.localnode.images import import_images, remove_images, trust_re
 from pko.devtools.registry import start as start_registry
 
 from .conftest import OPERATOR_NS, REPO, Kube
-from .test_walkthrough import program, ready, stack
+from .stacks import program, ready, stack
 
 pytestmark = pytest.mark.pko_only("installs pko's own releases")
 

@@ -34,7 +34,7 @@ import pytest
 from pko.devtools.examples import local_example
 
 from .conftest import Kube
-from .test_walkthrough import gone, ready
+from .stacks import gone, ready
 
 pytestmark = pytest.mark.timeout(1800)
 

@@ -34,7 +34,7 @@ import pytest
 import yaml
 
 from .conftest import OPERATOR_NS, REPO, Kube, go_operator_quickstart, with_local_workspace_image
-from .test_walkthrough import PROGRAM, program, stack
+from .stacks import PROGRAM, program, stack
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.pko_only("switches between the Go operator and pko")]
 
