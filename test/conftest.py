@@ -83,7 +83,7 @@ def crds(cluster: Any) -> list[str]:
 async def api_client(cluster: Any) -> AsyncIterator[Any]:
     from kubernetes_asyncio import client, config
 
-    from pko.machinery.apiclient import stock_api_client  # kubernetes-asyncio's and machinery's
+    from pko.devtools.apiclient import stock_api_client  # kubernetes-asyncio's and machinery's
 
     cfg = client.Configuration()
     await config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=cfg)

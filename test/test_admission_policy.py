@@ -24,8 +24,8 @@ import pytest
 from kubectl.admission import APPROVED_PLAN, POLICY, installed, kubectl, probe_stack, wait_enforced
 from kubernetes_asyncio.client import ApiClient, ApiException
 
+from pko.devtools.apiclient import new_api_client
 from pko.kubectl.cluster import STACKS
-from pko.machinery.apiclient import new_api_client
 from pko.machinery.resource import Resource, ResourceClient
 
 pytestmark = [pytest.mark.cluster]

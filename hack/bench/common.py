@@ -70,10 +70,10 @@ def _status_kb(field: str) -> int:
 
 async def api_client(kubeconfig: str, *, pko_client: bool = False) -> Any:
     """kubernetes-asyncio's stock ``ApiClient``, or (``pko_client``) the one the operator uses; either
-    can be handed to pko's machinery too (pko.machinery.apiclient)."""
+    can be handed to pko's machinery too (pko.devtools.apiclient)."""
     from kubernetes_asyncio import client, config
 
-    from pko.machinery.apiclient import new_api_client, stock_api_client
+    from pko.devtools.apiclient import new_api_client, stock_api_client
 
     cfg = client.Configuration()
     await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)

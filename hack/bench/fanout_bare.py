@@ -3,7 +3,7 @@
 
 Usage: fanout_bare.py KUBECONFIG NAMESPACE [WORKERS [pko-client]]   (exits when every status is written)
 
-With ``pko-client`` it uses the operator's ApiClient (``pko.machinery.apiclient``) instead of
+With ``pko-client`` it uses the operator's ApiClient (``pko.devtools.apiclient``) instead of
 kubernetes-asyncio's stock one: the same loop, so the difference to our machinery is the machinery.
 """
 

@@ -19,7 +19,7 @@ from fakepulumi.fixtures import make_fake_pulumi
 from kubernetes_asyncio import client
 
 from pko.devtools.agents import AuthWorld, auth_world, free_port
-from pko.machinery.apiclient import stock_api_client
+from pko.devtools.apiclient import stock_api_client
 from pko.tokens import TokenSource
 
 __all__ = ["auth_world"]

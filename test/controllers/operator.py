@@ -25,7 +25,7 @@ from pko.controllers import register
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import STACKS
 from pko.controllers.sharding import child_selectors
-from pko.machinery.apiclient import new_api_client
+from pko.devtools.apiclient import new_api_client
 from pko.machinery.manager import Manager, ManagerOptions
 from pko.machinery.resource import Resource, ResourceClient
 

@@ -14,7 +14,7 @@ from kube_helpers import TcpProxy, create_namespace, delete_namespace
 from kubernetes_asyncio import client, config
 from manager_helpers import StartManager
 
-from pko.machinery.apiclient import stock_api_client
+from pko.devtools.apiclient import stock_api_client
 from pko.machinery.informer import SharedInformer
 from pko.machinery.manager import Manager
 

@@ -11,7 +11,7 @@ import sys
 
 from kubernetes_asyncio import client, config
 
-from pko.machinery.apiclient import stock_api_client
+from pko.devtools.apiclient import stock_api_client
 from pko.machinery.leaderelection import LeaderElectionConfig, LeaderElector
 
 

@@ -1,4 +1,4 @@
-"""The operator's client for tests and tools (pko.machinery.apiclient): proxies from the
+"""The operator's client for tests and tools (pko.devtools.apiclient): proxies from the
 environment resolved once, no per-request look-ups, on both its sides (pko's KubeClient and
 kubernetes-asyncio's ApiClient); its errors are either library's ApiException."""
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client, config
 
-from pko.machinery.apiclient import environment_proxy, new_api_client
+from pko.devtools.apiclient import environment_proxy, new_api_client
 from pko.machinery.kubeclient import ApiException
 from pko.machinery.resource import NAMESPACES, ResourceClient
 

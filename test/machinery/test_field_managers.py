@@ -26,8 +26,8 @@ from pko.controllers.resources import (
     FIELD_MANAGER_STACK_FINALIZER,
     FIELD_MANAGER_WORKSPACE_STATUS,
 )
+from pko.devtools.apiclient import OPERATOR_USER_AGENT, new_api_client
 from pko.devtools.waiting import wait_until
-from pko.machinery.apiclient import OPERATOR_USER_AGENT, new_api_client
 from pko.machinery.events import EventRecorder
 from pko.machinery.leaderelection import LeaderElectionConfig, LeaderElector
 from pko.machinery.objects import add_finalizer, remove_finalizer

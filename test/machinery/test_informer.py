@@ -221,7 +221,7 @@ async def test_resync_redelivers_cached_objects_as_updates(
 async def test_factory_bounds_list_requests_with_the_kube_api_timeout() -> None:
     from kubernetes_asyncio.client import Configuration
 
-    from pko.machinery.apiclient import stock_api_client
+    from pko.devtools.apiclient import stock_api_client
 
     async with stock_api_client(Configuration()) as api:
         factory = InformerFactory(api, request_timeout=7.5)

@@ -171,7 +171,7 @@ async def test_a_server_that_ignores_streaming_list_parameters_is_listed_and_wat
     from aiohttp import web
     from kubernetes_asyncio.client import Configuration
 
-    from pko.machinery.apiclient import stock_api_client
+    from pko.devtools.apiclient import stock_api_client
 
     items = [{"metadata": {"name": n, "namespace": "ns", "resourceVersion": "5"}, "data": {}} for n in "ab"]
     queries: list[dict[str, str]] = []

@@ -18,7 +18,7 @@ from pko.controllers.program.reconciler import ProgramReconciler
 from pko.controllers.stack.reconciler import StackReconciler
 from pko.controllers.update.reconciler import UpdateReconciler
 from pko.controllers.workspace.reconciler import WorkspaceReconciler
-from pko.machinery.apiclient import stock_api_client
+from pko.devtools.apiclient import stock_api_client
 from pko.machinery.manager import Manager, ManagerOptions
 from pko.machinery.resource import CONFIGMAPS, ResourceClient
 

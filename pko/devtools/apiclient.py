@@ -1,4 +1,5 @@
-"""The operator's client for tests and tools that speak kubernetes-asyncio too (never the operator).
+"""The operator's client for tests and tools that speak kubernetes-asyncio too (never the operator, so
+it lives here: the shipped package does not carry kubernetes-asyncio's bridge).
 
 The operator loads its configuration with :mod:`pko.machinery.kubeconfig` and talks through
 :class:`~pko.machinery.kubeclient.KubeClient`, without importing kubernetes-asyncio (issue 44).
