@@ -239,6 +239,8 @@ PINNED: list[tuple[tuple[str, ...], tuple[str, ...], str, Any, str, Any]] = [
         False,
     ),
     (("--workspace-metrics",), ("WORKSPACE_METRICS",), "workspace_metrics", "https", "off", "off"),
+    # Added with issue 42.
+    (("--events-address",), ("EVENTS_ADDRESS",), "events_address", None, "http://nc/", "http://nc/"),
     *[
         (
             (f"--max-concurrent-reconciles-{kind}",),

@@ -70,7 +70,7 @@ __all__ = ["CONTROLLER_NAMES", "register"]
 
 def register(manager: Manager, options: ControllerOptions | None = None) -> None:
     """Declare every reconciler on ``manager``."""
-    from pko.controllers import fleetmetrics
+    from pko.controllers import fleetmetrics, fluxevents
     from pko.controllers.program import reconciler as program
     from pko.controllers.stack import reconciler as stack
     from pko.controllers.update import reconciler as update
@@ -87,3 +87,4 @@ def register(manager: Manager, options: ControllerOptions | None = None) -> None
     program.setup(manager, opts)
     stack.setup(manager, opts)
     fleetmetrics.setup(manager)
+    fluxevents.setup(manager, opts.events_address)

@@ -60,6 +60,8 @@ class ControllerOptions:
     watch_namespace: str | None = None
     # How long a running Update waits for its unreachable agent before it ends AgentUnreachable.
     agent_unreachable_timeout: float = defaults.AGENT_UNREACHABLE_TIMEOUT
+    # Where Stack Events are also POSTed as Flux events (pko.controllers.fluxevents); None: nowhere.
+    events_address: str | None = None
     # Operator-wide retry defaults for failed Stack operations (a Stack overrides any of them).
     retry: RetrySettings = field(default_factory=RetrySettings)
 

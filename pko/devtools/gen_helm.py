@@ -29,7 +29,8 @@ Where the values go, and nothing else:
 - the manager Deployment: replicas, the manager, agent and workspace images and pull policies,
   resources, both security contexts, probes, the grace period, priorityClassName, ``--leader-elect``
   and the log flags, optional environment (leader election timings, WATCH_NAMESPACE, KUBE_API_TIMEOUT,
-  FLUX_MAX_UNTAR_SIZE_BYTES, WORKSPACE_IMAGE, DEFAULT_WORKSPACE_TEMPLATE, WORKSPACE_METRICS, extraEnv),
+  FLUX_MAX_UNTAR_SIZE_BYTES, EVENTS_ADDRESS, WORKSPACE_IMAGE, DEFAULT_WORKSPACE_TEMPLATE, WORKSPACE_METRICS,
+  extraEnv),
   extra volumes and mounts, pod annotations and labels, scheduling (nodeSelector, affinity,
   tolerations), imagePullSecrets;
 - the metrics Service (the Service whose only port is named ``http-metrics``) exists only while
@@ -267,6 +268,7 @@ def template_deployment(deploy: Obj, markers: Markers, found: dict[str, Any]) ->
         ("WATCH_NAMESPACE", ".Values.watchNamespace"),
         ("KUBE_API_TIMEOUT", ".Values.kubeAPI.timeout"),
         ("FLUX_MAX_UNTAR_SIZE_BYTES", ".Values.flux.maxUntarSizeBytes"),
+        ("EVENTS_ADDRESS", ".Values.flux.eventsAddress"),
         ("ALLOW_INSECURE_GIT_CREDENTIALS", ".Values.git.allowInsecureCredentials"),
         ("DEFAULT_WORKSPACE_TEMPLATE", ".Values.workspace.defaultTemplate"),
         ("WORKSPACE_METRICS", ".Values.workspace.metrics"),

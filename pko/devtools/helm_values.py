@@ -308,6 +308,13 @@ def describe(found: dict[str, Any]) -> tuple[Node, ...]:
                     "(`FLUX_MAX_UNTAR_SIZE_BYTES`; empty: "
                     "the agent's default)",
                 ),
+                Leaf(
+                    "eventsAddress",
+                    "",
+                    STRING,
+                    "Where Stack Events are also POSTed as Flux events (`EVENTS_ADDRESS`), e.g. "
+                    "`http://notification-controller.flux-system.svc.cluster.local./`; empty: nowhere",
+                ),
             ),
         ),
         Group(

@@ -38,7 +38,7 @@ from pko import defaults
 from pko.machinery.kubeclient import KubeClient
 from pko.machinery.resource import EVENTS, Obj, ResourceClient, api_error_status
 
-__all__ = ["Emit", "EventRecorder", "EventType", "FakeRecorder", "Log", "Recorder"]
+__all__ = ["Emit", "EventRecorder", "EventType", "FakeRecorder", "Listener", "Log", "Recorder"]
 
 EventType = Literal["Normal", "Warning"]
 
@@ -69,6 +69,10 @@ class Log:
 
     event: str
     fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+# Told of every event as it is recorded (before correlation), e.g. to forward it elsewhere; must not block.
+Listener = Callable[[Obj, EventType, str, str], None]
 
 
 class Recorder(Protocol):
@@ -182,6 +186,7 @@ class EventRecorder:
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
         self._log = structlog.get_logger("pko.events")
+        self._listeners: list[Listener] = []
         self._dropped = Counter(
             "pko_events_dropped",
             "Kubernetes Events not written, by why: spam (the per-object rate limit), queue_full, error.",
@@ -195,10 +200,19 @@ class EventRecorder:
         """Queue an event about ``obj`` (an object read from the API: it needs name and uid)."""
         if self._stopped:
             return
+        for listener in self._listeners:
+            try:
+                listener(obj, type_, reason, message)
+            except Exception as exc:  # a listener's bug must not break recording
+                self._log.error("an event listener failed", reason=reason, exc_info=exc)
         try:
             self._queue.put_nowait(_Pending(object_reference(obj), type_, reason, message, datetime.now(UTC)))
         except asyncio.QueueFull:
             self._dropped.labels("queue_full").inc()
+
+    def add_listener(self, listener: Listener) -> None:
+        """Tell ``listener`` of every event recorded from now on (called in :meth:`event`)."""
+        self._listeners.append(listener)
 
     def eventf(self, obj: Obj, type_: EventType, reason: str, fmt: str, *args: Any) -> None:
         """:meth:`event` with a ``%``-format message (client-go's ``Eventf``)."""

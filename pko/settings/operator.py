@@ -466,6 +466,17 @@ class Settings:
         STACKS,
         feeds=("ControllerOptions.allow_insecure_git_credentials",),
     )
+    events_address = Setting(
+        "--events-address",
+        optional(text("URL", "URL")),
+        ("EVENTS_ADDRESS",),
+        "",
+        "also POST every Event about a Stack, as a Flux event, to this URL: Flux's notification-controller, "
+        "e.g. http://notification-controller.flux-system.svc.cluster.local./ (docs/gitops.md)",
+        STACKS,
+        feeds=("ControllerOptions.events_address",),
+        shown="none",
+    )
     # --- concurrency: one per controller (pko.machinery.controller.CONTROLLER_NAMES) --------------
     max_concurrent_reconciles_stack = _workers("stack")
     max_concurrent_reconciles_workspace = _workers("workspace")
