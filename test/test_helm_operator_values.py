@@ -45,7 +45,7 @@ VALUES = {
     "leaderElection": {"leaseDuration": "120s", "renewDeadline": "90s", "retryPeriod": "20s"},
     "watchNamespace": "stacks",
     "kubeAPI": {"timeout": "45s"},
-    "flux": {"maxUntarSizeBytes": 524288000},
+    "flux": {"maxUntarSizeBytes": 524288000, "eventsAddress": "http://notification-controller.flux-system/"},
     "git": {"allowInsecureCredentials": True},
     "extraEnv": [
         {"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"},
@@ -118,6 +118,7 @@ def test_environment_values_reach_the_operators_variables(custom: list[Obj]) -> 
     assert env["LEADER_ELECTION_RETRY_PERIOD"] == "20s"
     assert env["KUBE_API_TIMEOUT"] == "45s"
     assert env["FLUX_MAX_UNTAR_SIZE_BYTES"] == "524288000"
+    assert env["EVENTS_ADDRESS"] == "http://notification-controller.flux-system/"
     assert env["ALLOW_INSECURE_GIT_CREDENTIALS"] == "true"
     # An empty tag is the chart's appVersion; a digest is appended to it (NAME:VERSION@sha256:...).
     assert env["AGENT_IMAGE"] == f"platform/pko-agent:{app_version()}@sha256:" + "ab" * 32
@@ -143,6 +144,7 @@ def test_the_operator_accepts_what_the_chart_configures(custom: list[Obj]) -> No
     assert settings.watch_namespace == "stacks"
     assert settings.kube_api_timeout == 45.0
     assert settings.flux_max_untar_size_bytes == 524288000
+    assert settings.events_address == "http://notification-controller.flux-system/"
     assert settings.agent_image == f"platform/pko-agent:{app_version()}@sha256:" + "ab" * 32
     assert settings.agent_image_pull_policy == "Always"
     assert (settings.log_level, settings.log_format) == ("debug", "console")
@@ -219,6 +221,7 @@ def test_a_values_file_written_for_the_go_operators_chart_carries_over(
         "100MiB",
     )
     assert "FLUX_MAX_UNTAR_SIZE_BYTES" not in env
+    assert "EVENTS_ADDRESS" not in env  # off unless asked
     assert "ALLOW_INSECURE_GIT_CREDENTIALS" not in env  # off unless asked: Stalled, nothing sent
     assert container["resources"] == go_values["resources"]
     helm(helm_home, "lint", "--strict", str(CHART), "--values", str(path))
