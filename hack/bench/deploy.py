@@ -9,7 +9,8 @@ engine (hack/build-pulumi.sh: the CLI, the YAML host and pulumi-kubernetes). Eve
 Program-sourced (a ConfigMap made by pulumi-kubernetes, and a secret output), so the agents fetch the
 operator's own artifacts over loopback. The operator's writes are counted from the apiserver's audit
 log (only requests made by its ServiceAccount), so the play-kubelet's, the programs' and this script's
-writes never count.
+writes never count; so are its reads of Secrets (get, list, watch: it GETs each one it needs by name
+and caches none, so list and watch must stay 0).
 
 1. **Agent start to serving**: ``python -m pko.agent serve`` on a YAML project with the real CLI, until
    its first RPC answers, beside `pulumi version` alone (which opening the workspace runs).
@@ -77,12 +78,20 @@ NAMESPACE = "stacks"
 OPERATOR_NAMESPACE = "pko-system"
 KUBECTL = "kubectl"
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
-AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+SECRET_READ_VERBS = ("get", "list", "watch")
+OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}"
+# Metadata only, the operator's requests only: its writes, and its reads of Secrets.
+AUDIT_POLICY = f"""apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
 - level: Metadata
+  users: ["{OPERATOR_USER}"]
   verbs: ["create", "update", "patch", "delete", "deletecollection"]
+- level: Metadata
+  users: ["{OPERATOR_USER}"]
+  verbs: ["get", "list", "watch"]
+  resources: [{{group: "", resources: ["secrets"]}}]
 - level: None
 """
 PROGRAM_BODY: dict[str, Any] = {
@@ -101,18 +110,22 @@ PROGRAMS_ROLE: dict[str, Any] = {
 
 
 class Audit:
-    """The operator's writes, read from the apiserver's audit log (one JSON event per line)."""
+    """The operator's writes and Secret reads, read from the apiserver's audit log (one JSON event per
+    line)."""
 
     def __init__(self, path: Path, user: str) -> None:
         self.path = path
         self.user = user
         self.offset = 0
+        self.seen: set[str] = set()  # audit IDs of the reads counted
 
-    def take(self) -> Counter[str]:
-        """Writes since the last call, by ``verb resource[/subresource]`` (dry runs apart)."""
+    def take(self) -> tuple[Counter[str], dict[str, int]]:
+        """Writes since the last call, by ``verb resource[/subresource]`` (dry runs apart), and Secret
+        reads by verb (each request once: a watch logs ResponseStarted, and ResponseComplete when it ends)."""
         counts: Counter[str] = Counter()
+        reads = dict.fromkeys(SECRET_READ_VERBS, 0)
         if not self.path.exists():
-            return counts
+            return counts, reads
         with self.path.open("rb") as f:
             f.seek(self.offset)
             data = f.read()
@@ -120,9 +133,14 @@ class Audit:
         self.offset += end
         for line in data[:end].splitlines():
             event = json.loads(line)
-            if event.get("stage") != "ResponseComplete" or event.get("verb") not in WRITE_VERBS:
-                continue
             if (event.get("user") or {}).get("username") != self.user:
+                continue
+            if event.get("verb") in reads and (event.get("objectRef") or {}).get("resource") == "secrets":
+                if event.get("auditID") not in self.seen:
+                    self.seen.add(event.get("auditID"))
+                    reads[event["verb"]] += 1
+                continue
+            if event.get("stage") != "ResponseComplete" or event.get("verb") not in WRITE_VERBS:
                 continue
             ref = event.get("objectRef") or {}
             what = ref.get("resource", "?") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
@@ -299,7 +317,7 @@ async def bench(
             images=KNOWN_IMAGES, image_config=IMAGE_CONFIG, engine=make_real_pulumi,
         )  # fmt: skip
         await kubelet.start()
-        audit = Audit(audit_path, f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}")
+        audit = Audit(audit_path, OPERATOR_USER)
         logf = open(tmp / "operator.log", "w")  # noqa: ASYNC230 - opened once, written by the child
         health_port = free_port()
         cmd = operator_command(op, free_port(), free_port(), health_port)
@@ -314,13 +332,13 @@ async def bench(
 
             log("one Program-sourced Stack, apply to Ready")
             await caches_synced(health_port, proc)
-            audit.take()
+            startup_reads = audit.take()[1]
             t0 = time.monotonic()
             await apply_stack(api, 0)
             await wait_ready(api, ["app-0000"], args.timeout, sample)
             one_wall = time.monotonic() - t0
             await asyncio.sleep(3)  # writes that trail Ready (events, the Update's cleanup)
-            one = audit.take()
+            one, one_reads = audit.take()
             one_pulumi = await pulumi_seconds(api, ["app-0000"])
 
             n = args.stacks
@@ -330,7 +348,7 @@ async def bench(
             await wait_ready(api, [f"app-{i + 1:04d}" for i in range(n)], args.timeout, sample)
             wall, cpu = time.monotonic() - t0, cpu_seconds(proc.pid) - cpu0
             await asyncio.sleep(3)
-            many = audit.take()
+            many, many_reads = audit.take()
             many_pulumi = await pulumi_seconds(api, [f"app-{i + 1:04d}" for i in range(n)])
             writes = sum(many.values())
             log(f"the floor: {writes} ConfigMap creates, {args.floor_concurrency} at a time")
@@ -343,11 +361,13 @@ async def bench(
                 await op.api.close()  # the operator's identity, opened by setup()
 
     return {
+        "startup_secret_reads": startup_reads,
         "agent": {"serving_s": serving, "pulumi_version_s": versions},
         "one_stack": {
             "apply_to_ready_s": one_wall,
             "pulumi_up_s": one_pulumi[0] if one_pulumi else None,
             "writes": dict(one),
+            "secret_reads": one_reads,
         },
         "many_stacks": {
             "stacks": n,
@@ -355,6 +375,7 @@ async def bench(
             "operator_cpu_s": cpu,
             "operator_rss_peak_mb": peak[0],
             "writes": dict(many),
+            "secret_reads": many_reads,
             "pulumi_up_s": many_pulumi,
             "floor_writes": writes,
             "floor_concurrency": args.floor_concurrency,
@@ -411,6 +432,14 @@ def print_tables(figures: dict[str, Any]) -> None:
         print(f"| `pulumi up` per Stack, median (s) | {statistics.median(many['pulumi_up_s']):.1f} |")
     print(f"\n## The operator's writes for the {n} Stacks\n")
     print_writes(many["writes"], n)
+    print("\n## The operator's Secret reads\n")
+    print("Requests on `secrets` by the operator's ServiceAccount, from the audit log: it GETs each Secret "
+          "it needs by name and never lists or watches them.\n")  # fmt: skip
+    print(f"| verb resource | start to caches synced | one Stack | {n} Stacks | per Stack (of the {n}) |")
+    print("|---|---:|---:|---:|---:|")
+    for verb in SECRET_READ_VERBS:
+        print(f"| {verb} secrets | {figures['startup_secret_reads'][verb]} | {one['secret_reads'][verb]} | "
+              f"{many['secret_reads'][verb]} | {many['secret_reads'][verb] / n:.1f} |")  # fmt: skip
 
 
 def main() -> int:
