@@ -146,7 +146,7 @@ class Audit:
             what = ref.get("resource", "?") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
             dry = " (dry run)" if "dryRun=" in str(event.get("requestURI")) else ""
             counts[f"{event['verb']} {what}{dry}"] += 1
-        return counts
+        return counts, reads
 
 
 async def apply_stack(api: Any, i: int) -> None:
