@@ -170,3 +170,47 @@ def test_deploy_bench_prints_and_records_writes_per_stack_and_the_floor_at_tiny_
     )
     total = figure(doc, "The operator's writes for the 2 Stacks", "**all**", column="verb resource")
     assert total["writes"] == f"**{sum(doc['many_stacks']['writes'].values())}**"
+    reads = doc["tables"]["The operator's Secret reads"]  # it GETs each Secret by name, caches none
+    assert [r["verb resource"] for r in reads] == ["get secrets", "list secrets", "watch secrets"]
+    for row, verb in zip(reads, ("get", "list", "watch"), strict=True):
+        counts = [doc[k]["secret_reads"][verb] for k in ("one_stack", "many_stacks")] + [
+            doc["startup_secret_reads"][verb]
+        ]
+        assert [row["one Stack"], row["2 Stacks"], row["start to caches synced"]] == [str(c) for c in counts]
+        assert row["per Stack (of the 2)"] == f"{counts[1] / 2:.1f}"
+        assert verb == "get" or counts == [0, 0, 0], f"the operator {verb}s Secrets: {row}"
+    assert doc["one_stack"]["secret_reads"]["get"] >= 1  # the Update's outputs Secret, at least
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_startup_bench_prints_and_records_each_figure_of_head_from_its_own_tree(tmp_path: Path) -> None:
+    path = tmp_path / "startup.json"
+    table = run(
+        [str(REPO / "hack/bench/startup.py"), "--runs", "1", "--operator-runs", "1", "--json", str(path)], 300
+    )
+    doc = recorded(table, path, "hack/bench/startup.py")
+    [revision] = doc["revisions"]
+    assert revision["rev"] == "HEAD" and revision["commit"] == doc["commit"]
+    label = revision["label"]
+    [imported], [operator] = doc["imports"][label], doc["operator"][label]
+    # HEAD ran from a worktree of its own, not from this checkout
+    assert imported["pko_file"].endswith("/pko/__init__.py") and not imported["pko_file"].startswith(
+        f"{REPO}/"
+    )
+    assert imported["kubernetes_asyncio_modules"] == 0 and imported["modules"] > 300
+    heading = "Start-up: `import pko.__main__` and `python -m pko` with no objects"
+    assert len(doc["tables"][heading]) == 8
+    for name, key, measured, digits in (
+        ("`import pko.__main__`: import time (s)", "import_s", imported, 2),
+        ("`import pko.__main__`: VmRSS after (MB)", "import_vmrss_mb", imported, 0),
+        ("`import pko.__main__`: VmHWM after (MB)", "import_vmhwm_mb", imported, 0),
+        ("`import pko.__main__`: modules loaded", "modules", imported, 0),
+        ("`import pko.__main__`: of which kubernetes_asyncio's", "kubernetes_asyncio_modules", imported, 0),
+        ("`python -m pko`, no objects: spawn -> ready (s)", "ready_s", operator, 2),
+        ("`python -m pko`, no objects: VmRSS at ready (MB)", "ready_vmrss_mb", operator, 0),
+        ("`python -m pko`, no objects: VmHWM at ready (MB)", "ready_vmhwm_mb", operator, 0),
+    ):
+        assert doc["medians"][key][label] == measured[key]  # one run: its median is the run
+        assert figure(doc, heading, name)[label] == f"{measured[key]:.{digits}f}"
+    assert not Path(imported["pko_file"]).exists()  # the worktree was removed
