@@ -87,3 +87,17 @@ def make_real_pulumi(base: Path) -> RealPulumi:
     )
     real.seed_home(home)
     return real
+
+
+def install_command_provider(real: RealPulumi) -> None:
+    """Put the pulumi-command plugin hack/build-sources.sh built into ``real``'s PULUMI_HOME, as the
+    workspace image has it (its files linked, the directory real)."""
+    plugins = built("build-sources.sh") / "plugins"
+    for plugin in plugins.glob("resource-command-v*"):
+        target = real.home / "plugins" / plugin.name
+        if plugin.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+            for file in plugin.iterdir():
+                (target / file.name).symlink_to(file)
+        else:
+            target.touch()

@@ -30,29 +30,31 @@ import time
 from pathlib import Path
 
 from common import REPO
+from pko.api.generated.google.protobuf import Value
+from pko.api.generated.pko.agent import v1 as pb
 
-# The real engine's fixture and the agent tests' helpers are test/ modules (deploy.py: PYTHONPATH=test).
-sys.path[:0] = [str(REPO / "test"), str(REPO / "test" / "agent")]
+try:  # the suite's real engine is a test/ module: PYTHONPATH=test
+    from realpulumi import install_command_provider, make_real_pulumi
+except ModuleNotFoundError as missing:
+    raise SystemExit(
+        f"policy.py runs the test suite's real engine ({missing.name}, in test/): "
+        "PYTHONPATH=test .venv/bin/python hack/bench/policy.py ..."
+    ) from missing
 
-from pko.api.generated.google.protobuf import Value  # noqa: E402
-from pko.api.generated.pko.agent import v1 as pb  # noqa: E402
-from realpulumi import make_real_pulumi  # noqa: E402
-from test_pending_operations import install_command_provider  # noqa: E402
-from test_policy_packs import PACK as JS_PACK  # noqa: E402
-from test_policy_packs import PROGRAM  # noqa: E402
-from test_policy_packs_python import PACK as PYTHON_PACK  # noqa: E402
-
-from pko.devtools.agents import RunningAgent, collect, start_agent  # noqa: E402
-from pko.devtools.benchrecord import finish_record, start_record, write_record  # noqa: E402
-from pko.devtools.builds import built  # noqa: E402
-from pko.devtools.policypacks import (  # noqa: E402
+from pko.devtools.agents import RunningAgent, collect, start_agent
+from pko.devtools.benchrecord import finish_record, start_record, write_record
+from pko.devtools.builds import built
+from pko.devtools.policypacks import (
+    JS_PACK,
+    POLICED_PROGRAM,
+    PYTHON_PACK,
     engine_env,
     policy_sdk,
     python_policy_env,
     write_pack,
     write_python_pack,
 )
-from pko.logging import configure_logging  # noqa: E402
+from pko.logging import configure_logging
 
 VARIANTS = ("none", "javascript", "python")
 LABELS = {"none": "no pack", "javascript": "JavaScript pack", "python": "Python pack"}
@@ -67,7 +69,7 @@ async def start(
     install_command_provider(real)
     work = base / "workspace"
     work.mkdir(parents=True)
-    (work / "Pulumi.yaml").write_text(PROGRAM)
+    (work / "Pulumi.yaml").write_text(POLICED_PROGRAM)
     packs: list[pb.PolicyPack] = []
     if variant == "javascript":
         write_pack(work / "policies" / "commands", policy_sdk(runtimes), JS_PACK, "pko-commands")

@@ -27,8 +27,13 @@ from pko.devtools.builds import built
 from pko.devtools.versions import cache_dir
 
 __all__ = [
+    "COMMAND",
+    "JS_PACK",
+    "POLICED_PROGRAM",
+    "POLICED_URN",
     "POLICY_SDK",
     "POLICY_SDK_INTEGRITY",
+    "PYTHON_PACK",
     "PYTHON_POLICY_LOCK",
     "engine_dirs",
     "engine_env",
@@ -181,3 +186,87 @@ def write_python_pack(
     if requirements is not None:
         (directory / "requirements.txt").write_text(requirements)
     (directory / "__main__.py").write_text(source)
+
+
+# --- the packs and the program the agent tests and hack/bench/policy.py run -----------------------
+# A Pulumi YAML program of one local command, and two packs (JavaScript, Python) with one mandatory
+# policy (no command saying "forbidden") and one advisory (a command should say how to undo it).
+
+COMMAND = "command:local:Command"
+POLICED_PROGRAM = """\
+name: policed
+runtime: yaml
+config:
+  create:
+    type: string
+resources:
+  step:
+    type: command:local:Command
+    properties:
+      create: ${create}
+"""
+JS_PACK = """\
+const { PolicyPack } = require("@pulumi/policy");
+new PolicyPack("pko-commands", {
+  policies: [
+    {
+      name: "no-forbidden-commands",
+      description: "A command may not say 'forbidden'.",
+      enforcementLevel: "mandatory",
+      validateResource: (args, reportViolation) => {
+        if (args.type === "command:local:Command" && String(args.props.create || "").includes("forbidden")) {
+          reportViolation("this command says 'forbidden'");
+        }
+      },
+    },
+    {
+      name: "commands-have-delete",
+      description: "A command should say how to undo it.",
+      enforcementLevel: "advisory",
+      validateResource: (args, reportViolation) => {
+        if (args.type === "command:local:Command" && !args.props.delete) {
+          reportViolation("no delete command");
+        }
+      },
+    },
+  ],
+});
+"""
+POLICED_URN = f"urn:pulumi:dev::policed::{COMMAND}::step"
+
+PYTHON_PACK = """\
+from pulumi_policy import EnforcementLevel, PolicyPack, ResourceValidationPolicy
+
+
+def is_command(args):
+    return args.resource_type == "command:local:Command"
+
+
+def no_forbidden(args, report_violation):
+    if is_command(args) and "forbidden" in str(args.props.get("create") or ""):
+        report_violation("this command says 'forbidden'")
+
+
+def has_delete(args, report_violation):
+    if is_command(args) and not args.props.get("delete"):
+        report_violation("no delete command")
+
+
+PolicyPack(
+    "pko-commands-py",
+    policies=[
+        ResourceValidationPolicy(
+            name="no-forbidden-commands",
+            description="A command may not say 'forbidden'.",
+            enforcement_level=EnforcementLevel.MANDATORY,
+            validate=no_forbidden,
+        ),
+        ResourceValidationPolicy(
+            name="commands-have-delete",
+            description="A command should say how to undo it.",
+            enforcement_level=EnforcementLevel.ADVISORY,
+            validate=has_delete,
+        ),
+    ],
+)
+"""

@@ -23,12 +23,11 @@ from typing import Any
 import pytest
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
-from realpulumi import RealPulumi, make_real_pulumi
+from realpulumi import RealPulumi, install_command_provider, make_real_pulumi
 from test_real_engine import _descendants, agent_process
 from test_server import drain, lock_files
 
 from pko.devtools.agents import agent_env, collect
-from pko.devtools.builds import built
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -59,20 +58,6 @@ resources:
 
 def urn(name: str) -> str:
     return f"urn:pulumi:dev::pending::{COMMAND}::{name}"
-
-
-def install_command_provider(real: RealPulumi) -> None:
-    """Put the pulumi-command plugin hack/build-sources.sh built into ``real``'s PULUMI_HOME, as the
-    workspace image has it (its files linked, the directory real)."""
-    plugins = built("build-sources.sh") / "plugins"
-    for plugin in plugins.glob("resource-command-v*"):
-        target = real.home / "plugins" / plugin.name
-        if plugin.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-            for file in plugin.iterdir():
-                (target / file.name).symlink_to(file)
-        else:
-            target.touch()
 
 
 @pytest.fixture

@@ -14,57 +14,21 @@ import pytest
 from pko.agent.policypacks import REASON_POLICY_PACK_FAILED, REASON_POLICY_VIOLATION
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
-from realpulumi import RealPulumi, make_real_pulumi
-from test_pending_operations import install_command_provider
+from realpulumi import RealPulumi, install_command_provider, make_real_pulumi
 from test_server import drain
 
 from pko.devtools.agents import RunningAgent, collect, start_agent
 from pko.devtools.builds import built
-from pko.devtools.policypacks import engine_env, policy_sdk, write_pack
+from pko.devtools.policypacks import (
+    JS_PACK,
+    POLICED_PROGRAM,
+    POLICED_URN,
+    engine_env,
+    policy_sdk,
+    write_pack,
+)
 
 pytestmark = pytest.mark.timeout(300)
-
-COMMAND = "command:local:Command"
-PROGRAM = """\
-name: policed
-runtime: yaml
-config:
-  create:
-    type: string
-resources:
-  step:
-    type: command:local:Command
-    properties:
-      create: ${create}
-"""
-PACK = """\
-const { PolicyPack } = require("@pulumi/policy");
-new PolicyPack("pko-commands", {
-  policies: [
-    {
-      name: "no-forbidden-commands",
-      description: "A command may not say 'forbidden'.",
-      enforcementLevel: "mandatory",
-      validateResource: (args, reportViolation) => {
-        if (args.type === "command:local:Command" && String(args.props.create || "").includes("forbidden")) {
-          reportViolation("this command says 'forbidden'");
-        }
-      },
-    },
-    {
-      name: "commands-have-delete",
-      description: "A command should say how to undo it.",
-      enforcementLevel: "advisory",
-      validateResource: (args, reportViolation) => {
-        if (args.type === "command:local:Command" && !args.props.delete) {
-          reportViolation("no delete command");
-        }
-      },
-    },
-  ],
-});
-"""
-URN = f"urn:pulumi:dev::policed::{COMMAND}::step"
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +52,9 @@ def real(tmp_path: Path) -> RealPulumi:
 async def agent(tmp_path: Path, real: RealPulumi, runtimes: Path, sdk: Path) -> AsyncIterator[RunningAgent]:
     work = tmp_path / "workspace"
     work.mkdir()
-    (work / "Pulumi.yaml").write_text(PROGRAM)
-    write_pack(work / "policies" / "commands", sdk, PACK, "pko-commands")
-    write_pack(work / "policies" / "broken", sdk, PACK + "this is not javascript(\n", "pko-commands")
+    (work / "Pulumi.yaml").write_text(POLICED_PROGRAM)
+    write_pack(work / "policies" / "commands", sdk, JS_PACK, "pko-commands")
+    write_pack(work / "policies" / "broken", sdk, JS_PACK + "this is not javascript(\n", "pko-commands")
     env = {**real.env, **engine_env(real.env["PATH"], runtimes)}
     running = await start_agent(work, tmp_path / "journal", env=env, pulumi_root=real.root, stack="dev")
     yield running
@@ -116,10 +80,10 @@ MANDATORY = (
     "0.1.0",
     "no-forbidden-commands",
     "mandatory",
-    URN,
+    POLICED_URN,
     "this command says 'forbidden'",
 )
-ADVISORY = ("pko-commands", "0.1.0", "commands-have-delete", "advisory", URN, "no delete command")
+ADVISORY = ("pko-commands", "0.1.0", "commands-have-delete", "advisory", POLICED_URN, "no delete command")
 
 
 async def test_a_mandatory_violation_fails_before_anything_is_created_and_an_advisory_one_is_reported(
@@ -144,7 +108,7 @@ async def test_a_mandatory_violation_fails_before_anything_is_created_and_an_adv
     refused = await run("echo forbidden", pb.UpRequest(operation_id="u-1", policy_pack=[pack]))
     assert refused.state == pb.OperationState.FAILED, refused
     assert refused.failure.reason == REASON_POLICY_VIOLATION, refused.failure
-    for said in ("pko-commands@0.1.0", "no-forbidden-commands", URN, "this command says 'forbidden'"):
+    for said in ("pko-commands@0.1.0", "no-forbidden-commands", POLICED_URN, "this command says 'forbidden'"):
         assert said in refused.failure.message, refused.failure.message
     assert violations(refused) == [MANDATORY, ADVISORY]
     assert not witness.exists(), "the command ran although a mandatory policy refused it"

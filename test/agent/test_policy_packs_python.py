@@ -14,61 +14,31 @@ from pko.agent import policypacks
 from pko.agent.policypacks import REASON_POLICY_PACK_FAILED, REASON_POLICY_VIOLATION
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
-from realpulumi import RealPulumi, make_real_pulumi
-from test_pending_operations import install_command_provider
-from test_policy_packs import PROGRAM, URN, violations
+from realpulumi import RealPulumi, install_command_provider, make_real_pulumi
+from test_policy_packs import violations
 from test_server import drain
 
 from pko.devtools.agents import RunningAgent, collect, start_agent
-from pko.devtools.policypacks import python_policy_env, python_policy_wheels, write_python_pack
+from pko.devtools.policypacks import (
+    POLICED_PROGRAM,
+    POLICED_URN,
+    PYTHON_PACK,
+    python_policy_env,
+    python_policy_wheels,
+    write_python_pack,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
-PACK = """\
-from pulumi_policy import EnforcementLevel, PolicyPack, ResourceValidationPolicy
-
-
-def is_command(args):
-    return args.resource_type == "command:local:Command"
-
-
-def no_forbidden(args, report_violation):
-    if is_command(args) and "forbidden" in str(args.props.get("create") or ""):
-        report_violation("this command says 'forbidden'")
-
-
-def has_delete(args, report_violation):
-    if is_command(args) and not args.props.get("delete"):
-        report_violation("no delete command")
-
-
-PolicyPack(
-    "pko-commands-py",
-    policies=[
-        ResourceValidationPolicy(
-            name="no-forbidden-commands",
-            description="A command may not say 'forbidden'.",
-            enforcement_level=EnforcementLevel.MANDATORY,
-            validate=no_forbidden,
-        ),
-        ResourceValidationPolicy(
-            name="commands-have-delete",
-            description="A command should say how to undo it.",
-            enforcement_level=EnforcementLevel.ADVISORY,
-            validate=has_delete,
-        ),
-    ],
-)
-"""
 MANDATORY = (
     "pko-commands-py",
     "0.2.0",
     "no-forbidden-commands",
     "mandatory",
-    URN,
+    POLICED_URN,
     "this command says 'forbidden'",
 )
-ADVISORY = ("pko-commands-py", "0.2.0", "commands-have-delete", "advisory", URN, "no delete command")
+ADVISORY = ("pko-commands-py", "0.2.0", "commands-have-delete", "advisory", POLICED_URN, "no delete command")
 
 
 @pytest.fixture(scope="module")
@@ -87,15 +57,15 @@ async def agent(tmp_path: Path, venv: Path, wheels: Path) -> AsyncIterator[Runni
     install_command_provider(real)
     work = tmp_path / "workspace"
     work.mkdir()
-    (work / "Pulumi.yaml").write_text(PROGRAM)
+    (work / "Pulumi.yaml").write_text(POLICED_PROGRAM)
     packs = work / "policies"
-    write_python_pack(packs / "commands", PACK, venv, version="0.2.0")
-    write_python_pack(packs / "syntax", PACK + "this is not python(\n", venv)
-    write_python_pack(packs / "imports", "import pko_no_such_module\n" + PACK, venv)
-    write_python_pack(packs / "novenv", PACK, "venv", requirements=None)
+    write_python_pack(packs / "commands", PYTHON_PACK, venv, version="0.2.0")
+    write_python_pack(packs / "syntax", PYTHON_PACK + "this is not python(\n", venv)
+    write_python_pack(packs / "imports", "import pko_no_such_module\n" + PYTHON_PACK, venv)
+    write_python_pack(packs / "novenv", PYTHON_PACK, "venv", requirements=None)
     # Virtualenvs the agent makes from the pack's requirements.txt, offline from the pinned wheels.
-    write_python_pack(packs / "made", PACK, "venv", version="0.3.0")
-    write_python_pack(packs / "unknown", PACK, "venv", requirements="pko-no-such-package==1.0\n")
+    write_python_pack(packs / "made", PYTHON_PACK, "venv", version="0.3.0")
+    write_python_pack(packs / "unknown", PYTHON_PACK, "venv", requirements="pko-no-such-package==1.0\n")
     env = {**real.env, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)}
     running = await start_agent(work, tmp_path / "journal", env=env, pulumi_root=real.root, stack="dev")
     yield running
@@ -130,7 +100,12 @@ async def test_a_mandatory_violation_of_a_python_pack_refuses_the_up_and_an_advi
     )
     assert refused.state == pb.OperationState.FAILED, refused
     assert refused.failure.reason == REASON_POLICY_VIOLATION, refused.failure
-    for said in ("pko-commands-py@0.2.0", "no-forbidden-commands", URN, "this command says 'forbidden'"):
+    for said in (
+        "pko-commands-py@0.2.0",
+        "no-forbidden-commands",
+        POLICED_URN,
+        "this command says 'forbidden'",
+    ):
         assert said in refused.failure.message, refused.failure.message
     assert violations(refused) == [MANDATORY, ADVISORY]
     assert not witness.exists(), "the command ran although a mandatory policy refused it"
