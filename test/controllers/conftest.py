@@ -46,9 +46,10 @@ from pko.api.stack import StackSpec
 from pko.controllers.options import ControllerOptions
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack.status import record_failed
+from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import format_time
 from pko.machinery.manager import Manager, ManagerOptions
-from pko.machinery.resource import ResourceClient
+from pko.machinery.resource import EVENTS, Obj, ResourceClient
 
 from .kubelet import AGENT_IMAGE, IMAGE_CONFIG, KNOWN_IMAGES, PlayKubelet, grant_auth_delegator
 from .operator import OPERATOR_SERVICE_ACCOUNT, Operator
@@ -151,6 +152,21 @@ class OperatorEnv:
 
     def __post_init__(self) -> None:
         """Called by the dataclass ``__init__`` (only if the base defines it): subclasses add clients."""
+
+    async def events_for(self, name: str, *, reason: str | None = None, within: float = 20.0) -> list[Obj]:
+        """The Events about ``name`` once there is one (with ``reason``, if given): the operator sends
+        them asynchronously, after the status write the test saw."""
+
+        async def listed() -> list[Obj] | None:
+            listing = await ResourceClient(self.api, EVENTS, self.ns).list(
+                field_selector=f"involvedObject.name={name}"
+            )
+            if any(reason is None or e.get("reason") == reason for e in listing.items):
+                return listing.items
+            return None
+
+        events: list[Obj] = await wait_until(f"events of {name}", listed, within=within)
+        return events
 
 
 E = TypeVar("E")

@@ -102,7 +102,7 @@ async def test_an_approved_plan_is_applied_once_and_a_new_change_needs_a_new_app
     assert plan["digest"] in (ready(stack) or {})["message"], ready(stack)
     assert get_condition(stack["status"]["conditions"], "Reconciling") is None, stack["status"]
     assert get_condition(stack["status"]["conditions"], "Stalled") is None, stack["status"]
-    events = await env.events_for("gated")
+    events = await env.events_for("gated", reason="AwaitingApproval")
     assert any(e["reason"] == "AwaitingApproval" and "1 to create" in e["message"] for e in events), events
     assert await configmap(env, "gated-cm") is None  # nothing applied before approval
     assert await updates_of(env, "gated", "up") == []
@@ -181,7 +181,7 @@ async def test_an_approved_plan_that_is_gone_applies_nothing_and_is_previewed_fo
     assert await configmap(env, "lost-cm") is None  # nothing applied with the old approval
     stack = await env.get(env.stacks, "lost")
     assert "lastUpdate" not in (stack or {})["status"] and "lastFailure" not in stack["status"]  # type: ignore[index]
-    events = await env.events_for("lost")
+    events = await env.events_for("lost", reason="PlanOutdated")
     assert any(e["reason"] == "PlanOutdated" for e in events), events
 
     await approve(env, "lost", second["digest"])
@@ -269,7 +269,7 @@ async def test_drift_made_out_of_band_is_reported_by_urn_and_path(env: Env) -> N
     assert (ready(stack) or {})["status"] == "True"  # drift is reported, not a failure
     count, checked_at = drift_metrics(env, "watched")
     assert count == 1 and checked_at is not None and checked_at > 0
-    events = await env.events_for("watched")
+    events = await env.events_for("watched", reason="DriftDetected")
     assert any(e["reason"] == "DriftDetected" for e in events), events
     # Not remediated: the change made by hand stays.
     assert (await configmap(env, "watched-cm") or {}).get("data") == {"greeting": "changed by hand"}
@@ -311,7 +311,7 @@ async def test_remediation_puts_drift_right_and_clears_the_condition(env: Env) -
     drifted = get_condition(cleared["status"]["conditions"], "Drifted")
     assert drifted is not None and drifted["status"] == "False", cleared["status"]
     assert drift_metrics(env, "mended")[0] == 0
-    events = await env.events_for("mended")
+    events = await env.events_for("mended", reason="DriftCleared")
     assert {"DriftDetected", "DriftCleared"} <= {e["reason"] for e in events}, events
     last = cleared["status"]["lastUpdate"]
     assert (last["type"], last["state"]) == ("up", "succeeded"), last
@@ -369,7 +369,7 @@ async def test_a_refresh_request_runs_one_refresh_and_is_recorded(env: Env) -> N
     refreshes = await updates_of(env, "refreshed", "refresh")
     assert len(refreshes) == 1 and not refreshes[0]["spec"].get("previewOnly"), refreshes
     assert done["status"]["lastUpdate"]["name"] == stack["status"]["lastUpdate"]["name"]  # not an up
-    events = await env.events_for("refreshed")
+    events = await env.events_for("refreshed", reason="StackRefreshed")
     assert any(e["reason"] == "StackRefreshed" for e in events), events
 
 

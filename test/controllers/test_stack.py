@@ -29,7 +29,7 @@ from pko.controllers.stack.reconciler import StackReconciler
 from pko.devtools.gitserver import git_commit, serve_git, serve_wsgi
 from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import get_condition
-from pko.machinery.resource import EVENTS, ResourceClient
+from pko.machinery.resource import ResourceClient
 
 from .conftest import OperatorEnv, get_or_none, operator_env
 from .stackenv import CRDS, FLUX_CRD, GITREPOSITORIES
@@ -95,12 +95,6 @@ class Env(OperatorEnv):
                 f"{exc}\nstatus: {(current or {}).get('status')}\n{self.kubelet.describe()}"
             ) from None
         return stack
-
-    async def events_for(self, name: str) -> list[Obj]:
-        listing = await ResourceClient(self.api, EVENTS, self.ns).list(
-            field_selector=f"involvedObject.name={name}"
-        )
-        return listing.items
 
     def reconciler(self) -> StackReconciler:
         manager = self.operator.manager

@@ -195,21 +195,6 @@ class Env(OperatorEnv):
         result: Obj = await wait_until(f"update {name} running", running, within=within)
         return result
 
-    async def events_for(self, name: str, *, reason: str | None = None, within: float = 20.0) -> list[Obj]:
-        """The Events about ``name`` once there is one (with ``reason``, if given): they are sent
-        asynchronously, after the status write the test saw."""
-
-        async def listed() -> list[Obj] | None:
-            listing = await ResourceClient(self.api, EVENTS, self.ns).list(
-                field_selector=f"involvedObject.name={name}"
-            )
-            if any(reason is None or e.get("reason") == reason for e in listing.items):
-                return listing.items
-            return None
-
-        events: list[Obj] = await wait_until(f"events of {name}", listed, within=within)
-        return events
-
 
 env = operator_env(Env)
 
