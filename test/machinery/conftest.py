@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from kubernetes_asyncio import client, config
 from manager_helpers import StartManager
 
 from pko.devtools.apiclient import stock_api_client
+from pko.devtools.localcluster import LocalCluster, private_cluster
 from pko.machinery.informer import SharedInformer
 from pko.machinery.manager import Manager
 
@@ -94,3 +96,14 @@ async def informers() -> AsyncIterator[list[SharedInformer]]:
     yield made
     for informer in made:
         await informer.stop()
+
+
+@pytest.fixture(scope="module")
+def nocache_cluster() -> Iterator[LocalCluster]:
+    """A module's own control plane without the watch cache, so a request from a compacted
+    resourceVersion reaches etcd and is answered 410 Gone (see local-cluster notes); its own, since
+    the shared one must not be compacted under other tests' informers."""
+    if os.environ.get("KUBECONFIG"):
+        pytest.skip("needs a control plane started by the tests (unset KUBECONFIG)")
+    with private_cluster("pko-nocache-", "--watch-cache=false") as c:
+        yield c

@@ -4,10 +4,12 @@ what the informer tests share (a recording handler, their ConfigMaps, the cache 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import uuid
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client
 
 from pko.machinery.informer import SharedInformer, strip_managed_fields
@@ -169,3 +171,15 @@ async def drain(client: ResourceClient, **watch: Any) -> None:
     async with client.watch(timeout_seconds=5, **watch) as events:
         async for _ in events:
             pass
+
+
+async def etcd_compact(etcd_url: str) -> int:
+    """Compact etcd at its current revision; returns that revision."""
+    async with aiohttp.ClientSession() as http:
+        key = base64.b64encode(b"/registry").decode()
+        async with http.post(f"{etcd_url}/v3/kv/range", json={"key": key, "limit": 1}) as r:
+            revision = int((await r.json())["header"]["revision"])
+        body = {"revision": revision, "physical": True}
+        async with http.post(f"{etcd_url}/v3/kv/compaction", json=body) as r:
+            assert r.status == 200, await r.text()
+    return revision

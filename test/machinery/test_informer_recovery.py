@@ -10,12 +10,8 @@ server really answers 410.
 from __future__ import annotations
 
 import asyncio
-import base64
-import os
-from collections.abc import Iterator
 from typing import Any
 
-import aiohttp
 import pytest
 from kube_helpers import (
     SELECTOR,
@@ -26,36 +22,15 @@ from kube_helpers import (
     create_namespace,
     delete_namespace,
     drain,
+    etcd_compact,
 )
 from kubernetes_asyncio.client import ApiException
 
-from pko.devtools.localcluster import LocalCluster, private_cluster
+from pko.devtools.localcluster import LocalCluster
 from pko.devtools.waiting import wait_until
 from pko.machinery.informer import SharedInformer
 from pko.machinery.resource import CONFIGMAPS, ResourceClient
 from pko.machinery.store import DeletedFinalStateUnknown
-
-
-@pytest.fixture(scope="module")
-def nocache_cluster() -> Iterator[LocalCluster]:
-    """A private control plane without the watch cache, so a watch from a compacted
-    resourceVersion reaches etcd and is answered with 410 Gone (see local-cluster notes)."""
-    if os.environ.get("KUBECONFIG"):
-        pytest.skip("needs a control plane started by the tests (unset KUBECONFIG)")
-    with private_cluster("pko-nocache-", "--watch-cache=false") as c:
-        yield c
-
-
-async def etcd_compact(etcd_url: str) -> int:
-    """Compact etcd at its current revision; returns that revision."""
-    async with aiohttp.ClientSession() as http:
-        key = base64.b64encode(b"/registry").decode()
-        async with http.post(f"{etcd_url}/v3/kv/range", json={"key": key, "limit": 1}) as r:
-            revision = int((await r.json())["header"]["revision"])
-        body = {"revision": revision, "physical": True}
-        async with http.post(f"{etcd_url}/v3/kv/compaction", json=body) as r:
-            assert r.status == 200, await r.text()
-    return revision
 
 
 async def seed(writer: ResourceClient) -> None:

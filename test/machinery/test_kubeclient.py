@@ -11,15 +11,15 @@ import os
 import shutil
 import stat
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
 import pytest
+from kube_helpers import etcd_compact
 
-from pko.devtools.localcluster import LocalCluster, private_cluster
+from pko.devtools.localcluster import LocalCluster
 from pko.devtools.pki import Cert, sign
 from pko.machinery.kubeclient import ApiException, KubeClient, TokenFile
 from pko.machinery.kubeconfig import in_cluster_config, kubeconfig_config, load_client_config
@@ -80,30 +80,10 @@ async def test_errors_carry_the_apiservers_status(kube: KubeClient, namespace: s
     assert json.loads(invalid.value.body or "")["details"]["causes"]
 
 
-@pytest.fixture(scope="module")
-def compactable() -> Iterator[LocalCluster]:
-    """A control plane of this module's own, without the watch cache, so a request for a compacted
-    revision reaches etcd and is answered 410 Gone (the shared one must not be compacted under
-    other tests' informers)."""
-    if os.environ.get("KUBECONFIG"):
-        pytest.skip("needs a control plane started by the tests (unset KUBECONFIG)")
-    with private_cluster("pko-kubeclient-", "--watch-cache=false") as c:
-        yield c
-
-
-async def compact(etcd_url: str) -> None:
-    async with aiohttp.ClientSession() as http:
-        key = base64.b64encode(b"/registry").decode()
-        async with http.post(f"{etcd_url}/v3/kv/range", json={"key": key, "limit": 1}) as r:
-            revision = int((await r.json())["header"]["revision"])
-        async with http.post(f"{etcd_url}/v3/kv/compaction", json={"revision": revision}) as r:
-            assert r.status == 200, await r.text()
-
-
 async def test_a_compacted_revision_is_410_gone_for_a_page_and_a_watch(
-    compactable: LocalCluster,
+    nocache_cluster: LocalCluster,
 ) -> None:
-    cfg = kubeconfig_config(str(compactable.kubeconfig))
+    cfg = kubeconfig_config(str(nocache_cluster.kubeconfig))
     assert cfg is not None
     async with KubeClient(cfg) as api:
         cms = ResourceClient(api, CONFIGMAPS, "default")
@@ -113,7 +93,7 @@ async def test_a_compacted_revision_is_410_gone_for_a_page_and_a_watch(
         assert first.continue_token
         for name in ("c", "d"):  # etcd moves past the page's revision and the one after it
             await cms.create({"metadata": {"name": name}})
-        await compact(compactable.etcd_url)
+        await etcd_compact(nocache_cluster.etcd_url)
         with pytest.raises(ApiException) as page:
             await cms.list(limit=1, continue_token=first.continue_token)
         assert page.value.status == 410
