@@ -108,10 +108,22 @@ def flux_key(namespace: str | None, api_version: str, kind: str, name: str) -> s
 
 
 def index_flux(obj: Obj) -> list[str]:
-    ref = ((obj.get("spec") or {}).get("fluxSource") or {}).get("sourceRef") or {}
-    if not ref.get("name") or not ref.get("kind"):
-        return []
-    return [flux_key(namespace_of(obj), str(ref.get("apiVersion", "")), str(ref["kind"]), str(ref["name"]))]
+    """The Flux sources a Stack reads: its program's ``spec.fluxSource`` and its policy packs' (its own
+    and its ``updateTemplate``'s); a pack enforced by a WorkspaceTemplate is read at the next resync."""
+    spec = obj.get("spec") or {}
+    packs = [
+        *(spec.get("policyPacks") or []),
+        *(((spec.get("updateTemplate") or {}).get("spec") or {}).get("policyPacks") or []),
+    ]
+    keys: list[str] = []
+    for source in [spec.get("fluxSource"), *(p.get("fluxSource") for p in packs if isinstance(p, dict))]:
+        ref = (source or {}).get("sourceRef") or {}
+        if ref.get("name") and ref.get("kind"):
+            key = flux_key(
+                namespace_of(obj), str(ref.get("apiVersion", "")), str(ref["kind"]), str(ref["name"])
+            )
+            keys += [] if key in keys else [key]
+    return keys
 
 
 def index_updates_by_stack(obj: Obj) -> list[str]:
