@@ -6,8 +6,12 @@ renewed one (its files' modification times are compared on each new connection, 
 Secret is served without a restart); otherwise generate a self-signed certificate in memory at
 start (Prometheus then scrapes with ``insecure_skip_verify``, or a CA it is given). TLS 1.2 or newer.
 
-The self-signed key never touches a disk: ``ssl`` loads certificates from files only, so the PEM is
-handed over through an anonymous in-memory file (``memfd_create``, Linux), or a private temporary
+The self-signed pair is made by ``cryptography`` in a short-lived child process (``python -m
+pko.machinery.servingcert HOST...``, which writes the PEM certificate and key to a pipe), so the
+library (about 16 MB resident, issue 44) is never loaded into the serving process for a task done
+once at start; a frozen executable (the agent's PyInstaller bundle), which cannot run ``-m``, makes
+it in process. The key never touches a disk: ``ssl`` loads certificates from files only, so the PEM
+is handed over through an anonymous in-memory file (``memfd_create``, Linux), or a private temporary
 directory removed at once where that is missing.
 """
 
@@ -17,6 +21,8 @@ import datetime
 import os
 import socket
 import ssl
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -26,21 +32,27 @@ from ipaddress import ip_address
 from pathlib import Path
 from typing import Final
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
-
-__all__ = ["CERT_NAME", "KEY_NAME", "CertSource", "self_signed"]
+__all__ = ["CERT_NAME", "KEY_NAME", "CertSource", "self_signed", "self_signed_apart"]
 
 # controller-runtime's names (and those of a kubernetes.io/tls Secret).
 CERT_NAME: Final = "tls.crt"
 KEY_NAME: Final = "tls.key"
 SELF_SIGNED_VALIDITY: Final = datetime.timedelta(days=365)
+# How long the child making a self-signed pair may take (an interpreter start and one import: well
+# under a second on an idle machine).
+CHILD_TIMEOUT: Final = 120.0
+_MODULE: Final = "pko.machinery.servingcert"  # run as the child: python -m _MODULE HOST...
+_KEY_BEGIN: Final = b"-----BEGIN PRIVATE KEY-----"
 
 
 def self_signed(hosts: list[str]) -> tuple[bytes, bytes]:
-    """A PEM certificate and key (ECDSA P-256) for ``hosts`` (names or IP addresses), valid a year."""
+    """A PEM certificate and key (ECDSA P-256) for ``hosts`` (names or IP addresses), valid a year,
+    made in this process (which then holds ``cryptography``: see :func:`self_signed_apart`)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
     key = ec.generate_private_key(ec.SECP256R1())
     names: list[x509.GeneralName] = []
     for host in dict.fromkeys(hosts):
@@ -67,6 +79,33 @@ def self_signed(hosts: list[str]) -> tuple[bytes, bytes]:
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def self_signed_apart(hosts: list[str]) -> tuple[bytes, bytes]:
+    """:func:`self_signed`, made in a child process (``python -m pko.machinery.servingcert HOST...``)
+    that hands the certificate and then the key over a pipe: ``cryptography`` is loaded there and
+    goes with it. In a frozen executable, whose ``sys.executable`` is no Python, made in process."""
+    if getattr(sys, "frozen", False) or not sys.executable:
+        return self_signed(hosts)
+    try:
+        # -P: the working directory is not put on the child's path (no module there shadows pko's).
+        child = subprocess.run(
+            [sys.executable, "-P", "-m", _MODULE, "--", *hosts],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=CHILD_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"making the self-signed metrics certificate: {exc}") from exc
+    cert, sep, key = child.stdout.partition(_KEY_BEGIN)
+    if child.returncode != 0 or not sep or not cert.startswith(b"-----BEGIN CERTIFICATE-----"):
+        stderr = child.stderr.decode(errors="replace").strip()[-2000:]
+        raise RuntimeError(
+            f"making the self-signed metrics certificate: {sys.executable} -m {_MODULE} exited "
+            f"{child.returncode}: {stderr or 'no certificate and key on its output'}"
+        )
+    return cert, sep + key
 
 
 def _new_context() -> ssl.SSLContext:
@@ -114,7 +153,7 @@ class CertSource:
     def context(self) -> ssl.SSLContext:
         """The context to wrap the listening socket with; raises when the directory's pair is unreadable."""
         if self.cert_dir is None:
-            return _context_from_pem(*self_signed(self.hosts))
+            return _context_from_pem(*self_signed_apart(self.hosts))
         self._current = self._load()
         outer = _new_context()
         # The outer context only routes each handshake to the current pair (loaded below).
@@ -145,3 +184,19 @@ class CertSource:
             current = self._current
         if current is not None:
             sock.context = current
+
+
+def _main(argv: list[str]) -> int:
+    """``python -m pko.machinery.servingcert [--] HOST...``: the PEM certificate, then the key, on stdout."""
+    hosts = argv[1:] if argv[:1] == ["--"] else argv
+    if not hosts:
+        print(f"usage: python -m {_MODULE} [--] HOST...", file=sys.stderr)
+        return 2
+    cert, key = self_signed(hosts)
+    sys.stdout.buffer.write(cert + key)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
