@@ -4,6 +4,7 @@ control plane with no objects (the time to ready and the memory at ready).
 
     .venv/bin/python hack/bench/startup.py                          # HEAD alone (~1 min)
     .venv/bin/python hack/bench/startup.py --compare ed28d5a^       # a revision before, then HEAD (~2 min)
+    .venv/bin/python hack/bench/startup.py --compare ed28d5a^ --compare 92ec610^ --rev 92ec610  # three
     .venv/bin/python hack/bench/startup.py --runs 1 --operator-runs 1 --json /tmp/s.json   # smoke
 
 Every revision is checked out with ``git worktree add`` into a temporary directory (removed after) and
@@ -13,14 +14,17 @@ tree's folders ahead of it; an import run fails if a module came from outside th
 
 - Imports, ``--runs`` times, the revisions alternating: ``python -X importtime -c "import pko.__main__"``,
   its top-level cumulative times summed (all the interpreter imported, ``site`` included); then, in
-  another process, VmRSS and VmHWM right after the same import, the modules loaded, kubernetes_asyncio's.
+  another process, VmRSS and VmHWM right after the same import, the modules loaded, kubernetes_asyncio's
+  and cryptography's.
 - The operator, ``--operator-runs`` times, alternating: ``python -m pko`` (``runpy``, after the finder)
-  with leader election and loopback ports (the flags of test/machinery/test_operator_imports.py), on a
-  private control plane (pko.devtools.localcluster) holding the CRDs and nothing else: from spawn to
-  ``/readyz`` answering 200 (it leads and its caches synced), and its VmRSS and VmHWM then; SIGTERM after.
+  with leader election and loopback ports (the flags of test/machinery/test_operator_imports.py) and
+  ``/metrics`` as by default (HTTPS, a self-signed certificate made at start), on a private control plane
+  (pko.devtools.localcluster) holding the CRDs and nothing else: from spawn to ``/readyz`` answering 200
+  (it leads and its caches synced), and its VmRSS and VmHWM then; SIGTERM after. Its ``PYTHONPATH`` is
+  the tree, so a Python child it starts (the certificate's, since issue 44) imports ``pko`` from there too.
 
-Prints one Markdown table of medians (a column per revision and, with two, the ratio of the second to the
-first); ``--json PATH`` writes it with every run and the run's record (pko.devtools.benchrecord).
+Prints one Markdown table of medians (a column per revision, then the ratio of the last to each one
+before); ``--json PATH`` writes it with every run and the run's record (pko.devtools.benchrecord).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -66,11 +71,12 @@ def kb(field):
     return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith(field + ':'))
 rss, hwm, loaded = kb('VmRSS'), kb('VmHWM'), len(sys.modules)
 kubernetes_asyncio = sum(1 for m in sys.modules if m.split('.')[0] == 'kubernetes_asyncio')
+cryptography = sum(1 for m in sys.modules if m.split('.')[0] == 'cryptography')
 files = [getattr(m, '__file__', None) or '' for m in list(sys.modules.values())]
 outside = sorted(f for f in files if f.startswith({repo!r}) and not f.startswith(sys.prefix + '/'))
 import json
 print(json.dumps(dict(vmrss_kb=rss, vmhwm_kb=hwm, modules=loaded, pko_file=pko.__file__, outside=outside,
-                      kubernetes_asyncio_modules=kubernetes_asyncio)))
+                      kubernetes_asyncio_modules=kubernetes_asyncio, cryptography_modules=cryptography)))
 """
 RUN_OPERATOR = "import runpy\nrunpy.run_module('pko', run_name='__main__', alter_sys=True)\n"
 IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \| (\s*)(\S+)")
@@ -82,6 +88,7 @@ FIGURES: list[tuple[str, str, Callable[[float], str]]] = [
     ("import_vmhwm_mb", "`import pko.__main__`: VmHWM after (MB)", "{:.0f}".format),
     ("modules", "`import pko.__main__`: modules loaded", "{:.0f}".format),
     ("kubernetes_asyncio_modules", "`import pko.__main__`: of which kubernetes_asyncio's", "{:.0f}".format),
+    ("cryptography_modules", "`import pko.__main__`: of which cryptography's", "{:.0f}".format),
     ("ready_s", "`python -m pko`, no objects: spawn -> ready (s)", "{:.2f}".format),
     ("ready_vmrss_mb", "`python -m pko`, no objects: VmRSS at ready (MB)", "{:.0f}".format),
     ("ready_vmhwm_mb", "`python -m pko`, no objects: VmHWM at ready (MB)", "{:.0f}".format),
@@ -134,6 +141,7 @@ def measure_import(tree: Tree) -> dict[str, Any]:
         "import_vmhwm_mb": run["vmhwm_kb"] / 1024,
         "modules": run["modules"],
         "kubernetes_asyncio_modules": run["kubernetes_asyncio_modules"],
+        "cryptography_modules": run["cryptography_modules"],
         "pko_file": run["pko_file"],
     }
 
@@ -152,7 +160,6 @@ def measure_operator(tree: Tree, kubeconfig: Path, n: int, logs: Path) -> dict[s
         f"--leader-election-id=startup-{n}-{probe}",
         "--leader-election-namespace=default",
         f"--metrics-bind-address=127.0.0.1:{free_port()}",
-        "--metrics-secure=false",
         f"--health-probe-bind-address=127.0.0.1:{probe}",
         "--program-fs-addr=127.0.0.1:0",
         "--log-format=json",
@@ -160,7 +167,8 @@ def measure_operator(tree: Tree, kubeconfig: Path, n: int, logs: Path) -> dict[s
     log_path = logs / f"operator-{tree.commit[:7]}-{n}.log"
     with log_path.open("w") as err:
         began = time.monotonic()
-        proc = subprocess.Popen(args, cwd=tree.path, stdout=subprocess.DEVNULL, stderr=err)
+        env = {**os.environ, "PYTHONPATH": str(tree.path)}
+        proc = subprocess.Popen(args, cwd=tree.path, env=env, stdout=subprocess.DEVNULL, stderr=err)
     try:
         while True:
             with contextlib.suppress(OSError):
@@ -226,15 +234,17 @@ def medians(*runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float
 
 
 def table(labels: list[str], mid: dict[str, dict[str, float]]) -> str:
-    ratio = len(labels) == 2
+    """A column per revision, then the last one's ratio to each before it (``ratio``, with two)."""
+    *before, last = labels
+    ratios = ["ratio"] if len(before) == 1 else [f"ratio to {label.split()[0]}" for label in before]
     lines = [
-        "| figure | " + " | ".join(labels) + (" | ratio |" if ratio else " |"),
-        "|---|" + "---:|" * (len(labels) + ratio),
+        "| figure | " + " | ".join(labels + ratios) + " |",
+        "|---|" + "---:|" * (len(labels) + len(ratios)),
     ]
     for key, name, fmt in FIGURES:
         cells = [fmt(mid[key][label]) for label in labels]
-        if ratio:
-            first, second = (mid[key][label] for label in labels)
+        for label in before:
+            first, second = mid[key][label], mid[key][last]
             cells.append(f"{second / first:.2f}x" if first else "n/a")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -272,13 +282,19 @@ def measure(trees: list[Tree], runs: int, operator_runs: int, figures: dict[str,
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rev", default="HEAD", help="the revision measured (default %(default)s)")
-    p.add_argument("--compare", metavar="REV", help="a revision measured beside it, its column first")
+    p.add_argument(
+        "--compare",
+        metavar="REV",
+        action="append",
+        default=[],
+        help="a revision measured beside it, its column first (repeat for more, in order)",
+    )
     p.add_argument("--runs", type=int, default=7, help="import runs per revision (default %(default)s)")
     p.add_argument("--operator-runs", type=int, default=3, help="per revision (default %(default)s)")
     p.add_argument("--json", type=Path, help="write every figure, every run and the run's record here")
     args = p.parse_args(argv)
     exit_on_sigterm()
-    revs = [args.compare, args.rev] if args.compare else [args.rev]
+    revs = [*args.compare, args.rev]
     with (
         recording("hack/bench/startup.py", args.json, vars(args), argv) as run,
         tempfile.TemporaryDirectory(prefix="pko-bench-startup-") as tmp,
