@@ -38,6 +38,7 @@ from pko.controllers.stack.plan import (
     decide,
 )
 from pko.controllers.stack.reconciler import OWNED_STATUS
+from pko.controllers.stack.waits import Awaited
 from pko.controllers.stack.workspaceobject import GitRevision
 from pko.machinery.controller import Result
 from pko.settings.operator import Settings as OperatorSettings
@@ -186,7 +187,8 @@ def test_the_refusal_names_the_scheme_the_setting_and_the_fix() -> None:
         "SSH",
     ):
         assert words in refused.message, words
-    assert refused.requeue is None  # nothing changes until the spec does, or the operator restarts
+    # nothing changes until the spec does (its watch wakes the Stack), or the operator restarts
+    assert refused.awaits is Awaited.SPEC and REFUSING.requeue(refused.awaits) is None
     assert refusal(parsed(git(gitAuth=BASIC)), allowed=True) is None
 
 

@@ -34,6 +34,7 @@ from pko.controllers.stack.plan import (
     refused,
 )
 from pko.controllers.stack.reconciler import OWNED_STATUS
+from pko.controllers.stack.waits import Awaited
 from pko.controllers.stack.workspaceobject import ArtifactRevision
 from pko.machinery.controller import Result
 
@@ -273,7 +274,7 @@ def test_without_a_usable_workspace_the_destroy_gets_one_that_never_creates_the_
 
 
 def test_a_destroy_whose_source_is_gone_runs_from_the_saved_project_and_says_so() -> None:
-    gone = Unresolved("SourceUnavailable", "unable to retrieve program for stack", SOURCE_UNAVAILABLE_REQUEUE)
+    gone = Unresolved("SourceUnavailable", "unable to retrieve program for stack", Awaited.PROGRAM)
     plan = decide(observed(deployed(), source=gone))
     apply = next(w for w in plan.writes if isinstance(w, ApplyWorkspace))
     assert apply.body["spec"]["projectInfo"] == {"name": "proj", "runtime": "yaml"}
@@ -287,7 +288,7 @@ def test_a_destroy_whose_source_is_gone_runs_from_the_saved_project_and_says_so(
     assert kinds(stalled) == ["WriteStatus"]
     assert condition(statuses(stalled)[0], "Stalled") == ("True", "SourceUnavailable",
                                                           "unable to retrieve program for stack")  # fmt: skip
-    assert stalled.result == Result.requeue_after(SOURCE_UNAVAILABLE_REQUEUE)
+    assert stalled.result == Result.done()  # the Program watch wakes it
 
 
 def test_a_destroy_that_deleted_nothing_known_stalls_stack_not_found() -> None:
@@ -307,10 +308,15 @@ def test_a_destroy_that_deleted_nothing_known_stalls_stack_not_found() -> None:
 # --- the source, retries, suspension, prerequisites ------------------------------------------
 
 
-def test_a_source_that_cannot_be_had_stalls_and_is_looked_at_again() -> None:
-    plan = decide(observed(stack(), source=Unresolved("SourceUnavailable", "no artifact", 30.0)))
-    assert kinds(plan) == ["WriteStatus"] and plan.result == Result.requeue_after(30.0)
+def test_a_source_that_cannot_be_had_stalls_and_waits_for_its_watch_or_looks_again() -> None:
+    plan = decide(observed(stack(), source=Unresolved("SourceUnavailable", "no artifact", Awaited.PROGRAM)))
+    assert kinds(plan) == ["WriteStatus"] and plan.result == Result.done()  # the Program watch wakes it
     assert condition(statuses(plan)[0], "Stalled") == ("True", "SourceUnavailable", "no artifact")
+    failed = Unresolved("SourceUnavailable", "listing failed", Awaited.GIT_REMOTE)  # nothing watches git
+    plan = decide(
+        observed(stack({"programRef": None, "projectRepo": "https://g/r", "branch": "main"}), source=failed)
+    )
+    assert plan.result == Result.requeue_after(SOURCE_UNAVAILABLE_REQUEUE)
 
 
 def test_a_stack_in_sync_is_ready_and_prunes_its_history() -> None:

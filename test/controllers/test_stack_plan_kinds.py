@@ -16,6 +16,7 @@ from pko.controllers.stack.absorb import Absorbed, absorb
 from pko.controllers.stack.kinds import KINDS, UP, UpdateKind, kind_of, recorded_kind
 from pko.controllers.stack.plan import CreateUpdate, Emit, Log, ReadSource, Unresolved, decide
 from pko.controllers.stack.updateobject import Run, build_update
+from pko.controllers.stack.waits import Awaited
 from pko.machinery.controller import Result
 
 from .test_stack_plan import (
@@ -217,10 +218,10 @@ def test_a_decision_that_needs_the_source_asks_for_it_and_decides_again_with_the
     assert asked.then is not None
     resolved = asked.then(SOURCE)
     assert kinds(resolved) == ["AddFinalizer", "WriteStatus", "ApplyWorkspace"]
-    gone = asked.then(Unresolved("SourceUnavailable", "Program has no artifact", 30.0))
+    gone = asked.then(Unresolved("SourceUnavailable", "Program has no artifact", Awaited.PROGRAM))
     assert kinds(gone) == ["AddFinalizer", "WriteStatus"]
     assert condition(statuses(gone)[0], "Stalled") == ("True", "SourceUnavailable", "Program has no artifact")
-    assert gone.result == Result.requeue_after(30.0)
+    assert gone.result == Result.done()  # the Program watch wakes it: no timer (stack/waits.py)
 
 
 def test_an_invalid_stack_reads_no_source() -> None:

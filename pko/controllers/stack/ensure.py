@@ -43,6 +43,7 @@ from pko.controllers.stack.steps import (
 from pko.controllers.stack.switch import stale_artifact
 from pko.controllers.stack.templates import REASON_TEMPLATE_NOT_FOUND, TEMPLATES_ANNOTATION, Templates
 from pko.controllers.stack.updateobject import Run, build_update
+from pko.controllers.stack.waits import Awaited
 from pko.controllers.stack.watches import workspace_ready, workspace_stalled
 from pko.controllers.stack.workspaceobject import (
     PackRevision,
@@ -89,7 +90,10 @@ def ensure(
         writes += requests
         if unmet is not None:
             mark_reconciling(status, "PrerequisiteNotSatisfied", unmet, generation, now)
-            return Plan([*writes, write_status(status, recorded)], after(sooner(None, nxt.waiting)), status)
+            requeue = observed.settings.requeue(Awaited.PREREQUISITE)  # None: its watch wakes the Stack
+            return Plan(
+                [*writes, write_status(status, recorded)], after(sooner(requeue, nxt.waiting)), status
+            )
 
     def then(workspace: Obj) -> Plan:
         return plan_update(

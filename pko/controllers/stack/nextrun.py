@@ -88,7 +88,8 @@ def next_run(
             saved = saved_project(stack, status) if deleting else None
             if saved is None:
                 mark_stalled(status, got.reason, got.message, generation, now)
-                return Plan([*writes, write_status(status, recorded)], after(got.requeue), status)
+                requeue = observed.settings.requeue(got.awaits)  # None: its watch wakes the Stack
+                return Plan([*writes, write_status(status, recorded)], after(requeue), status)
             source, commit, note = saved, "", destroy_from_project_message(got.message, saved)
         else:
             source, commit, packs = got.source, got.commit, got.packs

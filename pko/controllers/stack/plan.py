@@ -64,8 +64,10 @@ from pko.controllers.stack.steps import (
     Write,
     WriteOutputs,
     WriteStatus,
+    after,
     write_status,
 )
+from pko.controllers.stack.waits import Awaited
 from pko.machinery.controller import Result
 from pko.machinery.objects import has_finalizer
 from pko.machinery.resource import Obj
@@ -203,7 +205,8 @@ def refused(observed: Observed, plan: Plan, write: Write, failure: Failure) -> P
         if deleting and _namespace_terminating(failure.message):
             message = terminating_message(obj, status)
             mark_stalled(status, "NamespaceTerminating", message, generation, observed.now)
-            return Plan([write_status(status)], Result.requeue_after(SOURCE_UNAVAILABLE_REQUEUE), status)
+            requeue = observed.settings.requeue(Awaited.NAMESPACE)  # Namespaces are not watched
+            return Plan([write_status(status)], after(requeue), status)
         return None
     if isinstance(write, CreateUpdate) and failure.status != 409:
         # Not created: ``currentUpdate`` must not name it (the next reconcile starts one), and the

@@ -41,7 +41,7 @@ the Stack last deployed.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -74,7 +74,6 @@ from pko.controllers.stack.status import (
     utcnow,
 )
 from pko.controllers.stack.steps import (
-    SOURCE_UNAVAILABLE_REQUEUE,
     AddFinalizer,
     ApplyWorkspace,
     CancelUpdate,
@@ -105,6 +104,7 @@ from pko.controllers.stack.templates import (
     resolve_templates,
 )
 from pko.controllers.stack.updatewrites import HISTORY_LIMIT, cancel_update, prune_history, release_update
+from pko.controllers.stack.waits import SECRET_RECHECK, WAITS, Awaited, Wait, waits_with
 from pko.controllers.stack.watches import (
     FLUX_SOURCES,
     INDEX_FLUX,
@@ -116,6 +116,7 @@ from pko.controllers.stack.watches import (
     StackMetrics,
     artifact_predicate,
     flux_key,
+    flux_source_predicate,
     generation_changed,
     index_flux,
     index_prerequisites,
@@ -140,16 +141,12 @@ from pko.machinery.writes import DigestApplier, StatusWriter
 __all__ = [
     "CONTROLLER_NAME",
     "FLUX_SOURCES",
+    "SECRET_RECHECK",
     "StackReconciler",
     "setup",
 ]
 
 CONTROLLER_NAME: Final = "stack-controller"
-# Secrets are not watched (never cached cluster-wide): a missing one is looked for again this often,
-# so creating it later un-stalls the Stack without a spec change.
-SECRET_RECHECK: Final = 120.0
-# A Stack that needs a WorkspaceTemplate while their cache is syncing looks again this soon.
-TEMPLATES_SYNCING_RECHECK: Final = 2.0
 
 _log = structlog.get_logger("pko.controllers.stack.reconciler")
 
@@ -201,6 +198,7 @@ class StackReconciler:
         branches: BranchResolver | None = None,
         history_limit: int = HISTORY_LIMIT,
         secret_recheck: float = SECRET_RECHECK,
+        waits: Mapping[Awaited, Wait] = WAITS,
     ) -> None:
         self.manager = manager
         self.options = options or ControllerOptions()
@@ -241,13 +239,18 @@ class StackReconciler:
             self.programs,
             self._secrets,
             self.branches,
-            secret_recheck,
             allow_insecure_git_credentials=allow_insecure,
             program_server=self.options.program_fs_adv_addr,
         )
         self.events = manager.events
         self.metrics = StackMetrics(manager)
-        self.settings = Settings(self.retry, self.options.workspace_image, OWNED_STATUS, allow_insecure)
+        # Secrets are not watched (never cached cluster-wide): a Stack waiting on a missing one looks
+        # again every ``secret_recheck`` s, so creating it later un-stalls the Stack (waits.py).
+        # ``waits``: the table of waits (hack/bench/idlewaits.py gives the Program wait a timer again)
+        waits = waits_with(waits, secret_recheck=secret_recheck)
+        self.settings = Settings(
+            self.retry, self.options.workspace_image, OWNED_STATUS, allow_insecure, waits
+        )
         self.default_template = default_template_key(
             self.options.default_workspace_template, self.options.operator_namespace
         )
@@ -350,8 +353,10 @@ class StackReconciler:
             self.default_template,
             lambda key: indexer.get_by_key(key) if indexer is not None else None,
             served=served,
-            # syncing: soon; not served: as a source that cannot be had
-            recheck=TEMPLATES_SYNCING_RECHECK if cache == CACHE_SYNCING else SOURCE_UNAVAILABLE_REQUEUE,
+            # no event comes when the kind's cache syncs: looked at again (syncing: soon)
+            recheck=self.settings.requeue(
+                Awaited.TEMPLATE_KIND_SYNCING if cache == CACHE_SYNCING else Awaited.TEMPLATE_KIND
+            ),
         )
 
     async def _current_update(self, namespace: str | None, name: str) -> Obj | None:
@@ -521,7 +526,7 @@ def setup(manager: Manager, options: ControllerOptions | None = None, **kwargs: 
     )
     for resource in FLUX_SOURCES:
         builder.watches(
-            resource, _flux_mapper(reconciler, resource), predicate=artifact_predicate, optional=True
+            resource, _flux_mapper(reconciler, resource), predicate=flux_source_predicate, optional=True
         )
     reconciler.stacks.add_event_handler(_StackEvents(reconciler))
     return reconciler

@@ -11,13 +11,14 @@ import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 from pko.api.stack import PolicyPack, Stack
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack.refresh import RefreshWait
 from pko.controllers.stack.templates import Templates
 from pko.controllers.stack.updateobject import Run
+from pko.controllers.stack.waits import SOURCE_UNAVAILABLE_REQUEUE, WAITS, Awaited, Wait
 from pko.controllers.stack.workspaceobject import PackRevision, ResolvedSource
 from pko.machinery.controller import Result
 from pko.machinery.events import Emit, Log
@@ -54,10 +55,6 @@ __all__ = [
     "sooner",
     "write_status",
 ]
-
-# A source that cannot be had (a Flux object or Program missing, a branch lookup refused) is looked
-# at again this often; so is a destroy that a terminating namespace blocks.
-SOURCE_UNAVAILABLE_REQUEUE: Final = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,12 +218,13 @@ class Resolved:
 
 @dataclass(frozen=True, slots=True)
 class Unresolved:
-    """The source could not be had: ``reason`` and ``message`` are a Stalled reason and message,
-    looked at again after ``requeue`` seconds (None: when something changes)."""
+    """The source could not be had: ``reason`` and ``message`` are a Stalled reason and message;
+    ``awaits``: what the Stack waits for, whose row of the waits table
+    (:mod:`~pko.controllers.stack.waits`, :attr:`Settings.waits`) says when it looks again."""
 
     reason: str
     message: str
-    requeue: float | None = None
+    awaits: Awaited = Awaited.SPEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,12 +274,19 @@ class Observed:
 @dataclass(frozen=True, slots=True)
 class Settings:
     """The operator's settings a decision uses: the retry rules, the default workspace image by
-    security profile, and whether git credentials may go over plain HTTP."""
+    security profile, whether git credentials may go over plain HTTP, and the waits table (when a
+    waiting Stack looks again: :mod:`~pko.controllers.stack.waits`)."""
 
     retry: RetrySettings
     workspace_image: Callable[[str | None], str]
     owned_status: tuple[str, ...] = ()
     allow_insecure_git_credentials: bool = False
+    waits: Mapping[Awaited, Wait] = field(default_factory=lambda: WAITS)
+
+    def requeue(self, awaited: Awaited) -> float | None:
+        """When a Stack waiting for ``awaited`` looks again without an event (None: only an event
+        wakes it: a watch covers the wait)."""
+        return self.waits[awaited].requeue
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,10 @@ The indexes (Stacks by Program, by prerequisite, by Flux source; Updates by Stac
 predicates mirror the Go operator's SetupWithManager: a Stack reconciles on a new generation
 (not the one its own finalizer causes), a changed reconciliation request or a deletion; on its
 Workspace becoming Ready or Stalled; on its Update completing (or vanishing); on its Program or
-Flux source getting a new artifact; and on a prerequisite becoming Ready.
+Flux source getting a new artifact; and on a prerequisite becoming Ready. pko also passes a Flux
+source's Ready condition changing while it has no artifact (the Stack's message quotes it): a
+Stack waiting on its source looks again on these events only, with no timer
+(:mod:`~pko.controllers.stack.waits`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pko.controllers.resources import (
     STACK_NAME_LABEL,
 )
 from pko.controllers.stack.status import reconcile_request
-from pko.machinery.conditions import is_true
+from pko.machinery.conditions import get_condition, is_true
 from pko.machinery.manager import Manager
 from pko.machinery.objects import has_finalizer
 from pko.machinery.predicates import and_, annotation_changed, deletion_started, not_, or_
@@ -43,6 +46,7 @@ __all__ = [
     "artifact_of",
     "artifact_predicate",
     "flux_key",
+    "flux_source_predicate",
     "generation_changed",
     "index_flux",
     "index_prerequisites",
@@ -217,6 +221,19 @@ def artifact_predicate(old: Obj | None, new: Obj | None) -> bool:
         or before.get("revision") != after.get("revision")
         or before.get("digest") != after.get("digest")
     )
+
+
+def _readiness(obj: Obj) -> tuple[object, object, object] | None:
+    ready = get_condition((obj.get("status") or {}).get("conditions"), "Ready")
+    return (ready.get("status"), ready.get("reason"), ready.get("message")) if ready else None
+
+
+def flux_source_predicate(old: Obj | None, new: Obj | None) -> bool:
+    """:func:`artifact_predicate`, or a Flux source with no artifact whose Ready condition changed
+    (why it has none: the waiting Stack's message says so, and no timer looks again)."""
+    if artifact_predicate(old, new) or old is None or new is None:
+        return True
+    return artifact_of(new) is None and _readiness(old) != _readiness(new)
 
 
 def stack_ready(obj: Obj | None) -> bool:
