@@ -4,9 +4,10 @@ it makes), and the violations an Update records.
 A pack is a Pulumi policy pack project (``PulumiPolicy.yaml``: JavaScript/TypeScript with
 ``@pulumi/policy``, Python with ``pulumi-policy``) in a directory of the workspace: in the workspace
 image, or in the program's own source (a path relative to the program's directory), which comes
-with the Stack's git source and its auth; or in a git repository of its own (``git``: a platform
+with the Stack's git source and its auth; in a git repository of its own (``git``: a platform
 team's one repository of packs), which the workspace pod fetches beside the program, its credentials
-keys of Secrets (as a Workspace's ``git.auth``: the Stack CRD has no room for a second ``gitAuth``).
+keys of Secrets (as a Workspace's ``git.auth``: the Stack CRD has no room for a second ``gitAuth``);
+or in a Flux source's artifact (``fluxSource``, as a Stack's own), fetched the same way at its digest.
 The engine runs every pack on each preview and up before any resource changes (``pulumi preview/up
 --policy-pack``). Re-exported by :mod:`pko.api.stack`.
 """
@@ -17,6 +18,7 @@ from typing import Annotated, Final
 
 from pko.api.markers import Rule
 from pko.api.meta import JSONValue, KubeModel
+from pko.api.stacksources import FluxSource
 from pko.api.workspace import GitAuth
 from pydantic import Field, model_validator
 
@@ -58,7 +60,11 @@ class PolicyPackGit(KubeModel):
     """Auth is the repository's credentials: keys of Secrets in the Stack's namespace."""
 
 
-@Rule("has(self.path) || has(self.git)", "one of path or git is required")
+@Rule("has(self.path) || has(self.git) || has(self.fluxSource)", "one of path, git or fluxSource is required")
+@Rule(
+    "!has(self.fluxSource) || !has(self.git) && !has(self.path)",
+    "with fluxSource, neither git nor path: fluxSource.dir is the pack's directory",
+)
 @Rule(
     "!has(self.git) || !has(self.path) || !self.path.startsWith('/')",
     "with git, path is a directory inside the repository: relative, without '..'",
@@ -77,6 +83,8 @@ class PolicyPack(KubeModel):
     image."""
     git: PolicyPackGit | None = None
     """Git is the pack's own repository, fetched by the workspace pod beside the program."""
+    flux_source: FluxSource | None = None
+    """FluxSource is a Flux source whose artifact holds the pack (dir: its directory)."""
     config: dict[str, JSONValue] | None = None
     """Config is the pack's configuration (``pulumi preview --policy-pack-config``): per policy, an
     enforcement level (``"mandatory"``, ``"advisory"``, ``"disabled"``) or an object of the policy's
@@ -84,9 +92,9 @@ class PolicyPack(KubeModel):
 
     @model_validator(mode="after")
     def _located(self) -> PolicyPack:
-        """One of path or git (the CEL rule's twin here: a pack nothing locates is no pack)."""
-        if self.path is None and self.git is None:
-            raise ValueError("one of path or git is required")
+        """One of path, git or fluxSource (the CEL rule's twin here: a pack nothing locates is no pack)."""
+        if self.path is None and self.git is None and self.flux_source is None:
+            raise ValueError("one of path, git or fluxSource is required")
         return self
 
 

@@ -247,14 +247,16 @@ def _stack_git_errors(spec: StackSpec, namespace: str | None) -> Iterator[FieldE
 
 
 def policy_pack_errors(pack: PolicyPack, path: str) -> list[FieldError]:
-    """A policy pack's problems (the twin of its CEL rules, :mod:`pko.api.stackpolicypacks`): with
-    ``git``, ``path`` inside it, a URL git clones from, a branch or a commit, usable credentials."""
+    """A policy pack's problems (the twin of its CEL rules, :mod:`pko.api.stackpolicypacks`): one
+    source (git or fluxSource); with ``git``, ``path`` inside it, a URL git clones from, a branch or a
+    commit, usable credentials; with ``fluxSource``, a ``<group>/<version>`` and its ``dir`` inside."""
     errors: list[FieldError] = []
+    if pack.flux_source is not None:
+        return _flux_pack_errors(pack, path)
     git = pack.git
     if git is None:
         return errors  # the model refuses a pack without a path
-    where = (pack.path or "").split("/")
-    if pack.path is not None and (pack.path.startswith("/") or ".." in where):
+    if _leaves(pack.path):
         message = "with git, path is a directory inside the repository: relative, without '..'"
         errors.append(FieldError(f"{path}.path", message))
     problem = git_url_error(git.url)
@@ -269,6 +271,29 @@ def policy_pack_errors(pack: PolicyPack, path: str) -> list[FieldError]:
         )
     if auth is not None and auth.username is not None and auth.password is None:
         errors.append(FieldError(f"{path}.git.auth.password", "required with username"))
+    return errors
+
+
+def _leaves(directory: str | None) -> bool:
+    """Whether a directory meant to be inside a fetched source is absolute or climbs out."""
+    return directory is not None and (directory.startswith("/") or ".." in directory.split("/"))
+
+
+def _flux_pack_errors(pack: PolicyPack, path: str) -> list[FieldError]:
+    flux = pack.flux_source
+    assert flux is not None
+    errors: list[FieldError] = []
+    if pack.git is not None or pack.path is not None:
+        message = "with fluxSource, neither git nor path: fluxSource.dir is the pack's directory"
+        errors.append(FieldError(path, message))
+    api_version = flux.source_ref.api_version
+    group, _, version = api_version.partition("/")
+    if not group or not version or "/" in version:
+        where = f"{path}.fluxSource.sourceRef.apiVersion"
+        errors.append(FieldError(where, f"must be <group>/<version>, got {api_version!r}"))
+    if _leaves(flux.dir):
+        message = "a directory inside the artifact: relative, without '..'"
+        errors.append(FieldError(f"{path}.fluxSource.dir", message))
     return errors
 
 

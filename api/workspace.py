@@ -21,7 +21,7 @@ from pko.api.meta import (
     NonNegativeInt64,
     ObjectMeta,
 )
-from pydantic import Field
+from pydantic import Field, model_validator
 
 GROUP: Final = "auto.pulumi.com"
 VERSION: Final = "v1alpha1"
@@ -87,17 +87,6 @@ class GitSource(KubeModel):
     """Shallow controls whether the workspace uses a shallow clone or whether all history is cloned."""
 
 
-class PolicyPackSource(KubeModel):
-    """(pko extension) A policy pack's own git repository, which the pod fetches beside the program into
-    ``/share/policy/<name>`` (an init container per pack, its credentials only there): what a Stack's
-    ``spec.policyPacks[].git`` becomes, at the commit its branch resolved to."""
-
-    name: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
-    """Name of the pack (a DNS label): its directory under ``/share/policy``."""
-    git: GitSource
-    """Git is the pack's repository; ``dir`` the pack's directory in it (checked to exist at fetch)."""
-
-
 class FluxSource(KubeModel):
     """How to fetch a Flux (or Program) source artifact."""
 
@@ -107,6 +96,27 @@ class FluxSource(KubeModel):
     """Digest is the digest of the artifact to fetch."""
     dir: str | None = None
     """Dir gives the subdirectory containing the Pulumi project within the fetched artifact."""
+
+
+class PolicyPackSource(KubeModel):
+    """(pko extension) A policy pack's own source, which the pod fetches beside the program into
+    ``/share/policy/<name>`` (an init container per pack, its credentials only there): what a Stack's
+    ``spec.policyPacks[].git`` becomes, at the commit its branch resolved to, or its ``fluxSource``,
+    at the artifact's digest."""
+
+    name: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    """Name of the pack (a DNS label): its directory under ``/share/policy``."""
+    git: GitSource | None = None
+    """Git is the pack's repository; ``dir`` the pack's directory in it (checked to exist at fetch)."""
+    flux: FluxSource | None = None
+    """Flux is the artifact holding the pack (its digest checked); ``dir`` the pack's directory in it."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PolicyPackSource:
+        """Exactly one of git or flux (the operator writes it; a Workspace's CRD has no CEL rules)."""
+        if (self.git is None) == (self.flux is None):
+            raise ValueError("exactly one of git or flux is required")
+        return self
 
 
 class LocalSource(KubeModel):
@@ -229,7 +239,7 @@ class WorkspaceSpec(KubeModel):
         ]
         | None
     ) = None
-    """(pko extension) PolicyPackSources are policy packs' own git repositories, each fetched into
+    """(pko extension) PolicyPackSources are policy packs' own sources (git, Flux), each fetched into
     ``/share/policy/<name>`` before the agent starts; the Updates name the packs that run. Set by the
     Stack controller (a template cannot set it)."""
 

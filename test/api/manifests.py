@@ -86,6 +86,17 @@ def full_stack(name: str = "full", namespace: str = "default") -> dict[str, Any]
                     },
                 },
                 {"name": "pinned", "git": {"url": "https://github.com/example/policies", "commit": "abc123"}},
+                {
+                    "name": "fluxed",
+                    "fluxSource": {
+                        "sourceRef": {
+                            "apiVersion": "source.toolkit.fluxcd.io/v1",
+                            "kind": "GitRepository",
+                            "name": "p",
+                        },
+                        "dir": "packs/fluxed",
+                    },
+                },
             ],
             "outputs": {"name": "app-outputs", "kind": "ConfigMap"},
             "resyncFrequencySeconds": 300,
@@ -351,7 +362,15 @@ def full_workspace(name: str = "full", namespace: str = "default") -> dict[str, 
                         "ref": "abc123",
                         "dir": "packs/shared",
                     },
-                }
+                },
+                {
+                    "name": "fluxed",
+                    "flux": {
+                        "url": "http://source-controller/p.tar.gz",
+                        "digest": "sha256:abc",
+                        "dir": "packs/fluxed",
+                    },
+                },
             ],
         },
     }
@@ -417,6 +436,17 @@ def full_update(name: str = "full", namespace: str = "default") -> dict[str, Any
                     "git": {"url": "https://g/p.git", "commit": "abc123"},
                 },
                 {"name": "followed", "git": {"url": "https://g/p.git", "branch": "main", "auth": _GIT_AUTH}},
+                {
+                    "name": "fluxed",
+                    "fluxSource": {
+                        "sourceRef": {
+                            "apiVersion": "source.toolkit.fluxcd.io/v1",
+                            "kind": "Bucket",
+                            "name": "p",
+                        },
+                        "dir": "packs",
+                    },
+                },
             ],
         },
     }

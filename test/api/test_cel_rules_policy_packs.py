@@ -1,6 +1,6 @@
-"""The CEL rules of a policy pack from git (issue 43) on a real kube-apiserver, and their Python
-twins, as test_cel_rules.py checks the Stack's own: each mistake refused by both at the same field,
-each good neighbour accepted by both."""
+"""The CEL rules of a policy pack from git or a Flux source (issue 43) on a real kube-apiserver, and
+their Python twins, as test_cel_rules.py checks the Stack's own: each mistake refused by both at the
+same field, each good neighbour accepted by both."""
 
 from __future__ import annotations
 
@@ -14,6 +14,10 @@ pytestmark = pytest.mark.cluster
 
 URL = "https://git.example.com/platform/policies.git"
 PACK: dict[str, Any] = {"name": "platform", "path": "packs/platform", "git": {"url": URL, "branch": "main"}}
+FLUX: dict[str, Any] = {
+    "sourceRef": {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository", "name": "packs"},
+    "dir": "packs/platform",
+}
 
 REFUSED: dict[str, tuple[dict[str, Any], str, str]] = {
     "branch-and-commit": (
@@ -31,11 +35,23 @@ REFUSED: dict[str, tuple[dict[str, Any], str, str]] = {
         "spec.policyPacks[0].path",
         "with git, path is a directory inside the repository",
     ),
+    "flux-and-git": (
+        {"name": "platform", "git": PACK["git"], "fluxSource": FLUX},
+        "spec.policyPacks[0]",
+        "with fluxSource, neither git nor path",
+    ),
+    "flux-and-path": (
+        {"name": "platform", "path": "packs/platform", "fluxSource": FLUX},
+        "spec.policyPacks[0]",
+        "with fluxSource, neither git nor path",
+    ),
 }
 ACCEPTED: dict[str, dict[str, Any]] = {
     "branch-and-token": {**PACK, "git": {**PACK["git"], "auth": {"token": {"name": "pat", "key": "t"}}}},
     "commit-at-the-root": {"name": "root", "git": {"url": URL, "commit": "abc"}},
     "absolute-path-without-git": {"name": "image", "path": "/opt/policy/image"},
+    "flux-source": {"name": "flux", "fluxSource": FLUX},
+    "flux-source-at-the-root": {"name": "flux", "fluxSource": {"sourceRef": FLUX["sourceRef"]}},
 }
 
 

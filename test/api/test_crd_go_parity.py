@@ -88,8 +88,8 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
     # Stack and Update spec.policyPacks, Update status.policyViolations/policyViolationCount: ours
     # (issue 43: policy packs on every preview and up); Stack status.currentUpdate/lastUpdate
     # .policyPacksDigest: ours (issue 43: the packs a WorkspaceTemplate enforced on the update).
-    # Stack/Update spec.policyPacks[].git, Workspace spec.policyPackSources: ours (issue 43: a pack
-    # from a git repository of its own, fetched by the workspace pod).
+    # Stack/Update spec.policyPacks[].git/fluxSource, Workspace spec.policyPackSources: ours (issue 43:
+    # a pack from a git repository or a Flux source of its own, fetched by the workspace pod).
     # Stack spec.outputs: ours (issue 42: outputs apps can mount; Go operator #649).
     # Update status.changeCount/changesTruncated/changeSummary and Stack status.drift.count/truncated:
     # ours (issue 44: bounded status, the totals beside the first entries listed).
@@ -120,6 +120,12 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Stack", "spec.policyPacks[]"),
         ("Stack", "spec.policyPacks[].config"),
         ("Stack", "spec.policyPacks[].config{}"),
+        ("Stack", "spec.policyPacks[].fluxSource"),
+        ("Stack", "spec.policyPacks[].fluxSource.dir"),
+        ("Stack", "spec.policyPacks[].fluxSource.sourceRef"),
+        ("Stack", "spec.policyPacks[].fluxSource.sourceRef.apiVersion"),
+        ("Stack", "spec.policyPacks[].fluxSource.sourceRef.kind"),
+        ("Stack", "spec.policyPacks[].fluxSource.sourceRef.name"),
         ("Stack", "spec.policyPacks[].git"),
         ("Stack", "spec.policyPacks[].git.auth"),
         ("Stack", "spec.policyPacks[].git.auth.githubApp"),
@@ -150,6 +156,12 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Stack", "spec.updateTemplate.spec.policyPacks[]"),
         ("Stack", "spec.updateTemplate.spec.policyPacks[].config"),
         ("Stack", "spec.updateTemplate.spec.policyPacks[].config{}"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].fluxSource"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].fluxSource.dir"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].fluxSource.sourceRef"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].fluxSource.sourceRef.apiVersion"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].fluxSource.sourceRef.kind"),
+        ("Stack", "spec.updateTemplate.spec.policyPacks[].fluxSource.sourceRef.name"),
         ("Stack", "spec.updateTemplate.spec.policyPacks[].git"),
         ("Stack", "spec.updateTemplate.spec.policyPacks[].git.auth"),
         ("Stack", "spec.updateTemplate.spec.policyPacks[].git.auth.githubApp"),
@@ -251,6 +263,12 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Update", "spec.policyPacks[]"),
         ("Update", "spec.policyPacks[].config"),
         ("Update", "spec.policyPacks[].config{}"),
+        ("Update", "spec.policyPacks[].fluxSource"),
+        ("Update", "spec.policyPacks[].fluxSource.dir"),
+        ("Update", "spec.policyPacks[].fluxSource.sourceRef"),
+        ("Update", "spec.policyPacks[].fluxSource.sourceRef.apiVersion"),
+        ("Update", "spec.policyPacks[].fluxSource.sourceRef.kind"),
+        ("Update", "spec.policyPacks[].fluxSource.sourceRef.name"),
         ("Update", "spec.policyPacks[].git"),
         ("Update", "spec.policyPacks[].git.auth"),
         ("Update", "spec.policyPacks[].git.auth.githubApp"),
@@ -303,6 +321,10 @@ def test_every_go_operator_field_is_in_our_schema() -> None:
         ("Update", "status.resourceChanges{}"),
         ("Workspace", "spec.policyPackSources"),
         ("Workspace", "spec.policyPackSources[]"),
+        ("Workspace", "spec.policyPackSources[].flux"),
+        ("Workspace", "spec.policyPackSources[].flux.digest"),
+        ("Workspace", "spec.policyPackSources[].flux.dir"),
+        ("Workspace", "spec.policyPackSources[].flux.url"),
         ("Workspace", "spec.policyPackSources[].git"),
         ("Workspace", "spec.policyPackSources[].git.auth"),
         ("Workspace", "spec.policyPackSources[].git.auth.githubApp"),

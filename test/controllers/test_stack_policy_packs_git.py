@@ -78,7 +78,7 @@ def test_a_pack_is_located_by_a_path_or_by_git_with_its_path_inside_the_reposito
         validate_stack(stack(policyPacks=[SHARED, {"name": "root", "git": {"url": URL, "commit": "abc"}}]))
         == []
     )
-    with pytest.raises(ValidationError, match="one of path or git is required"):
+    with pytest.raises(ValidationError, match="one of path, git or fluxSource is required"):
         PolicyPack.model_validate({"name": "nowhere"})
     refused = [
         ({**SHARED, "path": "/opt/policy"}, "spec.policyPacks[0].path"),

@@ -11,7 +11,8 @@ after it is merged), and names are unique in the result (a name in two templates
 template's wins, a referenced template being the namespace's to write).
 
 :attr:`Merged.digest` covers the enforced packs only; :func:`packs_digest` adds the commit each pack
-from git runs at (its own or an enforced one: a branch moves without a new generation). The Stack
+from git runs at, or the digest of each Flux source's artifact (its own or an enforced one: a branch
+moves without a new generation). The Stack
 records that with each Update, and a new digest is a reason to run again (a change of the Stack's
 own packs' spec is a new generation).
 """
@@ -85,10 +86,10 @@ def merge_policy_packs(enforced: Sequence[Enforced], own: Sequence[PolicyPack] |
 
 
 def git_packs(enforced: Sequence[Enforced], stack: Stack) -> tuple[PolicyPack, ...]:
-    """The packs the Stack's previews and ups run that come from git of their own (the enforced ones
-    and its own: its ``updateTemplate``'s when that names some, as the Update runs them): what the
-    Stack resolves and its workspace pod fetches. Packs the template names that are no packs are
-    left to the Update to refuse."""
+    """The packs the Stack's previews and ups run that come from a source of their own, git or a Flux
+    source (the enforced ones and its own: its ``updateTemplate``'s when that names some, as the Update
+    runs them): what the Stack resolves and its workspace pod fetches. Packs the template names that
+    are no packs are left to the Update to refuse."""
     templated = ((stack.spec.update_template or {}).get("spec") or {}).get("policyPacks")
     own = stack.spec.policy_packs
     if templated is not None:
@@ -96,7 +97,8 @@ def git_packs(enforced: Sequence[Enforced], stack: Stack) -> tuple[PolicyPack, .
             own = [PolicyPack.model_validate(raw) for raw in templated]
         except ValidationError:
             own = []
-    return tuple(pack for pack in merge_policy_packs(enforced, own).packs if pack.git is not None)
+    packs = merge_policy_packs(enforced, own).packs
+    return tuple(pack for pack in packs if pack.git is not None or pack.flux_source is not None)
 
 
 def packs_digest(enforced: Sequence[Enforced], commits: Mapping[str, str]) -> str:

@@ -4,11 +4,8 @@ remote; no writes). When it cannot be had (or may not be: git credentials over p
 :mod:`pko.controllers.stack.insecuretransport`), a destroy may still run from the saved ``projectInfo``
 (:func:`pko.controllers.stack.ensure.saved_project`).
 
-Each :class:`~pko.controllers.stack.steps.Unresolved` says what the Stack awaits
-(:mod:`~pko.controllers.stack.waits`): a Program or a Flux source (and its artifact) is watched, so
-its change wakes the Stack; Secrets are read directly, never cached (an operator watching every
-Secret in the cluster would hold them all in memory), so a Stack waiting on one looks again on a
-timer, as one whose branch lookup failed does.
+Secrets are read directly, never cached (an operator watching every Secret in the cluster would
+hold them all in memory); a missing one is looked for again after ``secret_recheck`` seconds.
 """
 
 from __future__ import annotations
@@ -18,14 +15,13 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from pko.api.stack import PolicyPack, Stack
+from pko.api.stack import FluxSource, PolicyPack, Stack
 from pko.api.workspace import GitAuth
 from pko.controllers.sharding import own_program_url
 from pko.controllers.stack.branchpoll import BranchResolver, GitCredentials, GitLookupError
 from pko.controllers.stack.insecuretransport import pack_refusal, refusal
-from pko.controllers.stack.steps import Resolved, Unresolved
+from pko.controllers.stack.steps import SOURCE_UNAVAILABLE_REQUEUE, Resolved, Unresolved
 from pko.controllers.stack.switch import artifact_served
-from pko.controllers.stack.waits import Awaited
 from pko.controllers.stack.watches import FLUX_SOURCES, artifact_of, namespace_of
 from pko.controllers.stack.workspaceobject import (
     ArtifactRevision,
@@ -57,6 +53,7 @@ class SourceResolver:
         programs: SharedInformer,
         secrets: ResourceClient,
         branches: BranchResolver,
+        secret_recheck: float,
         *,
         allow_insecure_git_credentials: bool = False,
         program_server: str = "",
@@ -67,14 +64,16 @@ class SourceResolver:
         self.programs = programs
         self.secrets = secrets
         self.branches = branches
+        self.secret_recheck = secret_recheck
         self.allow_insecure_git_credentials = allow_insecure_git_credentials
 
     async def resolve(
         self, obj: Obj, stack: Stack, packs: Sequence[PolicyPack] = ()
     ) -> Resolved | Unresolved:
         """The source at its current revision, the revision, and whether its artifact is the one
-        served now, with ``packs`` (policy packs from git) at their commits; :class:`Unresolved` when
-        either cannot be had (a destroy may still run from :func:`saved_project`)."""
+        served now, with ``packs`` (policy packs from git or Flux) at their commits or digests;
+        :class:`Unresolved` when either cannot be had (a destroy may still run from
+        :func:`saved_project`)."""
         got = await self._program(obj, stack)
         if isinstance(got, Unresolved) or not packs:
             return got
@@ -88,10 +87,17 @@ class SourceResolver:
 
     async def _pack(self, stack: Stack, pack: PolicyPack) -> PackRevision | Unresolved:
         """A policy pack's git source at its commit (a branch looked up as the Stack's own is, with the
-        pack's credentials); Unresolved as for the program's source, the message naming the pack."""
+        pack's credentials), or its Flux source's artifact at its digest (as the program's is);
+        Unresolved as for the program's source, the message naming the pack."""
+        named = f"policy pack {pack.name!r}"
+        if pack.flux_source is not None:
+            found = self._flux_artifact(stack.metadata.namespace, pack.flux_source)
+            if isinstance(found, Unresolved):
+                return dataclasses.replace(found, message=f"{named}: {found.message}")
+            artifact, _ = found
+            return PackRevision(pack.name, artifact.url, artifact.digest, artifact.dir, artifact=True)
         git = pack.git
         assert git is not None
-        named = f"policy pack {pack.name!r}"
         refused = pack_refusal(pack, self.allow_insecure_git_credentials)
         if refused is not None:
             return refused
@@ -105,7 +111,7 @@ class SourceResolver:
                     git.url, git.branch or "", creds, float(stack.spec.resync_frequency())
                 )
             except GitLookupError as exc:
-                return Unresolved("SourceUnavailable", f"{named}: {exc}", Awaited.GIT_REMOTE)
+                return Unresolved("SourceUnavailable", f"{named}: {exc}", SOURCE_UNAVAILABLE_REQUEUE)
         return PackRevision(pack.name, git.url, commit, pack.path, git.auth)
 
     async def _program(self, obj: Obj, stack: Stack) -> Resolved | Unresolved:
@@ -128,62 +134,74 @@ class SourceResolver:
                         spec.project_repo, spec.branch or "", creds, float(spec.resync_frequency())
                     )
                 except GitLookupError as exc:
-                    return Unresolved("SourceUnavailable", str(exc), Awaited.GIT_REMOTE)
+                    return Unresolved("SourceUnavailable", str(exc), SOURCE_UNAVAILABLE_REQUEUE)
             return Resolved(GitRevision(spec.project_repo, commit, spec.repo_dir, spec.shallow), commit)
         if spec.flux_source is not None:
-            ref = spec.flux_source.source_ref
-            resource = self.flux_resource(ref.api_version, ref.kind)
-            if resource is None:
-                return Unresolved(
-                    "SpecInvalid",
-                    f"cannot process source reference: unsupported Flux source {ref.api_version} {ref.kind}",
-                )
-            if self.manager.optional_cache_status(resource) != CACHE_SYNCED:
-                return Unresolved(
-                    "SourceUnavailable",
-                    f"could not resolve sourceRef: {resource.kind} ({resource.api_version}) is not served "
-                    "by the cluster (are Flux's CRDs installed?)",
-                    Awaited.FLUX_KIND,
-                )
-            source_obj = self.manager.informer(resource).indexer.get_by_key(object_key(namespace, ref.name))
-            if source_obj is None:
-                return Unresolved(
-                    "SourceUnavailable",
-                    f'could not resolve sourceRef: {resource.plural}.{resource.group} "{ref.name}" not found',
-                    Awaited.FLUX_SOURCE,
-                )
-            artifact = artifact_of(source_obj)
-            if artifact is None:
-                ready = get_condition((source_obj.get("status") or {}).get("conditions"), "Ready")
-                detail = (
-                    f" ({ready.get('reason')}: {ready.get('message')})"
-                    if ready and ready.get("status") != "True"
-                    else ""
-                )
-                return Unresolved(
-                    "SourceUnavailable", f"Flux source has no artifact{detail}", Awaited.FLUX_SOURCE
-                )
-            revision = str(artifact.get("revision") or "")
-            digest = str(artifact.get("digest") or "")
-            # The digest is what changed (Flux may keep the revision for new content, e.g. a new
-            # ignore rule), so it is the "commit" compared and recorded, as upstream does.
-            source = ArtifactRevision(str(artifact["url"]), digest, revision, spec.flux_source.dir)
-            return Resolved(source, digest or revision, artifact_served(source_obj))
+            found = self._flux_artifact(namespace, spec.flux_source)
+            if isinstance(found, Unresolved):
+                return found
+            source, served = found
+            return Resolved(source, source.digest or source.revision, served)
         if spec.program_ref is not None:
             program = self.programs.indexer.get_by_key(object_key(namespace, spec.program_ref.name))
             if program is None:
                 return Unresolved(
-                    "SourceUnavailable", "unable to retrieve program for stack", Awaited.PROGRAM
+                    "SourceUnavailable", "unable to retrieve program for stack", SOURCE_UNAVAILABLE_REQUEUE
                 )
             artifact = artifact_of(program)
             if artifact is None:
-                return Unresolved("SourceUnavailable", "Program has no artifact", Awaited.PROGRAM)
+                return Unresolved("SourceUnavailable", "Program has no artifact", SOURCE_UNAVAILABLE_REQUEUE)
             revision = str(artifact.get("revision") or "")
             digest = str(artifact.get("digest") or "")
             url = own_program_url(str(artifact["url"]), self.program_server)
             source = ArtifactRevision(url, digest, revision)
             return Resolved(source, digest or revision, artifact_served(program))
         return Resolved(None, "")
+
+    def _flux_artifact(
+        self, namespace: str | None, flux: FluxSource
+    ) -> tuple[ArtifactRevision, bool] | Unresolved:
+        """A Flux source's artifact (from its status, in the informer's cache) and whether it is the one
+        served now; Unresolved while the kind is not served, the object is missing or has no artifact
+        (its Ready condition's reason and message then)."""
+        ref = flux.source_ref
+        resource = self.flux_resource(ref.api_version, ref.kind)
+        if resource is None:
+            return Unresolved(
+                "SpecInvalid",
+                f"cannot process source reference: unsupported Flux source {ref.api_version} {ref.kind}",
+            )
+        if self.manager.optional_cache_status(resource) != CACHE_SYNCED:
+            return Unresolved(
+                "SourceUnavailable",
+                f"could not resolve sourceRef: {resource.kind} ({resource.api_version}) is not served "
+                "by the cluster (are Flux's CRDs installed?)",
+                SOURCE_UNAVAILABLE_REQUEUE,
+            )
+        source_obj = self.manager.informer(resource).indexer.get_by_key(object_key(namespace, ref.name))
+        if source_obj is None:
+            return Unresolved(
+                "SourceUnavailable",
+                f'could not resolve sourceRef: {resource.plural}.{resource.group} "{ref.name}" not found',
+                SOURCE_UNAVAILABLE_REQUEUE,
+            )
+        artifact = artifact_of(source_obj)
+        if artifact is None:
+            ready = get_condition((source_obj.get("status") or {}).get("conditions"), "Ready")
+            detail = (
+                f" ({ready.get('reason')}: {ready.get('message')})"
+                if ready and ready.get("status") != "True"
+                else ""
+            )
+            return Unresolved(
+                "SourceUnavailable", f"Flux source has no artifact{detail}", SOURCE_UNAVAILABLE_REQUEUE
+            )
+        revision = str(artifact.get("revision") or "")
+        digest = str(artifact.get("digest") or "")
+        # The digest is what changed (Flux may keep the revision for new content, e.g. a new
+        # ignore rule), so it is the "commit" compared and recorded, as upstream does.
+        source = ArtifactRevision(str(artifact["url"]), digest, revision, flux.dir)
+        return source, artifact_served(source_obj)
 
     def flux_resource(self, api_version: str, kind: str) -> Resource | None:
         group, _, version = api_version.partition("/")
@@ -200,7 +218,7 @@ class SourceResolver:
             return Unresolved(
                 "SpecInvalid",
                 f'{context}unable to get secret {namespace}/{name}: secrets "{name}" not found',
-                Awaited.SECRET,
+                self.secret_recheck,
             )
         return secret
 
@@ -213,7 +231,7 @@ class SourceResolver:
             return Unresolved(
                 "SpecInvalid",
                 f'{what}: no key "{key}" found in secret {namespace}/{name}',
-                Awaited.SECRET,
+                self.secret_recheck,
             )
         return value
 
@@ -268,7 +286,7 @@ class SourceResolver:
                     return Unresolved(
                         "SpecInvalid",
                         f'creating gitAuth: no key "password" found in secret {namespace}/{name}',
-                        Awaited.SECRET,
+                        self.secret_recheck,
                     )
                 return GitCredentials(username=_decode(secret, "username"), password=password)
             return GitCredentials()

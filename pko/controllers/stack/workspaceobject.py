@@ -60,7 +60,8 @@ class GitRevision:
 
 @dataclass(frozen=True, slots=True)
 class PackRevision:
-    """A policy pack's own git repository pinned to one commit (its branch resolved to its head):
+    """A policy pack's own source pinned: a git repository at one commit (its branch resolved to its
+    head), or with ``artifact`` a Flux source's artifact (``url``) at its digest (``commit``):
     fetched by the workspace pod into a directory of the pack's name, ``path`` in it."""
 
     name: str
@@ -68,6 +69,7 @@ class PackRevision:
     commit: str
     path: str | None = None
     auth: GitAuth | None = None
+    artifact: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +165,12 @@ def _git_auth(spec: StackSpec) -> Obj | None:
 
 def _pack_source(pack: PackRevision) -> Obj:
     """A Workspace's ``policyPackSources`` entry: the pack's repository at its commit, shallow (a pack
-    needs no history), ``dir`` its path (the fetch checks it exists)."""
+    needs no history), or its artifact at its digest; ``dir`` its path (the fetch checks it exists)."""
+    if pack.artifact:
+        flux: Obj = {"url": pack.url, "digest": pack.commit}
+        if pack.path:
+            flux["dir"] = pack.path
+        return {"name": pack.name, "flux": flux}
     git: Obj = {"url": pack.url, "ref": pack.commit, "shallow": True}
     if pack.path:
         git["dir"] = pack.path
@@ -173,9 +180,13 @@ def _pack_source(pack: PackRevision) -> Obj:
 
 
 def pack_commits(workspace: Mapping[str, Any] | None) -> dict[str, str]:
-    """The commit of each pack a Workspace fetches (``spec.policyPackSources``), by pack name."""
+    """The commit (an artifact's digest) of each pack a Workspace fetches (``spec.policyPackSources``),
+    by pack name."""
     sources = ((workspace or {}).get("spec") or {}).get("policyPackSources") or []
-    return {str(s.get("name")): str((s.get("git") or {}).get("ref") or "") for s in sources}
+    return {
+        str(s.get("name")): str((s.get("git") or {}).get("ref") or (s.get("flux") or {}).get("digest") or "")
+        for s in sources
+    }
 
 
 def _source_spec(spec: StackSpec, source: ResolvedSource | None) -> Obj:

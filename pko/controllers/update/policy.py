@@ -17,16 +17,19 @@ __all__ = ["request_packs", "violation_fields"]
 
 def request_packs(spec: Mapping[str, Any]) -> list[pb.PolicyPack]:
     """``spec.policyPacks`` as the agent's PreviewRequest/UpRequest take them (config as JSON text); a
-    pack from git is ``fetched``: the workspace pod put it in a directory of its own, ``path`` inside."""
+    pack from git or a Flux source is ``fetched``: the workspace pod put it in a directory of its own,
+    ``path`` (a Flux source's ``dir``) inside."""
     packs = []
     for pack in spec.get("policyPacks") or []:
         config = pack.get("config")
+        flux = pack.get("fluxSource")
+        path = (flux or {}).get("dir") if flux is not None else pack.get("path")
         packs.append(
             pb.PolicyPack(
                 name=str(pack.get("name") or ""),
-                path=str(pack.get("path") or ""),
+                path=str(path or ""),
                 config=json.dumps(config, sort_keys=True) if config is not None else "",
-                fetched=pack.get("git") is not None,
+                fetched=pack.get("git") is not None or flux is not None,
             )
         )
     return packs

@@ -15,7 +15,7 @@ from typing import Any, Final
 from pko.api.workspace import WorkspaceSpec
 from pko.controllers.options import ControllerOptions
 from pko.controllers.strategicmerge import strategic_merge
-from pko.controllers.workspace.policysources import git_env, policy_fetches
+from pko.controllers.workspace.policysources import flux_env, git_env, policy_fetches
 from pko.machinery.quantity import parse_quantity
 
 Obj = dict[str, Any]
@@ -78,7 +78,10 @@ def pod_spec(name: str, namespace: str, spec: WorkspaceSpec, options: Controller
     fetch = _fetch_container(spec, options)
     if fetch is not None:
         init_containers.append(fetch)
-    init_containers += [_agent_container(n, options, args, env) for n, args, env in policy_fetches(spec)]
+    init_containers += [
+        _agent_container(n, options, args, env)
+        for n, args, env in policy_fetches(spec, options.flux_max_untar_size_bytes)
+    ]
     built: Obj = {
         "serviceAccountName": spec.service_account_name,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
@@ -150,15 +153,9 @@ def _fetch_container(spec: WorkspaceSpec, options: ControllerOptions) -> Obj | N
     if spec.git is not None:
         return _agent_container(FETCH_CONTAINER, options, init, git_env(spec.git))
     if spec.flux is not None:
-        flux = spec.flux
-        env = [
-            {"name": "FLUX_URL", "value": flux.url or ""},
-            {"name": "FLUX_DIGEST", "value": flux.digest or ""},
-            {"name": "FLUX_DIR", "value": flux.dir or ""},
-        ]
-        if options.flux_max_untar_size_bytes is not None:
-            env.append({"name": "FLUX_MAX_UNTAR_SIZE_BYTES", "value": str(options.flux_max_untar_size_bytes)})
-        return _agent_container(FETCH_CONTAINER, options, init, env)
+        return _agent_container(
+            FETCH_CONTAINER, options, init, flux_env(spec.flux, options.flux_max_untar_size_bytes)
+        )
     if spec.local is not None:
         local_dir = spec.local.dir or ""
         args = ["/bin/busybox", "ln", "-sfn", local_dir, WORKSPACE_DIR]

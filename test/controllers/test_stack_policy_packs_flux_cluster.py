@@ -1,0 +1,138 @@
+"""A policy pack from a Flux source (issue 43) through the Stack reconciler on a real apiserver (see
+stackenv.py), as test_stack_reconciler_sources.py runs a program's Flux source: the pack's source not
+served, then not Ready, Stalls the Stack with the program's message naming the pack and no Workspace;
+its artifact reaches the Workspace at its digest and the Update runs the pack; a new artifact (the
+source's status, nothing else) respecifies the Workspace and runs the Stack again, woken by the watch
+on Flux sources (the Stack's own resync is minutes away)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pko.devtools.waiting import wait_until
+from pko.machinery.conditions import format_time
+from pko.machinery.resource import Obj, ResourceClient
+
+from .stackenv import CRDS, FLUX_CRD, GITREPOSITORIES, Env, stack_env
+
+env = stack_env()
+
+REF = {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository", "name": "packs"}
+PACK: Obj = {"name": "platform", "fluxSource": {"sourceRef": REF, "dir": "packs/platform"}}
+
+
+def artifact_url(namespace: str, revision: str) -> str:
+    return f"http://source-controller/gitrepository/{namespace}/packs/{revision}.tar.gz"
+
+
+async def test_a_packs_flux_source_is_awaited_then_fetched_at_its_digest_and_a_new_artifact_runs_again(
+    env: Env, api_client: Any
+) -> None:
+    crds = ResourceClient(api_client, CRDS)
+    sources = ResourceClient(api_client, GITREPOSITORIES, namespace=env.ns)
+    await env.program("prog")
+    spec = {"programRef": {"name": "prog"}, "policyPacks": [PACK], "resyncFrequencySeconds": 3600}
+    await env.create_stack("policed", spec)
+    conditions = await env.wait_condition("policed", "Stalled", "SourceUnavailable")
+    assert conditions["Stalled"][2].startswith(
+        "policy pack 'platform': could not resolve sourceRef: GitRepository"
+    )
+    assert "are Flux's CRDs installed?" in conditions["Stalled"][2]
+    assert await env.get(env.workspaces, "policed") is None, "nothing runs without the pack"
+    await crds.apply(FLUX_CRD, field_manager="test")
+    try:
+
+        async def served() -> bool:
+            try:
+                await sources.list()
+            except Exception:
+                return False
+            return True
+
+        await wait_until("the GitRepository CRD served", served, within=30.0)
+        meta = {"name": "packs", "namespace": env.ns}
+        await sources.create(
+            {
+                "apiVersion": REF["apiVersion"],
+                "kind": "GitRepository",
+                "metadata": meta,
+                "spec": {"url": "https://e/p"},
+            }
+        )
+
+        async def write_status(revision: str | None, ready: tuple[str, str, str]) -> None:
+            condition = {
+                "type": "Ready",
+                "status": ready[0],
+                "reason": ready[1],
+                "message": ready[2],
+                "lastTransitionTime": format_time(),
+            }
+            status: Obj = {"conditions": [condition]}
+            if revision is not None:
+                status["artifact"] = {
+                    "url": artifact_url(env.ns, revision),
+                    "digest": f"sha256:{revision * 16}",
+                    "revision": f"main@sha1:{revision}",
+                    "lastUpdateTime": format_time(),
+                }
+            body = {
+                "apiVersion": REF["apiVersion"],
+                "kind": "GitRepository",
+                "metadata": meta,
+                "status": status,
+            }
+            await sources.apply_status(body, field_manager="source-controller")
+
+        await write_status(None, ("False", "GitOperationFailed", "auth failed"))
+        expected = "policy pack 'platform': Flux source has no artifact (GitOperationFailed: auth failed)"
+
+        async def not_ready_reported() -> bool:
+            stalled = (await env.conditions("policed")).get("Stalled")
+            return stalled is not None and stalled[2] == expected
+
+        await wait_until("the pack's source failure reported", not_ready_reported, within=60)
+        assert await env.get(env.workspaces, "policed") is None
+
+        await write_status("aaaa", ("True", "Succeeded", "stored artifact"))
+        ws: Obj = {}
+
+        async def fetches_the_pack() -> bool:
+            found = await env.get(env.workspaces, "policed")
+            ws.clear()
+            ws.update(found or {})
+            return bool(found and found["spec"].get("policyPackSources"))
+
+        await wait_until("the Workspace's pack source", fetches_the_pack, within=45)
+        assert ws["spec"]["policyPackSources"] == [
+            {
+                "name": "platform",
+                "flux": {
+                    "url": artifact_url(env.ns, "aaaa"),
+                    "digest": "sha256:" + "aaaa" * 16,
+                    "dir": "packs/platform",
+                },
+            }
+        ]
+        await env.make_ready("policed")
+        seen: set[str] = set()
+        update = await env.next_update("policed", seen)
+        assert update["spec"]["policyPacks"] == [PACK]
+        await env.complete(update)
+        await env.wait_condition("policed", "Ready", "ProcessingCompleted")
+        recorded = (await env.stack("policed"))["status"]["lastUpdate"]["policyPacksDigest"]
+
+        generation = int(ws["metadata"]["generation"])
+        await write_status("bbbb", ("True", "Succeeded", "stored artifact"))
+        ws = await env.make_ready("policed", newer_than=generation)
+        (source,) = (await env.workspace("policed"))["spec"]["policyPackSources"]
+        assert source["flux"]["digest"] == "sha256:" + "bbbb" * 16
+        await env.complete(await env.next_update("policed", seen))
+
+        async def recorded_anew() -> bool:
+            last = (await env.stack("policed"))["status"]["lastUpdate"]
+            return last.get("state") == "succeeded" and last.get("policyPacksDigest") not in (None, recorded)
+
+        await wait_until("the new pack digest recorded", recorded_anew, within=30.0)
+    finally:
+        await crds.delete("gitrepositories.source.toolkit.fluxcd.io")
