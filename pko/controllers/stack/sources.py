@@ -4,8 +4,11 @@ remote; no writes). When it cannot be had (or may not be: git credentials over p
 :mod:`pko.controllers.stack.insecuretransport`), a destroy may still run from the saved ``projectInfo``
 (:func:`pko.controllers.stack.ensure.saved_project`).
 
-Secrets are read directly, never cached (an operator watching every Secret in the cluster would
-hold them all in memory); a missing one is looked for again after ``secret_recheck`` seconds.
+Each :class:`~pko.controllers.stack.steps.Unresolved` says what the Stack awaits
+(:mod:`~pko.controllers.stack.waits`): a Program or a Flux source (and its artifact) is watched, so
+its change wakes the Stack; Secrets are read directly, never cached (an operator watching every
+Secret in the cluster would hold them all in memory), so a Stack waiting on one looks again on a
+timer, as one whose branch lookup failed does.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from pko.api.workspace import GitAuth
 from pko.controllers.sharding import own_program_url
 from pko.controllers.stack.branchpoll import BranchResolver, GitCredentials, GitLookupError
 from pko.controllers.stack.insecuretransport import pack_refusal, refusal
-from pko.controllers.stack.steps import SOURCE_UNAVAILABLE_REQUEUE, Resolved, Unresolved
+from pko.controllers.stack.steps import Resolved, Unresolved
 from pko.controllers.stack.switch import artifact_served
+from pko.controllers.stack.waits import Awaited
 from pko.controllers.stack.watches import FLUX_SOURCES, artifact_of, namespace_of
 from pko.controllers.stack.workspaceobject import (
     ArtifactRevision,
@@ -53,7 +57,6 @@ class SourceResolver:
         programs: SharedInformer,
         secrets: ResourceClient,
         branches: BranchResolver,
-        secret_recheck: float,
         *,
         allow_insecure_git_credentials: bool = False,
         program_server: str = "",
@@ -64,7 +67,6 @@ class SourceResolver:
         self.programs = programs
         self.secrets = secrets
         self.branches = branches
-        self.secret_recheck = secret_recheck
         self.allow_insecure_git_credentials = allow_insecure_git_credentials
 
     async def resolve(
@@ -93,7 +95,10 @@ class SourceResolver:
         if pack.flux_source is not None:
             found = self._flux_artifact(stack.metadata.namespace, pack.flux_source)
             if isinstance(found, Unresolved):
-                return dataclasses.replace(found, message=f"{named}: {found.message}")
+                # The Flux watch wakes a Stack for its own packs' sources (watches.index_flux), not for
+                # those a WorkspaceTemplate enforces: looked at again on a timer.
+                awaits = Awaited.PACK_SOURCE if found.awaits is not Awaited.SPEC else found.awaits
+                return dataclasses.replace(found, message=f"{named}: {found.message}", awaits=awaits)
             artifact, _ = found
             return PackRevision(pack.name, artifact.url, artifact.digest, artifact.dir, artifact=True)
         git = pack.git
@@ -111,7 +116,7 @@ class SourceResolver:
                     git.url, git.branch or "", creds, float(stack.spec.resync_frequency())
                 )
             except GitLookupError as exc:
-                return Unresolved("SourceUnavailable", f"{named}: {exc}", SOURCE_UNAVAILABLE_REQUEUE)
+                return Unresolved("SourceUnavailable", f"{named}: {exc}", Awaited.GIT_REMOTE)
         return PackRevision(pack.name, git.url, commit, pack.path, git.auth)
 
     async def _program(self, obj: Obj, stack: Stack) -> Resolved | Unresolved:
@@ -134,7 +139,7 @@ class SourceResolver:
                         spec.project_repo, spec.branch or "", creds, float(spec.resync_frequency())
                     )
                 except GitLookupError as exc:
-                    return Unresolved("SourceUnavailable", str(exc), SOURCE_UNAVAILABLE_REQUEUE)
+                    return Unresolved("SourceUnavailable", str(exc), Awaited.GIT_REMOTE)
             return Resolved(GitRevision(spec.project_repo, commit, spec.repo_dir, spec.shallow), commit)
         if spec.flux_source is not None:
             found = self._flux_artifact(namespace, spec.flux_source)
@@ -146,11 +151,11 @@ class SourceResolver:
             program = self.programs.indexer.get_by_key(object_key(namespace, spec.program_ref.name))
             if program is None:
                 return Unresolved(
-                    "SourceUnavailable", "unable to retrieve program for stack", SOURCE_UNAVAILABLE_REQUEUE
+                    "SourceUnavailable", "unable to retrieve program for stack", Awaited.PROGRAM
                 )
             artifact = artifact_of(program)
             if artifact is None:
-                return Unresolved("SourceUnavailable", "Program has no artifact", SOURCE_UNAVAILABLE_REQUEUE)
+                return Unresolved("SourceUnavailable", "Program has no artifact", Awaited.PROGRAM)
             revision = str(artifact.get("revision") or "")
             digest = str(artifact.get("digest") or "")
             url = own_program_url(str(artifact["url"]), self.program_server)
@@ -176,14 +181,14 @@ class SourceResolver:
                 "SourceUnavailable",
                 f"could not resolve sourceRef: {resource.kind} ({resource.api_version}) is not served "
                 "by the cluster (are Flux's CRDs installed?)",
-                SOURCE_UNAVAILABLE_REQUEUE,
+                Awaited.FLUX_KIND,
             )
         source_obj = self.manager.informer(resource).indexer.get_by_key(object_key(namespace, ref.name))
         if source_obj is None:
             return Unresolved(
                 "SourceUnavailable",
                 f'could not resolve sourceRef: {resource.plural}.{resource.group} "{ref.name}" not found',
-                SOURCE_UNAVAILABLE_REQUEUE,
+                Awaited.FLUX_SOURCE,
             )
         artifact = artifact_of(source_obj)
         if artifact is None:
@@ -194,7 +199,7 @@ class SourceResolver:
                 else ""
             )
             return Unresolved(
-                "SourceUnavailable", f"Flux source has no artifact{detail}", SOURCE_UNAVAILABLE_REQUEUE
+                "SourceUnavailable", f"Flux source has no artifact{detail}", Awaited.FLUX_SOURCE
             )
         revision = str(artifact.get("revision") or "")
         digest = str(artifact.get("digest") or "")
@@ -218,7 +223,7 @@ class SourceResolver:
             return Unresolved(
                 "SpecInvalid",
                 f'{context}unable to get secret {namespace}/{name}: secrets "{name}" not found',
-                self.secret_recheck,
+                Awaited.SECRET,
             )
         return secret
 
@@ -231,7 +236,7 @@ class SourceResolver:
             return Unresolved(
                 "SpecInvalid",
                 f'{what}: no key "{key}" found in secret {namespace}/{name}',
-                self.secret_recheck,
+                Awaited.SECRET,
             )
         return value
 
@@ -286,7 +291,7 @@ class SourceResolver:
                     return Unresolved(
                         "SpecInvalid",
                         f'creating gitAuth: no key "password" found in secret {namespace}/{name}',
-                        self.secret_recheck,
+                        Awaited.SECRET,
                     )
                 return GitCredentials(username=_decode(secret, "username"), password=password)
             return GitCredentials()
