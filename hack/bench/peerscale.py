@@ -65,12 +65,14 @@ workspace pod. The shape, the same for both (``--idle-shape``):
   it returns before ``sess.CreateWorkspace``, so no Workspace. Every 30 s after, each Stack is reconciled
   again and the same status applied again (an APPLY the apiserver serves, and counts as a write, though
   it stores nothing).
-  pko (``pko/controllers/stack/sources.py``, ``SourceResolver.resolve``: ``Stall("SourceUnavailable",
-  "unable to retrieve program for stack", SOURCE_UNAVAILABLE_REQUEUE)``; ``plan.py``, ``_decide_stack``:
-  status and requeue after 30 s, before any ``ApplyWorkspace``): the same finalizer, conditions and 30 s
-  requeue, but its status writer skips a status that did not change, so a requeue writes nothing.
-  This is the shape the first out-of-cluster figures used (2026-11-27); it exposes the periodic
-  re-check, which is each operator's real idle cost for such Stacks.
+  pko (``pko/controllers/stack/sources.py``, ``SourceResolver.resolve``: ``Unresolved("SourceUnavailable",
+  "unable to retrieve program for stack", Awaited.PROGRAM)``; ``nextrun.py``, ``next_run``: the status,
+  before any ``ApplyWorkspace``): the same finalizer and conditions. Until issue 44 (2026-12-07) a 30 s
+  requeue too, whose reconciles wrote nothing (its status writer skips a status that did not change);
+  since then no timer: the Program watch wakes the Stack (``pko/controllers/stack/waits.py``; without a
+  node: ``hack/bench/idlewaits.py``). This is the shape the first out-of-cluster figures used
+  (2026-11-27); it exposes the periodic re-check, which was each operator's real idle cost for such
+  Stacks.
 - ``prerequisite``: ``spec.programRef`` names one shared Program that exists and has its artifact,
   and ``spec.prerequisites`` names a Stack that does not exist. Go resolves the source (no API call),
   then (step 3) marks ``Reconciling``/``PrerequisiteNotSatisfied`` and returns with no requeue: it waits
