@@ -4,7 +4,7 @@ and N Stacks from apply to Ready beside a bare-loop floor.
 
 The real operator runs as a process (``python -m pko``) under its ServiceAccount and the shipped RBAC;
 kube-controller-manager's StatefulSet controller makes the pods; the play-kubelet
-(test/controllers/kubelet/) runs each workspace pod's real agent as a process with the real Pulumi
+(pko/devtools/playkubelet/) runs each workspace pod's real agent as a process with the real Pulumi
 engine (hack/build-pulumi.sh: the CLI, the YAML host and pulumi-kubernetes). Every Stack is
 Program-sourced (a ConfigMap made by pulumi-kubernetes, and a secret output), so the agents fetch the
 operator's own artifacts over loopback. The operator's writes are counted from the apiserver's audit
@@ -20,8 +20,8 @@ and caches none, so list and watch must stay 0).
    per Stack, its peak RSS; beside it the floor, the same number of writes made by a bare
    kubernetes-asyncio loop (ConfigMap creates, ``--floor-concurrency`` at a time).
 
-    PYTHONPATH=test .venv/bin/python hack/bench/deploy.py                # 100 Stacks
-    PYTHONPATH=test .venv/bin/python hack/bench/deploy.py --stacks 3     # smoke
+    .venv/bin/python hack/bench/deploy.py                # 100 Stacks
+    .venv/bin/python hack/bench/deploy.py --stacks 3     # smoke
 """
 
 from __future__ import annotations
@@ -61,18 +61,17 @@ from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import PROGRAMS, STACKS, UPDATES
 from pko.devtools.benchrecord import recording
 from pko.devtools.localcluster import LocalCluster
+from pko.devtools.operatorharness import OPERATOR_SERVICE_ACCOUNT, Operator
+from pko.devtools.playkubelet import (
+    AGENT_IMAGE,
+    IMAGE_CONFIG,
+    KNOWN_IMAGES,
+    PlayKubelet,
+    grant_auth_delegator,
+)
+from pko.devtools.realpulumi import make_real_pulumi
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import CONFIGMAPS, ResourceClient
-
-try:  # the suite's play-kubelet, operator harness and real engine are test/ modules: PYTHONPATH=test
-    from controllers.kubelet import AGENT_IMAGE, IMAGE_CONFIG, KNOWN_IMAGES, PlayKubelet, grant_auth_delegator
-    from controllers.operator import OPERATOR_SERVICE_ACCOUNT, Operator
-    from realpulumi import make_real_pulumi
-except ModuleNotFoundError as missing:
-    raise SystemExit(
-        f"deploy.py runs the test suite's play-kubelet and real engine ({missing.name}, in test/): "
-        "PYTHONPATH=test .venv/bin/python hack/bench/deploy.py ..."
-    ) from missing
 
 NAMESPACE = "stacks"
 OPERATOR_NAMESPACE = "pko-system"

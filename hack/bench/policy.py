@@ -33,14 +33,6 @@ from common import REPO
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
 
-try:  # the suite's real engine is a test/ module: PYTHONPATH=test
-    from realpulumi import install_command_provider, make_real_pulumi
-except ModuleNotFoundError as missing:
-    raise SystemExit(
-        f"policy.py runs the test suite's real engine ({missing.name}, in test/): "
-        "PYTHONPATH=test .venv/bin/python hack/bench/policy.py ..."
-    ) from missing
-
 from pko.devtools.agents import RunningAgent, collect, start_agent
 from pko.devtools.benchrecord import finish_record, start_record, write_record
 from pko.devtools.builds import built
@@ -54,6 +46,7 @@ from pko.devtools.policypacks import (
     write_pack,
     write_python_pack,
 )
+from pko.devtools.realpulumi import install_command_provider, make_real_pulumi
 from pko.logging import configure_logging
 
 VARIANTS = ("none", "javascript", "python")

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakepulumi.fixtures import make_fake_pulumi
 from pko.agent.cli import build_parser, read_env_file
 from pko.api.generated.pko.agent import v1 as pb
 
 from pko.devtools.agents import agent_env, collect, free_port, health, spawn, stop_process, wait_for_agent
+from pko.devtools.standin import make_fake_pulumi
 
 
 def agent(

@@ -16,17 +16,17 @@ from typing import Any, cast
 
 import pytest
 import yaml
-from fakepulumi.fixtures import make_fake_pulumi
 from pko.agent.pulumirunner import CommandFailed, PulumiRunner, RunnerSettings
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
 from pulumi import automation as auto
 from pulumi.automation import errors as auto_errors
-from realpulumi import RealPulumi, make_real_pulumi
 from test_server import FOREVER_PROGRAM, runner_env, wait_for_event, write_program
 
 from pko.agentclient import AgentClient, AgentError
 from pko.devtools.agents import start_agent
+from pko.devtools.realpulumi import RealPulumi, make_real_pulumi
+from pko.devtools.standin import make_fake_pulumi
 from pko.tokens import TokenSource
 
 pytestmark = pytest.mark.timeout(600)

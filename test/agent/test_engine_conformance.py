@@ -19,13 +19,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from fakepulumi.fixtures import FakePulumi, make_fake_pulumi
 from fakepulumi.test_targets_drift_import import TARGETS
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
-from realpulumi import make_real_pulumi
 from test_real_engine import PYTHON_PROJECT, SLOW_TYPE
 from test_real_engine import _config as slow_config
 from test_server import (
@@ -39,6 +37,8 @@ from test_server import (
 )
 
 from pko.devtools.agents import RunningAgent, collect, start_agent
+from pko.devtools.realpulumi import make_real_pulumi
+from pko.devtools.standin import FakePulumi, make_fake_pulumi
 
 pytestmark = pytest.mark.timeout(300)
 

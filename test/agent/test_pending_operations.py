@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
-from realpulumi import RealPulumi, install_command_provider, make_real_pulumi
 from test_real_engine import _descendants, agent_process
 from test_server import drain, lock_files
 
 from pko.devtools.agents import agent_env, collect
+from pko.devtools.realpulumi import RealPulumi, install_command_provider, make_real_pulumi
 
 pytestmark = pytest.mark.timeout(900)
 

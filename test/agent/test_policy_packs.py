@@ -14,7 +14,6 @@ import pytest
 from pko.agent.policypacks import REASON_POLICY_PACK_FAILED, REASON_POLICY_VIOLATION
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
-from realpulumi import RealPulumi, install_command_provider, make_real_pulumi
 from test_server import drain
 
 from pko.devtools.agents import RunningAgent, collect, start_agent
@@ -27,6 +26,7 @@ from pko.devtools.policypacks import (
     policy_sdk,
     write_pack,
 )
+from pko.devtools.realpulumi import RealPulumi, install_command_provider, make_real_pulumi
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -14,7 +14,6 @@ from pko.agent import policypacks
 from pko.agent.policypacks import REASON_POLICY_PACK_FAILED, REASON_POLICY_VIOLATION
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
-from realpulumi import RealPulumi, install_command_provider, make_real_pulumi
 from test_policy_packs import violations
 from test_server import drain
 
@@ -27,6 +26,7 @@ from pko.devtools.policypacks import (
     python_policy_wheels,
     write_python_pack,
 )
+from pko.devtools.realpulumi import RealPulumi, install_command_provider, make_real_pulumi
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
-from realpulumi import RealPulumi, make_real_pulumi
 from test_server import drain, is_pre, lock_files, wait_for_event
 
 from pko.devtools.agents import (
@@ -35,6 +34,7 @@ from pko.devtools.agents import (
     stop_process,
     wait_for_agent,
 )
+from pko.devtools.realpulumi import RealPulumi, make_real_pulumi
 
 pytestmark = pytest.mark.timeout(600)
 

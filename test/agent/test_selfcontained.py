@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakepulumi.fixtures import make_fake_pulumi
 from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
@@ -29,6 +28,7 @@ from grpclib.health.v1.health_pb2 import HealthCheckRequest
 from pko.api.generated.pko.agent import v1 as pb
 
 from pko.devtools.agents import AuthWorld, free_port, spawn, stop_process, wait_for_agent
+from pko.devtools.standin import make_fake_pulumi
 
 REPO = Path(__file__).resolve().parents[2]
 

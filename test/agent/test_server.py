@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakepulumi.fixtures import FakePulumi, make_fake_pulumi
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from pko.api.generated.google.protobuf import Value
@@ -34,6 +33,7 @@ from pko.devtools.agents import (
     stop_process,
     wait_for_agent,
 )
+from pko.devtools.standin import FakePulumi, make_fake_pulumi
 
 FLOW_PROGRAM = """\
 name: agentflow

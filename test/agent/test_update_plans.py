@@ -18,10 +18,10 @@ import pytest
 from pko.agent.journal import agent_state_dir
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
-from realpulumi import RealPulumi, make_real_pulumi
 from test_server import drain
 
 from pko.devtools.agents import RunningAgent, collect, start_agent
+from pko.devtools.realpulumi import RealPulumi, make_real_pulumi
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fakepulumi.fixtures import FakePulumi
 from pko.agent.pulumirunner import RunnerSettings
 from pko.agent.server import ServeOptions, serve
 
 from pko.devtools.agents import AuthWorld
+from pko.devtools.standin import FakePulumi
 
 OPERATOR_SA = "operator"
 

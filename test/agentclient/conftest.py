@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 from agentproc import OPERATOR_SA, PROGRAM, Agent
-from fakepulumi.fixtures import make_fake_pulumi
 from kubernetes_asyncio import client
 
 from pko.devtools.agents import AuthWorld, auth_world, free_port
 from pko.devtools.apiclient import stock_api_client
+from pko.devtools.standin import make_fake_pulumi
 from pko.tokens import TokenSource
 
 __all__ = ["auth_world"]

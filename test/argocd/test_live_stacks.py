@@ -13,12 +13,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from controllers.conftest import new_manager, running
 from controllers.stackenv import Env
 
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack import reconciler as stack_controller
 from pko.devtools.argocd import Health, Scripts, discover, health, merge_patch, run_action
+from pko.devtools.operatorharness import new_manager, running
 from pko.devtools.waiting import wait_until
 from pko.machinery.resource import Obj
 

@@ -5,7 +5,11 @@
 * :func:`succeeded`: the agent's answer for an ``up`` that succeeded;
 * :func:`seed_workspace`: the Workspace of the customized seed Stack (test/data/seeds), and
   :func:`build` / :func:`pod_spec`: the StatefulSet (its pod spec) the workloads make of a Workspace
-  with :data:`OPTIONS`; :func:`by_name` and :func:`env_of` read containers, volumes and env there.
+  with :data:`OPTIONS`; :func:`by_name` and :func:`env_of` read containers, volumes and env there;
+* for the pure Stack status tests (test_stack_status, test_stack_retry, test_stack_sync): the time
+  :data:`T0`, the operator's default :data:`SETTINGS`, a Stack's :func:`spec` and object
+  (:func:`stack_obj`), a finished Update (:func:`update`) and the Update being run (:func:`current`),
+  a status after failures (:func:`failed_status`), and its conditions by type (:func:`types`).
 
 A module that needs other defaults binds them once (``functools.partial``) rather than copying.
 """
@@ -19,9 +23,13 @@ from typing import Any
 
 import yaml
 from pko.api.generated.pko.agent import v1 as pb
+from pko.api.stack import StackSpec
 
 from pko.controllers.options import ControllerOptions
+from pko.controllers.retrysettings import RetrySettings
+from pko.controllers.stack.status import record_failed
 from pko.controllers.workspace.workloads import desired_statefulset, parse_spec
+from pko.machinery.conditions import format_time
 
 Obj = dict[str, Any]
 
@@ -108,3 +116,50 @@ def by_name(items: list[Obj], name: str) -> Obj:
 
 def env_of(container: Obj) -> dict[str, Obj]:
     return {e["name"]: e for e in container.get("env", [])}
+
+
+# --- a Stack's status as the status rules record it (pure) ------------------------------------------
+
+T0 = datetime(2024, 10, 17, 20, 0, 0, tzinfo=UTC)
+SETTINGS = RetrySettings()
+
+
+def spec(**fields: Any) -> StackSpec:
+    return StackSpec.model_validate({"stack": "dev", "programRef": {"name": "p"}, **fields})
+
+
+def stack_obj(generation: int = 1, request: str | None = None, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "s", "namespace": "ns", "generation": generation}
+    if request is not None:
+        meta["annotations"] = {"pulumi.com/reconciliation-request": request}
+    if deleting:
+        meta["deletionTimestamp"] = format_time(T0)
+    return {"metadata": meta}
+
+
+def update(
+    name: str, type_: str = "up", failed: str | None = None, message: str = "", **status: Any
+) -> dict[str, Any]:
+    conditions = [{"type": "Complete", "status": "True", "reason": "Updated"}]
+    if failed is not None:
+        conditions.append({"type": "Failed", "status": "True", "reason": failed})
+    return {
+        "metadata": {"name": name},
+        "spec": {"type": type_},
+        "status": {"message": message, "conditions": conditions, **status},
+    }
+
+
+def current(name: str, generation: int = 1, commit: str = "r1", request: str = "") -> dict[str, Any]:
+    return {"name": name, "generation": generation, "commit": commit, "reconcileRequest": request}
+
+
+def types(status: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
+    return {c["type"]: (c["status"], c["reason"], c["message"]) for c in status["conditions"]}
+
+
+def failed_status(times: int, reason: str = "ProgramError", type_: str = "up") -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    for i in range(times):
+        record_failed(status, current(f"s-{i}"), update(f"s-{i}", type_=type_, failed=reason), T0)
+    return status

@@ -1,6 +1,7 @@
-"""Fixtures for the reconciler tests: the play-kubelet and the real operator, both per test module.
+"""Fixtures for the reconciler tests: the play-kubelet and the real operator, both per test module
+(the harness itself is pko.devtools: :mod:`pko.devtools.playkubelet`, :mod:`pko.devtools.operatorharness`).
 
-* ``kubelet``: a :class:`~controllers.kubelet.PlayKubelet` for the module's ``namespace`` (module
+* ``kubelet``: a :class:`~pko.devtools.playkubelet.PlayKubelet` for the module's ``namespace`` (module
   attributes ``KUBELET_IMAGES`` and ``KUBELET_OPTIONS`` override its known images and options).
 * ``operator``: the real :class:`~pko.machinery.manager.Manager` with ``pko.controllers.register``,
   in-process, leader election off, metrics and probes on free ports, running as a real
@@ -11,48 +12,37 @@
   ``OPERATOR_STACK_SELECTOR`` for ``--watch-label-selector``.
 * ``auth_delegator``: ``await auth_delegator("sa")`` binds ``system:auth-delegator`` to a workspace
   ServiceAccount of the module's namespace (the agent's TokenReview/SAR need it).
+* :func:`operator_env`: a module's ``env`` fixture on the operator and play-kubelet above
+  (``env = operator_env(Env)``, ``Env`` a :class:`~pko.devtools.operatorharness.OperatorEnv`).
 
-Shared helpers the modules import (``from .conftest import ...``):
-
-* :class:`OperatorEnv` and :func:`operator_env`: a module's ``env`` fixture on the operator and
-  play-kubelet above (``env = operator_env(Env)``);
-* :func:`new_manager` and :func:`running`: a Manager of the module's namespace for tests that set up
-  one reconciler themselves, run for the length of an ``async with`` block;
-* :func:`get_or_none` (a GET, ``None`` on 404);
-* for the pure Stack status tests (test_stack_status, test_stack_retry, test_stack_sync): the time
-  :data:`T0`, the operator's default :data:`SETTINGS`, a Stack's :func:`spec` and object
-  (:func:`stack_obj`), a finished Update (:func:`update`) and the Update being run (:func:`current`),
-  a status after failures (:func:`failed_status`), and its conditions by type (:func:`types`).
-
-Polling for a condition is ``pko/devtools/waiting.py``'s :func:`wait_until`; HTTP and git servers on loopback
-are in ``pko/devtools/gitserver.py`` (both shared with the other test folders).
+What the modules import besides: :class:`~pko.devtools.operatorharness.OperatorEnv`,
+:func:`~pko.devtools.operatorharness.new_manager` and :func:`~pko.devtools.operatorharness.running`
+(a Manager of the module's namespace for tests that set up one reconciler themselves); the pure Stack
+status tests' objects are in builders.py. Polling for a condition is ``pko/devtools/waiting.py``'s
+:func:`wait_until`; HTTP and git servers on loopback are in ``pko/devtools/gitserver.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
-from pko.api.stack import StackSpec
 
 from pko.controllers.options import ControllerOptions
-from pko.controllers.retrysettings import RetrySettings
-from pko.controllers.stack.status import record_failed
-from pko.devtools.waiting import wait_until
-from pko.machinery.conditions import format_time
-from pko.machinery.manager import Manager, ManagerOptions
-from pko.machinery.resource import EVENTS, Obj, ResourceClient
-
-from .kubelet import AGENT_IMAGE, IMAGE_CONFIG, KNOWN_IMAGES, PlayKubelet, grant_auth_delegator
-from .operator import OPERATOR_SERVICE_ACCOUNT, Operator
+from pko.devtools.operatorharness import OPERATOR_SERVICE_ACCOUNT, Operator
+from pko.devtools.playkubelet import (
+    AGENT_IMAGE,
+    IMAGE_CONFIG,
+    KNOWN_IMAGES,
+    PlayKubelet,
+    grant_auth_delegator,
+)
 
 
 @pytest.fixture(scope="module")
@@ -139,36 +129,6 @@ async def operator(
 
 # --- a module's env on the operator and the play-kubelet --------------------------------------------
 
-
-@dataclass(eq=False)
-class OperatorEnv:
-    """A module's handles: the admin API client, the namespace, the operator and the play-kubelet.
-    A module's ``Env`` subclasses it, adding the clients it needs in ``__post_init__``."""
-
-    api: client.ApiClient
-    ns: str
-    operator: Operator
-    kubelet: PlayKubelet
-
-    def __post_init__(self) -> None:
-        """Called by the dataclass ``__init__`` (only if the base defines it): subclasses add clients."""
-
-    async def events_for(self, name: str, *, reason: str | None = None, within: float = 20.0) -> list[Obj]:
-        """The Events about ``name`` once there is one (with ``reason``, if given): the operator sends
-        them asynchronously, after the status write the test saw."""
-
-        async def listed() -> list[Obj] | None:
-            listing = await ResourceClient(self.api, EVENTS, self.ns).list(
-                field_selector=f"involvedObject.name={name}"
-            )
-            if any(reason is None or e.get("reason") == reason for e in listing.items):
-                return listing.items
-            return None
-
-        events: list[Obj] = await wait_until(f"events of {name}", listed, within=within)
-        return events
-
-
 E = TypeVar("E")
 
 
@@ -199,88 +159,3 @@ def operator_env(
         return make(api_client, namespace, operator, kubelet)
 
     return env
-
-
-# --- a Manager running the reconciler a module sets up ----------------------------------------------
-
-
-def new_manager(api_client: Any, namespace: str, **options: Any) -> Manager:
-    """A Manager limited to ``namespace``, its metrics and probe servers off; ``options``: more
-    :class:`ManagerOptions`. Set its reconcilers up, then run it (:func:`running`)."""
-    return Manager(
-        api_client,
-        ManagerOptions(
-            metrics_bind_address="0", health_probe_bind_address="0", namespace=namespace, **options
-        ),
-    )
-
-
-@contextlib.asynccontextmanager
-async def running(manager: Manager) -> AsyncIterator[Manager]:
-    """``manager`` running until the block ends, then stopped (within 30 s)."""
-    task = asyncio.create_task(manager.run())
-    try:
-        yield manager
-    finally:
-        manager.stop()
-        await asyncio.wait_for(task, 30)
-
-
-# --- reading ----------------------------------------------------------------------------------------
-
-
-async def get_or_none(rc: ResourceClient, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-    """The object, or ``None`` if there is none (404)."""
-    try:
-        return await rc.get(name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
-# --- a Stack's status as the status rules record it (pure) ------------------------------------------
-
-T0 = datetime(2024, 10, 17, 20, 0, 0, tzinfo=UTC)
-SETTINGS = RetrySettings()
-
-
-def spec(**fields: Any) -> StackSpec:
-    return StackSpec.model_validate({"stack": "dev", "programRef": {"name": "p"}, **fields})
-
-
-def stack_obj(generation: int = 1, request: str | None = None, deleting: bool = False) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "s", "namespace": "ns", "generation": generation}
-    if request is not None:
-        meta["annotations"] = {"pulumi.com/reconciliation-request": request}
-    if deleting:
-        meta["deletionTimestamp"] = format_time(T0)
-    return {"metadata": meta}
-
-
-def update(
-    name: str, type_: str = "up", failed: str | None = None, message: str = "", **status: Any
-) -> dict[str, Any]:
-    conditions = [{"type": "Complete", "status": "True", "reason": "Updated"}]
-    if failed is not None:
-        conditions.append({"type": "Failed", "status": "True", "reason": failed})
-    return {
-        "metadata": {"name": name},
-        "spec": {"type": type_},
-        "status": {"message": message, "conditions": conditions, **status},
-    }
-
-
-def current(name: str, generation: int = 1, commit: str = "r1", request: str = "") -> dict[str, Any]:
-    return {"name": name, "generation": generation, "commit": commit, "reconcileRequest": request}
-
-
-def types(status: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
-    return {c["type"]: (c["status"], c["reason"], c["message"]) for c in status["conditions"]}
-
-
-def failed_status(times: int, reason: str = "ProgramError", type_: str = "up") -> dict[str, Any]:
-    status: dict[str, Any] = {}
-    for i in range(times):
-        record_failed(status, current(f"s-{i}"), update(f"s-{i}", type_=type_, failed=reason), T0)
-    return status

@@ -22,11 +22,10 @@ from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack import reconciler as stack_controller
 from pko.controllers.stack.branchpoll import BranchResolver
 from pko.devtools.fluxsource import GITREPOSITORY_CRD
+from pko.devtools.operatorharness import new_manager, running
 from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import format_time
 from pko.machinery.resource import EVENTS, SECRETS, Obj, Resource, ResourceClient, api_error_status
-
-from .conftest import new_manager, running
 
 SECRET_RECHECK = 4.0
 FAST = RetrySettings(deterministic_base=1.0, deterministic_factor=2.0, transient_base=1.0, transient_cap=2.0)

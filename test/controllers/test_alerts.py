@@ -18,12 +18,12 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from pko.devtools.playkubelet import mint_token
 from pko.devtools.prometheus import rules_without_waiting, running_prometheus, scrape_pko
 from pko.devtools.waiting import wait_until
 from pko.machinery.resource import Resource, ResourceClient
 
 from .conftest import operator_env
-from .kubelet import mint_token
 from .test_stack import BAD_BODY, PROGRAM_BODY, Env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]

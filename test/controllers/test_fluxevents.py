@@ -29,12 +29,11 @@ from pko.controllers import fluxevents
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import STACKS
 from pko.controllers.stack import reconciler as stack_controller
+from pko.devtools.operatorharness import new_manager, running
 from pko.devtools.waiting import wait_until
 from pko.machinery.manager import Manager
 from pko.machinery.resource import EVENTS, SECRETS, Obj, ResourceClient
 from pko.settings import parse_settings
-
-from .conftest import new_manager, running
 
 AT = datetime(2026, 12, 7, 8, 30, 5, 123456, tzinfo=UTC)
 

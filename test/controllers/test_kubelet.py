@@ -18,10 +18,7 @@ from grpclib.const import Status
 from kubernetes_asyncio import client
 from pko.api.generated.pko.agent import v1 as pb
 
-from pko.machinery.quantity import parse_quantity
-from pko.machinery.resource import PODS, STATEFULSETS, ResourceClient
-
-from .kubelet import (
+from pko.devtools.playkubelet import (
     AGENT_IMAGE,
     IMAGE_CONFIG,
     KNOWN_IMAGES,
@@ -32,7 +29,9 @@ from .kubelet import (
     normalize_image,
     rewrite_paths,
 )
-from .kubelet.programs import tail, translate_argv
+from pko.devtools.playkubelet.programs import tail, translate_argv
+from pko.machinery.quantity import parse_quantity
+from pko.machinery.resource import PODS, STATEFULSETS, ResourceClient
 
 pytestmark = pytest.mark.cluster
 

@@ -20,11 +20,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
 
 from pko.controllers.resources import PROGRAMS, STACKS, WORKSPACES
+from pko.devtools.operatorharness import Operator
 from pko.devtools.waiting import wait_until
 from pko.machinery.resource import SECRETS, ResourceClient
-
-from .conftest import get_or_none
-from .operator import Operator
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -84,14 +82,14 @@ async def test_only_the_watched_namespaces_selected_stacks_are_reconciled_with_n
     workspaces = ResourceClient(api_client, WORKSPACES, namespace)
 
     await wait_until(
-        "the selected Stack's Workspace", lambda: get_or_none(workspaces, "selected"), within=120
+        "the selected Stack's Workspace", lambda: workspaces.get_or_none("selected"), within=120
     )
-    assert touched(await get_or_none(stacks, "selected"))
+    assert touched(await stacks.get_or_none("selected"))
     await asyncio.sleep(3)  # time for the operator to have acted on the others, had it seen them
-    assert not touched(await get_or_none(stacks, "unlabelled"))
-    assert not touched(await get_or_none(there, "selected"))
-    assert await get_or_none(ResourceClient(api_client, WORKSPACES, elsewhere), "selected") is None
-    assert await get_or_none(workspaces, "unlabelled") is None
+    assert not touched(await stacks.get_or_none("unlabelled"))
+    assert not touched(await there.get_or_none("selected"))
+    assert await ResourceClient(api_client, WORKSPACES, elsewhere).get_or_none("selected") is None
+    assert await workspaces.get_or_none("unlabelled") is None
 
     for informer in operator.manager.factory.informers:
         scopes = {r.client.namespace for r in informer.reflectors}
@@ -109,9 +107,9 @@ async def test_a_stack_that_leaves_the_selector_is_left_as_it_was(
         ResourceClient(api_client, WORKSPACES, namespace),
     )
     workspace = await wait_until(
-        "the Stack's Workspace", lambda: get_or_none(workspaces, "leaving"), within=120
+        "the Stack's Workspace", lambda: workspaces.get_or_none("leaving"), within=120
     )
-    assert touched(await get_or_none(stacks, "leaving"))
+    assert touched(await stacks.get_or_none("leaving"))
 
     await stacks.patch("leaving", {"metadata": {"labels": {"shard": "b"}}})
     cache = operator.manager.informer(STACKS)
@@ -119,13 +117,13 @@ async def test_a_stack_that_leaves_the_selector_is_left_as_it_was(
         "the Stack out of the cache", lambda: cache.indexer.get_by_key(f"{namespace}/leaving") is None
     )
     await asyncio.sleep(2)  # a reconcile in flight when it left may still finish
-    before = await get_or_none(stacks, "leaving")
+    before = await stacks.get_or_none("leaving")
     await asyncio.sleep(5)
 
-    after = await get_or_none(stacks, "leaving")
+    after = await stacks.get_or_none("leaving")
     assert before is not None and after is not None and touched(after)
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]  # nothing wrote it
-    kept = await get_or_none(workspaces, "leaving")
+    kept = await workspaces.get_or_none("leaving")
     assert kept is not None and "deletionTimestamp" not in kept["metadata"]
     assert kept["metadata"]["uid"] == workspace["metadata"]["uid"]
 

@@ -27,11 +27,10 @@ from pko.agent.artifact import fetch_artifact
 from pko.controllers.options import ControllerOptions
 from pko.controllers.program import reconciler as program
 from pko.controllers.resources import FIELD_MANAGER_PROGRAM_STATUS, PROGRAMS
+from pko.devtools.operatorharness import new_manager
 from pko.devtools.waiting import wait_until
 from pko.machinery.manager import Manager
 from pko.machinery.resource import ResourceClient
-
-from .conftest import new_manager
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "seeds" / "001-staticwebsite-program.yaml"
 Obj = dict[str, Any]

@@ -36,12 +36,11 @@ from kubernetes_asyncio.client import ApiClient, ApiException
 from pko.controllers.resources import STACKS, UPDATES, WORKSPACES
 from pko.devtools.gitserver import git_commit, serve_git
 from pko.devtools.kubectl import kubectl
+from pko.devtools.operatorharness import Operator
+from pko.devtools.playkubelet import PlayKubelet
 from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, ResourceClient
-
-from .kubelet import PlayKubelet
-from .operator import Operator
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 

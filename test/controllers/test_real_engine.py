@@ -20,9 +20,9 @@ import pytest
 from dulwich.repo import Repo
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient, ApiException
-from realpulumi import make_real_pulumi
 
 from pko.devtools.gitserver import git_commit, serve_git
+from pko.devtools.realpulumi import make_real_pulumi
 from pko.devtools.waiting import wait_until
 
 from .conftest import operator_env

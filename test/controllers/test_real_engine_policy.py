@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from realpulumi import RealPulumi, make_real_pulumi
 
 from pko.devtools.builds import built
 from pko.devtools.policypacks import (
@@ -26,6 +25,7 @@ from pko.devtools.policypacks import (
     write_pack,
     write_python_pack,
 )
+from pko.devtools.realpulumi import RealPulumi, make_real_pulumi
 from pko.devtools.waiting import wait_until
 
 from .conftest import operator_env

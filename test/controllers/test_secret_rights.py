@@ -29,7 +29,7 @@ from kubernetes_asyncio.client import ApiException
 from pko.devtools.gitserver import git_commit, serve_wsgi
 from pko.machinery.resource import CONFIGMAPS, SECRETS, STATEFULSETS, ResourceClient
 
-from .conftest import get_or_none, operator_env
+from .conftest import operator_env
 from .test_stack import Env as StackEnv
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -200,6 +200,6 @@ async def test_the_cluster_wide_install_may_still_get_a_secret_by_name_anywhere(
     api = env.operator.api
     assert api is not None
     await env.secrets.create({"metadata": {"name": "bystander"}, "stringData": {"k": "v"}})
-    got = await get_or_none(ResourceClient(api, SECRETS, env.ns), "bystander")
+    got = await ResourceClient(api, SECRETS, env.ns).get_or_none("bystander")
     assert got is not None
     assert can_i(env, "get", "secrets", "-n", "kube-system")

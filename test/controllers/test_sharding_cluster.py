@@ -19,11 +19,11 @@ from pko.api.stackterms import RECONCILE_REQUEST_ANNOTATION, SHARD_LABEL
 
 from pko.controllers.resources import STACKS, UPDATES, WORKSPACES
 from pko.devtools.localcluster import free_port
+from pko.devtools.operatorharness import Operator
 from pko.devtools.waiting import wait_until
 from pko.machinery.resource import PODS, SERVICES, STATEFULSETS, Resource, ResourceClient
 
 from .conftest import operator_env
-from .operator import Operator
 from .test_stack import Env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]

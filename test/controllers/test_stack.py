@@ -27,11 +27,12 @@ from pko.controllers.program.artifact import project_yaml
 from pko.controllers.resources import PROGRAMS, STACKS, UPDATES, WORKSPACES
 from pko.controllers.stack.reconciler import StackReconciler
 from pko.devtools.gitserver import git_commit, serve_git, serve_wsgi
+from pko.devtools.operatorharness import OperatorEnv
 from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import ResourceClient
 
-from .conftest import OperatorEnv, get_or_none, operator_env
+from .conftest import operator_env
 from .stackenv import CRDS, FLUX_CRD, GITREPOSITORIES
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
@@ -56,7 +57,7 @@ class Env(OperatorEnv):
         self.workspaces = ResourceClient(self.api, WORKSPACES, self.ns)
 
     async def get(self, client: ResourceClient, name: str) -> Obj | None:
-        return await get_or_none(client, name)
+        return await client.get_or_none(name)
 
     async def create_stack(self, name: str, spec: Obj) -> None:
         await self.stacks.create(

@@ -31,10 +31,9 @@ from pko.controllers.stack import reconciler as stack_controller
 from pko.controllers.stack.steps import Unresolved
 from pko.devtools.gitserver import git_commit, serve_wsgi
 from pko.devtools.kstatus import kstatus
+from pko.devtools.operatorharness import new_manager, running
 from pko.devtools.waiting import wait_until
 from pko.machinery.resource import EVENTS, SECRETS, Obj, ResourceClient
-
-from .conftest import get_or_none, new_manager, running
 
 USER = "mirror-user"
 PASSWORD = "plain-http-passw0rd-4b1e"  # must never reach the server unless the operator allows it
@@ -194,7 +193,7 @@ async def test_credentials_over_plain_http_are_refused_by_default_and_never_sent
         assert kstatus(obj) == "Failed"  # Flux health checks and kpt see a failure to act on
         await cluster.reconcile_again(name, "again")
         assert await cluster.warnings(name) == [("Warning", INSECURE_TRANSPORT_REFUSED, 1)]  # once
-        assert await get_or_none(cluster.workspaces, name, namespace) is None
+        assert await cluster.workspaces.get_or_none(name, namespace) is None
 
         # The source resolver refuses too (the branch lookup is the operator's own request).
         stack, errors = parse_stack(obj)
@@ -215,7 +214,7 @@ async def test_allowed_by_the_operator_the_stack_runs_with_the_condition_and_one
         await create_stack(api_client, namespace, name, url, with_credentials=True)
 
         async def workspace() -> bool:
-            return await get_or_none(cluster.workspaces, name, namespace) is not None
+            return await cluster.workspaces.get_or_none(name, namespace) is not None
 
         await wait_until(f"workspace {name}", workspace, within=30.0)
         ws = await cluster.workspaces.get(name, namespace)
@@ -240,7 +239,7 @@ async def test_plain_http_without_credentials_runs_as_before(
         await create_stack(api_client, namespace, name, url, with_credentials=False)
 
         async def workspace() -> bool:
-            return await get_or_none(cluster.workspaces, name, namespace) is not None
+            return await cluster.workspaces.get_or_none(name, namespace) is not None
 
         await wait_until(f"workspace {name}", workspace, within=30.0)
         assert (await cluster.workspaces.get(name, namespace))["spec"]["git"]["url"] == url

@@ -25,10 +25,10 @@ from pko.controllers.resources import REFRESH_REQUEST_ANNOTATION
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack import reconciler as stack_controller
 from pko.controllers.stack.status import parse_time
+from pko.devtools.operatorharness import new_manager, running
 from pko.devtools.waiting import wait_until
 from pko.machinery.resource import EVENTS, Obj, ResourceClient
 
-from .conftest import new_manager, running
 from .stackenv import Env
 
 SLOW = RetrySettings(deterministic_base=60.0, transient_base=60.0, transient_cap=120.0)

@@ -23,7 +23,7 @@ from pko.controllers.stack.retry import (
 )
 from pko.controllers.stack.status import mark_result, plan_sync, record_failed, record_succeeded
 
-from .conftest import SETTINGS, T0, current, failed_status, spec, stack_obj, types, update
+from .builders import SETTINGS, T0, current, failed_status, spec, stack_obj, types, update
 
 # --- result conditions and retries -----------------------------------------------------------
 

@@ -26,7 +26,7 @@ from pko.controllers.stack.status import (
 )
 from pko.machinery.conditions import get_condition
 
-from .conftest import SETTINGS, T0, current, failed_status, spec, types, update
+from .builders import SETTINGS, T0, current, failed_status, spec, types, update
 
 # --- conditions ------------------------------------------------------------------------------
 

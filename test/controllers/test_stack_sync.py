@@ -9,7 +9,7 @@ from typing import Any
 
 from pko.controllers.stack.status import plan_sync, record_succeeded, requirement_error
 
-from .conftest import SETTINGS, T0, current, failed_status, spec, stack_obj, update
+from .builders import SETTINGS, T0, current, failed_status, spec, stack_obj, update
 
 # --- plan_sync (Go: isSynced) ----------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from pko.controllers.stack.templates import REASON_TEMPLATE_NOT_FOUND
 from pko.devtools.waiting import wait_until
 from pko.machinery.resource import STATEFULSETS, ResourceClient
 
-from .conftest import get_or_none, operator_env
+from .conftest import operator_env
 from .test_stack import PROGRAM_BODY
 from .test_stack import Env as StackEnv
 
@@ -45,7 +45,7 @@ class Env(StackEnv):
 
     async def pod_template_env(self, stack: str) -> tuple[int, str | None]:
         """The Workspace StatefulSet's generation and its pulumi container's TEMPLATE_VERSION."""
-        sts = await get_or_none(self.statefulsets, f"{stack}-workspace")
+        sts = await self.statefulsets.get_or_none(f"{stack}-workspace")
         if sts is None:
             return 0, None
         containers = sts["spec"]["template"]["spec"]["containers"]
@@ -110,7 +110,7 @@ async def test_a_stack_waits_for_its_template_and_runs_once_it_is_created(env: E
     stack = await env.condition("tmpl-later", "Reconciling", REASON_TEMPLATE_NOT_FOUND, within=60)
     reconciling = next(c for c in stack["status"]["conditions"] if c["type"] == "Reconciling")
     assert f'"{env.ns}/later"' in reconciling["message"]
-    assert await get_or_none(env.workspaces, "tmpl-later") is None
+    assert await env.workspaces.get_or_none("tmpl-later") is None
     await env.put_template("later", "1")
     await env.condition("tmpl-later", "Ready", "ProcessingCompleted")
     assert (await env.pod_template_env("tmpl-later"))[1] == "1"
@@ -126,4 +126,4 @@ async def test_a_reference_to_another_namespace_is_refused(env: Env) -> None:
     stalled = next(c for c in stack["status"]["conditions"] if c["type"] == "Stalled")
     assert "spec.workspaceTemplateRef.namespace" in stalled["message"]
     assert "cross-namespace refs are not allowed" in stalled["message"]
-    assert await get_or_none(env.workspaces, "tmpl-cross") is None
+    assert await env.workspaces.get_or_none("tmpl-cross") is None

@@ -22,12 +22,13 @@ import pytest
 from pko.agentclient import AgentClient, AgentError, resolve_address
 from pko.controllers.resources import STACK_FINALIZER, STACKS, UPDATES, WORKSPACES
 from pko.controllers.update.status import is_complete
+from pko.devtools.operatorharness import OperatorEnv
 from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import get_condition
 from pko.machinery.resource import EVENTS, PODS, SECRETS, ResourceClient
 from pko.tokens import TokenSource
 
-from .conftest import OperatorEnv, get_or_none, operator_env
+from .conftest import operator_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -173,13 +174,13 @@ class Env(OperatorEnv):
         name = update["metadata"]["name"]
 
         async def done() -> Obj | None:
-            u = await get_or_none(self.updates, name, self.ns)
+            u = await self.updates.get_or_none(name, self.ns)
             return u if u is not None and is_complete(u) else None
 
         try:
             result: Obj = await wait_until(f"update {name} complete", done, within=within)
         except AssertionError as exc:
-            current = await get_or_none(self.updates, name, self.ns)
+            current = await self.updates.get_or_none(name, self.ns)
             raise AssertionError(
                 f"{exc}\nstatus: {json.dumps((current or {}).get('status'), indent=1)}"
             ) from None
@@ -189,7 +190,7 @@ class Env(OperatorEnv):
         name = update["metadata"]["name"]
 
         async def running() -> Obj | None:
-            u = await get_or_none(self.updates, name, self.ns)
+            u = await self.updates.get_or_none(name, self.ns)
             return u if condition(u, "Progressing").get("reason") == "Progressing" else None
 
         result: Obj = await wait_until(f"update {name} running", running, within=within)
@@ -333,7 +334,7 @@ async def test_missing_workspace_waits_without_failing(env: Env) -> None:
     update = await env.create_update(owner, "up", workspace_name="nowhere")
 
     async def waiting() -> Obj | None:
-        u = await get_or_none(env.updates, update["metadata"]["name"], env.ns)
+        u = await env.updates.get_or_none(update["metadata"]["name"], env.ns)
         return u if condition(u, "Progressing").get("reason") == "WorkspaceNotFound" else None
 
     u = await wait_until("WorkspaceNotFound", waiting, within=60)
@@ -428,7 +429,7 @@ async def test_an_upgrade_that_changes_the_pod_waits_for_the_running_update_then
         assert (await pods.get("upgrade-workspace-0"))["metadata"]["uid"] == before["metadata"]["uid"]
 
         async def rolled() -> Obj | None:
-            pod = await get_or_none(pods, "upgrade-workspace-0")
+            pod = await pods.get_or_none("upgrade-workspace-0")
             if pod is None or pod["metadata"]["uid"] == before["metadata"]["uid"]:
                 return None
             policies = {c.get("imagePullPolicy") for c in pod["spec"]["initContainers"]}
@@ -467,7 +468,7 @@ async def test_deleting_a_running_update_cancels_it(env: Env) -> None:
     seen: dict[str, Obj] = {}
 
     async def gone() -> bool:
-        u = await get_or_none(env.updates, name, env.ns)
+        u = await env.updates.get_or_none(name, env.ns)
         if u is not None and is_complete(u):
             seen["last"] = u
         return u is None
@@ -515,7 +516,7 @@ async def test_ttl_deletes_after_the_stack_recorded_it(env: Env) -> None:
     )
     await env.wait_complete(update)
     await asyncio.sleep(4.0)
-    assert await get_or_none(env.updates, uname, env.ns) is not None, "deleted before the Stack recorded it"
+    assert await env.updates.get_or_none(uname, env.ns) is not None, "deleted before the Stack recorded it"
     await env.stacks.patch(
         stack["metadata"]["name"],
         {"status": {"lastUpdate": {"name": uname, "type": "preview", "state": "succeeded"}}},
@@ -526,7 +527,7 @@ async def test_ttl_deletes_after_the_stack_recorded_it(env: Env) -> None:
 
 
 async def _gone(env: Env, name: str) -> bool:
-    return await get_or_none(env.updates, name, env.ns) is None
+    return await env.updates.get_or_none(name, env.ns) is None
 
 
 async def test_wrong_audience_token_is_refused(env: Env) -> None:

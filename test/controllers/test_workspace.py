@@ -20,13 +20,14 @@ from pko.controllers.workspace.workloads import (
     revision_hash,
     stacks_hash,
 )
+from pko.devtools.operatorharness import OperatorEnv
+from pko.devtools.playkubelet import KNOWN_IMAGES, create_service_account
 from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import get_condition
 from pko.machinery.kubeclient import KubeClient
 from pko.machinery.resource import EVENTS, PODS, SERVICES, STATEFULSETS, ResourceClient
 
-from .conftest import OperatorEnv, get_or_none, operator_env
-from .kubelet import KNOWN_IMAGES, create_service_account
+from .conftest import operator_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -56,7 +57,7 @@ class Env(OperatorEnv):
         return await self.workspaces.apply(body, field_manager="pko-tests")
 
     async def get(self, rc: ResourceClient, name: str) -> Obj | None:
-        return await get_or_none(rc, name)
+        return await rc.get_or_none(name)
 
     async def seeded(self, name: str) -> Obj:
         """A Workspace of the seed's spec (:func:`seed_spec`) of this test's own, once Ready."""

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakepulumi.fixtures import make_fake_pulumi
 from grpclib.client import Channel
 from grpclib.exceptions import GRPCError
 from pko.api.generated.pko.agent import v1 as pb
@@ -36,13 +35,14 @@ from pko.controllers.workspace.networkpolicy import desired_network_policy
 from pko.controllers.workspace.podspec import METRICS_PORT, WORKSPACE_PORT
 from pko.controllers.workspace.workloads import desired_statefulset, parse_spec
 from pko.devtools.agents import agent_env, answers_version, free_port, spawn, stop_process, wait_for_agent
+from pko.devtools.playkubelet import create_service_account, mint_token
+from pko.devtools.playkubelet.programs import translate_argv
+from pko.devtools.standin import make_fake_pulumi
 from pko.machinery.resource import PODS, ResourceClient
 from pko.settings.cli import parse_settings
 
 from .builders import workspace
 from .conftest import operator_env
-from .kubelet import create_service_account, mint_token
-from .kubelet.programs import translate_argv
 from .test_alerts import metrics_reader_token
 from .test_stack import PROGRAM_BODY, Env
 

@@ -24,7 +24,7 @@ from pko.controllers.workspace.networkpolicy import NETWORK_POLICIES, OPERATOR_P
 from pko.devtools.waiting import wait_until
 from pko.machinery.resource import PODS, ResourceClient
 
-from .conftest import get_or_none, operator_env
+from .conftest import operator_env
 from .test_stack import Env as StackEnv
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -55,7 +55,7 @@ async def test_a_workspace_gets_a_policy_that_selects_its_real_pod_and_admits_on
 
     policy = await wait_until(
         "the Workspace's NetworkPolicy",
-        lambda: get_or_none(env.policies, "guarded-workspace"),
+        lambda: env.policies.get_or_none("guarded-workspace"),
         within=60,
     )
     workspace = await env.get(env.workspaces, "guarded")
@@ -94,7 +94,7 @@ async def test_a_widened_policy_is_put_back_and_a_deleted_one_made_again(env: En
     await env.create_program("kept", {"outputs": {"greeting": "hi"}})
     await env.create_stack("kept", {"programRef": {"name": "kept"}})
     policy = await wait_until(
-        "the Workspace's NetworkPolicy", lambda: get_or_none(env.policies, "kept-workspace"), within=120
+        "the Workspace's NetworkPolicy", lambda: env.policies.get_or_none("kept-workspace"), within=120
     )
     wanted = policy["spec"]
 
@@ -102,7 +102,7 @@ async def test_a_widened_policy_is_put_back_and_a_deleted_one_made_again(env: En
     await env.policies.patch("kept-workspace", {"spec": anyone})
 
     async def restored() -> Obj | None:
-        current = await get_or_none(env.policies, "kept-workspace")
+        current = await env.policies.get_or_none("kept-workspace")
         return current if current is not None and current["spec"] == wanted else None
 
     await wait_until("the widened policy put back", restored, within=60)
@@ -111,7 +111,7 @@ async def test_a_widened_policy_is_put_back_and_a_deleted_one_made_again(env: En
     await env.policies.delete("kept-workspace")
 
     async def remade() -> Obj | None:
-        current = await get_or_none(env.policies, "kept-workspace")
+        current = await env.policies.get_or_none("kept-workspace")
         return current if current is not None and current["metadata"]["uid"] != uid else None
 
     again = await wait_until("the deleted policy made again", remade, within=60)

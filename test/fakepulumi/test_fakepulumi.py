@@ -16,8 +16,9 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
+from pko.devtools.standin import FakePulumi
+
 from .config import parse_config_key, parse_property_path, set_value
-from .fixtures import FakePulumi
 
 PROGRAM = """
 name: demo

@@ -13,7 +13,8 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from .fixtures import FakePulumi
+from pko.devtools.standin import FakePulumi
+
 from .test_fakepulumi import open_stack, state_file, write_project
 
 PREFIX = "urn:pulumi:dev::demo::"

@@ -74,9 +74,9 @@ class PodProbes(PodState):
                 url = f"{get.get('scheme', 'HTTP').lower()}://{ip}:{port}{get.get('path', '/')}"
                 async with (
                     aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
-                    session.get(url, ssl=False) as resp,
+                    session.get(url, ssl=False) as answer,
                 ):
-                    return 200 <= resp.status < 400
+                    return 200 <= answer.status < 400
             if "exec" in probe:
                 argv = [
                     expand_vars(rewrite_paths(a, mounts), env) for a in probe["exec"].get("command") or []

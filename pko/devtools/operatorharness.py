@@ -1,10 +1,16 @@
-"""The operator as the tests (and the deploy benchmark) run it: a real ServiceAccount bound to the
-shipped RBAC (config/rbac), so a missing permission fails; in-process (``start()``) or, with the
-kubeconfig ``setup()`` writes, as a ``python -m pko`` process.
+"""The operator as the tests (and the deploy benchmark) run it, beside the play-kubelet
+(pko.devtools.playkubelet).
 
-With ``watch_namespaces`` it runs as the namespaced install does (config/namespaced): the overlay's
-RBAC (Roles in each watched namespace, the cut-down ClusterRole) and ``--watch-namespaces``; with
-``stack_selector``, ``--watch-label-selector``."""
+* :class:`Operator`: a real ServiceAccount bound to the shipped RBAC (config/rbac), so a missing
+  permission fails; in-process (``start()``) or, with the kubeconfig ``setup()`` writes, as a
+  ``python -m pko`` process. With ``watch_namespaces`` it runs as the namespaced install does
+  (config/namespaced): the overlay's RBAC (Roles in each watched namespace, the cut-down ClusterRole)
+  and ``--watch-namespaces``; with ``stack_selector``, ``--watch-label-selector``.
+* :class:`OperatorEnv`: a test module's handles on that operator and the play-kubelet (the ``env``
+  fixture test/controllers/conftest.py's ``operator_env`` makes).
+* :func:`new_manager` and :func:`running`: a Manager of one namespace for tests that set up one
+  reconciler themselves, run for the length of an ``async with`` block.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,8 @@ import base64
 import contextlib
 import json
 import subprocess
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +32,13 @@ from pko.controllers import register
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import STACKS
 from pko.controllers.sharding import child_selectors
-from pko.devtools.apiclient import new_api_client
+from pko.devtools.apiclient import BridgeClient, new_api_client
+from pko.devtools.playkubelet import PlayKubelet, mint_token
+from pko.devtools.waiting import wait_until
 from pko.machinery.manager import Manager, ManagerOptions
-from pko.machinery.resource import Resource, ResourceClient
+from pko.machinery.resource import EVENTS, Obj, Resource, ResourceClient
 
-from .kubelet import mint_token
-
-__all__ = ["OPERATOR_SERVICE_ACCOUNT", "Operator"]
+__all__ = ["OPERATOR_SERVICE_ACCOUNT", "Operator", "OperatorEnv", "new_manager", "running"]
 
 REPO = Path(__file__).resolve().parents[2]
 RBAC_DIR = REPO / "config" / "rbac"
@@ -73,7 +80,7 @@ class Operator:
 
     def __init__(
         self,
-        admin: client.ApiClient,
+        admin: BridgeClient,
         cluster: Any,
         options: ControllerOptions,
         *,
@@ -89,7 +96,7 @@ class Operator:
         self.rbac = rbac
         self.namespace = options.operator_namespace
         self.service_account = options.operator_service_account
-        self.api: client.ApiClient | None = None
+        self.api: BridgeClient | None = None
         self.manager: Manager | None = None
         self._task: asyncio.Task[None] | None = None
         self._cluster_objects: list[tuple[Resource, str]] = []
@@ -98,7 +105,8 @@ class Operator:
 
     async def setup(self, workdir: Path) -> None:
         """The operator's namespace, ServiceAccount and (with ``rbac``) the shipped roles bound to it."""
-        await client.CoreV1Api(self.admin).create_namespace({"metadata": {"name": self.namespace}})
+        namespace: Any = {"metadata": {"name": self.namespace}}
+        await client.CoreV1Api(self.admin).create_namespace(namespace)
         for doc in self._rbac_documents():
             kind = doc["kind"]
             if not self.rbac and kind != "ServiceAccount":
@@ -263,3 +271,60 @@ def _kubeconfig(cluster: Any, token: str) -> dict[str, Any]:
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "operator"}}],
         "current-context": "c",
     }
+
+
+# --- a module's env on the operator and the play-kubelet --------------------------------------------
+
+
+@dataclass(eq=False)
+class OperatorEnv:
+    """A module's handles: the admin API client, the namespace, the operator and the play-kubelet.
+    A module's ``Env`` subclasses it, adding the clients it needs in ``__post_init__``."""
+
+    api: BridgeClient
+    ns: str
+    operator: Operator
+    kubelet: PlayKubelet
+
+    def __post_init__(self) -> None:
+        """Called by the dataclass ``__init__`` (only if the base defines it): subclasses add clients."""
+
+    async def events_for(self, name: str, *, reason: str | None = None, within: float = 20.0) -> list[Obj]:
+        """The Events about ``name`` once there is one (with ``reason``, if given): the operator sends
+        them asynchronously, after the status write the test saw."""
+
+        async def listed() -> list[Obj] | None:
+            listing = await ResourceClient(self.api, EVENTS, self.ns).list(
+                field_selector=f"involvedObject.name={name}"
+            )
+            if any(reason is None or e.get("reason") == reason for e in listing.items):
+                return listing.items
+            return None
+
+        events: list[Obj] = await wait_until(f"events of {name}", listed, within=within)
+        return events
+
+
+# --- a Manager running the reconciler a module sets up ----------------------------------------------
+
+
+def new_manager(api_client: Any, namespace: str, **options: Any) -> Manager:
+    """A Manager limited to ``namespace``, its metrics and probe servers off; ``options``: more
+    :class:`ManagerOptions`. Set its reconcilers up, then run it (:func:`running`)."""
+    return Manager(
+        api_client,
+        ManagerOptions(
+            metrics_bind_address="0", health_probe_bind_address="0", namespace=namespace, **options
+        ),
+    )
+
+
+@contextlib.asynccontextmanager
+async def running(manager: Manager) -> AsyncIterator[Manager]:
+    """``manager`` running until the block ends, then stopped (within 30 s)."""
+    task = asyncio.create_task(manager.run())
+    try:
+        yield manager
+    finally:
+        manager.stop()
+        await asyncio.wait_for(task, 30)

@@ -147,7 +147,7 @@ class PodConfig(PodState):
         }
         if path not in values:
             raise ConfigError(f"unsupported fieldPath {path!r}")
-        return values[path]
+        return str(values[path])
 
     def _resource_field(self, c: Container, ref: Obj) -> str:
         target = self.container(ref.get("containerName") or c.name) or c
@@ -230,8 +230,8 @@ class PodConfig(PodState):
         }
         if audiences:
             spec["audiences"] = audiences
-        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
-        resp = await client.CoreV1Api(self.k.api).create_namespaced_service_account_token(
+        body: Any = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        resp: Any = await client.CoreV1Api(self.k.api).create_namespaced_service_account_token(
             sa, self.namespace, body, _preload_content=False
         )
         return str(json.loads(await resp.read())["status"]["token"])

@@ -10,11 +10,13 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any, cast
 
-from fakepulumi.fixtures import FakePulumi, make_fake_pulumi
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
 
+from pko.devtools.apiclient import BridgeClient
+from pko.devtools.standin import FakePulumi, make_fake_pulumi
 from pko.machinery.resource import PODS, ResourceClient
 
 from .pod import PodRunner
@@ -42,7 +44,7 @@ class PlayKubelet:
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: BridgeClient,
         namespaces: Iterable[str],
         *,
         root: Path,
@@ -119,14 +121,14 @@ class PlayKubelet:
                     await core.delete_namespaced_pod(
                         r.name,
                         r.namespace,
-                        body={"gracePeriodSeconds": 0, "preconditions": {"uid": r.uid}},
+                        body=cast(Any, {"gracePeriodSeconds": 0, "preconditions": {"uid": r.uid}}),
                         grace_period_seconds=0,
                         _preload_content=False,
                     )
 
     async def _ensure_node(self) -> None:
         core = client.CoreV1Api(self.api)
-        node = {
+        node: Any = {
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": self.node_name, "labels": {"kubernetes.io/hostname": self.node_name}},

@@ -16,9 +16,8 @@ from .runtime import Obj
 async def create_service_account(api: client.ApiClient, namespace: str, name: str) -> None:
     """Create a ServiceAccount (an existing one is fine)."""
     try:
-        await client.CoreV1Api(api).create_namespaced_service_account(
-            namespace, {"metadata": {"name": name}}, _preload_content=False
-        )
+        body: Any = {"metadata": {"name": name}}
+        await client.CoreV1Api(api).create_namespaced_service_account(namespace, body, _preload_content=False)
     except ApiException as exc:
         if exc.status != 409:
             raise
@@ -35,8 +34,9 @@ async def mint_token(
     spec: Obj = {"expirationSeconds": expiration}
     if audience:
         spec["audiences"] = [audience]
-    resp = await client.CoreV1Api(api).create_namespaced_service_account_token(
-        service_account, namespace, {"spec": spec}, _preload_content=False
+    body: Any = {"spec": spec}
+    resp: Any = await client.CoreV1Api(api).create_namespaced_service_account_token(
+        service_account, namespace, body, _preload_content=False
     )
     return str(json.loads(await resp.read())["status"]["token"])
 

@@ -1,6 +1,7 @@
-"""The real Pulumi engine for tests: the CLI, language hosts and providers hack/build-pulumi.sh builds
-from their Go modules (cached in ~/.cache/pko), laid out like the stand-in's :class:`FakePulumi` so a
-test, the agent or the play-kubelet takes either.
+"""The real Pulumi engine for tests and tools: the CLI, language hosts and providers hack/build-pulumi.sh
+builds from their Go modules (cached in ~/.cache/pko), laid out like the stand-in's
+:class:`~pko.devtools.standin.FakePulumi` so a test, a benchmark, the agent or the play-kubelet takes
+either.
 
 Each :func:`make_real_pulumi` gets a PULUMI_HOME of its own whose ``plugins/`` holds every provider the
 engine built (linked, read-only, shared), a file backend directory, and the offline switches the workspace
@@ -15,11 +16,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from fakepulumi.fixtures import FakePulumi
-
 from pko.devtools.builds import built
+from pko.devtools.standin import FakePulumi
 
-REPO = Path(__file__).resolve().parents[1]
 PASSPHRASE = "real-pulumi-test-passphrase"
 # The workspace image's environment (images/workspace/Dockerfile, which says why each is set).
 IMAGE_ENV = {

@@ -30,7 +30,7 @@ act, on pods labelled ``auto.pulumi.com/component=workspace`` in the namespaces 
   dropped; any other command runs as it is (``sh -c 'echo hi > /share/x'``). Every container gets
   the Pulumi engine first on PATH and its PULUMI_* variables as the image's environment (the
   container's own env wins); the file backend is shared by all pods of one harness, like a real
-  backend. The engine is the stand-in CLI unless ``engine=make_real_pulumi`` (test/realpulumi.py)
+  backend. The engine is the stand-in CLI unless ``engine=make_real_pulumi`` (pko.devtools.realpulumi)
   brings the real one.
 * **Identity.** A container that mounts the service-account token path gets ``KUBECONFIG`` pointing
   at the test apiserver with a TokenRequest token bound to the pod, minted for the pod's
@@ -42,6 +42,9 @@ act, on pods labelled ``auto.pulumi.com/component=workspace`` in the namespaces 
 
 Not played: liveness and startup probes, lifecycle hooks, resource limits, service links, image pull
 policy, pod-level securityContext. Readiness probes are (tcpSocket, grpc, httpGet, exec).
+
+Used by the reconciler tests (test/controllers/conftest.py's ``kubelet`` fixture) and by
+hack/bench/deploy.py.
 """
 
 from .harness import NODE_NAME, WORKSPACE_SELECTOR, PlayKubelet

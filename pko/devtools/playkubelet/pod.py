@@ -11,7 +11,7 @@ import shlex
 import signal
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
@@ -95,7 +95,7 @@ class PodRunner(PodConfig, PodProbes):
                 written = True
             if await self._sleep(0.2):
                 return False
-        binding = {
+        binding: Any = {
             "apiVersion": "v1",
             "kind": "Binding",
             "metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid},
@@ -388,7 +388,7 @@ class PodRunner(PodConfig, PodProbes):
             await client.CoreV1Api(self.k.api).delete_namespaced_pod(
                 self.name,
                 self.namespace,
-                body={"gracePeriodSeconds": 0, "preconditions": {"uid": self.uid}},
+                body=cast(Any, {"gracePeriodSeconds": 0, "preconditions": {"uid": self.uid}}),
                 grace_period_seconds=0,
                 _preload_content=False,
             )

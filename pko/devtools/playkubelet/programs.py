@@ -7,10 +7,11 @@ import os
 import re
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-# The test world's images (what conftest's operator and kubelet fixtures use).
+# The test world's images (what test/controllers/conftest.py's operator and kubelet fixtures and
+# hack/bench/deploy.py use).
 AGENT_IMAGE = "pko-agent:test"
 # The images the play-kubelet can "pull" unless a module says otherwise: the agent image the operator
 # is configured with, the Go operator's default workspace images, and two common utility images.
@@ -47,8 +48,13 @@ def rewrite_paths(text: str, mounts: Sequence[tuple[str, Path]]) -> str:
         if not mp:
             continue
         pattern = re.compile(r"(?<![\w.\-~])" + re.escape(mp) + r"(?![\w.\-])")
-        text = pattern.sub(lambda _m, h=str(host): h, text)
+        text = pattern.sub(_literal(str(host)), text)
     return text
+
+
+def _literal(value: str) -> Callable[[re.Match[str]], str]:
+    """A ``re.sub`` replacement that is ``value`` as it is (no backslash or group escapes)."""
+    return lambda _m: value
 
 
 _VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.\-]*)\)")
