@@ -1,10 +1,10 @@
-"""What the e2e modules build and wait for: the suite's Program and Stack manifests (state on a claim of
-the Stack's own, the passphrase as a literal), a broken and a slow Program, Ready and gone, the operator's
-metrics as a metrics-reader scrapes them, and the gitops project's bare repository."""
+"""What the e2e modules build and wait for: the suite's Program and Stack manifests (the Stack is
+pko.devtools.stacks.claimed_stack: state on a claim of the Stack's own, the passphrase as a literal), a
+broken and a slow Program, Ready and gone, the operator's metrics as a metrics-reader scrapes them, and
+the gitops project's bare repository."""
 
 from __future__ import annotations
 
-import json
 import ssl
 import urllib.request
 from pathlib import Path
@@ -13,6 +13,7 @@ from typing import Any
 from dulwich.repo import Repo
 
 from pko.devtools.gitserver import git_commit
+from pko.devtools.stacks import claimed_stack
 
 from .conftest import OPERATOR, OPERATOR_NS, Kube
 
@@ -34,47 +35,6 @@ program:
     greeting: ${{settings.data.greeting}}
     uid:
       fn::secret: ${{settings.metadata.uid}}
-"""
-
-STACK = """\
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata:
-  name: {name}-state
-spec:
-  accessModes: [ReadWriteOnce]
-  resources:
-    requests:
-      storage: 1Gi
----
-apiVersion: pulumi.com/v1
-kind: Stack
-metadata:
-  name: {name}
-spec:
-  serviceAccountName: pulumi
-  stack: dev
-  {source}
-  backend: file:///state
-  destroyOnFinalize: true
-  envRefs:
-    PULUMI_CONFIG_PASSPHRASE:
-      type: Literal
-      literal:
-        value: e2e-passphrase
-{env}  workspaceTemplate:
-    spec:
-      podTemplate:
-        spec:
-          containers:
-            - name: pulumi
-              volumeMounts:
-                - name: state
-                  mountPath: /state
-          volumes:
-            - name: state
-              persistentVolumeClaim:
-                claimName: {name}-state
 """
 
 # A resource whose creation takes `seconds`: pulumi-kubernetes awaits a Deployment until its pod is
@@ -129,11 +89,7 @@ def program(name: str, hang: int | None = None) -> str:
 
 def stack(name: str, source: str, env: dict[str, str] | None = None) -> str:
     """The Stack (with its state claim) for ``source``; ``env``: more variables for its workspace pod."""
-    more = "".join(
-        f"    {key}:\n      type: Literal\n      literal:\n        value: {json.dumps(value)}\n"
-        for key, value in (env or {}).items()
-    )
-    return STACK.format(name=name, source=source, env=more)
+    return claimed_stack(name, source, env=env)
 
 
 def ready(k: Kube, name: str, within: float = 600) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from pko.devtools.gitserver import git_commit, serve_git
 from pko.devtools.goproxy import go_sum, serve_module_cache
 from pko.devtools.kubectl import run
 from pko.devtools.localnode.images import import_images
+from pko.devtools.stacks import claimed_stack
 from pko.devtools.versions import cache_dir, versions
 from pko.devtools.waiting import wait_until
 
@@ -129,46 +130,18 @@ func main() {
 }
 """
 
-STACK = """\
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata:
-  name: {name}-state
-spec:
-  accessModes: [ReadWriteOnce]
-  resources:
-    requests:
-      storage: 1Gi
----
-apiVersion: pulumi.com/v1
-kind: Stack
-metadata:
-  name: {name}
-spec:
-  serviceAccountName: pulumi
-  stack: dev
-  projectRepo: {git}
-  branch: main
-  repoDir: {language}
-  backend: file:///state
-  destroyOnFinalize: true
-  config:
-    greeting: hello
-  envRefs:
-    PULUMI_CONFIG_PASSPHRASE: {{type: Literal, literal: {{value: bench}}}}
-    GOPROXY: {{type: Literal, literal: {{value: "{goproxy}"}}}}
-    GOSUMDB: {{type: Literal, literal: {{value: "off"}}}}
-  workspaceTemplate:
-    spec:
-      {image}podTemplate:
-        spec:
-          containers:
-            - name: pulumi
-              volumeMounts: [{{name: state, mountPath: /state}}]
-          volumes:
-            - name: state
-              persistentVolumeClaim: {{claimName: {name}-state}}
-"""
+def stack_manifest(name: str, language: str, sources: dict[str, str], image: str | None) -> str:
+    """The Stack ``name`` of the language's folder in the served repository (``sources["git"]``), its
+    Go modules from ``sources["goproxy"]``, its state on a claim of its own, a ``greeting`` config value;
+    ``image``: its workspace image (else the operator's default): the e2e suite's Stack (claimed_stack)."""
+    return claimed_stack(
+        name,
+        f"projectRepo: {sources['git']}\n  branch: main\n  repoDir: {language}",
+        passphrase="bench",
+        config={"greeting": "hello"},
+        env={"GOPROXY": sources["goproxy"], "GOSUMDB": "off"},
+        workspace={"image": image} if image else None,
+    )
 
 
 def kubectl(*args: str, input: str | None = None) -> str:
@@ -261,9 +234,8 @@ async def run_language(
     language: str, sources: dict[str, str], updates: int, image: str | None
 ) -> dict[str, Any]:
     name = f"bench-{language}" + ("-core" if image else "")
-    spec_image = f"image: {image}\n      " if image else ""
     t0 = time.time()
-    kubectl("apply", "-f", "-", input=STACK.format(name=name, language=language, image=spec_image, **sources))
+    kubectl("apply", "-f", "-", input=stack_manifest(name, language, sources, image))
     stack = await until_ready(name, 1)
     row: dict[str, Any] = {
         "first": time.time() - t0,

@@ -45,6 +45,7 @@ from pko.devtools.benchrecord import recording
 from pko.devtools.builds import built
 from pko.devtools.kubectl import run
 from pko.devtools.localnode.images import import_images
+from pko.devtools.stacks import claimed_stack
 from pko.devtools.waiting import wait_until
 
 NS = "bench-peer"
@@ -143,46 +144,18 @@ SLOW_PROGRAM = PROGRAM_OF.format(
     output="${{greeting}}",
 )
 
-STACK = """\
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata:
-  name: {name}-state
-spec:
-  accessModes: [ReadWriteOnce]
-  resources:
-    requests:
-      storage: 1Gi
----
-apiVersion: pulumi.com/v1
-kind: Stack
-metadata:
-  name: {name}
-spec:
-  serviceAccountName: pulumi
-  stack: dev
-  programRef:
-    name: {name}
-  backend: file:///state
-  destroyOnFinalize: true
-  config:
-    greeting: hello
-  envRefs:
-    PULUMI_CONFIG_PASSPHRASE: {{type: Literal, literal: {{value: bench}}}}
-  workspaceTemplate:
-    spec:
-      image: pko-workspace:dev
-      imagePullPolicy: IfNotPresent
-      podTemplate:
-        spec:
-          containers:
-            - name: pulumi
-              volumeMounts: [{{name: state, mountPath: /state}}]
-          volumes:
-            - name: state
-              persistentVolumeClaim: {{claimName: {name}-state}}
-"""
+
+
+def stack_manifest(name: str) -> str:
+    """The Stack ``name`` of the Program ``name``, its state on a claim of its own, a ``greeting`` config
+    value, pko's workspace image: the e2e suite's Stack (claimed_stack), after a ``---``."""
+    return "---\n" + claimed_stack(
+        name,
+        f"programRef:\n    name: {name}",
+        passphrase="bench",
+        config={"greeting": "hello"},
+        workspace={"image": "pko-workspace:dev", "imagePullPolicy": "IfNotPresent"},
+    )
 
 
 def kubectl(*args: str, input: str | None = None, check: bool = True, timeout: float = 600) -> str:
@@ -263,7 +236,7 @@ def bare_up(greeting: str) -> float:
 async def measure(op: Operator, updates: int, restarts: int) -> dict[str, list[float]]:
     rows: dict[str, list[float]] = {"first": [], "update": [], "bare": [], "restart": []}
     t0 = time.time()
-    kubectl("-n", NS, "apply", "-f", "-", input=PROGRAM.format(name=NAME) + STACK.format(name=NAME))
+    kubectl("-n", NS, "apply", "-f", "-", input=PROGRAM.format(name=NAME) + stack_manifest(NAME))
     await wait("the first deploy", lambda: ready_at(None), 900)
     rows["first"].append(time.time() - t0)
     for i in range(updates):
@@ -333,7 +306,7 @@ async def operator_restart_mid_update(op: Operator) -> dict[str, list[float]]:
     is Ready for that change, how many Updates the change made, and how many runs the engine recorded."""
     name = f"{NAME}-slow"
     program = SLOW_PROGRAM.format(name=name, seconds=SLOW_SECONDS)
-    kubectl("-n", NS, "apply", "-f", "-", input=program + STACK.format(name=name))
+    kubectl("-n", NS, "apply", "-f", "-", input=program + stack_manifest(name))
     await wait("the slow Stack's first deploy", lambda: ready_at(None, name), 900)
     runs_before = engine_runs(name)
     known = {u["metadata"]["uid"] for u in updates_of(name)}

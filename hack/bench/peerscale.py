@@ -14,7 +14,7 @@ them: the Go operator with a 200m CPU limit and 128 MiB of memory, pko without a
 the CPU time the limit kept the Go operator waiting and any container restart (an OOM kill) are shown.
 
 Row 3, ``--stacks`` N (default 50) Program Stacks applied at once -> all Ready. Each Stack is peer.py's
-(``PROGRAM``, ``STACK``: its own Program making one ConfigMap from a config value, the same
+(``PROGRAM``, ``stack_manifest``: its own Program making one ConfigMap from a config value, the same
 ``pko-workspace:dev`` image, ``destroyOnFinalize``) with two changes the node needs: the state of all N
 is on one claim (``file:///state``, each Stack its own Pulumi project, which the file backend keeps
 apart), because the node's 32 static PersistentVolumes are never recycled (``Retain``), so a claim per

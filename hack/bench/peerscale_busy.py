@@ -14,7 +14,7 @@ import procstats
 import yaml
 from driver import log
 from node import KUBECONFIG
-from peer import NS, PROGRAM, STACK, get, kubectl, release, wait
+from peer import NS, PROGRAM, get, kubectl, release, stack_manifest, wait
 from peerscale_operator import MIB, OperatorPod, poll
 from peerscale_requests import SENT, Background, caused, scrape
 from peerscale_table import fmt_row
@@ -35,7 +35,7 @@ DISK_MARGIN_GB = 5.0  # left free for etcd, logs and the operators' images
 def row3_objects(name: str) -> list[Obj]:
     """peer.py's Program and Stack, the state on the shared claim, small CPU requests (see above)."""
     program = yaml.safe_load(PROGRAM.format(name=name))
-    _own_claim, stack = yaml.safe_load_all(STACK.format(name=name))
+    _own_claim, stack = yaml.safe_load_all(stack_manifest(name))
     spec = stack["spec"]["workspaceTemplate"]["spec"]
     spec["podTemplate"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] = SHARED_CLAIM
     spec["resources"] = {"requests": dict(WORKSPACE_REQUESTS)}
@@ -43,7 +43,7 @@ def row3_objects(name: str) -> list[Obj]:
 
 
 def shared_claim() -> Obj:
-    claim: Obj = next(iter(yaml.safe_load_all(STACK.format(name="x"))))
+    claim: Obj = next(iter(yaml.safe_load_all(stack_manifest("x"))))
     claim["metadata"]["name"] = SHARED_CLAIM
     return claim
 
