@@ -8,7 +8,8 @@ this module needs neither: HTTP/1.1 over asyncio streams and the ``ssl`` module,
 Connection settings come from, in this order (``connect``):
 
 * a kubeconfig file (``--kubeconfig``, else ``$KUBECONFIG``, several files joined by ``:`` merged as
-  kubectl merges them: the first file to set a value wins): the current context's cluster
+  kubectl merges them: the first file to set a value wins; read by :mod:`pko.machinery.kubeconfigfile`,
+  as the operator reads them, without its HTTP stack): the current context's cluster
   (``server``, ``certificate-authority``/``-data``, ``insecure-skip-tls-verify``,
   ``tls-server-name``) and user (``token``, ``tokenFile``, ``client-certificate``/``-data`` with
   ``client-key``/``-data``). Anything else that would change how the agent connects or who it is
@@ -30,8 +31,6 @@ operator's requests.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import json
 import os
 import ssl
@@ -43,9 +42,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from pko.machinery.kubeconfigfile import (
+    IN_CLUSTER_DIR,
+    ConfigError,
+    Kubeconfig,
+    in_cluster_server,
+    read_kubeconfig,
+)
 from pko.version import AGENT_PRODUCT, user_agent
 
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+SERVICE_ACCOUNT_DIR = IN_CLUSTER_DIR
 TOKEN_REFRESH_SECONDS = 60.0  # client-go's cached file token source
 MAX_RESPONSE_BYTES = 16 << 20
 MAX_IDLE_CONNECTIONS = 4
@@ -74,8 +80,8 @@ _USER_FIELDS = {
 }
 
 
-class KubeConfigError(Exception):
-    """The connection settings are missing, malformed or ask for something this client does not do."""
+# The connection settings are missing, malformed or ask for something this client does not do.
+KubeConfigError = ConfigError
 
 
 class KubeAPIError(Exception):
@@ -347,152 +353,67 @@ def load_incluster(
 ) -> KubeAPI:
     """The pod's own identity: its ServiceAccount token (rotated: see FileToken) and the cluster CA."""
     env = os.environ if environ is None else environ
-    host, port = env.get("KUBERNETES_SERVICE_HOST", ""), env.get("KUBERNETES_SERVICE_PORT", "")
-    if not host or not port:
-        raise KubeConfigError(
+    if not env.get("KUBERNETES_SERVICE_HOST") or not env.get("KUBERNETES_SERVICE_PORT"):
+        raise KubeConfigError(  # the agent's last resort: say what it looked for first
             "no kubeconfig (--kubeconfig, $KUBECONFIG) and not in a cluster "
             "(KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset)"
         )
-    if ":" in host:
-        host = f"[{host}]"
+    server = in_cluster_server(env)
     ca = directory / "ca.crt"
     try:
         context = _ssl_context(ca_file=ca)
     except (OSError, ssl.SSLError) as exc:
         raise KubeConfigError(f"cannot load the cluster CA {ca}: {exc}") from None
-    return KubeAPI(f"https://{host}:{port}", ssl_context=context, token_file=FileToken(directory / "token"))
+    return KubeAPI(server, ssl_context=context, token_file=FileToken(directory / "token"))
 
 
 def load_kubeconfig(paths: list[Path]) -> KubeAPI:
     """The current context of the kubeconfig file(s) ``paths`` (merged, first value wins)."""
-    merged: dict[str, Any] = {"clusters": {}, "users": {}, "contexts": {}, "current-context": ""}
-    origin: dict[tuple[str, str], Path] = {}  # where a named entry came from: relative paths
-    read_any = False
-    for path in paths:
-        if not path.exists() and len(paths) > 1:
-            continue  # kubectl skips missing files of a list
-        doc = _read_config(path)
-        read_any = True
-        if not merged["current-context"] and isinstance(doc.get("current-context"), str):
-            merged["current-context"] = doc["current-context"]
-        for kind, inner in (("clusters", "cluster"), ("users", "user"), ("contexts", "context")):
-            for entry in doc.get(kind) or []:
-                if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-                    raise KubeConfigError(f"{path}: every entry of {kind} needs a name")
-                if entry["name"] not in merged[kind]:
-                    body = entry.get(inner) or {}
-                    if not isinstance(body, dict):
-                        raise KubeConfigError(f"{path}: {kind} {entry['name']!r}: {inner} is not a mapping")
-                    merged[kind][entry["name"]] = body
-                    origin[(kind, entry["name"])] = path
-    if not read_any:
-        raise KubeConfigError(f"none of the kubeconfig files exist: {', '.join(map(str, paths))}")
-    where = ", ".join(map(str, paths))
-    current = merged["current-context"]
-    if not current:
-        raise KubeConfigError(f"kubeconfig {where} has no current-context")
-    context = merged["contexts"].get(current)
-    if context is None:
-        raise KubeConfigError(f"kubeconfig {where}: context {current!r} not found")
-    cluster_name, user_name = context.get("cluster"), context.get("user")
-    cluster = merged["clusters"].get(cluster_name) if isinstance(cluster_name, str) else None
-    if cluster is None:
+    config = read_kubeconfig(paths)
+    if config.user_name and config.user is None:
         raise KubeConfigError(
-            f"kubeconfig {where}: cluster {cluster_name!r} of context {current!r} not found"
+            f"kubeconfig: user {config.user_name!r} of context {config.context!r} not found"
         )
-    user: dict[str, Any] = {}
-    if user_name:
-        found = merged["users"].get(user_name) if isinstance(user_name, str) else None
-        if found is None:
-            raise KubeConfigError(f"kubeconfig {where}: user {user_name!r} of context {current!r} not found")
-        user = found
-    _refuse_unknown(cluster, _CLUSTER_FIELDS, f"cluster {cluster_name!r}")
-    _refuse_unknown(user, _USER_FIELDS, f"user {user_name!r}")
-    cluster_dir = origin[("clusters", cluster_name)].parent
-    user_dir = origin[("users", user_name)].parent if user_name else cluster_dir
-
+    cluster, user = config.cluster, config.user or {}
+    _refuse_unknown(cluster, _CLUSTER_FIELDS, f"cluster {config.cluster_name!r}")
+    _refuse_unknown(user, _USER_FIELDS, f"user {config.user_name!r}")
     server = cluster.get("server")
     if not isinstance(server, str) or not server:
-        raise KubeConfigError(f"kubeconfig: cluster {cluster_name!r} has no server")
-    context_ssl = None
-    if server.startswith("https://"):
-        try:
-            context_ssl = _ssl_context(
-                ca_file=_path(cluster, "certificate-authority", cluster_dir),
-                ca_data=_data(cluster, "certificate-authority-data", f"cluster {cluster_name!r}"),
-                insecure=cluster.get("insecure-skip-tls-verify") is True,
-                cert_file=_path(user, "client-certificate", user_dir),
-                cert_data=_data(user, "client-certificate-data", f"user {user_name!r}"),
-                key_file=_path(user, "client-key", user_dir),
-                key_data=_data(user, "client-key-data", f"user {user_name!r}"),
-            )
-        except (OSError, ssl.SSLError) as exc:
-            raise KubeConfigError(
-                f"kubeconfig: cluster {cluster_name!r} / user {user_name!r}: {exc}"
-            ) from None
-    token_file = None
-    token_path = _path(user, "tokenFile", user_dir)
-    if token_path is not None:
-        token_file = FileToken(token_path)  # client-go: the file, re-read, wins over token
+        raise KubeConfigError(f"kubeconfig: cluster {config.cluster_name!r} has no server")
+    token_path = config.user_path("tokenFile")
     token = user.get("token")
     tls_name = cluster.get("tls-server-name")
     return KubeAPI(
         server,
-        ssl_context=context_ssl,
+        ssl_context=_kubeconfig_ssl(config) if server.startswith("https://") else None,
         server_hostname=tls_name if isinstance(tls_name, str) and tls_name else None,
         token=token if isinstance(token, str) and token else None,
-        token_file=token_file,
+        # client-go: the file, re-read, wins over token
+        token_file=FileToken(token_path) if token_path is not None else None,
     )
 
 
-def _read_config(path: Path) -> dict[str, Any]:
+def _kubeconfig_ssl(config: Kubeconfig) -> ssl.SSLContext:
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise KubeConfigError(f"cannot read kubeconfig {path}: {exc.strerror or exc}") from None
-    try:
-        if text.lstrip().startswith("{"):
-            doc = json.loads(text)  # what our tests and tools write; no YAML parser needed
-        else:
-            import yaml
-
-            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-            doc = yaml.load(text, Loader=loader)  # a safe loader: C if built, else Python
-    except ValueError as exc:  # yaml.YAMLError is not one: caught below
-        raise KubeConfigError(f"kubeconfig {path} is not valid JSON: {exc}") from None
-    except Exception as exc:
-        raise KubeConfigError(f"kubeconfig {path} is not valid YAML: {exc}") from None
-    if doc is None:
-        doc = {}
-    if not isinstance(doc, dict):
-        raise KubeConfigError(f"kubeconfig {path} is not a mapping")
-    return doc
+        return _ssl_context(
+            ca_file=config.cluster_path("certificate-authority"),
+            ca_data=config.cluster_data("certificate-authority-data"),
+            insecure=config.cluster.get("insecure-skip-tls-verify") is True,
+            cert_file=config.user_path("client-certificate"),
+            cert_data=config.user_data("client-certificate-data"),
+            key_file=config.user_path("client-key"),
+            key_data=config.user_data("client-key-data"),
+        )
+    except (OSError, ssl.SSLError) as exc:
+        raise KubeConfigError(
+            f"kubeconfig: cluster {config.cluster_name!r} / user {config.user_name!r}: {exc}"
+        ) from None
 
 
-def _refuse_unknown(entry: dict[str, Any], known: set[str], what: str) -> None:
+def _refuse_unknown(entry: Mapping[str, Any], known: set[str], what: str) -> None:
     for key, value in entry.items():
         if key not in known and value not in (None, "", [], {}, False):
             raise KubeConfigError(f"kubeconfig: {what}: {key!r} is not supported by the agent")
-
-
-def _path(entry: dict[str, Any], key: str, base: Path) -> Path | None:
-    value = entry.get(key)
-    if not value:
-        return None
-    if not isinstance(value, str):
-        raise KubeConfigError(f"kubeconfig: {key} must be a path")
-    path = Path(value).expanduser()
-    return path if path.is_absolute() else base / path
-
-
-def _data(entry: dict[str, Any], key: str, what: str) -> bytes | None:
-    value = entry.get(key)
-    if not value:
-        return None
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, TypeError, ValueError):
-        raise KubeConfigError(f"kubeconfig: {what}: {key} is not base64") from None
 
 
 def _ssl_context(

@@ -7,6 +7,7 @@ Data flows one way: watch -> cache -> queue -> reconcile -> API writes. One line
 * ``kubeclient``: the HTTP client on aiohttp every request goes through (auth, TLS, proxy,
   ``User-Agent``, ``ApiException``); no kubernetes-asyncio.
 * ``kubeconfig``: where that client connects and as whom (in-cluster, kubeconfig files).
+* ``kubeconfigfile``: kubeconfig files merged and read (standard library only: the agent's too).
 * ``store``: the thread-safe indexed cache behind an informer, and key and index functions.
 * ``informer``: list+watch into a store (a reflector), fanned out to event handlers.
 * ``informerfactory``: one shared informer per resource type, with per-informer selectors.

@@ -1,5 +1,6 @@
-"""The operator's client configuration (pko.machinery.kubeconfig): in-cluster files and env, and the
-kubeconfig variants it reads itself; a user with a credential plugin goes to kubernetes-asyncio."""
+"""The operator's client configuration (pko.machinery.kubeconfig): in-cluster files and env, and what it
+makes of a kubeconfig's entries; a user with a credential plugin goes to kubernetes-asyncio. Reading the
+files (merging, the current context, broken files): test_kubeconfigfile.py."""
 
 from __future__ import annotations
 
@@ -161,36 +162,11 @@ def test_a_kubeconfig_client_certificate_inline_and_basic_auth(tmp_path: Path) -
         kubeconfig_config(str(lonely))
 
 
-def test_kubeconfig_files_merge_the_first_name_and_current_context_win(tmp_path: Path) -> None:
-    first = kubeconfig(tmp_path / "first", {"server": "https://first:6443"}, {"token": "one"}, name="a")
-    second = tmp_path / "second"
-    second.write_text(
-        json.dumps(
-            {
-                "current-context": "b",
-                "clusters": [
-                    {"name": "a", "cluster": {"server": "https://shadowed:6443"}},
-                    {"name": "b", "cluster": {"server": "https://second:6443"}},
-                ],
-                "users": [{"name": "b", "user": {"token": "two"}}],
-                "contexts": [{"name": "b", "context": {"cluster": "b", "user": "b"}}],
-            }
-        )
-    )
-    cfg = kubeconfig_config(f"{first}:{tmp_path / 'missing'}:{second}")
-    assert cfg is not None and cfg.host == "https://first:6443"
-    assert cfg.credentials == StaticToken("Bearer one")
-    cfg = kubeconfig_config(f"{second}:{first}")
-    assert cfg is not None and cfg.host == "https://second:6443"
-
-
-def test_a_kubeconfig_that_cannot_be_used_says_why(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"no kubeconfig|No such file"):
-        kubeconfig_config(str(tmp_path / "absent"))
-    bad = tmp_path / "bad"
-    bad.write_text(json.dumps({"current-context": "x", "contexts": []}))
-    with pytest.raises(ConfigError, match="current context 'x' does not exist"):
-        kubeconfig_config(str(bad))
+async def test_a_token_file_wins_over_a_token_as_in_client_go(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("from-file\n")
+    both = kubeconfig(tmp_path / "both", {"server": "https://a:1"}, {"token": "inline", "tokenFile": "token"})
+    cfg = kubeconfig_config(str(both))
+    assert cfg is not None and await authorization(cfg.credentials) == "Bearer from-file"
 
 
 def test_a_user_with_a_credential_plugin_is_left_to_kubernetes_asyncio(tmp_path: Path) -> None:
