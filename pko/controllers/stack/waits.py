@@ -15,8 +15,8 @@ wake the Stack:
 - a branch head the git remote did not give (a lookup refused or failed) is asked again;
 - a kind whose CRD is not served, or whose cache is not synced yet (Flux's sources, the
   WorkspaceTemplate): the cache syncing brings no event for the Stacks that wait on it;
-- a policy pack's Flux source: the Flux watch maps a source only to the Stacks whose
-  ``spec.fluxSource`` names it;
+- a policy pack's Flux source: the Flux watch maps a source to the Stacks that name it, not to
+  those a WorkspaceTemplate enforces the pack on (and the resolver does not tell the two apart);
 - a destroy that a terminating namespace blocks (Namespaces are not watched).
 
 The Go operator re-checks each of these every 30 s "as a safety net in case a watch event is
@@ -116,7 +116,7 @@ WAITS: Final[Mapping[Awaited, Wait]] = MappingProxyType(
         ),
         Awaited.PACK_SOURCE: Wait(
             "a policy pack's Flux source, and its artifact",
-            None,  # the Flux watch maps a source to the Stacks whose spec.fluxSource names it only
+            None,  # the Flux watch does not map a source to the Stacks a template enforces its pack on
             SOURCE_UNAVAILABLE_REQUEUE,
         ),
         Awaited.SECRET: Wait(
