@@ -12,7 +12,9 @@ Invariants:
   agent) and a cancel that arrives before the operation's process starts still stops it;
 * a failed operation is a result with a structured Failure, not an exception;
 * an up, refresh or destroy that succeeded leaves no pending operation in the state that it made
-  stale (pendingops); its result lists those it cleared and those that remain.
+  stale (pendingops); its result lists those it cleared and those that remain;
+* an operation stopped by a stale lock of this pod (failures.stale_own_lock) removes it and runs once
+  more in the same operation: one result, naming the lock removed (runneroperations).
 """
 
 from __future__ import annotations

@@ -3,12 +3,19 @@ answer or its failure turned into a result, and the update plan a preview saves 
 
 A failed operation is a result with a structured Failure, not an exception; an up, refresh or
 destroy that succeeded leaves no pending operation in the state that it made stale (stackstate).
+
+An operation stopped by a stale lock of this pod (a dead process of it left the lock: an update
+interrupted by a killed engine, a replaced pod; failures.stale_own_lock) removes the lock and runs
+once more, within the same operation, so it ends with one result, that second attempt's; the result
+names the lock removed and the pending operations the interrupted update left (``removed_lock``).
+Any other lock fails the operation StackLocked, for the operator's retry.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +24,7 @@ from pko.agent import failures, plans, policypacks
 from pko.agent.engineevents import ChangeSet, engine_event_to_json
 from pko.agent.journal import agent_state_dir
 from pko.agent.operations import EventSink, OperationRequest, operation_type
+from pko.agent.pulumicommand import TrackingPulumiCommand
 from pko.agent.runnerresults import (
     capped,
     change_counts,
@@ -41,6 +49,44 @@ if TYPE_CHECKING:
 log = structlog.get_logger("pko.agent.pulumi")
 
 
+def _request_packs(request: OperationRequest) -> list[pb.PolicyPack]:
+    """The policy packs a preview or an up runs (other operations run none)."""
+    return list(request.policy_pack) if isinstance(request, (pb.PreviewRequest, pb.UpRequest)) else []
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One operation as the runner runs it, each attempt alike (see :meth:`RunnerOperations._attempt`)."""
+
+    stack: auto.Stack
+    operation_id: str
+    request: OperationRequest
+    common: dict[str, Any]  # the Automation API call's arguments, but ``on_event``
+    base: pb.OperationResult  # the result, filled in by the attempts
+    started: datetime
+    plan: str | None  # the update plan file a preview saves or an up applies
+    packs: policypacks.PackArgs
+    sink: EventSink
+
+
+class _Attempt:
+    """What one run of an operation's CLI reports, gathered from its engine events as they reach the
+    sink (each attempt of an operation starts afresh; the sink journals every event)."""
+
+    def __init__(self, sink: EventSink) -> None:
+        self.observations = failures.RunObservations()
+        self.changes = ChangeSet()
+        self.policies = policypacks.PolicyObservations()
+        self._sink = sink
+
+    def on_event(self, event: EngineEvent) -> None:
+        data = engine_event_to_json(event)
+        self.observations.observe(data)
+        self.policies.observe(data)
+        self.changes.observe(data)
+        self._sink(data)
+
+
 class RunnerOperations:
     """The operations half of :class:`pko.agent.pulumirunner.PulumiRunner`, which sets these."""
 
@@ -51,21 +97,12 @@ class RunnerOperations:
     _select_lock: threading.Lock
     _plans: plans.PlanStore
     _state: StackState
+    _command: TrackingPulumiCommand
 
     def _run_sync(
         self, stack: auto.Stack, operation_id: str, request: OperationRequest, sink: EventSink
     ) -> pb.OperationResult:
         kind = operation_type(request)
-        observations = failures.RunObservations()
-        changes = ChangeSet()
-        policies = policypacks.PolicyObservations()
-
-        def on_event(event: EngineEvent) -> None:
-            data = engine_event_to_json(event)
-            observations.observe(data)
-            policies.observe(data)
-            changes.observe(data)
-            sink(data)
 
         def on_output(line: str) -> None:
             log.info("pulumi", operation=operation_id, line=line)
@@ -74,7 +111,6 @@ class RunnerOperations:
             log.warning("pulumi", operation=operation_id, line=line)
 
         common: dict[str, Any] = {
-            "on_event": on_event,
             "on_output": on_output,
             "on_error": on_error,
             "color": "never",
@@ -90,7 +126,7 @@ class RunnerOperations:
         plan = self._plan_file(operation_id, request)
         if isinstance(request, pb.UpRequest) and request.plan and plan is None:
             return plan_not_found(base, request.plan, started, self._plans.keep)
-        packs = list(request.policy_pack) if isinstance(request, (pb.PreviewRequest, pb.UpRequest)) else []
+        packs = _request_packs(request)
         config_dir = agent_state_dir(self.settings.work_dir) / "policy-config"
         try:
             env = {**os.environ, **stack.workspace.env_vars}
@@ -99,12 +135,38 @@ class RunnerOperations:
             )
         except ValueError as exc:
             return policypacks.refused(base, str(exc), started)
+        run = _Run(stack, operation_id, request, common, base, started, plan, pack_args, sink)
         try:
-            self._invoke(stack, request, common, base, plan, pack_args)
+            result = self._attempt(run)
+            if result is None:
+                # A stale lock of this pod stopped the first attempt and is removed: the operation runs
+                # once more, as the retry the operator would otherwise schedule would, in this result.
+                log.warning(
+                    "running the operation again after removing a stale lock of this pod",
+                    operation=operation_id,
+                )
+                result = self._attempt(run, last=True)
+            assert result is not None
+            return result
+        finally:
+            pack_args.remove()
+
+    def _attempt(self, run: _Run, *, last: bool = False) -> pb.OperationResult | None:
+        """Run the operation once: its result, or None when a stale lock of this pod stopped it and was
+        removed (recorded in ``removed_lock``), unless this is the ``last`` attempt: the caller then runs
+        it once more. Any other lock, one that could not be removed, or a cancel meanwhile, fails
+        StackLocked as it is."""
+        stack, operation_id, request, base = run.stack, run.operation_id, run.request, run.base
+        attempt = _Attempt(run.sink)
+        observations, policies = attempt.observations, attempt.policies
+        try:
+            self._invoke(
+                stack, request, {**run.common, "on_event": attempt.on_event}, base, run.plan, run.packs
+            )
         except auto_errors.CommandError as exc:
             stdout, stderr = error_text(exc)
             if (
-                plan is not None
+                run.plan is not None
                 and isinstance(request, pb.UpRequest)
                 and observations.applied_silently(stderr)
             ):
@@ -116,39 +178,50 @@ class RunnerOperations:
                     operation=operation_id,
                 )
                 self._read_back(stack, base, stdout, stderr)
-                self._record_outputs(stack, operation_id, common, base)
-                return self._succeeded(stack, operation_id, request, base, changes, started)
-            base.state = pb.OperationState.FAILED
-            self._confirmed = None  # whatever failed, the next selection asks the CLI again
-            base.stdout, base.stderr = capped(stdout), capped(stderr)
-            base.failure = policypacks.failure(
+                self._record_outputs(stack, operation_id, run.common, base)
+                return self._succeeded(stack, operation_id, request, base, attempt.changes, run.started)
+            failure = policypacks.failure(
                 stderr,
                 observations.error_diagnostics,
                 policies,
-                packs,
+                _request_packs(request),
                 self.settings.work_dir,
-                pack_args.paths,
+                run.packs.paths,
                 self.settings.policy_dir,
             ) or self._state.classify(exc, observations, stack)
-            base.summary = pb.UpdateSummary(
-                start_time=started, end_time=datetime.now(UTC), result="failed", message=base.failure.message
-            )
+            if failure.reason == "StackLocked" and not self._command.interrupted:
+                removed = self._state.release_stale_lock(stack, failure)
+                if removed is not None and not last:
+                    base.removed_lock = removed
+                    return None
+                if removed is not None:
+                    failure.message += (
+                        "; it was left by a process of this workspace pod that no longer runs, and has been"
+                        " removed: the next attempt proceeds"
+                    )
+            base.stdout, base.stderr = capped(stdout), capped(stderr)
             base.permalink = permalink(stdout)
-            base.changes = changes.changes()
-            log_changes(operation_id, base.changes)
-            base.pending_operations = list(base.failure.pending_operations)
-            self._settle_plan(operation_id, request, base)
-            log.warning(
-                "operation failed",
-                operation=operation_id,
-                reason=base.failure.reason,
-                message=base.failure.message,
-            )
-            return base
+            return self._failed(run, failure, attempt.changes)
         finally:
             base.policy_violations = policies.violations
-            pack_args.remove()
-        return self._succeeded(stack, operation_id, request, base, changes, started)
+        return self._succeeded(stack, operation_id, request, base, attempt.changes, run.started)
+
+    def _failed(self, run: _Run, failure: pb.Failure, changes: ChangeSet) -> pb.OperationResult:
+        base = run.base
+        base.state = pb.OperationState.FAILED
+        self._confirmed = None  # whatever failed, the next selection asks the CLI again
+        base.failure = failure
+        base.summary = pb.UpdateSummary(
+            start_time=run.started, end_time=datetime.now(UTC), result="failed", message=failure.message
+        )
+        base.changes = changes.changes()
+        log_changes(run.operation_id, base.changes)
+        base.pending_operations = list(failure.pending_operations)
+        self._settle_plan(run.operation_id, run.request, base)
+        log.warning(
+            "operation failed", operation=run.operation_id, reason=failure.reason, message=failure.message
+        )
+        return base
 
     def _succeeded(
         self,

@@ -42,44 +42,41 @@ class StackState:
         observations: failures.RunObservations,
         stack: auto.Stack | None = None,
     ) -> pb.Failure:
+        """The Failure of a failed command; with ``stack``, the pending operations its state holds."""
         stdout, stderr = error_text(exc)
         pending: list[pb.PendingOperation] = []
         if stack is not None:
             pending = self._pending_operations(stack)
-        failure = failures.classify(
+        return failures.classify(
             error_class=type(exc).__name__,
             error_text=f"{stdout}\n{stderr}",  # the CLI writes its error last, on stderr
             observations=observations,
             pending=pending,
         )
-        if stack is not None and failure.reason == "StackLocked":
-            self._release_stale_lock(stack, failure)
-        return failure
 
-    def _release_stale_lock(self, stack: auto.Stack, failure: pb.Failure) -> None:
-        """Remove a lock a dead process of this pod left (``pulumi cancel``), so the retry the
-        operator schedules for StackLocked runs; the failure still reports the lock and the pending
-        operations the interrupted update left, for the user to check those resources."""
+    def release_stale_lock(self, stack: auto.Stack, failure: pb.Failure) -> pb.RemovedLock | None:
+        """Remove the lock of a StackLocked ``failure`` when a dead process of this pod left it
+        (``pulumi cancel``; failures.stale_own_lock): what was removed, with the pending operations the
+        interrupted update left (the failure's), for the user to check those resources; None when the
+        lock is not such a lock, or could not be removed (the failure stands as it is)."""
         lock = failure.lock
-        if lock is None or not failures.stale_own_lock(lock, socket.gethostname(), self._started):
-            return
+        if failure.reason != "StackLocked" or lock is None:
+            return None
+        if not failures.stale_own_lock(lock, socket.gethostname(), self._started):
+            return None
         try:
             stack.cancel()
         except auto_errors.CommandError as exc:
             log.warning("could not remove a stale lock", owner=lock.owner, error=error_text(exc)[1])
-            return
+            return None
+        pending = list(failure.pending_operations)
         log.warning(
-            "removed a stale lock of this pod", owner=lock.owner, pending=len(failure.pending_operations)
+            "removed a stale lock of this pod",
+            owner=lock.owner,
+            acquired=lock.acquired.isoformat() if lock.acquired else "",
+            pending=[f"{p.type} {p.urn}" for p in pending],
         )
-        failure.message += (
-            "; it was left by a process of this workspace pod that no longer runs, and has been removed:"
-            " the next attempt proceeds"
-        )
-        if failure.pending_operations:
-            failure.message += (
-                f" (check the {len(failure.pending_operations)} resource(s) the interrupted update left"
-                " pending: " + ", ".join(p.urn for p in failure.pending_operations) + ")"
-            )
+        return pb.RemovedLock(lock=lock, pending_operations=pending)
 
     def settle_pending(self, stack: auto.Stack, request: OperationRequest, out: pb.OperationResult) -> None:
         """After an up, refresh or destroy that succeeded: clear the pending operations it left stale

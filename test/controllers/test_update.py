@@ -360,12 +360,15 @@ async def test_agent_killed_mid_up_fails_with_a_clear_reason(env: Env) -> None:
     assert update["status"]["message"]
 
 
-async def test_a_create_the_killed_agent_left_pending_is_listed_then_cleared_by_the_up_that_redoes_it(
+async def test_the_lock_and_create_the_killed_agent_left_are_removed_by_the_one_up_that_redoes_it(
     env: Env,
 ) -> None:
-    """The agent killed -9 mid-create: the engine's state keeps a pending create (and its lock). The next
-    up fails StackLocked (the stale lock is removed) with ``status.pendingOperations``; the up after it
-    creates the resource again and the agent clears the now stale record: ``clearedPendingOperations``."""
+    """The agent killed -9 mid-create: the engine's state keeps a pending create, and its lock. While the
+    lock reads as another host's, the next up fails StackLocked with ``status.pendingOperations``, the
+    lock left alone. As this pod's own (taken before the agent restarted), the next up removes it and
+    runs again within the same Update, which succeeds: its message and a ``StaleLockRemoved`` Event name
+    the lock and the pending create, and the agent clears the now stale record
+    (``clearedPendingOperations``)."""
     ws = await env.workspace("pending", SLOW_PROGRAM.format(name="pending", seconds=15))
     wait = {"urn": "urn:pulumi:dev::pending::test:index:Hang::wait", "type": "creating"}
     killed = await env.wait_running(await env.create_update(ws, "up"))
@@ -373,16 +376,33 @@ async def test_a_create_the_killed_agent_left_pending_is_listed_then_cleared_by_
     assert env.kubelet.kill(f"{env.ns}/pending-workspace-0", "pulumi", signal.SIGKILL), env.kubelet.describe()
     assert condition(await env.wait_complete(killed, within=240), "Failed")["reason"] == "AgentRestarted"
 
+    backend = Path(env.kubelet.pulumi.backend_url.removeprefix("file://"))
+    (lock_file,) = (backend / ".pulumi" / "locks" / "organization" / "pending" / "dev").glob("*.json")
+    lock = json.loads(lock_file.read_text())
+    lock_file.write_text(json.dumps({**lock, "hostname": "laptop"}))
     locked = await env.wait_complete(await env.create_update(ws, "up"), within=240)
     assert condition(locked, "Failed")["reason"] == "StackLocked", locked["status"]
+    assert "@laptop (pid " in locked["status"]["message"], locked["status"]
+    assert "removed" not in locked["status"]["message"], locked["status"]
     assert locked["status"]["pendingOperations"] == [wait], locked["status"]
     assert "clearedPendingOperations" not in locked["status"]
+    assert lock_file.exists()
 
+    lock_file.write_text(json.dumps(lock))
     redone = await env.wait_complete(await env.create_update(ws, "up"), within=240)
     assert_succeeded(redone)
+    message = redone["status"]["message"]
+    assert f"removed the stack's lock held by {lock['username']}@{lock['hostname']}" in message, message
+    assert f"creating {wait['urn']}" in message, message
     assert redone["status"]["clearedPendingOperations"] == [wait], redone["status"]
     assert "pendingOperations" not in redone["status"]
-    backend = Path(env.kubelet.pulumi.backend_url.removeprefix("file://"))
+    name = redone["metadata"]["name"]
+    events = await env.events_for(name, reason="StaleLockRemoved")
+    (removed,) = [e for e in events if e["reason"] == "StaleLockRemoved"]
+    assert removed["type"] == "Warning" and wait["urn"] in removed["message"], removed
+    events = await env.events_for(name, reason="UpdateSucceeded")
+    assert [e["reason"] for e in events if e["reason"].startswith("Update")] == ["UpdateSucceeded"], events
+    assert not lock_file.exists()
     checkpoint = json.loads((backend / ".pulumi" / "stacks" / "pending" / "dev.json").read_text())
     latest = checkpoint["checkpoint"]["latest"]
     assert not latest.get("pending_operations"), latest

@@ -153,6 +153,28 @@ def test_a_pending_result_is_written_without_keeping_it_again() -> None:
     assert plan.result == Result.done()
 
 
+def test_a_result_after_removing_a_stale_lock_is_a_warning_event_naming_it() -> None:
+    removed = pb.RemovedLock(
+        lock=pb.LockInfo(owner="pulumi@web-workspace-0 (pid 31)"),
+        pending_operations=[
+            pb.PendingOperation(urn="urn:pulumi:dev::p::test:index:Hang::wait", type="creating")
+        ],
+    )
+    for result in (succeeded(removed_lock=removed), failed_result()):
+        if result.state == pb.OperationState.FAILED:
+            result.removed_lock = removed
+        plan = decide(observed(running(make_update()), outcome=Outcome(UID, result=result)))
+        note = us.removed_lock_note(result)
+        assert "pulumi@web-workspace-0 (pid 31)" in note and "test:index:Hang::wait" in note, note
+        events = [w for w in plan.writes if isinstance(w, Emit)]
+        assert events[-1] == Emit("Warning", "StaleLockRemoved", note), events
+        assert len(events) == 2 and events[0].reason in {"UpdateSucceeded", "UpdateFailed"}, events
+        (log,) = [w for w in plan.writes if isinstance(w, Log)]
+        assert log.fields["removedLock"] == note, log
+    plan = decide(observed(running(make_update()), outcome=Outcome(UID, result=succeeded())))
+    assert not [w for w in plan.writes if isinstance(w, Emit) and w.reason == "StaleLockRemoved"]
+
+
 def test_a_pending_failure_without_outputs_writes_no_secret() -> None:
     update = running(make_update(type="preview"))
     outcome = Outcome(UID, result=failed_result())

@@ -151,6 +151,40 @@ def test_result_message_lock_and_pending_operations() -> None:
     assert us.failed_reason(result) == "StackLocked"
 
 
+REMOVED = pb.RemovedLock(
+    lock=pb.LockInfo(
+        owner="pulumi@web-workspace-0 (pid 31)",
+        location="file:///locks/x.json",
+        acquired=datetime(2025, 1, 2, 2, 59, 0, tzinfo=UTC),
+    ),
+    pending_operations=[pb.PendingOperation(urn=STEP2, type="creating")],
+)
+
+
+def test_a_success_after_removing_a_stale_lock_says_whose_and_what_its_update_left() -> None:
+    status = us.result_status(make_update(), succeeded(removed_lock=REMOVED), None, NOW)
+    note, summary = status["message"].splitlines()
+    assert note.startswith(
+        "removed the stack's lock held by pulumi@web-workspace-0 (pid 31), taken at 2025-01-02T02:59:00Z: "
+    ), note
+    assert note.endswith(f"left 1 pending operation(s), check each resource: creating {STEP2}"), note
+    assert summary == "deploy it"
+    assert cond(status, "Failed") == ("False", "UpdateSucceeded")
+    # Nothing removed, nothing said; a lock with no pending operations, none listed.
+    assert us.result_status(make_update(), succeeded(), None, NOW)["message"] == "deploy it"
+    bare = us.removed_lock_note(succeeded(removed_lock=pb.RemovedLock(lock=pb.LockInfo(owner="a@b"))))
+    assert bare.startswith("removed the stack's lock held by a@b: ") and "pending" not in bare, bare
+
+
+def test_a_failure_after_removing_a_stale_lock_keeps_its_own_message_first() -> None:
+    result = failed("ProgramError", message="boom", detail="error: boom")
+    result.removed_lock = REMOVED
+    status = us.result_status(make_update(), result, None, NOW)
+    lines = status["message"].splitlines()
+    assert lines[0] == "boom" and lines[1] == us.removed_lock_note(result), lines
+    assert get_condition(status["conditions"], "Failed")["message"] == "boom"
+
+
 @pytest.mark.parametrize(
     ("state", "reason", "expected"),
     [

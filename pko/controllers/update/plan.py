@@ -451,6 +451,9 @@ def plan_record(update: Obj, outcome: Outcome, now: datetime, *, keep: bool = Tr
         utype = (update.get("spec") or {}).get("type") or "update"
         reason = us.failed_reason(result)
         fields: dict[str, Any] = {"update": key, "operation": uid, "type": utype, "reason": reason}
+        note = us.removed_lock_note(result)
+        if note:
+            fields["removedLock"] = note
         if result.state == pb.OperationState.SUCCEEDED:
             writes += [
                 Log("update succeeded", fields),
@@ -463,6 +466,10 @@ def plan_record(update: Obj, outcome: Outcome, now: datetime, *, keep: bool = Tr
                 Log("update failed", {**fields, "message": message}),
                 Emit("Warning", "UpdateFailed", f"{utype} failed ({reason}): {first}"),
             ]
+        if note:
+            # A stale lock of the workspace pod stopped the operation's first attempt: whose, and what
+            # the update it interrupted left, whatever the attempt after it did.
+            writes.append(Emit("Warning", "StaleLockRemoved", note))
     else:
         reason, message = outcome.reason, outcome.message
         writes += [

@@ -59,6 +59,7 @@ __all__ = [
     "outputs_secret",
     "outputs_secret_name",
     "plan_problem",
+    "removed_lock_note",
     "result_message",
     "result_status",
     "sanitize_output_key",
@@ -189,16 +190,54 @@ def _cap(message: str) -> str:
     return cap_tail(message, MESSAGE_MAX_CHARS)
 
 
+def _listed_pending(pending: list[pb.PendingOperation]) -> str:
+    listed = ", ".join(f"{op.type} {op.urn}" for op in pending[:_MAX_PENDING_LISTED])
+    more = f" and {len(pending) - _MAX_PENDING_LISTED} more" if len(pending) > _MAX_PENDING_LISTED else ""
+    return listed + more
+
+
+def removed_lock_note(result: pb.OperationResult) -> str:
+    """What the agent says when a stale lock of the workspace pod stopped the operation's first
+    attempt (``removed_lock``: it removed the lock and ran the operation once more): whose lock, taken
+    when, and the pending operations the update it interrupted left, whose resources the user checks;
+    "" when no lock was removed."""
+    removed = result.removed_lock
+    if removed is None:
+        return ""
+    lock = removed.lock or pb.LockInfo()
+    owner = lock.owner or "an unknown owner"
+    when = _timestamp(lock.acquired)
+    taken = f", taken at {when}" if when else ""
+    note = (
+        f"removed the stack's lock held by {owner}{taken}: a process of this workspace pod that no "
+        "longer runs (an update it interrupted), so the operation ran again"
+    )
+    pending = list(removed.pending_operations)
+    if pending:
+        note += (
+            f"; that update left {len(pending)} pending operation(s), check each resource: "
+            + _listed_pending(pending)
+        )
+    return note
+
+
 def result_message(result: pb.OperationResult) -> str:
     """``status.message``: for a failure, its message, the lock owner and pending operations the agent
-    reported, then the last lines of Pulumi's error output (never the whole log)."""
+    reported, then the last lines of Pulumi's error output (never the whole log); for a success, the
+    update's message. When the agent removed a stale lock of the workspace pod to run the operation,
+    which lock and what the update it interrupted left (:func:`removed_lock_note`): first for a
+    success, after the failure's own message for a failure."""
     failure = result.failure
+    note = removed_lock_note(result)
     if result.state == pb.OperationState.SUCCEEDED or failure is None:
         summary = result.summary.message if result.summary is not None else ""
         if result.state == pb.OperationState.SUCCEEDED:
-            return cap_head(summary, MESSAGE_MAX_CHARS)
-        return _cap("\n".join(_tail(result.stderr)) or summary or "the operation failed")
+            return cap_head("\n".join(line for line in (note, summary) if line), MESSAGE_MAX_CHARS)
+        tail = "\n".join(_tail(result.stderr)) or summary or "the operation failed"
+        return _cap("\n".join(line for line in (note, tail) if line))
     lines: list[str] = [failure.message] if failure.message else []
+    if note:
+        lines.append(note)
     if failure.lock is not None and (failure.lock.owner or failure.lock.location):
         held = f"lock held by {failure.lock.owner or 'an unknown owner'}"
         if failure.lock.location:
@@ -206,9 +245,7 @@ def result_message(result: pb.OperationResult) -> str:
         lines.append(held)
     pending = list(failure.pending_operations)
     if pending:
-        listed = ", ".join(f"{op.type} {op.urn}" for op in pending[:_MAX_PENDING_LISTED])
-        more = f" and {len(pending) - _MAX_PENDING_LISTED} more" if len(pending) > _MAX_PENDING_LISTED else ""
-        lines.append(f"pending operations: {listed}{more}")
+        lines.append(f"pending operations: {_listed_pending(pending)}")
     detail = [line for line in _tail(failure.detail or result.stderr) if line not in lines]
     lines.extend(detail)
     return _cap("\n".join(lines) or "the operation failed")

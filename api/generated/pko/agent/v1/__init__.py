@@ -33,6 +33,7 @@ __all__ = (
     "PulumiVersionRequest",
     "PulumiVersionResult",
     "RefreshRequest",
+    "RemovedLock",
     "ResourceChange",
     "SelectStackRequest",
     "SelectStackResult",
@@ -508,6 +509,16 @@ class OperationResult(betterproto2.Message):
     What the policy packs of a preview or an up reported, in the engine's order, each once.
     """
 
+    removed_lock: "RemovedLock | None" = betterproto2.field(
+        16, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    The stack's lock the agent removed when it stopped this operation's first attempt: left by a
+    process of this workspace pod that no longer runs (agent/failures.py stale_own_lock: an update
+    interrupted by a killed engine or a replaced pod). The agent then ran the operation once more,
+    within this operation: this result is that second attempt's. Absent when no lock was removed.
+    """
+
 
 default_message_pool.register_message(
     "pko.agent.v1", "OperationResult", OperationResult
@@ -769,6 +780,31 @@ class RefreshRequest(betterproto2.Message):
 
 
 default_message_pool.register_message("pko.agent.v1", "RefreshRequest", RefreshRequest)
+
+
+@dataclass(eq=False, repr=False)
+class RemovedLock(betterproto2.Message):
+    """
+    A stale lock of the workspace pod the agent removed (`pulumi cancel`), and what the update that
+    held it left unfinished.
+    """
+
+    lock: "LockInfo | None" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    pending_operations: "list[PendingOperation]" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    The pending operations the stack's state held when the lock was found: the steps the interrupted
+    update started and never saw finish. Each resource's fate is unknown to Pulumi: check it.
+    OperationResult.pending_operations and cleared_pending_operations say which remain and which the
+    agent cleared after this operation.
+    """
+
+
+default_message_pool.register_message("pko.agent.v1", "RemovedLock", RemovedLock)
 
 
 @dataclass(eq=False, repr=False)
