@@ -21,11 +21,21 @@ from pko.controllers.options import ControllerOptions
 from pko.controllers.stack.ensure import plan_update
 from pko.controllers.stack.kinds import spec_kind
 from pko.controllers.stack.policypacks import enforced_packs, git_packs, packs_digest
+from pko.controllers.stack.templates import index_workspace_template
 from pko.controllers.stack.updateobject import Run, build_update
-from pko.controllers.stack.watches import flux_key, index_flux
+from pko.controllers.stack.watches import (
+    INDEX_FLUX,
+    INDEX_TEMPLATE_FLUX,
+    INDEX_WORKSPACE_TEMPLATE,
+    flux_key,
+    flux_source_stacks,
+    index_flux,
+    index_template_flux,
+)
 from pko.controllers.stack.workspaceobject import PackRevision, build_workspace, pack_commits
 from pko.controllers.update.status import operation_request
 from pko.controllers.workspace.workloads import desired_statefulset, parse_spec
+from pko.machinery.store import Indexer
 
 from .builders import workspace
 
@@ -158,3 +168,39 @@ def test_a_flux_sources_event_wakes_the_stacks_whose_packs_read_it() -> None:
     ]
     twice = stack(policyPacks=[FLUXED, {**FLUXED, "name": "again"}]).wire()
     assert index_flux(twice) == [flux_key("apps", REF["apiVersion"], "GitRepository", "packs")]
+
+
+def named(namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"namespace": namespace, "name": name}, "spec": spec}
+
+
+def test_a_flux_sources_event_wakes_the_stacks_a_template_enforces_a_pack_from_it_on() -> None:
+    template_spec = {"policyPacks": [FLUXED, GIT_PACK, {**FLUXED, "name": "again"}]}
+    assert index_template_flux(named("apps", "platform", template_spec)) == [
+        flux_key(None, REF["apiVersion"], "GitRepository", "packs")
+    ]
+    templates = Indexer(indexers={INDEX_TEMPLATE_FLUX: index_template_flux})
+    templates.add(named("apps", "platform", template_spec))  # referenced by Stacks of apps
+    templates.add(named("pko", "default", {"policyPacks": [FLUXED]}))  # the operator's default
+    templates.add(named("apps", "plain", {"policyPacks": [GIT_PACK]}))
+    stacks = Indexer(indexers={INDEX_FLUX: index_flux, INDEX_WORKSPACE_TEMPLATE: index_workspace_template})
+    ref = {"workspaceTemplateRef": {"name": "platform"}}
+    stacks.add(named("apps", "web", ref))
+    stacks.add(named("apps", "plain", {"workspaceTemplateRef": {"name": "plain"}}))
+    stacks.add(named("apps", "own", {"policyPacks": [FLUXED]}))
+    stacks.add(named("other", "web", {}))
+    source = flux_key("apps", REF["apiVersion"], "GitRepository", "packs")
+    # the Stack that names it, then those built with a template enforcing a pack from it
+    assert flux_source_stacks(source, stacks, templates, None) == ["apps/own", "apps/web"]
+    # the default template's: every Stack of the source's namespace, none of another
+    assert sorted(flux_source_stacks(source, stacks, templates, "pko/default")) == [
+        "apps/own",
+        "apps/plain",
+        "apps/web",
+    ]
+    elsewhere = flux_key("other", REF["apiVersion"], "GitRepository", "packs")
+    assert flux_source_stacks(elsewhere, stacks, templates, "pko/default") == ["other/web"]
+    assert flux_source_stacks(elsewhere, stacks, templates, None) == []
+    unrelated = flux_key("apps", REF["apiVersion"], "GitRepository", "app")
+    assert flux_source_stacks(unrelated, stacks, templates, "pko/default") == []
+    assert flux_source_stacks(source, stacks, None, "pko/default") == ["apps/own"]  # kind not served

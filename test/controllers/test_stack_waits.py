@@ -1,6 +1,6 @@
 """A waiting Stack's requeue, wait by wait (pure; issue 44): no timer where a watch wakes the Stack
-(a missing Program or Flux source, its artifact, a prerequisite, its Workspace), a timer where
-nothing watches (a Secret, a failed branch lookup, a kind not served, a pack's Flux source, a
+(a missing Program or Flux source, its artifact, a pack's Flux source, a prerequisite, its
+Workspace), a timer where nothing watches (a Secret, a failed branch lookup, a kind not served, a
 terminating namespace). The real-apiserver side: test_stack_waits_cluster.py."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ SOURCE_WAITS: list[tuple[Awaited, Obj, float | None]] = [
     (Awaited.FLUX_SOURCE, FLUX, None),  # the Flux watch: created, a new artifact, Ready while none
     (Awaited.SPEC, GIT, None),  # refused as written: the Stack's own watch (a new generation)
     (Awaited.FLUX_KIND, FLUX, 30.0),  # the kind's cache syncing brings no event
-    (Awaited.PACK_SOURCE, {}, 30.0),  # no watch maps a pack's Flux source to its Stacks
+    (Awaited.PACK_SOURCE, {}, None),  # the Flux watch, by the Stack's packs or its templates'
     (Awaited.GIT_REMOTE, GIT, 30.0),  # a branch lookup that failed: nothing to watch
     (Awaited.SECRET, GIT, 120.0),  # Secrets are read, never watched (issue 46)
 ]

@@ -110,6 +110,7 @@ from pko.controllers.stack.watches import (
     INDEX_FLUX,
     INDEX_PREREQUISITE,
     INDEX_PROGRAM,
+    INDEX_TEMPLATE_FLUX,
     INDEX_UPDATES_BY_STACK,
     INDEX_WORKSPACE_TEMPLATE,
     STACK_PREDICATE,
@@ -117,10 +118,12 @@ from pko.controllers.stack.watches import (
     artifact_predicate,
     flux_key,
     flux_source_predicate,
+    flux_source_stacks,
     generation_changed,
     index_flux,
     index_prerequisites,
     index_program,
+    index_template_flux,
     index_updates_by_stack,
     metadata_of,
     namespace_of,
@@ -524,6 +527,8 @@ def setup(manager: Manager, options: ControllerOptions | None = None, **kwargs: 
             WORKSPACE_TEMPLATES, _template_mapper(reconciler), predicate=generation_changed, optional=True
         )
     )
+    # The packs' Flux sources each template enforces (the Flux watch's way to the Stacks built with it).
+    manager.informer(WORKSPACE_TEMPLATES, indexers={INDEX_TEMPLATE_FLUX: index_template_flux})
     for resource in FLUX_SOURCES:
         builder.watches(
             resource, _flux_mapper(reconciler, resource), predicate=flux_source_predicate, optional=True
@@ -546,14 +551,16 @@ def _template_mapper(reconciler: StackReconciler) -> Callable[[Obj], list[str]]:
 
 
 def _flux_mapper(reconciler: StackReconciler, resource: Resource) -> Callable[[Obj], list[str]]:
-    """A Flux source's event -> the Stacks whose fluxSource names it."""
-    index = reconciler.stacks.indexer
+    """A Flux source's event -> the Stacks that read it: their fluxSource or a policy pack's, their
+    own or one their WorkspaceTemplates enforce (watches.flux_source_stacks)."""
+    manager = reconciler.manager
 
     def keys(obj: Obj) -> list[str]:
         key = flux_key(
             namespace_of(obj), resource.api_version, resource.kind, str(metadata_of(obj).get("name"))
         )
-        return index.index_keys(INDEX_FLUX, key)
+        templates = manager.informer(WORKSPACE_TEMPLATES).indexer
+        return flux_source_stacks(key, reconciler.stacks.indexer, templates, reconciler.default_template)
 
     return keys
 

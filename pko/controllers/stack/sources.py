@@ -95,9 +95,10 @@ class SourceResolver:
         if pack.flux_source is not None:
             found = self._flux_artifact(stack.metadata.namespace, pack.flux_source)
             if isinstance(found, Unresolved):
-                # The Flux watch wakes a Stack for its own packs' sources (watches.index_flux), not for
-                # those a WorkspaceTemplate enforces: looked at again on a timer.
-                awaits = Awaited.PACK_SOURCE if found.awaits is not Awaited.SPEC else found.awaits
+                # The Flux watch wakes the Stack for its packs' sources, its own and those its
+                # WorkspaceTemplates enforce (watches.flux_source_stacks); a kind not served keeps its
+                # timer (FLUX_KIND), as for the program's source.
+                awaits = Awaited.PACK_SOURCE if found.awaits is Awaited.FLUX_SOURCE else found.awaits
                 return dataclasses.replace(found, message=f"{named}: {found.message}", awaits=awaits)
             artifact, _ = found
             return PackRevision(pack.name, artifact.url, artifact.digest, artifact.dir, artifact=True)

@@ -15,8 +15,6 @@ wake the Stack:
 - a branch head the git remote did not give (a lookup refused or failed) is asked again;
 - a kind whose CRD is not served, or whose cache is not synced yet (Flux's sources, the
   WorkspaceTemplate): the cache syncing brings no event for the Stacks that wait on it;
-- a policy pack's Flux source: the Flux watch maps a source to the Stacks that name it, not to
-  those a WorkspaceTemplate enforces the pack on (and the resolver does not tell the two apart);
 - a destroy that a terminating namespace blocks (Namespaces are not watched).
 
 The Go operator re-checks each of these every 30 s "as a safety net in case a watch event is
@@ -115,9 +113,11 @@ WAITS: Final[Mapping[Awaited, Wait]] = MappingProxyType(
             SOURCE_UNAVAILABLE_REQUEUE,
         ),
         Awaited.PACK_SOURCE: Wait(
-            "a policy pack's Flux source, and its artifact",
-            None,  # the Flux watch does not map a source to the Stacks a template enforces its pack on
-            SOURCE_UNAVAILABLE_REQUEUE,
+            "a policy pack's Flux source, and its artifact (the Stack's own pack, or one its "
+            "WorkspaceTemplates enforce)",
+            "Flux sources, by the Stacks whose packs read them and by the WorkspaceTemplates that "
+            "enforce such packs (then the Stacks built with those): as for spec.fluxSource",
+            None,
         ),
         Awaited.SECRET: Wait(
             "a Secret (or a key in it) the Stack's git credentials name",

@@ -4,10 +4,11 @@ The indexes (Stacks by Program, by prerequisite, by Flux source; Updates by Stac
 predicates mirror the Go operator's SetupWithManager: a Stack reconciles on a new generation
 (not the one its own finalizer causes), a changed reconciliation request or a deletion; on its
 Workspace becoming Ready or Stalled; on its Update completing (or vanishing); on its Program or
-Flux source getting a new artifact; and on a prerequisite becoming Ready. pko also passes a Flux
-source's Ready condition changing while it has no artifact (the Stack's message quotes it): a
-Stack waiting on its source looks again on these events only, with no timer
-(:mod:`~pko.controllers.stack.waits`).
+Flux source getting a new artifact; and on a prerequisite becoming Ready. A policy pack's Flux
+source wakes the Stacks whose packs read it, their own or those their WorkspaceTemplates enforce
+(:func:`flux_source_stacks`). pko also passes a Flux source's Ready condition changing while it has
+no artifact (the Stack's message quotes it): a Stack waiting on its source looks again on these
+events only, with no timer (:mod:`~pko.controllers.stack.waits`).
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ from pko.machinery.manager import Manager
 from pko.machinery.objects import has_finalizer
 from pko.machinery.predicates import and_, annotation_changed, deletion_started, not_, or_
 from pko.machinery.resource import Obj, Resource
-from pko.machinery.store import DeletedFinalStateUnknown, object_key, split_key
+from pko.machinery.store import DeletedFinalStateUnknown, Indexer, object_key, split_key
 
 __all__ = [
     "FLUX_SOURCES",
     "INDEX_FLUX",
     "INDEX_PREREQUISITE",
     "INDEX_PROGRAM",
+    "INDEX_TEMPLATE_FLUX",
     "INDEX_UPDATES_BY_STACK",
     "INDEX_WORKSPACE_TEMPLATE",
     "STACK_PREDICATE",
@@ -47,10 +49,12 @@ __all__ = [
     "artifact_predicate",
     "flux_key",
     "flux_source_predicate",
+    "flux_source_stacks",
     "generation_changed",
     "index_flux",
     "index_prerequisites",
     "index_program",
+    "index_template_flux",
     "index_updates_by_stack",
     "metadata_of",
     "namespace_of",
@@ -77,6 +81,7 @@ INDEX_PREREQUISITE: Final = "stack-prerequisite"
 INDEX_FLUX: Final = "stack-flux-source"
 INDEX_UPDATES_BY_STACK: Final = "update-stack"
 INDEX_WORKSPACE_TEMPLATE: Final = "stack-workspace-template"
+INDEX_TEMPLATE_FLUX: Final = "workspace-template-flux-source"
 
 
 # --- indexes ---------------------------------------------------------------------------------
@@ -111,23 +116,57 @@ def flux_key(namespace: str | None, api_version: str, kind: str, name: str) -> s
     return f"{namespace or ''}/{group}/{kind}/{name}"
 
 
-def index_flux(obj: Obj) -> list[str]:
-    """The Flux sources a Stack reads: its program's ``spec.fluxSource`` and its policy packs' (its own
-    and its ``updateTemplate``'s); a pack enforced by a WorkspaceTemplate is read at the next resync."""
-    spec = obj.get("spec") or {}
-    packs = [
-        *(spec.get("policyPacks") or []),
-        *(((spec.get("updateTemplate") or {}).get("spec") or {}).get("policyPacks") or []),
-    ]
+def _flux_refs(sources: list[Any], namespace: str | None) -> list[str]:
+    """The :func:`flux_key` of each ``fluxSource`` of ``sources`` that names one, once each."""
     keys: list[str] = []
-    for source in [spec.get("fluxSource"), *(p.get("fluxSource") for p in packs if isinstance(p, dict))]:
+    for source in sources:
         ref = (source or {}).get("sourceRef") or {}
         if ref.get("name") and ref.get("kind"):
-            key = flux_key(
-                namespace_of(obj), str(ref.get("apiVersion", "")), str(ref["kind"]), str(ref["name"])
-            )
+            key = flux_key(namespace, str(ref.get("apiVersion", "")), str(ref["kind"]), str(ref["name"]))
             keys += [] if key in keys else [key]
     return keys
+
+
+def _pack_sources(packs: Any) -> list[Any]:
+    return [p.get("fluxSource") for p in packs or [] if isinstance(p, dict)]
+
+
+def index_flux(obj: Obj) -> list[str]:
+    """The Flux sources a Stack reads: its program's ``spec.fluxSource`` and its policy packs' (its own
+    and its ``updateTemplate``'s); the packs a WorkspaceTemplate enforces: :func:`index_template_flux`."""
+    spec = obj.get("spec") or {}
+    templated = ((spec.get("updateTemplate") or {}).get("spec") or {}).get("policyPacks")
+    sources = [spec.get("fluxSource"), *_pack_sources(spec.get("policyPacks")), *_pack_sources(templated)]
+    return _flux_refs(sources, namespace_of(obj))
+
+
+def index_template_flux(obj: Obj) -> list[str]:
+    """WorkspaceTemplates by the Flux sources of the packs they enforce (``spec.policyPacks``): a
+    :func:`flux_key` with no namespace, as a pack's source is read in each Stack's own namespace."""
+    return _flux_refs(_pack_sources((obj.get("spec") or {}).get("policyPacks")), None)
+
+
+def flux_source_stacks(
+    key: str, stacks: Indexer, templates: Indexer | None, default_template: str | None
+) -> list[str]:
+    """The Stacks a Flux source's event (its :func:`flux_key`) wakes: those that name it
+    (:data:`INDEX_FLUX`) and, in its namespace, those built with a WorkspaceTemplate that enforces a
+    pack read from it (:data:`INDEX_TEMPLATE_FLUX`): every Stack of the namespace for the operator's
+    default template, the Stacks that reference any other (:data:`INDEX_WORKSPACE_TEMPLATE`)."""
+    keys = stacks.index_keys(INDEX_FLUX, key)
+    namespace, _, rest = key.partition("/")
+    enforcing = templates.index_keys(INDEX_TEMPLATE_FLUX, "/" + rest) if templates is not None else []
+    if not enforcing:
+        return keys
+    found = dict.fromkeys(keys)
+    for template in enforcing:
+        named = (
+            stacks.list_keys()
+            if template == default_template
+            else stacks.index_keys(INDEX_WORKSPACE_TEMPLATE, template)
+        )
+        found.update(dict.fromkeys(k for k in named if (split_key(k)[0] or "") == namespace))
+    return list(found)
 
 
 def index_updates_by_stack(obj: Obj) -> list[str]:
