@@ -18,9 +18,11 @@ from pko.api.workspace import PolicyPackSource
 from pydantic import ValidationError
 
 from pko.controllers.options import ControllerOptions
+from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack.ensure import plan_update
 from pko.controllers.stack.kinds import spec_kind
 from pko.controllers.stack.policypacks import enforced_packs, git_packs, packs_digest
+from pko.controllers.stack.status import plan_sync, record_succeeded
 from pko.controllers.stack.templates import index_workspace_template
 from pko.controllers.stack.updateobject import Run, build_update
 from pko.controllers.stack.watches import (
@@ -149,7 +151,15 @@ def test_a_new_artifact_digest_of_a_pack_is_a_new_digest_the_stack_records() -> 
     plan_update(s.wire(), s, status, ws, run=run, commit="abc", now=NOW, created=NOW, deleting=False)
     recorded = status["currentUpdate"]["policyPacksDigest"]
     assert recorded == packs_digest((), {"platform": DIGEST})
-    assert packs_digest((), {"platform": "sha256:" + "b" * 64}) != recorded
+    moved = packs_digest((), {"platform": "sha256:" + "b" * 64})
+    assert moved != recorded
+    record_succeeded(
+        status, status["currentUpdate"], {"metadata": {"name": "web-1"}, "spec": {"type": "up"}}, None, NOW
+    )
+    obj, settings = s.wire(), RetrySettings()
+    assert plan_sync(obj, s.spec, status, "abc", NOW, settings, packs_digest=recorded).synced
+    decision = plan_sync(obj, s.spec, status, "abc", NOW, settings, packs_digest=moved)
+    assert not decision.synced and "a pack's Flux artifact digest" in decision.message
 
 
 def test_a_flux_sources_event_wakes_the_stacks_whose_packs_read_it() -> None:

@@ -520,7 +520,11 @@ def plan_sync(
     if (last.get("reconcileRequest") or "") != request:
         return SyncDecision(False, f'Sync request: "{request}"')
     if not deleting and (last.get("policyPacksDigest") or "") != packs_digest:
-        changed = "Enforced policy packs changed (WorkspaceTemplate spec.policyPacks), or a pack's git commit"
+        # One digest covers them all (policypacks.packs_digest): the message names each thing it covers.
+        changed = (
+            "Enforced policy packs changed (WorkspaceTemplate spec.policyPacks), a pack's git commit, "
+            "or a pack's Flux artifact digest"
+        )
         return SyncDecision(False, changed)
     resync = float(spec.resync_frequency())
     state = last.get("state")
