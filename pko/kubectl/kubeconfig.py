@@ -1,40 +1,32 @@
 """The user's kubeconfig, read as kubectl reads it: which files, which context, which namespace.
 
 kubectl's rules (client-go ``clientcmd``): ``--kubeconfig`` names one file; else ``$KUBECONFIG``
-lists files (``:``-separated; missing ones are skipped) merged so that the first file to name a
-cluster, user or context wins, and the first to set ``current-context`` wins; else
-``~/.kube/config``; with none of those, inside a pod, the in-cluster config. ``--context``
+lists files (``:``-separated; missing ones are skipped); else ``~/.kube/config``; with none of
+those, inside a pod, the in-cluster config. The files are read and merged by
+:mod:`pko.machinery.kubeconfigfile`, the operator's and the agent's reader too (the first file to
+name a cluster, user or context wins, and the first to set ``current-context``); ``--context``
 overrides the current context, and the default namespace is the context's (``default`` when it
-sets none). The cluster and user of the context are then the first of their names too, and
-:mod:`pko.kubectl.credentials` turns them into an endpoint (tokens, certificates, exec plugins).
+sets none). :mod:`pko.kubectl.credentials` turns the context's cluster and user into an endpoint
+(tokens, certificates, exec plugins).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
-
-import yaml
+from typing import Final
 
 from pko.kubectl.apiserver import Endpoint
 from pko.kubectl.credentials import endpoint, in_cluster_endpoint
 from pko.kubectl.exitcodes import ExitCode, PluginError
+from pko.machinery.kubeconfigfile import ConfigError, ContextError, kubeconfig_paths, read_kubeconfig
 
-__all__ = ["Connection", "Selection", "kubeconfig_files", "load", "named", "select_context"]
+__all__ = ["Connection", "kubeconfig_files", "load"]
 
 DEFAULT_NAMESPACE: Final = "default"
 _SA_NAMESPACE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-@dataclass(frozen=True, slots=True)
-class Selection:
-    """The context to use and its default namespace."""
-
-    context: str
-    namespace: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,30 +45,8 @@ def kubeconfig_files(flag: str | None, environ: Mapping[str, str], home: Path) -
             raise PluginError(ExitCode.USAGE, f"--kubeconfig {flag}: no such file")
         return [path]
     listed = environ.get("KUBECONFIG", "")
-    if listed:
-        paths = [Path(p).expanduser() for p in listed.split(os.pathsep) if p]
-    else:
-        paths = [home / ".kube" / "config"]
+    paths = kubeconfig_paths(listed) if listed else [home / ".kube" / "config"]
     return list(dict.fromkeys(p for p in paths if p.is_file()))
-
-
-def select_context(configs: Sequence[Mapping[str, Any]], requested: str | None) -> Selection:
-    """The context (``requested``, else the first ``current-context`` set) and its namespace, from
-    the parsed files in order (the first context of a name wins)."""
-    contexts: dict[str, Mapping[str, Any]] = {}
-    current = ""
-    for config in configs:
-        for entry in config.get("contexts") or []:
-            if isinstance(entry, Mapping) and entry.get("name") and entry["name"] not in contexts:
-                contexts[str(entry["name"])] = entry.get("context") or {}
-        current = current or str(config.get("current-context") or "")
-    name = requested or current
-    if not name:
-        raise PluginError(ExitCode.API_ERROR, "the kubeconfig sets no current-context: pass --context")
-    if name not in contexts:
-        code = ExitCode.USAGE if requested else ExitCode.API_ERROR
-        raise PluginError(code, f"context {name!r} does not exist in the kubeconfig")
-    return Selection(name, str(contexts[name].get("namespace") or DEFAULT_NAMESPACE))
 
 
 def _in_cluster_namespace(environ: Mapping[str, str]) -> str:
@@ -88,19 +58,6 @@ def _in_cluster_namespace(environ: Mapping[str, str]) -> str:
         return _SA_NAMESPACE.read_text().strip() or DEFAULT_NAMESPACE
     except OSError:
         return DEFAULT_NAMESPACE
-
-
-def named(
-    configs: Sequence[tuple[Mapping[str, Any], Path]], section: str, name: str
-) -> tuple[Mapping[str, Any], Path]:
-    """The first entry called ``name`` in ``section`` (``clusters``, ``users``) of the parsed files,
-    with the directory of its file; an error when none is."""
-    key = section.removesuffix("s")
-    for config, path in configs:
-        for entry in config.get(section) or []:
-            if isinstance(entry, Mapping) and entry.get("name") == name:
-                return entry.get(key) or {}, path.parent
-    raise PluginError(ExitCode.API_ERROR, f"the kubeconfig has no {key} {name!r}")
 
 
 def load(
@@ -119,20 +76,16 @@ def load(
             ExitCode.API_ERROR, "no kubeconfig: pass --kubeconfig, set KUBECONFIG or create ~/.kube/config"
         )
     try:
-        parsed = [(yaml.safe_load(path.read_text()) or {}, path) for path in files]
-    except (OSError, yaml.YAMLError) as exc:
-        raise PluginError(ExitCode.API_ERROR, f"cannot read the kubeconfig: {exc}") from None
-    configs = [(c, p) for c, p in parsed if isinstance(c, Mapping)]
-    selection = select_context([c for c, _ in configs], context)
-    chosen = next(
-        entry.get("context") or {}
-        for config, _ in configs
-        for entry in config.get("contexts") or []
-        if isinstance(entry, Mapping) and entry.get("name") == selection.context
+        read = read_kubeconfig(files, context)
+    except ContextError as exc:
+        # a --context that does not exist is a usage error; a file without a usable context is not
+        code = ExitCode.USAGE if context else ExitCode.API_ERROR
+        raise PluginError(code, f"{exc}" if context else f"{exc}: pass --context") from None
+    except ConfigError as exc:
+        raise PluginError(ExitCode.API_ERROR, str(exc)) from None
+    if read.user_name and read.user is None:
+        raise PluginError(ExitCode.API_ERROR, f"the kubeconfig has no user {read.user_name!r}")
+    where = endpoint(
+        read.cluster, read.user or {}, cluster_dir=read.cluster_dir, user_dir=read.user_dir, environ=env
     )
-    cluster, cluster_dir = named(configs, "clusters", str(chosen.get("cluster") or ""))
-    user, user_dir = (
-        named(configs, "users", str(chosen["user"])) if chosen.get("user") else ({}, files[0].parent)
-    )
-    where = endpoint(cluster, user, cluster_dir=cluster_dir, user_dir=user_dir, environ=env)
-    return Connection(where, selection.namespace)
+    return Connection(where, read.namespace or DEFAULT_NAMESPACE)

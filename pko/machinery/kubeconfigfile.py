@@ -10,7 +10,9 @@ skipped, the first file to name a cluster, user or context wins, and the first t
 the directory of its file. In-cluster, the apiserver is ``KUBERNETES_SERVICE_HOST`` and ``_PORT``.
 
 What a client makes of the entries is its own: the operator also takes basic auth, ``proxy-url`` and
-credential plugins; the agent refuses each of those by name.
+credential plugins; the agent refuses each of those by name. The kubectl plugin
+(:mod:`pko.kubectl.kubeconfig`) reads files here too, with its ``--context`` in place of the current
+context and the context's namespace as its default.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any, Final
 __all__ = [
     "IN_CLUSTER_DIR",
     "ConfigError",
+    "ContextError",
     "Kubeconfig",
     "in_cluster_server",
     "kubeconfig_paths",
@@ -40,6 +43,10 @@ _SECTIONS: Final = (("clusters", "cluster"), ("users", "user"), ("contexts", "co
 class ConfigError(Exception):
     """The connection settings are missing, malformed or ask for something the client does not do; the
     message says which (never a credential)."""
+
+
+class ContextError(ConfigError):
+    """The context to use is not set (no ``current-context``) or does not exist."""
 
 
 def in_cluster_server(environ: Mapping[str, str]) -> str:
@@ -69,6 +76,8 @@ class Kubeconfig:
     user_name: str
     user: Mapping[str, Any] | None
     user_dir: Path
+    namespace: str = ""
+    """The context's namespace ("": it sets none)."""
 
     def cluster_path(self, key: str) -> Path | None:
         return _path(self.cluster, key, self.cluster_dir)
@@ -83,8 +92,9 @@ class Kubeconfig:
         return _data(self.user or {}, key, f"user {self.user_name!r}")
 
 
-def read_kubeconfig(paths: list[Path]) -> Kubeconfig:
-    """The current context of the kubeconfig files ``paths`` (merged, the first value wins)."""
+def read_kubeconfig(paths: list[Path], context: str | None = None) -> Kubeconfig:
+    """The current context of the kubeconfig files ``paths`` (merged, the first value wins), or
+    ``context`` when given (kubectl's ``--context``)."""
     merged: dict[str, dict[str, tuple[Mapping[str, Any], Path]]] = {s: {} for s, _ in _SECTIONS}
     current = ""
     existing = [p for p in paths if p.exists()] if len(paths) > 1 else paths
@@ -105,19 +115,24 @@ def read_kubeconfig(paths: list[Path]) -> Kubeconfig:
                     )
                 merged[section].setdefault(entry["name"], (body, path.parent))
     where = ", ".join(map(str, existing))
+    current = context or current
     if not current:
-        raise ConfigError(f"kubeconfig {where} has no current-context")
+        raise ContextError(f"kubeconfig {where} has no current-context")
     if current not in merged["contexts"]:
-        raise ConfigError(f"kubeconfig {where}: the current context {current!r} does not exist")
-    context = merged["contexts"][current][0]
-    cluster_name, user_name = context.get("cluster"), context.get("user") or ""
+        which = "context" if context else "current context"
+        raise ContextError(f"kubeconfig {where}: the {which} {current!r} does not exist")
+    chosen = merged["contexts"][current][0]
+    cluster_name, user_name = chosen.get("cluster"), chosen.get("user") or ""
     if not isinstance(cluster_name, str) or cluster_name not in merged["clusters"]:
         raise ConfigError(f"kubeconfig {where}: cluster {cluster_name!r} of context {current!r} not found")
     if not isinstance(user_name, str):
         raise ConfigError(f"kubeconfig {where}: the user of context {current!r} is not a name")
     cluster, cluster_dir = merged["clusters"][cluster_name]
     user, user_dir = merged["users"].get(user_name, (None, cluster_dir))
-    return Kubeconfig(current, cluster_name, cluster, cluster_dir, user_name, user, user_dir)
+    namespace = chosen.get("namespace") or ""
+    if not isinstance(namespace, str):
+        raise ConfigError(f"kubeconfig {where}: the namespace of context {current!r} is not a name")
+    return Kubeconfig(current, cluster_name, cluster, cluster_dir, user_name, user, user_dir, namespace)
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """Kubeconfig files as both of pko's clients read them (pko.machinery.kubeconfigfile): merged as client-go
 merges a ``:``-separated list, the current context's cluster and user with the directory of the file
-each came from, and a broken file refused with what is wrong. What each client makes of the entries:
-test_kubeconfig.py (the operator's) and test/agent/test_kubeapi_config.py (the agent's)."""
+each came from, another context when asked (the kubectl plugin's ``--context``) with its namespace,
+and a broken file refused with what is wrong. What each client makes of the entries: test_kubeconfig.py
+(the operator's), test/agent/test_kubeapi_config.py (the agent's) and
+test/kubectl/test_kubectl_kubeconfig.py (the plugin's flags)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,13 @@ from typing import Any
 
 import pytest
 
-from pko.machinery.kubeconfigfile import ConfigError, in_cluster_server, kubeconfig_paths, read_kubeconfig
+from pko.machinery.kubeconfigfile import (
+    ConfigError,
+    ContextError,
+    in_cluster_server,
+    kubeconfig_paths,
+    read_kubeconfig,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -85,6 +93,39 @@ def test_a_context_with_no_user_or_an_undefined_one_reads_as_none(tmp_path: Path
     doc["users"][0]["name"] = "someone-else"
     undefined = read_kubeconfig([write(tmp_path / "b", doc)])
     assert (undefined.user_name, undefined.user) == ("b", None)
+
+
+def contexts(current: str | None, *named: tuple[str, str | None]) -> dict[str, Any]:
+    """A kubeconfig whose contexts ``named`` (name, namespace) each have a cluster of their name."""
+    doc: dict[str, Any] = {
+        "clusters": [{"name": n, "cluster": {"server": f"https://{n}:6443"}} for n, _ in named],
+        "contexts": [
+            {"name": n, "context": {"cluster": n, **({"namespace": ns} if ns else {})}} for n, ns in named
+        ],
+    }
+    if current is not None:
+        doc["current-context"] = current
+    return doc
+
+
+def test_a_context_asked_for_replaces_the_current_one_and_each_has_its_namespace(tmp_path: Path) -> None:
+    first = write(tmp_path / "first", contexts("one", ("one", "team-a")))
+    second = write(tmp_path / "second", contexts("two", ("two", None), ("one", "ignored")))
+    read = read_kubeconfig([first, second])
+    assert (read.context, read.cluster["server"], read.namespace) == ("one", "https://one:6443", "team-a")
+    read = read_kubeconfig([first, second], "two")
+    assert (read.context, read.cluster["server"], read.namespace) == ("two", "https://two:6443", "")
+    no_current = write(tmp_path / "none", contexts(None, ("one", "x")))
+    assert read_kubeconfig([no_current, second]).context == "two"  # the first current-context set
+    assert read_kubeconfig([no_current], "one").namespace == "x"
+    with pytest.raises(ContextError, match="has no current-context"):
+        read_kubeconfig([no_current])
+    with pytest.raises(ContextError, match="the context 'nope' does not exist"):
+        read_kubeconfig([first, second], "nope")
+    listed = contexts("one", ("one", None))
+    listed["contexts"][0]["context"]["namespace"] = ["a"]
+    with pytest.raises(ConfigError, match="the namespace of context 'one' is not a name"):
+        read_kubeconfig([write(tmp_path / "bad", listed)])
 
 
 @pytest.mark.parametrize(
