@@ -1,7 +1,8 @@
 """The operator process never imports kubernetes-asyncio (issue 44): its generated client package
 (859 modules, about 50 MB) is loaded by importing any part of it, and the operator needs none of it.
 Nor ``cryptography`` (about 16 MB): the metrics server's self-signed certificate is made in a child
-process (pko.machinery.servingcert).
+process (pko.machinery.servingcert). Nor, while no Stack comes from git, dulwich (about 3 MB): pko.git
+and the branch lookups load it when they run.
 
 Proved twice: the modules ``pko.__main__`` imports, in a fresh interpreter; and the operator run as
 production runs it (``python -m pko``, here with ``-X importtime``, which logs every import to
@@ -98,3 +99,6 @@ async def test_the_operator_process_runs_without_kubernetes_asyncio_or_cryptogra
     assert "| pko.machinery.kubeconfig" in log  # -X importtime did log the imports
     imported = [line for line in log.splitlines() if "kubernetes_asyncio" in line or "cryptography" in line]
     assert imported == [], imported[:5]
+    # Nor dulwich (about 3 MB) with no Stack from git: pko.git loads it for a lookup or a fetch only.
+    git = [line for line in log.splitlines() if line.rpartition("|")[2].strip().split(".")[0] == "dulwich"]
+    assert git == [], git[:5]

@@ -21,9 +21,6 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
-from dulwich.client import HTTPUnauthorized
-from dulwich.errors import NotGitRepository
-
 from pko.controllers.stack.retry import jitter_fraction
 from pko.git import GitCredentials, branch_ref, ls_remote, redact_text, redact_url, resolve_ref
 from pko.git.errors import SourceError
@@ -44,6 +41,11 @@ def _lookup_failure(exc: BaseException, creds: GitCredentials) -> str:
     """Why a listing failed, in words a Stack's author can act on (never a secret): an HTTP
     refusal in the agent's fetch's words, pko.git's SSH errors as they are, else the library's
     kind and message."""
+    # Here, not at start: dulwich (~3 MB resident) stays out of an operator with no git Stacks; a
+    # failed lookup has already loaded it (pko.git.ls_remote imports it when called).
+    from dulwich.client import HTTPUnauthorized
+    from dulwich.errors import NotGitRepository
+
     if isinstance(exc, HTTPUnauthorized):
         if any(creds.secrets()) or creds.username:
             return "authentication failed: the server rejected the credentials (spec.gitAuth)"
