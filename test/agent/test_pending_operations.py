@@ -16,10 +16,7 @@ cleared URN in the result (agent/pendingops.py decides; the pure rules are in te
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -28,7 +25,7 @@ from typing import Any
 import pytest
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
-from test_real_engine import _descendants, agent_process
+from test_real_engine import agent_process, kill_pod
 from test_server import drain, lock_files
 
 from pko.devtools.agents import agent_env, collect
@@ -117,9 +114,7 @@ async def kill_mid_create(work: Path, journal: Path, real: RealPulumi, witness: 
     async with agent_process(work, journal, real, 300, witness_config(300, witness)) as (proc, stub):
         await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id=op_id)))
         await wait_for_file(witness)  # step2's create runs in the command provider
-        for pid in [proc.pid, *_descendants(proc.pid)]:  # the whole "pod" at once
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        kill_pod(proc.pid)
     assert lock_files(real), "kill -9 leaves the engine no chance to remove its lock"
 
 

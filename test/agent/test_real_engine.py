@@ -119,6 +119,14 @@ def _serve(work: Path, journal: Path, port: int, real: RealPulumi) -> list[str]:
     ]  # fmt: skip
 
 
+def kill_pod(pid: int) -> None:
+    """``kill -9`` ``pid`` and every process below it at once, as a lost pod's processes end; one
+    that ended between the listing and its kill (a short-lived plugin call) is gone already."""
+    for each in [pid, *_descendants(pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(each, signal.SIGKILL)
+
+
 def _descendants(pid: int) -> list[int]:
     """Every live process below ``pid`` (Pulumi runs in sessions of its own, so a process group
     would miss them); what a pod's cgroup holds."""
@@ -191,8 +199,7 @@ async def test_kill_9_mid_up_is_reported_with_the_pending_urns_and_never_wedges(
         await stub.start_operation(pb.StartOperationRequest(up=pb.UpRequest(operation_id="k-1")))
         await wait_for_event(stub, "k-1", is_pre(SLOW_TYPE))
         await asyncio.sleep(2)  # the create is under way in the dynamic provider
-        for pid in [proc.pid, *_descendants(proc.pid)]:  # everything in the "pod", at once
-            os.kill(pid, signal.SIGKILL)
+        kill_pod(proc.pid)
     assert lock_files(real), "kill -9 leaves the engine no chance to remove its lock"
 
     async with agent_process(work, tmp_path / "journal2", real, 0) as (_, stub):
