@@ -13,7 +13,7 @@ import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -25,6 +25,7 @@ from pko.devtools.fluxsource import GITREPOSITORY_CRD
 from pko.devtools.operatorharness import new_manager, running
 from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import format_time
+from pko.machinery.kubeclient import ApiException
 from pko.machinery.resource import EVENTS, SECRETS, Obj, Resource, ResourceClient, api_error_status
 
 SECRET_RECHECK = 4.0
@@ -300,3 +301,62 @@ def stack_env() -> Any:
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False)
 GITREPOSITORIES = Resource("source.toolkit.fluxcd.io", "v1", "gitrepositories", "GitRepository")
 FLUX_CRD: Obj = GITREPOSITORY_CRD  # the CRD alone: no source-controller runs here
+
+# A source's Ready condition (status, reason, message) once source-controller stored an artifact.
+STORED: Final = ("True", "Succeeded", "stored artifact")
+
+
+async def serve_flux_crd(crds: ResourceClient, sources: ResourceClient) -> None:
+    """Install the GitRepository CRD and wait until it is served (another module may have just
+    deleted it: that deletion ends first)."""
+    name = FLUX_CRD["metadata"]["name"]
+
+    async def not_terminating() -> bool:
+        try:
+            found = await crds.get(name)
+        except ApiException as exc:
+            return exc.status == 404
+        return not found["metadata"].get("deletionTimestamp")
+
+    await wait_until("the Flux CRD not terminating", not_terminating, within=120.0)
+    await crds.apply(FLUX_CRD, field_manager="test")
+
+    async def served() -> bool:
+        try:
+            await sources.list()
+        except Exception:
+            return False
+        return True
+
+    await wait_until("the GitRepository CRD served", served, within=30.0)
+
+
+async def create_source(sources: ResourceClient, name: str) -> None:
+    """A GitRepository ``name`` in ``sources``' namespace, with no status (no source-controller runs)."""
+    meta = {"name": name, "namespace": sources.namespace}
+    body = {"apiVersion": GITREPOSITORIES.api_version, "kind": "GitRepository", "metadata": meta}
+    await sources.create({**body, "spec": {"url": f"https://e/{name}"}})
+
+
+def source_artifact_url(namespace: str, name: str, revision: str) -> str:
+    """Where source-controller would serve ``name``'s artifact of ``revision`` (nothing serves it here)."""
+    return f"http://source-controller/gitrepository/{namespace}/{name}/{revision}.tar.gz"
+
+
+async def write_source_status(
+    sources: ResourceClient, name: str, revision: str | None, ready: tuple[str, str, str] = STORED
+) -> None:
+    """Write GitRepository ``name``'s status as source-controller would: its Ready condition
+    (``ready``) and, for a ``revision``, the artifact (digest ``sha256:<revision * 16>``)."""
+    condition = {"type": "Ready", "status": ready[0], "reason": ready[1], "message": ready[2]}
+    status: Obj = {"conditions": [{**condition, "lastTransitionTime": format_time()}]}
+    if revision is not None:
+        status["artifact"] = {
+            "url": source_artifact_url(str(sources.namespace), name, revision),
+            "digest": f"sha256:{revision * 16}",
+            "revision": f"main@sha1:{revision}",
+            "lastUpdateTime": format_time(),
+        }
+    meta = {"name": name, "namespace": sources.namespace}
+    body = {"apiVersion": GITREPOSITORIES.api_version, "kind": "GitRepository", "metadata": meta}
+    await sources.apply_status({**body, "status": status}, field_manager="source-controller")

@@ -10,19 +10,24 @@ from __future__ import annotations
 from typing import Any
 
 from pko.devtools.waiting import wait_until
-from pko.machinery.conditions import format_time
 from pko.machinery.resource import Obj, ResourceClient
 
-from .stackenv import CRDS, FLUX_CRD, GITREPOSITORIES, Env, stack_env
+from .stackenv import (
+    CRDS,
+    GITREPOSITORIES,
+    STORED,
+    Env,
+    create_source,
+    serve_flux_crd,
+    source_artifact_url,
+    stack_env,
+    write_source_status,
+)
 
 env = stack_env()
 
 REF = {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository", "name": "packs"}
 PACK: Obj = {"name": "platform", "fluxSource": {"sourceRef": REF, "dir": "packs/platform"}}
-
-
-def artifact_url(namespace: str, revision: str) -> str:
-    return f"http://source-controller/gitrepository/{namespace}/packs/{revision}.tar.gz"
 
 
 async def test_a_packs_flux_source_is_awaited_then_fetched_at_its_digest_and_a_new_artifact_runs_again(
@@ -39,50 +44,12 @@ async def test_a_packs_flux_source_is_awaited_then_fetched_at_its_digest_and_a_n
     )
     assert "are Flux's CRDs installed?" in conditions["Stalled"][2]
     assert await env.get(env.workspaces, "policed") is None, "nothing runs without the pack"
-    await crds.apply(FLUX_CRD, field_manager="test")
+    await serve_flux_crd(crds, sources)
     try:
-
-        async def served() -> bool:
-            try:
-                await sources.list()
-            except Exception:
-                return False
-            return True
-
-        await wait_until("the GitRepository CRD served", served, within=30.0)
-        meta = {"name": "packs", "namespace": env.ns}
-        await sources.create(
-            {
-                "apiVersion": REF["apiVersion"],
-                "kind": "GitRepository",
-                "metadata": meta,
-                "spec": {"url": "https://e/p"},
-            }
-        )
+        await create_source(sources, "packs")
 
         async def write_status(revision: str | None, ready: tuple[str, str, str]) -> None:
-            condition = {
-                "type": "Ready",
-                "status": ready[0],
-                "reason": ready[1],
-                "message": ready[2],
-                "lastTransitionTime": format_time(),
-            }
-            status: Obj = {"conditions": [condition]}
-            if revision is not None:
-                status["artifact"] = {
-                    "url": artifact_url(env.ns, revision),
-                    "digest": f"sha256:{revision * 16}",
-                    "revision": f"main@sha1:{revision}",
-                    "lastUpdateTime": format_time(),
-                }
-            body = {
-                "apiVersion": REF["apiVersion"],
-                "kind": "GitRepository",
-                "metadata": meta,
-                "status": status,
-            }
-            await sources.apply_status(body, field_manager="source-controller")
+            await write_source_status(sources, "packs", revision, ready)
 
         await write_status(None, ("False", "GitOperationFailed", "auth failed"))
         expected = "policy pack 'platform': Flux source has no artifact (GitOperationFailed: auth failed)"
@@ -94,7 +61,7 @@ async def test_a_packs_flux_source_is_awaited_then_fetched_at_its_digest_and_a_n
         await wait_until("the pack's source failure reported", not_ready_reported, within=60)
         assert await env.get(env.workspaces, "policed") is None
 
-        await write_status("aaaa", ("True", "Succeeded", "stored artifact"))
+        await write_status("aaaa", STORED)
         ws: Obj = {}
 
         async def fetches_the_pack() -> bool:
@@ -108,7 +75,7 @@ async def test_a_packs_flux_source_is_awaited_then_fetched_at_its_digest_and_a_n
             {
                 "name": "platform",
                 "flux": {
-                    "url": artifact_url(env.ns, "aaaa"),
+                    "url": source_artifact_url(env.ns, "packs", "aaaa"),
                     "digest": "sha256:" + "aaaa" * 16,
                     "dir": "packs/platform",
                 },
@@ -123,7 +90,7 @@ async def test_a_packs_flux_source_is_awaited_then_fetched_at_its_digest_and_a_n
         recorded = (await env.stack("policed"))["status"]["lastUpdate"]["policyPacksDigest"]
 
         generation = int(ws["metadata"]["generation"])
-        await write_status("bbbb", ("True", "Succeeded", "stored artifact"))
+        await write_status("bbbb", STORED)
         ws = await env.make_ready("policed", newer_than=generation)
         (source,) = (await env.workspace("policed"))["spec"]["policyPackSources"]
         assert source["flux"]["digest"] == "sha256:" + "bbbb" * 16

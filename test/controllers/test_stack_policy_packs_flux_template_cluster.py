@@ -11,11 +11,18 @@ from typing import Any
 
 from pko.controllers.resources import WORKSPACE_TEMPLATES
 from pko.devtools.waiting import wait_until
-from pko.machinery.conditions import format_time
-from pko.machinery.kubeclient import ApiException
 from pko.machinery.resource import Obj, ResourceClient
 
-from .stackenv import CRDS, FLUX_CRD, GITREPOSITORIES, Env, stack_env
+from .stackenv import (
+    CRDS,
+    FLUX_CRD,
+    GITREPOSITORIES,
+    Env,
+    create_source,
+    serve_flux_crd,
+    stack_env,
+    write_source_status,
+)
 from .test_stack_waits_cluster import stack_queue, timer_pending
 
 env = stack_env()
@@ -24,37 +31,13 @@ REF = {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository", "na
 PACK: Obj = {"name": "platform", "fluxSource": {"sourceRef": REF, "dir": "packs/platform"}}
 
 
-async def install_flux_crd(crds: ResourceClient, sources: ResourceClient) -> None:
-    """The GitRepository CRD, served (another module may have just deleted it: wait until it is gone)."""
-    name = FLUX_CRD["metadata"]["name"]
-
-    async def not_terminating() -> bool:
-        try:
-            found = await crds.get(name)
-        except ApiException as exc:
-            return exc.status == 404
-        return not found["metadata"].get("deletionTimestamp")
-
-    await wait_until("the Flux CRD not terminating", not_terminating, within=120.0)
-    await crds.apply(FLUX_CRD, field_manager="test")
-
-    async def served() -> bool:
-        try:
-            await sources.list()
-        except Exception:
-            return False
-        return True
-
-    await wait_until("the GitRepository CRD served", served, within=30.0)
-
-
 async def test_a_templates_pack_source_wakes_the_stacks_built_with_it_with_no_timer(
     env: Env, api_client: Any
 ) -> None:
     crds = ResourceClient(api_client, CRDS)
     sources = ResourceClient(api_client, GITREPOSITORIES, namespace=env.ns)
     templates = ResourceClient(api_client, WORKSPACE_TEMPLATES, namespace=env.ns)
-    await install_flux_crd(crds, sources)
+    await serve_flux_crd(crds, sources)
     try:
         await templates.create(
             {
@@ -82,37 +65,9 @@ async def test_a_templates_pack_source_wakes_the_stacks_built_with_it_with_no_ti
         assert not timer_pending(env, "enforced"), "a Stack waiting on a pack's source holds a timer"
         assert await env.get(env.workspaces, "enforced") is None
 
-        meta = {"name": "packs", "namespace": env.ns}
-
-        async def publish(revision: str) -> None:
-            body = {
-                "apiVersion": REF["apiVersion"],
-                "kind": "GitRepository",
-                "metadata": meta,
-                "status": {
-                    "conditions": [
-                        {
-                            "type": "Ready",
-                            "status": "True",
-                            "reason": "Succeeded",
-                            "message": "stored artifact",
-                            "lastTransitionTime": format_time(),
-                        }
-                    ],
-                    "artifact": {
-                        "url": f"http://source-controller/gitrepository/{env.ns}/packs/{revision}.tar.gz",
-                        "digest": f"sha256:{revision * 16}",
-                        "revision": f"main@sha1:{revision}",
-                        "lastUpdateTime": format_time(),
-                    },
-                },
-            }
-            await sources.apply_status(body, field_manager="source-controller")
-
         started = time.monotonic()
-        await sources.create({"apiVersion": REF["apiVersion"], "kind": "GitRepository", "metadata": meta,
-                              "spec": {"url": "https://e/p"}})  # fmt: skip
-        await publish("aaaa")
+        await create_source(sources, "packs")
+        await write_source_status(sources, "packs", "aaaa")
         ws = await env.workspace("enforced")
         assert time.monotonic() - started < 20.0  # the watch, not a timer (there is none)
         (source,) = ws["spec"]["policyPackSources"]
@@ -126,7 +81,7 @@ async def test_a_templates_pack_source_wakes_the_stacks_built_with_it_with_no_ti
 
         # A new artifact: the Stack's resync is an hour away, the source's event wakes it.
         generation = int((await env.workspace("enforced"))["metadata"]["generation"])
-        await publish("bbbb")
+        await write_source_status(sources, "packs", "bbbb")
         await env.make_ready("enforced", newer_than=generation)
         (source,) = (await env.workspace("enforced"))["spec"]["policyPackSources"]
         assert source["flux"]["digest"] == "sha256:" + "bbbb" * 16

@@ -13,10 +13,20 @@ from dulwich.repo import Repo
 
 from pko.devtools.gitserver import git_commit, serve_git
 from pko.devtools.waiting import wait_until
-from pko.machinery.conditions import format_time
 from pko.machinery.resource import Obj, ResourceClient
 
-from .stackenv import CRDS, FLUX_CRD, GITREPOSITORIES, Env, FakeClock, stack_env
+from .stackenv import (
+    CRDS,
+    GITREPOSITORIES,
+    STORED,
+    Env,
+    FakeClock,
+    create_source,
+    serve_flux_crd,
+    source_artifact_url,
+    stack_env,
+    write_source_status,
+)
 
 env = stack_env()
 
@@ -131,50 +141,12 @@ async def test_flux_source_artifact_is_deployed_and_a_new_revision_redeploys(
     await env.create_stack("fluxed", {"fluxSource": {"sourceRef": ref, "dir": "app"}})
     conditions = await env.wait_condition("fluxed", "Stalled", "SourceUnavailable")
     assert "are Flux's CRDs installed?" in conditions["Stalled"][2]
-    await crds.apply(FLUX_CRD, field_manager="test")
+    await serve_flux_crd(crds, sources)
     try:
-
-        async def served() -> bool:
-            try:
-                await sources.list()
-            except Exception:
-                return False
-            return True
-
-        await wait_until("the GitRepository CRD served", served, within=30.0)
-        meta = {"name": "repo", "namespace": env.ns}
-        await sources.create(
-            {
-                "apiVersion": ref["apiVersion"],
-                "kind": "GitRepository",
-                "metadata": meta,
-                "spec": {"url": "https://e/r"},
-            }
-        )
+        await create_source(sources, "repo")
 
         async def write_status(revision: str | None, ready: tuple[str, str, str]) -> None:
-            condition = {
-                "type": "Ready",
-                "status": ready[0],
-                "reason": ready[1],
-                "message": ready[2],
-                "lastTransitionTime": format_time(),
-            }
-            status: Obj = {"conditions": [condition]}
-            if revision is not None:
-                status["artifact"] = {
-                    "url": f"http://source-controller/gitrepository/{env.ns}/repo/{revision}.tar.gz",
-                    "digest": f"sha256:{revision * 16}",
-                    "revision": f"main@sha1:{revision}",
-                    "lastUpdateTime": format_time(),
-                }
-            body = {
-                "apiVersion": ref["apiVersion"],
-                "kind": "GitRepository",
-                "metadata": meta,
-                "status": status,
-            }
-            await sources.apply_status(body, field_manager="source-controller")
+            await write_source_status(sources, "repo", revision, ready)
 
         await write_status(None, ("False", "GitOperationFailed", "auth failed"))
 
@@ -187,7 +159,7 @@ async def test_flux_source_artifact_is_deployed_and_a_new_revision_redeploys(
             "Flux source has no artifact (GitOperationFailed: auth failed)"
         )
 
-        await write_status("aaaa", ("True", "Succeeded", "stored artifact"))
+        await write_status("aaaa", STORED)
         ws: Obj = {}
 
         async def has_flux() -> bool:
@@ -197,7 +169,7 @@ async def test_flux_source_artifact_is_deployed_and_a_new_revision_redeploys(
 
         await wait_until("the Workspace's flux source", has_flux, within=45)
         assert ws["spec"]["flux"] == {
-            "url": f"http://source-controller/gitrepository/{env.ns}/repo/aaaa.tar.gz",
+            "url": source_artifact_url(env.ns, "repo", "aaaa"),
             "digest": "sha256:" + "aaaa" * 16,
             "dir": "app",
         }
@@ -210,7 +182,7 @@ async def test_flux_source_artifact_is_deployed_and_a_new_revision_redeploys(
         ] == "sha256:" + "aaaa" * 16
 
         generation = int(ws["metadata"]["generation"])
-        await write_status("bbbb", ("True", "Succeeded", "stored artifact"))
+        await write_status("bbbb", STORED)
         await env.make_ready("fluxed", newer_than=generation)
         update = await env.next_update("fluxed", seen)
         assert update["spec"]["message"] == f'New commit detected: "sha256:{"bbbb" * 16}"'
