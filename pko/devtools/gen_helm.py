@@ -397,6 +397,10 @@ def build(
     )
     reader_role = reader["metadata"]["name"]
 
+    stack_secrets = yaml.safe_load((REPO_ROOT / helm_namespaced.STACK_SECRETS_ROLE_FILE).read_text())
+    if len(stack_secrets["rules"]) != 1:
+        raise SystemExit(f"gen_helm: {helm_namespaced.STACK_SECRETS_ROLE_FILE} should hold one rule")
+
     templated_objs = []
     for obj, other in zip(objs, moved, strict=True):
         if obj["kind"] == "CustomResourceDefinition":
@@ -458,7 +462,9 @@ def build(
             suffix = "{{- end }}\n"
         elif own_rbac:
             if obj is manager_role:
-                templated["rules"] = helm_namespaced.mark_manager_rules(templated["rules"], markers)
+                templated["rules"] = helm_namespaced.mark_manager_rules(
+                    templated["rules"], markers, stack_secrets["rules"][0]
+                )
                 templated["rules"].append(
                     markers.new_block("EXTRA_RULES", with_items(".Values.rbac.extraRules"))
                 )
@@ -493,6 +499,12 @@ def build(
         manager_role["rules"],
         helm_templates.labels_block(manager_role["metadata"].get("labels") or {}, MANAGED_BY, 4),
         helm_templates.name_expr(f"{prefix}-watched"),
+    )
+    stack_secrets_name = stack_secrets["metadata"]["name"]
+    files[f"templates/clusterrole-{stack_secrets_name}.yaml"] = header + helm_namespaced.stack_secrets_role(
+        stack_secrets,
+        helm_templates.labels_block(manager_role["metadata"].get("labels") or {}, MANAGED_BY, 4),
+        helm_templates.name_expr(stack_secrets_name),
     )
     files["templates/poddisruptionbudget.yaml"] = header + helm_templates.pod_disruption_budget(
         deploy, MANAGED_BY

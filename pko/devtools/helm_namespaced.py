@@ -23,6 +23,8 @@ Obj = dict[str, Any]
 CLUSTER_SCOPED = frozenset({"nodes", "tokenreviews", "subjectaccessreviews"})
 # What the namespaced install keeps of them (config/namespaced/kustomization.yaml).
 KEPT_CLUSTER_SCOPED = frozenset({"tokenreviews", "subjectaccessreviews"})
+# The ClusterRole of the secrets-per-namespace component (config/components/secrets-per-namespace).
+STACK_SECRETS_ROLE_FILE = "config/components/secrets-per-namespace/stack_secrets_role.yaml"
 # The namespaces watched: watchNamespaces, else (namespaced RBAC) the release namespace.
 WATCHED = (
     "(.Values.watchNamespaces | default (ternary (list .Release.Namespace) (list) .Values.rbac.namespaced))"
@@ -33,21 +35,58 @@ def namespaced_rules(rules: list[Obj]) -> list[Obj]:
     return [r for r in rules if not set(r["resources"]) & CLUSTER_SCOPED]
 
 
-def mark_manager_rules(rules: list[Obj], markers: Markers) -> list[Any]:
+def mark_manager_rules(rules: list[Obj], markers: Markers, per_namespace: Obj | None = None) -> list[Any]:
     """The manager ClusterRole's rules with every rule a namespaced install moves to the Roles (or
-    drops) inside ``{{- if not .Values.rbac.namespaced }}``, in config's order."""
+    drops) inside ``{{- if not .Values.rbac.namespaced }}``, in config's order; ``per_namespace``
+    (the rule of the secrets-per-namespace ClusterRole, which config's must equal) also inside
+    ``{{- if not .Values.rbac.secretsPerNamespace }}``."""
     out: list[Any] = []
     inside = False
+    found = False
     for n, rule in enumerate(rules):
         moved = not set(rule["resources"]) <= KEPT_CLUSTER_SCOPED
         if moved != inside:
             text = "{{- if not .Values.rbac.namespaced }}" if moved else "{{- end }}"
             out.append(markers.new_block(f"NOT_NAMESPACED_{n}", text))
             inside = moved
+        if rule == per_namespace:
+            found = True
+            out.append(
+                markers.new_block(f"PER_NAMESPACE_{n}", "{{- if not .Values.rbac.secretsPerNamespace }}")
+            )
+            out.append(rule)
+            out.append(markers.new_block(f"PER_NAMESPACE_END_{n}", "{{- end }}"))
+            continue
         out.append(rule)
     if inside:
         out.append(markers.new_block("NOT_NAMESPACED_END", "{{- end }}"))
+    if per_namespace is not None and not found:
+        raise SystemExit(
+            "gen_helm: the manager's ClusterRole has no rule equal to the secrets-per-namespace "
+            f"ClusterRole's ({per_namespace}): keep {STACK_SECRETS_ROLE_FILE} and config/rbac/role.yaml "
+            "in step"
+        )
     return out
+
+
+def stack_secrets_role(role: Obj, labels: str, role_name: str) -> str:
+    """templates/clusterrole-pko-stack-secrets.yaml: the secrets-per-namespace ClusterRole
+    (``rbac.secretsPerNamespace``, cluster-wide installs only), which admins bind per namespace."""
+    body = yaml.safe_dump(role["rules"], sort_keys=False).rstrip()
+    return f"""\
+{{{{- if and .Values.rbac.create .Values.rbac.secretsPerNamespace (not .Values.rbac.namespaced) }}}}
+# The operator's Secret and ConfigMap rights, granted where a RoleBinding to its ServiceAccount
+# grants them (rbac.secretsPerNamespace; config/components/secrets-per-namespace).
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {role_name}
+  labels:
+{labels}
+rules:
+{body}
+{{{{- end }}}}
+"""
 
 
 def watch_namespaces_env() -> str:

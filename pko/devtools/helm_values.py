@@ -203,6 +203,16 @@ def describe(found: dict[str, Any]) -> tuple[Node, ...]:
                     "release namespace, which is then watched); its ClusterRole keeps only "
                     "TokenReview and SubjectAccessReview `create` (docs/install.md)",
                 ),
+                Leaf(
+                    "secretsPerNamespace",
+                    False,
+                    BOOL,
+                    "Secrets per namespace (config/components/secrets-per-namespace; cluster-wide "
+                    "installs): the manager's ClusterRole without Secret and ConfigMap rights, which "
+                    "the ClusterRole `pko-stack-secrets` grants where the platform team binds it to "
+                    "the operator's ServiceAccount with a RoleBinding, in each namespace with Stacks "
+                    "(docs/install.md)",
+                ),
             ),
         ),
         Group(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,6 +14,7 @@ from pko.controllers.resources import STACK_FINALIZER
 from pko.controllers.update import status as us
 from pko.controllers.update.plan import (
     RECORD_RETRY,
+    SECRET_FORBIDDEN_RETRY,
     STACK_RECORD_RECHECK,
     TRANSIENT_REQUEUE,
     CancelGone,
@@ -454,7 +456,31 @@ def test_an_outputs_secret_refused_404_forgets_the_outcome() -> None:
     assert isinstance(create, CreateOutputs)
     plan = refused(observed(update), create, Failure(status=404), NOW)
     assert plan is not None and plan.writes == [ForgetOutcome(UID)]
-    assert refused(observed(update), create, Failure(status=403), NOW) is None
+    assert refused(observed(update), create, Failure(status=500), NOW) is None
+
+
+def test_an_outputs_secret_refused_403_keeps_the_outcome_and_names_the_binding() -> None:
+    """The secrets-per-namespace install, unbound in the Update's namespace: a Warning Event that names
+    the RoleBinding to make, the outcome kept (no ForgetOutcome), tried again later."""
+    update = running(make_update())
+    outcome = Outcome(UID, result=succeeded())
+    create = decide(observed(update, outcome=outcome)).writes[0]
+    assert isinstance(create, CreateOutputs)
+    seen = dataclasses.replace(observed(update, outcome=outcome), operator_account="pko/controller-manager")
+    plan = refused(seen, create, Failure(status=403), NOW)
+    assert plan is not None and plan.result == Result.requeue_after(SECRET_FORBIDDEN_RETRY)
+    secret = create.secret["metadata"]
+    events = [w for w in plan.writes if isinstance(w, Emit)]
+    assert events == [
+        Emit(
+            "Warning",
+            "SecretForbidden",
+            f"the operator may not create Secret {secret['namespace']}/{secret['name']} (403 Forbidden): "
+            "bind ClusterRole pko-stack-secrets to ServiceAccount pko/controller-manager in namespace "
+            f"{secret['namespace']} with a RoleBinding (docs/install.md, Secrets per namespace)",
+        )
+    ]
+    assert not [w for w in plan.writes if isinstance(w, ForgetOutcome)]
 
 
 def test_other_status_writes_expect_no_failure() -> None:

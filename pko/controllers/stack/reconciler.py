@@ -244,6 +244,7 @@ class StackReconciler:
             self.branches,
             allow_insecure_git_credentials=allow_insecure,
             program_server=self.options.program_fs_adv_addr,
+            operator_account=f"{self.options.operator_namespace}/{self.options.operator_service_account}",
         )
         self.events = manager.events
         self.metrics = StackMetrics(manager)

@@ -18,8 +18,11 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from kubernetes_asyncio.client import ApiException
+
 from pko.api.stack import FluxSource, PolicyPack, Stack
 from pko.api.workspace import GitAuth
+from pko.controllers.secretaccess import SECRET_FORBIDDEN_REASON, forbidden_secret
 from pko.controllers.sharding import own_program_url
 from pko.controllers.stack.branchpoll import BranchResolver, GitCredentials, GitLookupError
 from pko.controllers.stack.insecuretransport import pack_refusal, refusal
@@ -35,7 +38,7 @@ from pko.controllers.stack.workspaceobject import (
 from pko.machinery.conditions import get_condition
 from pko.machinery.informer import SharedInformer
 from pko.machinery.manager import CACHE_SYNCED, Manager
-from pko.machinery.resource import Obj, Resource, ResourceClient
+from pko.machinery.resource import Obj, Resource, ResourceClient, api_error_status
 from pko.machinery.store import object_key
 
 __all__ = ["SourceResolver"]
@@ -60,8 +63,11 @@ class SourceResolver:
         *,
         allow_insecure_git_credentials: bool = False,
         program_server: str = "",
+        operator_account: str = "",
     ) -> None:
         self.manager = manager
+        # The operator's ServiceAccount, "<namespace>/<name>": named in a refused Secret read's message.
+        self.operator_account = operator_account
         # A Program's artifact is fetched from this operator's own server (pko.controllers.sharding).
         self.program_server = program_server
         self.programs = programs
@@ -217,9 +223,19 @@ class SourceResolver:
         return None
 
     async def _secret(self, namespace: str | None, name: str, context: str = "") -> Obj | Unresolved:
-        """The Secret, read directly; a missing one Stalls the Stack (looked for again later).
+        """The Secret, read directly; a missing one, or one the operator may not read (403: the
+        secrets-per-namespace install without its RoleBinding), Stalls the Stack (looked for again later).
         ``context`` prefixes the message (what the Secret was for)."""
-        secret = await self.secrets.get_or_none(name, namespace)
+        try:
+            secret = await self.secrets.get_or_none(name, namespace)
+        except ApiException as exc:
+            if api_error_status(exc) != 403:
+                raise
+            return Unresolved(
+                SECRET_FORBIDDEN_REASON,
+                forbidden_secret(namespace, name, self.operator_account, context),
+                Awaited.SECRET,
+            )
         if secret is None:
             return Unresolved(
                 "SpecInvalid",

@@ -23,6 +23,7 @@ from pko.api.generated.pko.agent import v1 as pb
 from pko.api.meta import parse_go_duration
 from pko.api.update import CONDITION_COMPLETE
 from pko.controllers.resources import STACK_FINALIZER
+from pko.controllers.secretaccess import SECRET_FORBIDDEN_REASON, forbidden_secret
 from pko.controllers.update import status as us
 from pko.machinery.conditions import get_condition, is_true, parse_time
 from pko.machinery.controller import Result
@@ -69,6 +70,8 @@ __all__ = [
 
 TRANSIENT_REQUEUE: Final = 5.0  # the Go operator's requeue after a TransientFailure
 STACK_RECORD_RECHECK: Final = 60.0  # a fallback: the Stack watch normally wakes a waiting TTL
+# An outputs Secret the operator may not create (403) is tried again this often (no RBAC watch).
+SECRET_FORBIDDEN_RETRY: Final = 30.0
 RECORD_RETRY: Final = 1.0  # a result write refused as stale is tried again this soon
 
 # What an agent that is not pko's says to every call pko makes (its gRPC service has another name):
@@ -115,7 +118,8 @@ class Observed:
     ``last``: the Update as its watch task last saw it, if one ran), its Workspace from the cache,
     the outcome waiting to be written for ``key``, whether the Stack that created the Update has
     recorded it (or is gone), whether a watch task follows this incarnation, the time, and for an
-    up with ``spec.plan`` the Update it names (``plan_source``, None when it is not there)."""
+    up with ``spec.plan`` the Update it names (``plan_source``, None when it is not there), and
+    the operator's ServiceAccount."""
 
     key: str
     update: Obj | None
@@ -126,6 +130,8 @@ class Observed:
     stack_recorded: bool = True
     watch_running: bool = False
     plan_source: Obj | None = None
+    # The operator's ServiceAccount, "<namespace>/<name>": named when a Secret is refused it.
+    operator_account: str = ""
 
 
 def key_of(obj: Obj) -> str:
@@ -539,6 +545,16 @@ def refused(observed: Observed, write: Write, failure: Failure, now: datetime) -
             return Plan([], Result.requeue_after(RECORD_RETRY))
         if failure.status == 404:
             return Plan([ForgetOutcome(write.outcome.uid)], _DONE)
+        if failure.status == 403 and isinstance(write, CreateOutputs):
+            # The secrets-per-namespace install, not bound in this namespace: the outcome is kept
+            # (held pending) and recorded once the binding lets the Secret be created.
+            meta = write.secret.get("metadata") or {}
+            message = forbidden_secret(
+                meta.get("namespace"), str(meta.get("name")), observed.operator_account, verb="create"
+            )
+            emit = Emit("Warning", SECRET_FORBIDDEN_REASON, message)
+            log = Log("outputs secret refused", {"update": observed.key, "reason": SECRET_FORBIDDEN_REASON})
+            return Plan([emit, log], Result.requeue_after(SECRET_FORBIDDEN_RETRY))
         return None
     if isinstance(write, DeleteUpdate) and failure.status in (404, 409):
         return Plan([], _DONE)  # gone already, or another incarnation: no Event

@@ -233,6 +233,7 @@ class UpdateReconciler:
             stack_recorded=stack_recorded(update, stack),
             watch_running=self.watches.running(key, uid_of(update)),
             plan_source=plan_source,
+            operator_account=f"{self.options.operator_namespace}/{self.options.operator_service_account}",
         )
 
     # --- acting: the one place an Update reconcile writes ----------------------------------------
