@@ -127,8 +127,9 @@ fi
 # What the agent imports of pko beyond pko.agent and pko.api (pko/version.py: its --version and User-Agent;
 # the metrics server's modules: its --metrics-bind-address).
 agent_hash="$(inputs_hash "" agent api pko/__init__.py pko/logging.py pko/version.py pko/git \
-    pko/machinery/serving.py pko/machinery/metricsauth.py pko/machinery/servingcert.py pyproject.toml \
-    requirements.lock requirements-build.lock hack/locks.py hack/build-agent.sh hack/build-agent-image.sh)"
+    pko/machinery/serving.py pko/machinery/metricsauth.py pko/machinery/servingcert.py \
+    pko/machinery/kubeconfigfile.py pyproject.toml requirements.lock requirements-build.lock hack/locks.py \
+    hack/build-agent.sh hack/build-agent-image.sh)"
 if wants pko-agent && ! up_to_date pko-agent "$agent_hash"; then
     echo "build-images: building pko-agent:dev" >&2
     PKO_AGENT_IMAGE=docker.io/library/pko-agent:dev bash "$REPO/hack/build-agent-image.sh" "$OUT" >&2

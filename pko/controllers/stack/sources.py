@@ -18,8 +18,6 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from kubernetes_asyncio.client import ApiException
-
 from pko.api.stack import FluxSource, PolicyPack, Stack
 from pko.api.workspace import GitAuth
 from pko.controllers.secretaccess import SECRET_FORBIDDEN_REASON, forbidden_secret
@@ -37,6 +35,7 @@ from pko.controllers.stack.workspaceobject import (
 )
 from pko.machinery.conditions import get_condition
 from pko.machinery.informer import SharedInformer
+from pko.machinery.kubeclient import ApiException
 from pko.machinery.manager import CACHE_SYNCED, Manager
 from pko.machinery.resource import Obj, Resource, ResourceClient, api_error_status
 from pko.machinery.store import object_key
