@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -91,15 +91,9 @@ async def auth_delegator(
             await rbac.delete_cluster_role_binding(name, _preload_content=False)
 
 
-@pytest.fixture(scope="module")
-async def operator(
-    request: pytest.FixtureRequest,
-    api_client: client.ApiClient,
-    cluster: Any,
-    crds: list[str],
-    namespace: str,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> AsyncIterator[Operator]:
+def operator_options(overrides: Mapping[str, Any]) -> ControllerOptions:
+    """The suite operator's options (its own namespace, the play-kubelet's agent image), with a
+    module's ``OPERATOR_OPTIONS`` over them."""
     options = ControllerOptions(
         operator_namespace=f"pko-system-{uuid.uuid4().hex[:6]}",
         operator_service_account=OPERATOR_SERVICE_ACCOUNT,
@@ -110,7 +104,19 @@ async def operator(
         # The Program artifact server on a free loopback port (the default :9090 collides between runs).
         program_fs_addr="127.0.0.1:0",
     )
-    options = replace(options, **getattr(request.module, "OPERATOR_OPTIONS", {}))
+    return replace(options, **overrides)
+
+
+@pytest.fixture(scope="module")
+async def operator(
+    request: pytest.FixtureRequest,
+    api_client: client.ApiClient,
+    cluster: Any,
+    crds: list[str],
+    namespace: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[Operator]:
+    options = operator_options(getattr(request.module, "OPERATOR_OPTIONS", {}))
     op = Operator(
         api_client,
         cluster,

@@ -15,9 +15,7 @@ create: a Warning Event on the Update names the binding, and the outcome is reco
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +24,15 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
 
-from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import RECONCILIATION_REQUEST_ANNOTATION
 from pko.controllers.secretaccess import STACK_SECRETS_ROLE
 from pko.devtools.kubectl import run as run_kubectl
-from pko.devtools.operatorharness import OPERATOR_SERVICE_ACCOUNT, Operator
-from pko.devtools.playkubelet import AGENT_IMAGE
+from pko.devtools.operatorharness import Operator
 from pko.devtools.waiting import wait_until
 from pko.machinery.conditions import get_condition, is_true
 from pko.machinery.resource import SECRETS, Resource, ResourceClient
 
-from .conftest import operator_env
+from .conftest import operator_env, operator_options
 from .test_secret_rights import OPERATOR_OPTIONS, PASSWORD, USER, Env, can_i, private_git
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -74,16 +70,7 @@ async def operator(
     """conftest's operator, its ClusterRole swapped for the component's manager ClusterRole (named
     apart: the session's other modules share the shipped one) and ``pko-stack-secrets`` installed,
     bound nowhere."""
-    options = ControllerOptions(
-        operator_namespace=f"pko-system-{uuid.uuid4().hex[:6]}",
-        operator_service_account=OPERATOR_SERVICE_ACCOUNT,
-        agent_image=AGENT_IMAGE,
-        agent_image_pull_policy="IfNotPresent",
-        default_workspace_image=None,
-        workspace_address_mode="pod-ip",
-        program_fs_addr="127.0.0.1:0",
-    )
-    options = replace(options, **OPERATOR_OPTIONS)
+    options = operator_options(OPERATOR_OPTIONS)
     op = Operator(api_client, cluster, options, rbac=True)
     await op.setup(tmp_path_factory.mktemp("operator"))
     objs = component_install(tmp_path_factory.mktemp("install"))
