@@ -23,11 +23,9 @@ from .stackenv import (
     stack_env,
     write_source_status,
 )
+from .test_stack_policy_packs_flux import FLUXED
 
 env = stack_env()
-
-REF = {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository", "name": "packs"}
-PACK: Obj = {"name": "platform", "fluxSource": {"sourceRef": REF, "dir": "packs/platform"}}
 
 
 async def test_a_packs_flux_source_is_awaited_then_fetched_at_its_digest_and_a_new_artifact_runs_again(
@@ -36,7 +34,7 @@ async def test_a_packs_flux_source_is_awaited_then_fetched_at_its_digest_and_a_n
     crds = ResourceClient(api_client, CRDS)
     sources = ResourceClient(api_client, GITREPOSITORIES, namespace=env.ns)
     await env.program("prog")
-    spec = {"programRef": {"name": "prog"}, "policyPacks": [PACK], "resyncFrequencySeconds": 3600}
+    spec = {"programRef": {"name": "prog"}, "policyPacks": [FLUXED], "resyncFrequencySeconds": 3600}
     await env.create_stack("policed", spec)
     conditions = await env.wait_condition("policed", "Stalled", "SourceUnavailable")
     assert conditions["Stalled"][2].startswith(
@@ -84,7 +82,7 @@ async def test_a_packs_flux_source_is_awaited_then_fetched_at_its_digest_and_a_n
         await env.make_ready("policed")
         seen: set[str] = set()
         update = await env.next_update("policed", seen)
-        assert update["spec"]["policyPacks"] == [PACK]
+        assert update["spec"]["policyPacks"] == [FLUXED]
         await env.complete(update)
         await env.wait_condition("policed", "Ready", "ProcessingCompleted")
         recorded = (await env.stack("policed"))["status"]["lastUpdate"]["policyPacksDigest"]

@@ -11,7 +11,7 @@ from typing import Any
 
 from pko.controllers.resources import WORKSPACE_TEMPLATES
 from pko.devtools.waiting import wait_until
-from pko.machinery.resource import Obj, ResourceClient
+from pko.machinery.resource import ResourceClient
 
 from .stackenv import (
     CRDS,
@@ -23,12 +23,10 @@ from .stackenv import (
     stack_env,
     write_source_status,
 )
+from .test_stack_policy_packs_flux import FLUXED
 from .test_stack_waits_cluster import stack_queue, timer_pending
 
 env = stack_env()
-
-REF = {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository", "name": "packs"}
-PACK: Obj = {"name": "platform", "fluxSource": {"sourceRef": REF, "dir": "packs/platform"}}
 
 
 async def test_a_templates_pack_source_wakes_the_stacks_built_with_it_with_no_timer(
@@ -44,7 +42,7 @@ async def test_a_templates_pack_source_wakes_the_stacks_built_with_it_with_no_ti
                 "apiVersion": "auto.pulumi.com/v1alpha1",
                 "kind": "WorkspaceTemplate",
                 "metadata": {"name": "platform", "namespace": env.ns},
-                "spec": {"policyPacks": [PACK]},
+                "spec": {"policyPacks": [FLUXED]},
             }
         )
         await env.program("prog")
@@ -75,7 +73,7 @@ async def test_a_templates_pack_source_wakes_the_stacks_built_with_it_with_no_ti
         await env.make_ready("enforced")
         seen: set[str] = set()
         update = await env.next_update("enforced", seen)
-        assert update["spec"]["policyPacks"] == [PACK]
+        assert update["spec"]["policyPacks"] == [FLUXED]
         await env.complete(update)
         await env.wait_condition("enforced", "Ready", "ProcessingCompleted")
 
