@@ -553,15 +553,15 @@ def _template_mapper(reconciler: StackReconciler) -> Callable[[Obj], list[str]]:
 
 def _flux_mapper(reconciler: StackReconciler, resource: Resource) -> Callable[[Obj], list[str]]:
     """A Flux source's event -> the Stacks that read it: their fluxSource or a policy pack's, their
-    own or one their WorkspaceTemplates enforce (watches.flux_source_stacks)."""
-    manager = reconciler.manager
+    own or one their WorkspaceTemplates enforce (watches.flux_source_stacks). The WorkspaceTemplate
+    cache is taken once, here (the manager's one informer of the kind, made before the mappers)."""
+    stacks, templates = reconciler.stacks.indexer, reconciler.manager.informer(WORKSPACE_TEMPLATES).indexer
 
     def keys(obj: Obj) -> list[str]:
         key = flux_key(
             namespace_of(obj), resource.api_version, resource.kind, str(metadata_of(obj).get("name"))
         )
-        templates = manager.informer(WORKSPACE_TEMPLATES).indexer
-        return flux_source_stacks(key, reconciler.stacks.indexer, templates, reconciler.default_template)
+        return flux_source_stacks(key, stacks, templates, reconciler.default_template)
 
     return keys
 
