@@ -21,6 +21,7 @@ from pko.controllers.resources import PROGRAMS, STACKS, UPDATES, WORKSPACES
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.stack import reconciler as stack_controller
 from pko.controllers.stack.branchpoll import BranchResolver
+from pko.controllers.stack.waits import waits_with
 from pko.devtools.fluxsource import GITREPOSITORY_CRD
 from pko.devtools.operatorharness import new_manager, running
 from pko.devtools.waiting import wait_until
@@ -288,7 +289,10 @@ def stack_env() -> Any:
         )
         clock = FakeClock()
         reconciler = stack_controller.setup(
-            manager, retry=FAST, branches=BranchResolver(clock=clock), secret_recheck=SECRET_RECHECK
+            manager,
+            retry=FAST,
+            branches=BranchResolver(clock=clock),
+            waits=waits_with(secret_recheck=SECRET_RECHECK),
         )
         reconciler.clock = clock  # type: ignore[attr-defined]
         async with running(manager):

@@ -104,7 +104,7 @@ from pko.controllers.stack.templates import (
     resolve_templates,
 )
 from pko.controllers.stack.updatewrites import HISTORY_LIMIT, cancel_update, prune_history, release_update
-from pko.controllers.stack.waits import SECRET_RECHECK, WAITS, Awaited, Wait, waits_with
+from pko.controllers.stack.waits import WAITS, Awaited, Wait
 from pko.controllers.stack.watches import (
     FLUX_SOURCES,
     INDEX_FLUX,
@@ -144,7 +144,6 @@ from pko.machinery.writes import DigestApplier, StatusWriter
 __all__ = [
     "CONTROLLER_NAME",
     "FLUX_SOURCES",
-    "SECRET_RECHECK",
     "StackReconciler",
     "setup",
 ]
@@ -200,7 +199,6 @@ class StackReconciler:
         retry: RetrySettings | None = None,
         branches: BranchResolver | None = None,
         history_limit: int = HISTORY_LIMIT,
-        secret_recheck: float = SECRET_RECHECK,
         waits: Mapping[Awaited, Wait] = WAITS,
     ) -> None:
         self.manager = manager
@@ -208,7 +206,6 @@ class StackReconciler:
         self.retry = retry or self.options.retry
         self.branches = branches or BranchResolver()
         self.history_limit = history_limit
-        self.secret_recheck = secret_recheck
         self.stacks = manager.informer(
             STACKS,
             indexers={
@@ -248,10 +245,9 @@ class StackReconciler:
         )
         self.events = manager.events
         self.metrics = StackMetrics(manager)
-        # Secrets are not watched (never cached cluster-wide): a Stack waiting on a missing one looks
-        # again every ``secret_recheck`` s, so creating it later un-stalls the Stack (waits.py).
-        # ``waits``: the table of waits (hack/bench/idlewaits.py gives the Program wait a timer again)
-        waits = waits_with(waits, secret_recheck=secret_recheck)
+        # ``waits``: what a waiting Stack waits for and which waits look again on a timer (waits.py):
+        # the Secret row's timer is the one setting of it (waits_with(secret_recheck=...): Secrets are
+        # never watched); hack/bench/idlewaits.py gives the Program wait a timer again.
         self.settings = Settings(
             self.retry, self.options.workspace_image, OWNED_STATUS, allow_insecure, waits
         )

@@ -11,7 +11,7 @@ wake the Stack:
 
 - Secrets are read with a GET and never watched (an operator watching every Secret of the
   cluster would hold them all in memory): a Stack waiting on one looks again every
-  ``secret_recheck`` seconds (:data:`SECRET_RECHECK`, an operator setting of the reconciler);
+  ``secret_recheck`` seconds (:data:`SECRET_RECHECK` unless :func:`waits_with` sets another);
 - a branch head the git remote did not give (a lookup refused or failed) is asked again;
 - a kind whose CRD is not served, or whose cache is not synced yet (Flux's sources, the
   WorkspaceTemplate): the cache syncing brings no event for the Stacks that wait on it;
@@ -28,8 +28,9 @@ checks, :mod:`~pko.controllers.stack.drift`; a refresh request's retry,
 (:mod:`~pko.controllers.stack.outputs`) and the recheck of an Update another shard runs
 (:mod:`pko.controllers.sharding`).
 
-The decisions read the table from :class:`~pko.controllers.stack.steps.Settings` (``waits``), so
-the reconciler's ``secret_recheck`` is one row's timer: :func:`waits_with`.
+The decisions read the table from :class:`~pko.controllers.stack.steps.Settings` (``waits``), which
+the reconciler takes whole (its ``waits``): the Secret row's timer is set in one place,
+:func:`waits_with` (``secret_recheck``), which builds the table the reconciler is given.
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ __all__ = [
 
 # What no watch covers is looked at again this often (the Go operator's sourceUnavailableRequeueWait).
 SOURCE_UNAVAILABLE_REQUEUE: Final = 30.0
-# Secrets are not watched: a missing one is looked for again this often (the reconciler's default
-# ``secret_recheck``), so creating it later un-stalls the Stack without a spec change.
+# Secrets are not watched: a missing one is looked for again this often (the Secret row's timer in
+# :data:`WAITS`; :func:`waits_with` sets another), so creating it later un-stalls the Stack without a
+# spec change.
 SECRET_RECHECK: Final = 120.0
 # A Stack that needs a WorkspaceTemplate while their cache is syncing looks again this soon.
 TEMPLATES_SYNCING_RECHECK: Final = 2.0
