@@ -13,8 +13,11 @@ where the engine reads the pack's version and description.
 Which Python: the virtualenv ``runtime.options.virtualenv`` names (relative to the pack, or absolute:
 one the image ships), made by the agent as it makes a program's (:mod:`pko.agent.pythondeps`: ``python
 -m venv``, then ``pip install --requirement requirements.txt`` with the pod's pip settings) when it is
-missing and the pack has a ``requirements.txt``; without ``virtualenv``, the Python the language host
-runs programs with (``PULUMI_PYTHON_CMD``, else ``python3`` on PATH).
+missing and the pack has a ``requirements.txt``; without ``virtualenv``, the image's policy environment
+(``PKO_POLICY_PYTHON``: the workspace image sets it to /opt/pulumi/policy/bin/python, a virtualenv of
+``pulumi-policy`` and the ``pulumi`` SDK beside the programs' one, whose protobuf ``pulumi-policy`` cannot
+use), so a pack from git brings none; without that either, the Python the language host runs programs
+with (``PULUMI_PYTHON_CMD``, else ``python3`` on PATH).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ log = structlog.get_logger("pko.agent.policypython")
 
 POLICY_PROJECT = "PulumiPolicy.yaml"
 LAUNCHER = "pack"  # the launcher's file name in its directory
+POLICY_PYTHON = "PKO_POLICY_PYTHON"  # the image's python with pulumi-policy, for packs naming no virtualenv
 
 
 def python_options(directory: Path) -> dict[str, Any] | None:
@@ -88,6 +92,12 @@ def virtualenv_python(pack: pb.PolicyPack, directory: Path, virtualenv: str, env
     return str(venv / "bin" / "python")
 
 
+def default_python(env: Mapping[str, str]) -> str:
+    """The python a pack that names no virtualenv runs with: the image's policy environment
+    (``PKO_POLICY_PYTHON``), else the one the language host runs programs with."""
+    return env.get(POLICY_PYTHON) or python_command(env)
+
+
 def launcher(pack: pb.PolicyPack, directory: Path, launch_dir: Path, env: Mapping[str, str]) -> Path | None:
     """Write the executable the engine runs for the Python pack in ``directory`` into ``launch_dir``
     (None for a pack of another runtime); ``env``: the Pulumi commands' environment."""
@@ -95,7 +105,7 @@ def launcher(pack: pb.PolicyPack, directory: Path, launch_dir: Path, env: Mappin
     if options is None:
         return None
     virtualenv = options.get("virtualenv")
-    command = virtualenv_python(pack, directory, str(virtualenv), env) if virtualenv else python_command(env)
+    command = virtualenv_python(pack, directory, str(virtualenv), env) if virtualenv else default_python(env)
     launch_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(directory / POLICY_PROJECT, launch_dir / POLICY_PROJECT)
     script = launch_dir / LAUNCHER

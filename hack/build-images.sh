@@ -149,7 +149,8 @@ if wants pko-workspace; then  # the engine's builds too (about 20 minutes cold)
     sources_key="$(basename "$(dirname "$SOURCES_DIR")")"
     runtimes_key="$(basename "$(dirname "$RUNTIMES_DIR")")"
     ws_hash="$(inputs_hash "$base_hash $engine_key $sources_key $runtimes_key" images/workspace hack/versions.env \
-        requirements-workspace.lock hack/build-pulumi.sh hack/build-sources.sh hack/build-runtimes.sh hack/gomod.sh)"
+        requirements-workspace.lock requirements-policy.lock hack/build-pulumi.sh hack/build-sources.sh \
+        hack/build-runtimes.sh hack/gomod.sh)"
     engine_image="localhost/pko-pulumi-engine:$engine_key-${sources_key##*-}-${runtimes_key##*-}"
     workspace_bud() {  # TARGET-ARGS... : buildah bud of images/workspace/Dockerfile on the host-built engine
         if ! bah inspect --type image "$engine_image" >/dev/null 2>&1; then

@@ -9,14 +9,17 @@
 #   requirements-workspace.lock  the workspace image's Python SDK (pulumi==PULUMI_SDK_VERSION of
 #                            hack/versions.env) and its needs, and pip, setuptools and wheel (its wheelhouse
 #                            for programs' own virtualenvs); the same versions as requirements.lock where shared
+#   requirements-policy.lock the workspace image's environment for Python policy packs (/opt/pulumi/policy):
+#                            pulumi-policy (POLICY_SDK_VERSION below) and the SDK of hack/versions.env, resolved
+#                            on their own: pulumi-policy needs protobuf 5.29, the workspace lock has 6.x
 #
-# Both are resolved for the images' Python (CPython 3.11, Linux x86_64) with uv's `pip compile`, every
+# All are resolved for the images' Python (CPython 3.11, Linux x86_64) with uv's `pip compile`, every
 # entry with the sha256 of each of its files. The resolution only sees files uploaded before a cutoff
 # written in the lock (`# exclude-newer: ...`), so regenerating with the same cutoff gives the same lock
 # whatever the index published since: a lock changes only when pyproject.toml does, or on --upgrade.
 #
 # Usage: hack/lock.sh [--check | --upgrade]
-#   (none)     regenerate both locks with the current cutoff (after editing pyproject.toml's dependencies)
+#   (none)     regenerate the locks with the current cutoff (after editing pyproject.toml's dependencies)
 #   --upgrade  move the cutoff to now and regenerate: the newest versions the specifiers allow
 #   --check    regenerate into a temporary directory and compare; exit 1, with the diff, when they differ
 #
@@ -30,7 +33,8 @@ UV_VERSION=0.13.8
 TOOLS="$CACHE/uv-$UV_VERSION"
 PYTHON_VERSION=3.11
 PLATFORM=x86_64-unknown-linux-gnu
-LOCKS=(requirements.lock requirements-build.lock requirements-workspace.lock)
+POLICY_SDK_VERSION=1.21.0  # pulumi-policy; @pulumi/policy is pinned in images/workspace/nodejs/package.json
+LOCKS=(requirements.lock requirements-build.lock requirements-workspace.lock requirements-policy.lock)
 
 mode="${1:-}"
 case "$mode" in
@@ -91,6 +95,11 @@ printf '%s\n' "pulumi==$sdk" pip setuptools wheel > "$WORK/workspace.in"
 compile "$WORK/new/requirements-workspace.lock" \
     "# The workspace image's Python: the Pulumi SDK of hack/versions.env, and pip, setuptools and wheel." \
     "$WORK/workspace.in" -c "$WORK/new/requirements.lock" --no-annotate
+# Python policy packs' environment: not constrained by requirements.lock (its protobuf is 6.x).
+printf '%s\n' "pulumi==$sdk" "pulumi-policy==$POLICY_SDK_VERSION" > "$WORK/policy.in"
+compile "$WORK/new/requirements-policy.lock" \
+    "# The workspace image's environment for Python policy packs: pulumi-policy and the Pulumi SDK of hack/versions.env." \
+    "$WORK/policy.in" --no-annotate
 
 if [ "$mode" = --check ]; then
     status=0

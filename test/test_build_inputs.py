@@ -49,3 +49,33 @@ def test_the_agent_image_hash_covers_what_the_agent_imports() -> None:
         if not any(source == h or h in source.parents for h in hashed):
             missing.append(f"{module} ({source.relative_to(REPO)})")
     assert not missing, f"the agent imports these, but its image hash does not read them: {missing}"
+
+
+def _hashed(variable: str) -> list[str]:
+    """The paths hack/build-images.sh hashes into ``variable`` (its ``inputs_hash`` line)."""
+    script = (REPO / "hack" / "build-images.sh").read_text()
+    inputs = re.search(rf'{variable}="\$\(inputs_hash "[^"]*" ((?:[^)]|\n)*)\)"', script)
+    assert inputs, f"no {variable} line in hack/build-images.sh"
+    return inputs.group(1).replace("\\\n", " ").split()
+
+
+def test_the_workspace_image_hash_covers_its_build_context() -> None:
+    """Every file the workspace image's build context admits (its .dockerignore allow-list: the locks, the
+    Node.js packages, the build scripts) is read by its hash, and every COPY from the context is admitted:
+    a lock added to the image without the hash (requirements-policy.lock, say) would ship a stale image."""
+    ignore = (REPO / "images" / "workspace" / "Dockerfile.dockerignore").read_text().split()
+    admitted = [line[1:] for line in ignore if line.startswith("!")]
+    hashed = [REPO / p for p in _hashed("ws_hash")]
+    assert "requirements-policy.lock" in admitted
+    for path in admitted:
+        source = REPO / path
+        assert source.is_file(), f"the workspace image's context admits {path}, which does not exist"
+        assert any(source == h or h in source.parents for h in hashed), f"ws_hash does not read {path}"
+    dockerfile = (REPO / "images" / "workspace" / "Dockerfile").read_text().replace("\\\n", " ")
+    copies = [line.split()[1:-1] for line in dockerfile.splitlines() if line.startswith("COPY ")]
+    sources = [s for args in copies if not any(a.startswith("--from") for a in args) for s in args]
+    sources = [s for s in sources if not s.startswith("--")]
+    assert "requirements-policy.lock" in sources
+    assert set(sources) <= set(admitted), (
+        f"COPY of what the context does not admit: {set(sources) - set(admitted)}"
+    )

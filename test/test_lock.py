@@ -200,15 +200,43 @@ def test_the_workspace_lock_pins_the_sdk_of_versions_env_as_the_runtime_lock_doe
         assert pins[name] == runtime[name], f"{name}: the workspace's and the agent's SDK stacks differ"
 
 
-def test_the_workspace_image_installs_and_downloads_only_its_lock() -> None:
+def test_the_workspace_image_installs_and_downloads_only_its_locks() -> None:
+    """The programs' SDK environment from requirements-workspace.lock, the policy packs' environment from
+    requirements-policy.lock: every pip download and install hash-checked, no dependency resolved."""
     dockerfile = REPO / "images" / "workspace" / "Dockerfile"
     text = dockerfile.read_text()
+    ignore = (REPO / "images/workspace/Dockerfile.dockerignore").read_text()
     assert "COPY requirements-workspace.lock /opt/pulumi/requirements.lock" in text
-    assert "!requirements-workspace.lock" in (REPO / "images/workspace/Dockerfile.dockerignore").read_text()
+    assert "COPY requirements-policy.lock /opt/pulumi/policy.lock" in text
+    assert "!requirements-workspace.lock" in ignore and "!requirements-policy.lock" in ignore
     flat = text.replace("\\\n", " ")
-    steps = [s for s in re.split(r"&&|;|\n", flat) if re.search(r"\bpip (install|download)\b", s)]
-    assert len(steps) == 2, steps
+    steps = [
+        s for s in re.split(r"&&|;|\n", flat) if re.search(r"\bpip (?:--python \S+ )?(install|download)\b", s)
+    ]
+    assert len(steps) == 4, steps
+    locks_read = []
     for step in steps:
         words = shlex.split(step)
         assert {"--no-deps", "--require-hashes"} <= set(words), step
-        assert words[words.index("-r") + 1] == "/opt/pulumi/requirements.lock", step
+        locks_read.append(words[words.index("-r") + 1])
+    assert locks_read == ["/opt/pulumi/requirements.lock"] * 2 + ["/opt/pulumi/policy.lock"] * 2
+
+
+POLICY = REPO / "requirements-policy.lock"
+
+
+def test_the_policy_lock_pins_pulumi_policy_and_the_sdk_of_versions_env() -> None:
+    """What the image's /opt/pulumi/policy holds: pulumi-policy at hack/lock.sh's pin with the workspace's
+    SDK, every entry hash-checked, resolved at the other locks' cutoff (its protobuf is its own: 5.29)."""
+    from pko.devtools.versions import versions
+
+    pins = locks.read_lock(POLICY)
+    assert pins["pulumi"].version == versions()["PULUMI_SDK_VERSION"]
+    pinned = re.search(r"^POLICY_SDK_VERSION=(\S+)", (REPO / "hack/lock.sh").read_text(), re.M)
+    assert pinned and pins["pulumi-policy"].version == pinned.group(1)
+    assert pins["pulumi"] == locks.read_lock(WORKSPACE)["pulumi"]
+    assert all(pin.hashes for pin in pins.values())
+    cutoff = [line for line in POLICY.read_text().splitlines() if line.startswith("# exclude-newer:")]
+    assert cutoff == [
+        line for line in RUNTIME.read_text().splitlines() if line.startswith("# exclude-newer:")
+    ]

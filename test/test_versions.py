@@ -44,6 +44,7 @@ def test_the_workspace_image_is_built_from_the_pinned_versions_only() -> None:
     assert [line for line in ignore if line.startswith("!")] == [
         "!hack/versions.env",
         "!requirements-workspace.lock",
+        "!requirements-policy.lock",
         "!hack/gomod.sh",
         "!hack/build-pulumi.sh",
         "!hack/build-sources.sh",

@@ -50,8 +50,9 @@ POLICY_SDK_INTEGRITY = (
     "sha512-tLczMS7S2UUpc1qO9xvGY54GumUShTNxm/BY/T1fb0Hp/ILScxXzrmLpkbt4KUGZAcX/EdGLVuMGHyhreqbfvg=="
 )
 POLICY_SDK_PYTHON = ("pulumi-policy", "1.21.0")
-# pulumi-policy 1.21.0 and the Pulumi SDK, every file's sha256 (its header says how it was resolved).
-PYTHON_POLICY_LOCK = Path(__file__).with_name("policypacks-python.lock")
+# pulumi-policy 1.21.0 and the Pulumi SDK, every file's sha256: hack/lock.sh's, which the workspace image
+# installs its policy environment from (/opt/pulumi/policy).
+PYTHON_POLICY_LOCK = REPO / "requirements-policy.lock"
 UV_VERSION = "0.13.8"  # hack/lock.sh's uv, in the same cache folder
 
 

@@ -55,6 +55,13 @@ async def agent(tmp_path: Path, real: RealPulumi, runtimes: Path, sdk: Path) -> 
     (work / "Pulumi.yaml").write_text(POLICED_PROGRAM)
     write_pack(work / "policies" / "commands", sdk, JS_PACK, "pko-commands")
     write_pack(work / "policies" / "broken", sdk, JS_PACK + "this is not javascript(\n", "pko-commands")
+    # A pack as a git repository holds it: no node_modules, @pulumi/policy from the image's SDK set
+    # (hack/build-runtimes.sh's node_modules: the image's /node_modules, here on NODE_PATH).
+    bare = work / "policies" / "bare"
+    bare.mkdir()
+    (bare / "PulumiPolicy.yaml").write_text("runtime: nodejs\ndescription: a pack without node_modules\n")
+    (bare / "package.json").write_text('{"name": "pko-bare", "version": "0.5.0", "main": "index.js"}')
+    (bare / "index.js").write_text(JS_PACK)
     env = {**real.env, **engine_env(real.env["PATH"], runtimes)}
     running = await start_agent(work, tmp_path / "journal", env=env, pulumi_root=real.root, stack="dev")
     yield running
@@ -150,3 +157,19 @@ async def test_a_pack_that_does_not_load_fails_naming_the_pack_in_its_runtimes_w
     )
     assert result is not None and result.failure.reason == REASON_POLICY_PACK_FAILED, result
     assert result.failure.message == "policy pack 'commands': its config must be a JSON object"
+
+
+async def test_a_pack_without_node_modules_runs_with_the_images_pulumi_policy(
+    runtimes: Path, agent: RunningAgent
+) -> None:
+    assert (runtimes / "node_modules" / "@pulumi" / "policy" / "package.json").is_file()
+    stub = agent.stub(agent.channel())
+    config = [pb.ConfigItem(key="create", value=Value.from_dict("echo forbidden"))]
+    await stub.set_all_config(pb.SetAllConfigRequest(config=config))
+    bare = pb.PolicyPack(name="bare", path="policies/bare")
+    _, result = collect(await drain(stub.preview(pb.PreviewRequest(operation_id="p-1", policy_pack=[bare]))))
+    assert result is not None and result.failure.reason == REASON_POLICY_VIOLATION, result
+    assert violations(result) == [
+        ("pko-commands", "0.5.0", *MANDATORY[2:]),
+        ("pko-commands", "0.5.0", *ADVISORY[2:]),
+    ]

@@ -63,10 +63,13 @@ async def agent(tmp_path: Path, venv: Path, wheels: Path) -> AsyncIterator[Runni
     write_python_pack(packs / "syntax", PYTHON_PACK + "this is not python(\n", venv)
     write_python_pack(packs / "imports", "import pko_no_such_module\n" + PYTHON_PACK, venv)
     write_python_pack(packs / "novenv", PYTHON_PACK, "venv", requirements=None)
+    # A pack naming no virtualenv: the image's policy environment (PKO_POLICY_PYTHON) runs it.
+    write_python_pack(packs / "bare", PYTHON_PACK, None, version="0.4.0", requirements=None)
     # Virtualenvs the agent makes from the pack's requirements.txt, offline from the pinned wheels.
     write_python_pack(packs / "made", PYTHON_PACK, "venv", version="0.3.0")
     write_python_pack(packs / "unknown", PYTHON_PACK, "venv", requirements="pko-no-such-package==1.0\n")
     env = {**real.env, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)}
+    env["PKO_POLICY_PYTHON"] = str(venv / "bin" / "python")
     running = await start_agent(work, tmp_path / "journal", env=env, pulumi_root=real.root, stack="dev")
     yield running
     await running.stop()
@@ -148,6 +151,18 @@ async def test_a_python_pack_that_does_not_load_fails_naming_the_pack_in_pythons
     assert result.failure.message == f"policy pack {name!r} could not be loaded: {said}", result.failure
 
 
+async def test_a_python_pack_naming_no_virtualenv_runs_with_the_images_policy_environment(
+    agent: RunningAgent,
+) -> None:
+    bare = pb.PolicyPack(name="bare", path="policies/bare")
+    result = await run(agent, "echo forbidden", pb.PreviewRequest(operation_id="p-1", policy_pack=[bare]))
+    assert result.failure.reason == REASON_POLICY_VIOLATION, result.failure
+    assert violations(result) == [
+        ("pko-commands-py", "0.4.0", *MANDATORY[2:]),
+        ("pko-commands-py", "0.4.0", *ADVISORY[2:]),
+    ]
+
+
 async def test_a_python_packs_virtualenv_is_made_from_its_requirements_or_refused_in_pips_words(
     agent: RunningAgent,
 ) -> None:
@@ -206,6 +221,16 @@ def test_a_python_pack_goes_to_the_cli_as_a_launcher_of_its_python_and_is_remove
     assert Path(args.paths[2]).read_text() == f'#!/bin/sh\nexec /opt/py3 -u -m pulumi.policy "$@" {plain}\n'
     args.remove()
     assert not list((tmp_path / "cfg").iterdir())
+
+    # The image's policy environment (PKO_POLICY_PYTHON) runs a pack naming no virtualenv; a pack naming
+    # one keeps it.
+    env = {"PULUMI_PYTHON_CMD": "/opt/py3", "PKO_POLICY_PYTHON": "/opt/pulumi/policy/bin/python"}
+    args = policypacks.pack_args(packs, tmp_path, tmp_path / "cfg", "op", env)
+    assert Path(args.paths[1]).read_text() == launcher.read_text()
+    assert Path(args.paths[2]).read_text() == (
+        f'#!/bin/sh\nexec /opt/pulumi/policy/bin/python -u -m pulumi.policy "$@" {plain}\n'
+    )
+    args.remove()
 
     # A pack refused (no virtualenv, no requirements.txt) leaves nothing of the others behind.
     (tmp_path / "bad").mkdir()
