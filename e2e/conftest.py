@@ -34,6 +34,7 @@ from pko.devtools import kubectl
 from pko.devtools.builds import built
 from pko.devtools.gitssh import fixed_host_key, known_hosts_line
 from pko.devtools.localcluster import ensure_binaries
+from pko.devtools.localnode.images import wait_late_import
 from pko.devtools.waiting import NotReached, until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -160,10 +161,21 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "pko_only(why): a pko feature the Go operator lacks (skipped there)")
 
 
+# hack/test.sh boots the node with the images every module needs and builds SeaweedFS (the S3 modules'
+# store, about 10 minutes cold) beside the first modules, importing it when built: it names here the
+# file its build writes its exit status to (pko.devtools.localnode.images.wait_late_import).
+LATE_IMAGES = os.environ.get("PKO_E2E_LATE_IMAGES", "")
+LATE_IMAGES_WITHIN = 1200.0  # s: the S3 modules run last, so they wait for it only on a cold cache
+LATE_FIXTURE = "seaweedfs_image"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # test_release.py swaps the dev install for released images and puts it back at its end: it runs
-    # last, so a failure to put it back costs no other module.
-    items.sort(key=lambda item: item.path.name == "test_release.py")
+    # The modules that need SeaweedFS (those using the seaweedfs_image fixture) run after the others, so
+    # its build beside the first modules is off their path; test_release.py swaps the dev install for
+    # released images and puts it back at its end: it runs last, so a failure to put it back costs no
+    # other module. Files keep their order otherwise (pytest's: by name).
+    late = {item.path for item in items if LATE_FIXTURE in getattr(item, "fixturenames", ())}
+    items.sort(key=lambda item: (item.path.name == "test_release.py", item.path in late))
     if OPERATOR != "go":
         return
     for item in items:
@@ -188,6 +200,15 @@ def _install_go_operator(k: Kube) -> None:
     quickstart = str(go_operator_quickstart())
     k.run("delete", "--ignore-not-found", "-k", str(REPO / "config" / "local"), timeout=600)
     k.run("apply", "--server-side", "--force-conflicts", "-k", quickstart, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def seaweedfs_image() -> None:
+    """SeaweedFS's image (localhost/pko-seaweedfs:dev) on the node, for the modules that run it: once
+    hack/test.sh's build of it beside the first modules has imported it (an error naming its log if
+    that failed). A node this suite boots itself (the ``kube`` fixture) has it from its boot."""
+    if LATE_IMAGES:
+        wait_late_import(Path(LATE_IMAGES), LATE_IMAGES_WITHIN)
 
 
 @pytest.fixture(scope="session")

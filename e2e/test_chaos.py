@@ -30,9 +30,9 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def matrix(kube: Kube) -> Iterator[Kube]:
-    """The cells' namespace and the S3 store, removed after the last cell (other modules apply the
-    S3 sample themselves)."""
+def matrix(kube: Kube, seaweedfs_image: None) -> Iterator[Kube]:
+    """The cells' namespace and the S3 store (its image imported: ``seaweedfs_image``), removed after
+    the last cell (other modules apply the S3 sample themselves)."""
     yield kube
     teardown()
 

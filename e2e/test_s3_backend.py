@@ -36,7 +36,7 @@ from pko.devtools.examples import local_example
 from .conftest import Kube
 from .stacks import gone, ready
 
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.usefixtures("seaweedfs_image")]
 
 SAMPLE = Path(__file__).resolve().parents[1] / "config" / "samples" / "s3"
 EXAMPLE = "s3-backend"  # examples/s3-backend: its Stack, Program (project) and Secret `pulumi-s3`'s user

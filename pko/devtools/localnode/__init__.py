@@ -45,5 +45,7 @@ control plane, and the taint ``pko.dev/spare-node=true:NoSchedule``, so that onl
 State lives in ``.node/`` (gitignored; node 2's in ``.node/node2``); images are imported from
 ``~/.cache/pko/images/*.oci.tar`` (``hack/build-images.sh``; the cache is ``$PKO_CACHE_DIR`` when set,
 as for the builds) on every ``up`` and ``node-add``: all of them, or the ``--import`` ones (hack/up.sh
-names the archives ``hack/build-images.sh sample`` printed, so a SeaweedFS left in the cache stays out).
+names the archives ``hack/build-images.sh sample`` printed, so a SeaweedFS left in the cache stays out),
+and by ``import-images`` into the running node at any time (containerd's ``k8s.io`` namespace, as at
+boot: hack/test.sh boots with the sample set and imports SeaweedFS once it is built).
 """

@@ -1,6 +1,6 @@
 """The node's images: the pause image compiled from the Kubernetes module of the node's release,
-containerd's snapshotter, the images imported from ``~/.cache/pko/images`` and removed by pattern,
-and the registries containerd trusts (``certs.d``)."""
+containerd's snapshotter, the images imported from ``~/.cache/pko/images`` (at boot, or into the running
+node) and removed by pattern, and the registries containerd trusts (``certs.d``)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,9 @@ from pko.devtools.localnode.processes import (
     _pids,
 )
 from pko.devtools.versions import versions
+from pko.devtools.waiting import until
+
+LOG_TAIL = 3000  # of a failed late import's log: enough to see why
 
 
 def _kubernetes_module() -> Path:
@@ -167,6 +170,30 @@ def import_images(paths: list[Path], addresses: list[Path] | None = None) -> Non
                 str(path),
                 address=address,
             )
+
+
+class LateImportFailed(RuntimeError):
+    """The build or import of images the node did not boot with failed (see :func:`wait_late_import`)."""
+
+
+def wait_late_import(status: Path, within: float) -> None:
+    """Wait for images that another process builds and imports into the running node after its boot
+    (hack/test.sh: the images only some e2e modules need, built beside the first modules). That process
+    writes its exit status to ``status`` when done and its output to ``status.with_suffix(".log")``.
+    Returns once the status is 0; raises :class:`LateImportFailed` with the end of that log when it is
+    not, and :class:`pko.devtools.waiting.NotReached` when no status is written within ``within`` s."""
+    log = status.with_suffix(".log")
+    code = until(
+        f"the images imported after boot ({status} written; their build's log: {log})",
+        lambda: status.read_text().strip() if status.exists() else "",
+        within=within,
+        interval=2,
+    )
+    if code != "0":
+        said = log.read_text(errors="replace")[-LOG_TAIL:] if log.exists() else "(no log)"
+        raise LateImportFailed(
+            f"the images imported after boot failed (exit {code}); the end of {log}:\n" + said
+        )
 
 
 def dev_archives() -> list[Path]:
