@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
 
@@ -109,6 +110,10 @@ class Reflector:
         self._listed = False  # set by a streaming watch when its initial events are in the cache
         self.synced = False  # the first complete list is in the cache
         self.last_sync_resource_version = ""
+        # The list and watch failures (the informer's ``stats.errors``) by HTTP status (None: no
+        # answer from the API), so a test can tell a refusal (401/403) from a transient error
+        # (429, 5xx: e.g. a fresh apiserver's "storage is (re)initializing").
+        self.error_statuses: Counter[int | None] = Counter()
         self._log = structlog.get_logger("pko.informer").bind(
             resource=client.resource.name, namespace=client.namespace or "*"
         )
@@ -150,6 +155,7 @@ class Reflector:
             except Exception as exc:
                 self._sink.count("errors")
                 status = api_error_status(exc)
+                self.error_statuses[status] += 1
                 if need_list:
                     consistent = True  # e.g. "too large resource version" after an apiserver restart
                 elif status is not None and status != 429 and status < 500:

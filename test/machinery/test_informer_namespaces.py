@@ -116,6 +116,9 @@ async def test_several_namespaces_are_watched_apart_into_one_cache_with_namespac
     # The all-namespaces informer cannot list as this user: the test below would notice one.
     assert not await every.wait_for_sync(3)
     assert every.stats.errors >= 1
+    # Counted as what they are, refusals (test_namespaced tells them from transient errors so).
+    assert set(every.reflectors[0].error_statuses) == {403}
+    assert every.reflectors[0].error_statuses.total() == every.stats.errors
 
     factory = InformerFactory(as_user, namespaces=[a, b, a], label_selector="app=x")
     factories.append(factory)
