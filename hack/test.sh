@@ -22,11 +22,13 @@ check() {  # pytest's exit code 5 (nothing collected) is a failure, not a pass
 # is building, through build-pulumi.sh's lock; the base, operator and agent images, mostly downloads,
 # are built meanwhile), boots the node, and runs the e2e modules one after another while the unit side
 # builds its own tools, lints and runs its suite, whose workers mostly wait on their own apiservers.
-# SeaweedFS (hack/build-images.sh s3: about 10 minutes cold), which only the S3 modules run, is built
-# after the boot beside the first modules and imported into the running node when built; those modules
-# run last and wait for it (e2e/conftest.py's seaweedfs_image, through PKO_E2E_LATE_IMAGES). The
-# side's output goes to .node/e2e.log, printed when the unit suite has ended; a boot that fails leaves
-# the node to the e2e fixture, which builds every image and boots it itself.
+# What only some modules need is built after the boot, beside the first modules: the Go operator
+# (hack/build-peer.sh: about 4 minutes cold), which test_switch.py takes from the cache, then SeaweedFS
+# (hack/build-images.sh s3: about 10), which only the S3 modules run, imported into the running node
+# when built; those modules run last and wait for it (e2e/conftest.py's seaweedfs_image, through
+# PKO_E2E_LATE_IMAGES). The side's output goes to .node/e2e.log (the builds after the boot: to
+# .node/late-images.log, printed after it), printed when the unit suite has ended; a boot that fails
+# leaves the node to the e2e fixture, which builds every image and boots it itself.
 built_images() {  # SET: build hack/build-images.sh's SET; IMPORTS=(--import ARCHIVE ...) for localnode.py
   local archives
   archives="$(PYTHON="$PY" bash hack/build-images.sh "$1")" || return
@@ -39,7 +41,10 @@ e2e_side() {
     rm -f .node/late-images.rc .node/late-images.rc.partial
     if built_images sample && "$PY" hack/localnode.py up "${IMPORTS[@]}" >/dev/null; then
       export PKO_E2E_NODE_BOOTED=1   # the e2e suite owns the node from here (its fixture takes it down)
-      ( built_images s3 && "$PY" hack/localnode.py import-images "${IMPORTS[@]}" >/dev/null
+      (  # the Go operator first: test_switch.py takes it from the cache (or waits on its build's lock)
+        bash hack/build-peer.sh >/dev/null \
+          || echo "hack/test.sh: the Go operator's build failed here; test_switch.py builds it again"
+        built_images s3 && "$PY" hack/localnode.py import-images "${IMPORTS[@]}" >/dev/null
         echo $? > .node/late-images.rc.partial; mv .node/late-images.rc.partial .node/late-images.rc
       ) > .node/late-images.log 2>&1 &
       late=$!
@@ -52,7 +57,7 @@ e2e_side() {
   echo $? > .node/e2e.rc
   if [ -n "$late" ]; then  # done before the S3 modules began, unless the suite ended before them
     wait "$late"
-    echo "==================== SeaweedFS, built and imported beside the first modules ===================="
+    echo "==================== built beside the first modules (the Go operator, SeaweedFS) ===================="
     cat .node/late-images.log
   fi
 }
