@@ -1,14 +1,19 @@
 """Git repositories served on loopback, for tests of either caller of :mod:`pko.git` (the
 operator's branch lookup and the agent's fetch): :func:`serve_wsgi`, :func:`serve_git`,
-:func:`git_commit` and :func:`same_name_repository` (a branch and a tag of one name)."""
+:func:`git_commit` and :func:`same_name_repository` (a branch and a tag of one name). Over plain HTTP,
+or over HTTPS with a certificate of a CA of the test's own (:func:`server_tls`), which clients trust as
+users trust a private git CA (``SSL_CERT_FILE``)."""
 
 from __future__ import annotations
 
 import contextlib
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -19,7 +24,17 @@ from dulwich.repo import Repo
 from dulwich.server import BackendRepo, DictBackend
 from dulwich.web import make_wsgi_chain
 
-__all__ = ["SameName", "git_commit", "same_name_repository", "serve_git", "serve_wsgi"]
+__all__ = [
+    "SameName",
+    "ServerTLS",
+    "git_commit",
+    "same_name_repository",
+    "serve_git",
+    "serve_wsgi",
+    "server_tls",
+]
+
+HANDSHAKE_TIMEOUT = 30.0  # seconds a client has to finish its TLS handshake
 
 
 class _Quiet(WSGIRequestHandler):
@@ -31,25 +46,81 @@ class _Threading(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
+@dataclass(frozen=True)
+class ServerTLS:
+    """A server's certificate and key (PEM files) and the CA that signed it (``ca``: what a client
+    trusts, e.g. the file ``SSL_CERT_FILE`` names)."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+
+def server_tls(directory: Path, host: str) -> ServerTLS:
+    """A CA of the test's own and a server certificate it signs for the IP address ``host`` (and
+    ``localhost``), valid a day, written to ``directory`` (``ca.crt``, ``server.crt``, ``server.key``)."""
+    from pko.devtools.fakeapiserver import issue  # cryptography: only for HTTPS
+
+    ca, ca_cert, ca_key = issue("pko test git CA", ca=True)
+    server, _, _ = issue(host, issuer=(ca_cert, ca_key), ip=host)
+    cert, key = server.write(directory, "server")
+    (directory / "ca.crt").write_bytes(ca.cert_pem)
+    return ServerTLS(directory / "ca.crt", cert, key)
+
+
+class _TLSThreading(_Threading):
+    """HTTPS: each connection's handshake in its request's thread, so a client that never finishes
+    one (or refuses the certificate) holds up no other."""
+
+    context: ssl.SSLContext
+
+    def setup_environ(self) -> None:
+        super().setup_environ()
+        self.base_environ["HTTPS"] = "on"  # wsgiref's url_scheme: https
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, address = self.socket.accept()
+        return self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), address
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        try:
+            request.settimeout(HANDSHAKE_TIMEOUT)
+            request.do_handshake()
+            request.settimeout(None)
+        except OSError:  # ssl.SSLError too: a client that does not trust the CA
+            return
+        super().finish_request(request, client_address)
+
+
 @contextlib.contextmanager
-def serve_wsgi(app: Any, host: str = "127.0.0.1") -> Iterator[str]:
+def serve_wsgi(app: Any, host: str = "127.0.0.1", tls: ServerTLS | None = None) -> Iterator[str]:
     """``app`` served on a free port of ``host`` (loopback, or the e2e node's own address, which
-    workspace pods reach), a thread per request, without a request log: its base URL."""
-    server = make_server(host, 0, app, server_class=_Threading, handler_class=_Quiet)
+    workspace pods reach), a thread per request, without a request log: its base URL. With ``tls``
+    (:func:`server_tls`), over HTTPS with its certificate."""
+    server: _Threading
+    if tls is None:
+        server = make_server(host, 0, app, server_class=_Threading, handler_class=_Quiet)
+    else:
+        https = make_server(host, 0, app, server_class=_TLSThreading, handler_class=_Quiet)
+        https.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        https.context.load_cert_chain(tls.cert, tls.key)
+        server = https
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://{host}:{server.server_port}"
+        yield f"{'http' if tls is None else 'https'}://{host}:{server.server_port}"
     finally:
         server.shutdown()
         server.server_close()
 
 
 @contextlib.contextmanager
-def serve_git(repo: Repo, path: str = "/repo.git", host: str = "127.0.0.1") -> Iterator[str]:
-    """``repo`` served over git's smart HTTP at ``path``: its URL."""
+def serve_git(
+    repo: Repo, path: str = "/repo.git", host: str = "127.0.0.1", tls: ServerTLS | None = None
+) -> Iterator[str]:
+    """``repo`` served over git's smart HTTP (HTTPS with ``tls``) at ``path``: its URL."""
     repos: dict[str, BackendRepo] = {path: repo}
-    with serve_wsgi(make_wsgi_chain(DictBackend(repos)), host) as base:
+    with serve_wsgi(make_wsgi_chain(DictBackend(repos)), host, tls) as base:
         yield base + path
 
 

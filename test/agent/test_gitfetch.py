@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import paramiko
 import pytest
@@ -19,7 +20,7 @@ from pko.agent.errors import AuthError, HostKeyError, RefNotFound, SourceError, 
 from pko.agent.gitfetch import GitCredentials, Want, fetch_git, parse_remote, resolve_revision
 
 from pko.controllers.stack.branchpoll import BranchResolver, GitLookupError
-from pko.devtools.gitserver import same_name_repository, serve_git
+from pko.devtools.gitserver import same_name_repository, serve_git, server_tls
 from pko.git.ssh import load_private_key
 
 SHA_A = ObjectID(b"a" * 40)
@@ -385,6 +386,61 @@ def test_local_git_urls_are_refused_unless_allowed(url: str, monkeypatch: pytest
         parse_remote(url)
     monkeypatch.setenv("GIT_ALLOW_LOCAL", "true")
     assert parse_remote(url).transport == "local"
+
+
+# --- HTTPS with a CA of the server's own ------------------------------------------------------
+
+
+@pytest.fixture
+def git_https(source_repo: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """The source repository over HTTPS, its certificate signed by a CA no system trusts: its URL and
+    the CA's PEM file."""
+    tls = server_tls(tmp_path_factory.mktemp("git-tls"), "127.0.0.1")
+    with serve_git(source_repo.repo, "/repo.git", tls=tls) as url:
+        yield url, tls.ca
+
+
+def _no_ca_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    for env in ("SSL_CERT_FILE", "SSL_CERT_DIR", "GIT_SSL_CAINFO"):
+        monkeypatch.delenv(env, raising=False)
+
+
+def test_a_private_git_ca_is_trusted_once_ssl_cert_file_or_git_ssl_cainfo_names_it(
+    git_https: tuple[str, Path], source_repo: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fetch trusts what OpenSSL's environment names (``SSL_CERT_FILE``, which the Go operator's
+    agent, Go's crypto/x509, reads too) or git's (``GIT_SSL_CAINFO``); an unknown CA is refused as
+    such, before anything is fetched."""
+    url, ca = git_https
+    _no_ca_given(monkeypatch)
+    (untrusted := tmp_path / "untrusted").mkdir()
+    with pytest.raises(UnreachableError) as info:
+        fetch_git(url, "master", untrusted, timeout=20)
+    message = str(info.value)
+    assert message.startswith(f"cannot reach {urlsplit(url).netloc} for {url}: "), message
+    assert "TLS handshake failed" in message and "CERTIFICATE_VERIFY_FAILED" in message, message
+    for env in ("SSL_CERT_FILE", "GIT_SSL_CAINFO"):
+        _no_ca_given(monkeypatch)
+        monkeypatch.setenv(env, str(ca))
+        (dest := tmp_path / env).mkdir()
+        checkout = fetch_git(url, "feature", dest, timeout=20)
+        assert checkout.commit == source_repo.feature, env
+        assert (dest / "feature.txt").read_text() == "feature\n", env
+
+
+async def test_the_operators_branch_lookup_trusts_a_private_git_ca_given_by_ssl_cert_file(
+    git_https: tuple[str, Path], source_repo: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's ls-remote (from its own pod) trusts the CA its environment names, as the Go
+    operator's (go-git on Go's crypto/x509) does: the same ``SSL_CERT_FILE`` serves both."""
+    url, ca = git_https
+    _no_ca_given(monkeypatch)
+    with pytest.raises(GitLookupError) as info:
+        await BranchResolver().head(url, "master", GitCredentials(), 60)
+    assert str(info.value).startswith(f"listing {url}: "), info.value
+    assert "CERTIFICATE_VERIFY_FAILED" in str(info.value), info.value
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    assert await BranchResolver().head(url, "feature", GitCredentials(), 60) == source_repo.feature
 
 
 def test_a_cross_origin_redirect_never_carries_the_credentials(tmp_path: Path) -> None:
