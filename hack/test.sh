@@ -63,16 +63,18 @@ e2e_side() {
 }
 E2E_JOB=""
 if [ "${PKO_SKIP_E2E:-}" != 1 ]; then
-  mkdir -p .node
+  mkdir -p .node; rm -f .node/e2e.rc
   # The e2e side in a process group of its own (job control, for this one job; stdin from /dev/null, as
   # a background job's is without it): a run that ends before the unit suite has (a build or lint
-  # failed, ^C) ends that group and takes the node down, instead of waiting for the e2e suite.
+  # failed, ^C, a TERM) ends that group and takes the node down, instead of waiting for the e2e suite.
   set -m
   e2e_side < /dev/null > .node/e2e.log 2>&1 &
   E2E_JOB=$!
   set +m
   trap '[ -z "$E2E_JOB" ] || { kill -TERM -- "-$E2E_JOB" 2>/dev/null; wait "$E2E_JOB" || true
     "$PY" hack/localnode.py down >/dev/null 2>&1 || true; }' EXIT
+  trap 'exit 130' INT   # (^C reaches only this group now: the trap above stops the other)
+  trap 'exit 143' TERM
 fi
 # The unit side: the real Pulumi engine (CLI, language hosts, providers: hack/build-pulumi.sh) and the
 # tools its tests run, all from their Go modules, before pytest's timeouts start; then lint.
