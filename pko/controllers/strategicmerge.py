@@ -10,9 +10,10 @@ for the lists that appear in a Workspace or an Update. ``$patch`` directives are
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any, Final
+
+from pko.machinery.store import clone
 
 __all__ = ["MERGE_KEYS", "strategic_merge"]
 
@@ -36,21 +37,26 @@ MERGE_KEYS: Final[Mapping[str, str]] = {
 def _merge_list(key: str, base: list[Any], patch: list[Any]) -> list[Any]:
     merge_key = MERGE_KEYS.get(key)
     if merge_key is None or not all(isinstance(i, Mapping) and merge_key in i for i in [*base, *patch]):
-        return copy.deepcopy(patch)
-    result = [copy.deepcopy(item) for item in base]
+        return [clone(item) for item in patch]
+    result = list(base)  # each item copied once: merged below, or as it is after
+    merged: set[int] = set()
     for item in patch:
         for i, existing in enumerate(result):
             if existing.get(merge_key) == item[merge_key]:
                 result[i] = _merge_map(existing, item)
+                merged.add(i)
                 break
         else:
+            merged.add(len(result))
             result.append(_merge_map({}, item))
-    return result
+    return [item if i in merged else clone(item) for i, item in enumerate(result)]
 
 
 def _merge_map(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
-    result = copy.deepcopy(dict(base))
+    result = dict(base)  # each value copied once: merged below, or as it is after
+    touched: set[str] = set()
     for key, value in patch.items():
+        touched.add(key)
         if value is None:
             result.pop(key, None)
         elif isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
@@ -60,8 +66,8 @@ def _merge_map(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, A
         elif isinstance(value, Mapping):
             result[key] = _merge_map({}, value)
         else:
-            result[key] = copy.deepcopy(value)
-    return result
+            result[key] = clone(value)
+    return {key: value if key in touched else clone(value) for key, value in result.items()}
 
 
 def strategic_merge(base: Mapping[str, Any], patch: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -13,10 +13,9 @@ informer reads through every write any of them made.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
-from pko.machinery.store import Obj, meta_namespace_key, resource_version, strip_managed_fields
+from pko.machinery.store import Obj, clone, meta_namespace_key, resource_version, strip_managed_fields
 
 __all__ = ["RecentWrites", "newer"]
 
@@ -38,7 +37,7 @@ class RecentWrites:
     def wrote(self, obj: Obj) -> Obj:
         """Remember ``obj`` as the API server returned it from a write (shaped by the cache's
         transform); returns ``obj`` untouched."""
-        kept = copy.deepcopy(obj)
+        kept = clone(obj)
         self._objects[meta_namespace_key(obj)] = self._transform(kept) if self._transform else kept
         return obj
 
@@ -48,7 +47,7 @@ class RecentWrites:
         if cached is None or written is None or not newer(written, cached):
             self._objects.pop(key, None)
             return cached
-        return copy.deepcopy(written)
+        return clone(written)
 
     def caught_up(self, cached: Obj, *, gone: bool = False) -> None:
         """Forget the write of ``cached``'s object once the cache holds it (or the object is gone):

@@ -28,6 +28,7 @@ Invariants:
 from __future__ import annotations
 
 import builtins
+import copy
 import functools
 import marshal
 import threading
@@ -173,6 +174,16 @@ def strip_managed_fields(obj: Obj) -> Obj:
         if annotations and LAST_APPLIED_ANNOTATION in annotations:
             del annotations[LAST_APPLIED_ANNOTATION]
     return obj
+
+
+def clone(value: Any) -> Any:
+    """A deep copy of decoded JSON (dicts, lists, scalars: what the cache holds): :mod:`marshal`'s
+    round trip, in C, several times faster than :func:`copy.deepcopy` on such data; a value marshal
+    does not take (a str subclass such as an enum, a set, a model) goes to :func:`copy.deepcopy`."""
+    try:
+        return marshal.loads(marshal.dumps(value))
+    except ValueError:
+        return copy.deepcopy(value)
 
 
 # ----- the store ---------------------------------------------------------------------------------

@@ -18,7 +18,6 @@ guard: the next reconcile reads through it until the watch delivers the write.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from collections import OrderedDict
@@ -88,12 +87,15 @@ class StatusWriter:
 
 def digest(body: Mapping[str, Any]) -> str:
     """The digest of a built object, without its own digest annotation (key order does not matter)."""
-    stripped = copy.deepcopy(dict(body))
-    meta = stripped.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    annotations.pop(ANNOTATION_APPLIED_DIGEST, None)
-    if not annotations:
-        meta.pop("annotations", None)
+    stripped = dict(body)  # only the annotations differ: no deep copy (json.dumps reads, never writes)
+    if meta := stripped.get("metadata"):
+        meta = stripped["metadata"] = {**meta}
+        annotations = {**(meta.get("annotations") or {})}
+        annotations.pop(ANNOTATION_APPLIED_DIGEST, None)
+        if annotations:
+            meta["annotations"] = annotations
+        else:
+            meta.pop("annotations", None)
     text = json.dumps(stripped, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
