@@ -27,6 +27,8 @@ RETRY_PERIOD: Final = 10.0
 OPERATOR_NAMESPACE: Final = "pulumi-kubernetes-operator"
 # The operator's own identity: TokenRequest tokens for the agents are minted for it (POD_SA_NAME).
 OPERATOR_SERVICE_ACCOUNT: Final = "controller-manager"
+# The ClusterRole a refused Secret names (the secrets-per-namespace install's, as config/ names it).
+STACK_SECRETS_ROLE: Final = "pko-stack-secrets"
 AGENT_IMAGE: Final = "pko-agent:latest"
 AGENT_IMAGE_PULL_POLICY: Final = "IfNotPresent"
 WORKSPACE_ADDRESS_MODE: Final = "dns"

@@ -2,7 +2,8 @@
 overlay of config/default, and the chart's ``rbac.secretsPerNamespace``. The manager's ClusterRole
 loses exactly its rule on Secrets and ConfigMaps, which the ClusterRole ``pko-stack-secrets`` holds
 instead (bound per namespace by the platform team: test/controllers/test_secrets_per_namespace.py);
-the default renders are unchanged."""
+the default renders are unchanged. The chart tells the operator the name it gives that role (renamed
+by nameOverride/fullnameOverride), so a refused Secret's message names a role that exists."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from helmtest import by_key, config_default, template
+from helmtest import by_key, config_default, env_of, manager, template
 from test_kustomize import CONFIG, build, find
 
-from pko.controllers.secretaccess import STACK_SECRETS_ROLE
+from pko.__main__ import parse_settings
+from pko.controllers.secretaccess import STACK_SECRETS_ROLE, SecretAccess
 
 COMPONENT = CONFIG / "components" / "secrets-per-namespace"
 MANAGER_ROLE = "pulumi-kubernetes-operator-controller-manager"
@@ -98,3 +100,35 @@ def test_the_chart_value_renders_what_the_component_does(tmp_path: Path) -> None
         template(tmp_path, "--set", "rbac.namespaced=true", "--set", "rbac.secretsPerNamespace=true")
     )
     assert both == namespaced
+
+
+def stack_secrets_roles(objs: list[Obj]) -> list[str]:
+    """The names of the rendered ClusterRoles that grant the Secrets rule alone."""
+    return [
+        o["metadata"]["name"] for o in objs if o["kind"] == "ClusterRole" and o["rules"] == [SECRETS_RULE]
+    ]
+
+
+def test_the_chart_tells_the_operator_the_name_it_gives_the_role(tmp_path: Path) -> None:
+    opted = ("--set", "rbac.secretsPerNamespace=true")
+    # Not opted in: no variable, config/default's Deployment as it is (the operator's default name).
+    assert "STACK_SECRETS_ROLE" not in env_of(manager(template(tmp_path))[1])
+    for overrides, expected in (
+        ((), STACK_SECRETS_ROLE),
+        (("--set", "fullnameOverride=team-pko"), "team-pko-pko-stack-secrets"),
+        (("--set", "nameOverride=platform"), "platform"),
+    ):
+        objs = template(tmp_path, *opted, *overrides)
+        (role,) = stack_secrets_roles(objs)
+        assert expected in role and (role == STACK_SECRETS_ROLE) == (not overrides), (overrides, role)
+        env = env_of(manager(objs)[1])
+        assert env["STACK_SECRETS_ROLE"] == role, overrides
+        # The operator parses it, and its refusals name that role.
+        options = parse_settings([], {"STACK_SECRETS_ROLE": env["STACK_SECRETS_ROLE"]}).controller_options()
+        assert options.stack_secrets_role == role
+        message = SecretAccess.of(options).forbidden("team-a", "git", verb="read")
+        assert f"bind ClusterRole {role} to ServiceAccount " in message, message
+    # The namespaced install and rbac.create=false render no such role, and no variable.
+    for other in (("--set", "rbac.namespaced=true"), ("--set", "rbac.create=false")):
+        objs = template(tmp_path, *opted, *other)
+        assert not stack_secrets_roles(objs) and "STACK_SECRETS_ROLE" not in env_of(manager(objs)[1])

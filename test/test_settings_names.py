@@ -239,6 +239,14 @@ PINNED: list[tuple[tuple[str, ...], tuple[str, ...], str, Any, str, Any]] = [
         False,
     ),
     (("--workspace-metrics",), ("WORKSPACE_METRICS",), "workspace_metrics", "https", "off", "off"),
+    (
+        ("--stack-secrets-role",),
+        ("STACK_SECRETS_ROLE",),
+        "stack_secrets_role",
+        "pko-stack-secrets",
+        "team-secrets",
+        "team-secrets",
+    ),
     # Added with issue 42.
     (("--events-address",), ("EVENTS_ADDRESS",), "events_address", None, "http://nc/", "http://nc/"),
     *[

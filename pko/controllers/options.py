@@ -32,6 +32,9 @@ class ControllerOptions:
     operator_namespace: str = defaults.OPERATOR_NAMESPACE
     # The operator's own identity: TokenRequest tokens for the agents are minted for it (POD_SA_NAME).
     operator_service_account: str = defaults.OPERATOR_SERVICE_ACCOUNT
+    # The ClusterRole a refused Secret or ConfigMap tells to bind (STACK_SECRETS_ROLE; the chart
+    # sets the name it gives the secrets-per-namespace role).
+    stack_secrets_role: str = defaults.STACK_SECRETS_ROLE
     agent_image: str = defaults.AGENT_IMAGE
     agent_image_pull_policy: str = defaults.AGENT_IMAGE_PULL_POLICY
     # The Pulumi image of a Workspace that names none (None: the Go operator's default per profile).

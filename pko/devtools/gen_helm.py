@@ -30,7 +30,7 @@ Where the values go, and nothing else:
   resources, both security contexts, probes, the grace period, priorityClassName, ``--leader-elect``
   and the log flags, optional environment (leader election timings, WATCH_NAMESPACE, KUBE_API_TIMEOUT,
   FLUX_MAX_UNTAR_SIZE_BYTES, EVENTS_ADDRESS, WORKSPACE_IMAGE, DEFAULT_WORKSPACE_TEMPLATE, WORKSPACE_METRICS,
-  extraEnv),
+  STACK_SECRETS_ROLE with rbac.secretsPerNamespace, extraEnv),
   extra volumes and mounts, pod annotations and labels, scheduling (nodeSelector, affinity,
   tolerations), imagePullSecrets;
 - the metrics Service (the Service whose only port is named ``http-metrics``) exists only while
@@ -273,7 +273,7 @@ def template_deployment(deploy: Obj, markers: Markers, found: dict[str, Any]) ->
         ("DEFAULT_WORKSPACE_TEMPLATE", ".Values.workspace.defaultTemplate"),
         ("WORKSPACE_METRICS", ".Values.workspace.metrics"),
     )
-    own = {name for name, _ in optional} | {"WORKSPACE_IMAGE", "WATCH_NAMESPACES", "WATCH_LABEL_SELECTOR"}
+    own = {name for name, _ in optional} | {"WORKSPACE_IMAGE"} | helm_namespaced.OWN_ENV
     taken = sorted(own & {e["name"] for e in env})
     if taken:
         raise SystemExit(f"gen_helm: config/ sets {taken} itself: the chart's values would duplicate them")
@@ -288,7 +288,7 @@ def template_deployment(deploy: Obj, markers: Markers, found: dict[str, Any]) ->
         '  value: {{ include "pko.image" (dict "image" .Values.workspace.image "chart" .Chart) | quote }}'
         "\n{{- end }}"
     )
-    optional_env += "\n" + helm_namespaced.watch_namespaces_env()
+    optional_env += "\n" + helm_namespaced.manager_env()
     env.append(markers.new_block("OPTIONAL_ENV", optional_env))
     env.append(markers.new_block("EXTRA_ENV", with_items(".Values.extraEnv")))
 

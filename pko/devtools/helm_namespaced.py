@@ -6,6 +6,11 @@ dropped as config/namespaced drops it), and the rest of its rules become a Role 
 each namespace of ``watchNamespaces`` (the release namespace when that is empty), which the
 operator then watches (``WATCH_NAMESPACES``). With the default (false) the chart renders
 config/default's objects unchanged: the conditionals below render nothing.
+
+With ``rbac.secretsPerNamespace`` (cluster-wide installs) the chart renders the secrets-per-namespace
+ClusterRole under ``pko.objname`` and tells the operator that name (``STACK_SECRETS_ROLE``), which a
+refused Secret's message names (pko.controllers.secretaccess): with nameOverride or fullnameOverride
+it is not config's ``pko-stack-secrets``.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from pko import defaults
 from pko.devtools.helm_markers import Markers
 
 Obj = dict[str, Any]
@@ -25,6 +31,12 @@ CLUSTER_SCOPED = frozenset({"nodes", "tokenreviews", "subjectaccessreviews"})
 KEPT_CLUSTER_SCOPED = frozenset({"tokenreviews", "subjectaccessreviews"})
 # The ClusterRole of the secrets-per-namespace component (config/components/secrets-per-namespace).
 STACK_SECRETS_ROLE_FILE = "config/components/secrets-per-namespace/stack_secrets_role.yaml"
+# The manager's variables this module sets (config/ must not set them itself).
+OWN_ENV = frozenset({"WATCH_NAMESPACES", "WATCH_LABEL_SELECTOR", "STACK_SECRETS_ROLE"})
+# Where the chart renders the secrets-per-namespace ClusterRole.
+SECRETS_PER_NAMESPACE = (
+    "and .Values.rbac.create .Values.rbac.secretsPerNamespace (not .Values.rbac.namespaced)"
+)
 # The namespaces watched: watchNamespaces, else (namespaced RBAC) the release namespace.
 WATCHED = (
     "(.Values.watchNamespaces | default (ternary (list .Release.Namespace) (list) .Values.rbac.namespaced))"
@@ -72,9 +84,14 @@ def mark_manager_rules(rules: list[Obj], markers: Markers, per_namespace: Obj | 
 def stack_secrets_role(role: Obj, labels: str, role_name: str) -> str:
     """templates/clusterrole-pko-stack-secrets.yaml: the secrets-per-namespace ClusterRole
     (``rbac.secretsPerNamespace``, cluster-wide installs only), which admins bind per namespace."""
+    if role["metadata"]["name"] != defaults.STACK_SECRETS_ROLE:
+        raise SystemExit(
+            f"gen_helm: {STACK_SECRETS_ROLE_FILE} names its ClusterRole {role['metadata']['name']}, the "
+            f"operator's default (--stack-secrets-role) is {defaults.STACK_SECRETS_ROLE}: keep them one"
+        )
     body = yaml.safe_dump(role["rules"], sort_keys=False).rstrip()
     return f"""\
-{{{{- if and .Values.rbac.create .Values.rbac.secretsPerNamespace (not .Values.rbac.namespaced) }}}}
+{{{{- if {SECRETS_PER_NAMESPACE} }}}}
 # The operator's Secret and ConfigMap rights, granted where a RoleBinding to its ServiceAccount
 # grants them (rbac.secretsPerNamespace; config/components/secrets-per-namespace).
 apiVersion: rbac.authorization.k8s.io/v1
@@ -89,9 +106,14 @@ rules:
 """
 
 
-def watch_namespaces_env() -> str:
-    """The manager's WATCH_NAMESPACES (and WATCH_LABEL_SELECTOR) entries, when set."""
+def manager_env() -> str:
+    """The manager's WATCH_NAMESPACES (and WATCH_LABEL_SELECTOR) entries, when set, and the name
+    the chart gives the secrets-per-namespace ClusterRole (STACK_SECRETS_ROLE), when it renders it."""
     return (
+        "{{- if " + SECRETS_PER_NAMESPACE + " }}\n"
+        "- name: STACK_SECRETS_ROLE\n"
+        f'  value: {{{{ include "pko.objname" (list $ "{defaults.STACK_SECRETS_ROLE}") | quote }}}}\n'
+        "{{- end }}\n"
         "{{- with " + WATCHED + " }}\n"
         "- name: WATCH_NAMESPACES\n"
         '  value: {{ join "," . | quote }}\n'

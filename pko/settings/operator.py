@@ -229,6 +229,16 @@ class Settings:
         WORKSPACES,
         feeds=("ControllerOptions.operator_service_account",),
     )
+    stack_secrets_role = Setting(
+        "--stack-secrets-role",
+        text("NAME", "name"),
+        ("STACK_SECRETS_ROLE",),
+        defaults.STACK_SECRETS_ROLE,
+        "the ClusterRole a refused Secret or ConfigMap names, to bind in the Stack's namespace (the "
+        "secrets-per-namespace install's; the Helm chart sets the name it gives it)",
+        WORKSPACES,
+        feeds=("ControllerOptions.stack_secrets_role",),
+    )
     agent_image = Setting(
         "--agent-image",
         text("IMAGE", "image"),

@@ -1,8 +1,10 @@
 """The secrets-per-namespace install on a real apiserver with RBAC (issue 46, least privilege).
 
 The operator runs as its ServiceAccount with config/default + config/components/secrets-per-namespace:
-the manager's ClusterRole without Secret and ConfigMap rights, and the ClusterRole
-``pko-stack-secrets`` bound (RoleBinding) only where the test binds it, as a platform team would.
+the manager's ClusterRole without Secret and ConfigMap rights, and the component's ClusterRole bound
+(RoleBinding) only where the test binds it, as a platform team would. The role is installed under
+another name (:data:`ROLE`, as the chart names it with a name override) and the operator told that
+name (``--stack-secrets-role``, which the chart sets): every refusal names the role that exists.
 
 In a namespace without that binding the operator cannot GET a Secret there (a real GET answers 403,
 and so does a SubjectAccessReview), and a Stack whose gitAuth names a Secret is Stalled with a message
@@ -33,7 +35,8 @@ from pko.machinery.conditions import get_condition, is_true
 from pko.machinery.resource import SECRETS, Resource, ResourceClient
 
 from .conftest import operator_env, operator_options
-from .test_secret_rights import OPERATOR_OPTIONS, PASSWORD, USER, Env, can_i, private_git
+from .test_secret_rights import OPERATOR_OPTIONS as RIGHTS_OPTIONS
+from .test_secret_rights import PASSWORD, USER, Env, can_i, private_git
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -48,6 +51,9 @@ CLUSTER_ROLE_BINDINGS = Resource(
     "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
 )
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+# The component's ClusterRole as installed here: renamed, as the chart renames it (fullnameOverride).
+ROLE = f"team-pko-{STACK_SECRETS_ROLE}"
+OPERATOR_OPTIONS = {**RIGHTS_OPTIONS, "stack_secrets_role": ROLE}
 
 
 def component_install(tmp: Path) -> list[Obj]:
@@ -68,8 +74,8 @@ async def operator(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[Operator]:
     """conftest's operator, its ClusterRole swapped for the component's manager ClusterRole (named
-    apart: the session's other modules share the shipped one) and ``pko-stack-secrets`` installed,
-    bound nowhere."""
+    apart: the session's other modules share the shipped one) and the component's ClusterRole
+    installed as :data:`ROLE`, bound nowhere."""
     options = operator_options(OPERATOR_OPTIONS)
     op = Operator(api_client, cluster, options, rbac=True)
     await op.setup(tmp_path_factory.mktemp("operator"))
@@ -91,7 +97,8 @@ async def operator(
         {**manager_role, "metadata": {"name": own_role}, "apiVersion": "rbac.authorization.k8s.io/v1"},
         field_manager="pko-tests",
     )
-    await roles.apply(stack_secrets, field_manager="pko-tests")  # cluster-wide name, as installed
+    renamed = {**stack_secrets, "metadata": {**stack_secrets["metadata"], "name": ROLE}}
+    await roles.apply(renamed, field_manager="pko-tests")  # cluster-wide, as the chart installs it
     await bindings.create(
         {
             "metadata": {"name": own_role},
@@ -128,6 +135,16 @@ async def _stalled(env: Env, name: str) -> Obj:
     return await env.stack_until(name, "the Stack Stalled", probe, within=120)
 
 
+def example_binding(env: Env) -> Obj:
+    """role_binding.example.yaml, for this install: :data:`ROLE`, this test's operator account."""
+    binding: Obj = yaml.safe_load((COMPONENT / "role_binding.example.yaml").read_text())
+    binding["roleRef"]["name"] = ROLE
+    binding["subjects"] = [
+        {"kind": "ServiceAccount", "name": env.operator.service_account, "namespace": env.operator.namespace}
+    ]
+    return binding
+
+
 async def test_the_stack_says_what_to_bind_until_the_binding_is_there(env: Env, private_git: str) -> None:
     operator_api = env.operator.api
     assert operator_api is not None
@@ -162,7 +179,7 @@ async def test_the_stack_says_what_to_bind_until_the_binding_is_there(env: Env, 
     assert stalled["reason"] == "SecretForbidden"
     assert (
         f"the operator may not read Secret {env.ns}/git-basic (403 Forbidden): bind ClusterRole "
-        f"{STACK_SECRETS_ROLE} to ServiceAccount {account} in namespace {env.ns}"
+        f"{ROLE} to ServiceAccount {account} in namespace {env.ns}"
     ) in stalled["message"]
     # Waiting, not looping: the Stack is not written again while nothing changes.
     before = (await env.stacks.get("gated"))["metadata"]["resourceVersion"]
@@ -185,17 +202,13 @@ async def test_the_stack_says_what_to_bind_until_the_binding_is_there(env: Env, 
     assert warning["type"] == "Warning"
     assert (
         f"the operator may not create Secret {env.ns}/{update}-stack-outputs (403 Forbidden): bind "
-        f"ClusterRole {STACK_SECRETS_ROLE} to ServiceAccount {account} in namespace {env.ns}"
+        f"ClusterRole {ROLE} to ServiceAccount {account} in namespace {env.ns}"
     ) in warning["message"]
     assert not is_true(((await env.stacks.get("published")).get("status") or {}).get("conditions"), "Ready")
 
     # The platform team binds the role in this namespace (role_binding.example.yaml, its subject this
     # test's operator account).
-    binding = yaml.safe_load((COMPONENT / "role_binding.example.yaml").read_text())
-    binding["subjects"] = [
-        {"kind": "ServiceAccount", "name": env.operator.service_account, "namespace": env.operator.namespace}
-    ]
-    await ResourceClient(env.api, ROLE_BINDINGS, env.ns).create(binding)
+    await ResourceClient(env.api, ROLE_BINDINGS, env.ns).create(example_binding(env))
     await wait_until("the binding in force", lambda: can_i(env, "get", "secrets", "-n", env.ns), within=30)
     # The Stack looks again on its Secret timer; a reconcile request makes it now.
     await env.stacks.patch(
@@ -213,3 +226,4 @@ async def test_the_stack_says_what_to_bind_until_the_binding_is_there(env: Env, 
     with pytest.raises(ApiException) as elsewhere:
         await ResourceClient(operator_api, SECRETS, "kube-system").get_or_none("anything")
     assert elsewhere.value.status == 403
+

@@ -11,6 +11,7 @@ from typing import Any
 from pko.api.generated.pko.agent import v1 as pb
 
 from pko.controllers.resources import STACK_FINALIZER
+from pko.controllers.secretaccess import SecretAccess
 from pko.controllers.update import status as us
 from pko.controllers.update.plan import (
     RECORD_RETRY,
@@ -466,7 +467,8 @@ def test_an_outputs_secret_refused_403_keeps_the_outcome_and_names_the_binding()
     outcome = Outcome(UID, result=succeeded())
     create = decide(observed(update, outcome=outcome)).writes[0]
     assert isinstance(create, CreateOutputs)
-    seen = dataclasses.replace(observed(update, outcome=outcome), operator_account="pko/controller-manager")
+    access = SecretAccess("pko/controller-manager")
+    seen = dataclasses.replace(observed(update, outcome=outcome), access=access)
     plan = refused(seen, create, Failure(status=403), NOW)
     assert plan is not None and plan.result == Result.requeue_after(SECRET_FORBIDDEN_RETRY)
     secret = create.secret["metadata"]

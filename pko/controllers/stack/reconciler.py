@@ -64,6 +64,7 @@ from pko.controllers.resources import (
     WORKSPACES,
 )
 from pko.controllers.retrysettings import RetrySettings
+from pko.controllers.secretaccess import SecretAccess
 from pko.controllers.sharding import recheck_foreign_update
 from pko.controllers.stack.branchpoll import BranchResolver
 from pko.controllers.stack.outputs import publishing_update, update_outputs
@@ -241,7 +242,7 @@ class StackReconciler:
             self.branches,
             allow_insecure_git_credentials=allow_insecure,
             program_server=self.options.program_fs_adv_addr,
-            operator_account=f"{self.options.operator_namespace}/{self.options.operator_service_account}",
+            access=SecretAccess.of(self.options),
         )
         self.events = manager.events
         self.metrics = StackMetrics(manager)

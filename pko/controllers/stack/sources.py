@@ -20,7 +20,7 @@ from typing import Any
 
 from pko.api.stack import FluxSource, PolicyPack, Stack
 from pko.api.workspace import GitAuth
-from pko.controllers.secretaccess import SECRET_FORBIDDEN_REASON, forbidden_secret
+from pko.controllers.secretaccess import SECRET_FORBIDDEN_REASON, SecretAccess, SecretForbidden
 from pko.controllers.sharding import own_program_url
 from pko.controllers.stack.branchpoll import BranchResolver, GitCredentials, GitLookupError
 from pko.controllers.stack.insecuretransport import pack_refusal, refusal
@@ -35,9 +35,8 @@ from pko.controllers.stack.workspaceobject import (
 )
 from pko.machinery.conditions import get_condition
 from pko.machinery.informer import SharedInformer
-from pko.machinery.kubeclient import ApiException
 from pko.machinery.manager import CACHE_SYNCED, Manager
-from pko.machinery.resource import Obj, Resource, ResourceClient, api_error_status
+from pko.machinery.resource import Obj, Resource, ResourceClient
 from pko.machinery.store import object_key
 
 __all__ = ["SourceResolver"]
@@ -62,11 +61,11 @@ class SourceResolver:
         *,
         allow_insecure_git_credentials: bool = False,
         program_server: str = "",
-        operator_account: str = "",
+        access: SecretAccess | None = None,
     ) -> None:
         self.manager = manager
-        # The operator's ServiceAccount, "<namespace>/<name>": named in a refused Secret read's message.
-        self.operator_account = operator_account
+        # Who the operator is and the role to bind: a refused Secret read's message.
+        self.access = access or SecretAccess()
         # A Program's artifact is fetched from this operator's own server (pko.controllers.sharding).
         self.program_server = program_server
         self.programs = programs
@@ -226,15 +225,9 @@ class SourceResolver:
         secrets-per-namespace install without its RoleBinding), Stalls the Stack (looked for again later).
         ``context`` prefixes the message (what the Secret was for)."""
         try:
-            secret = await self.secrets.get_or_none(name, namespace)
-        except ApiException as exc:
-            if api_error_status(exc) != 403:
-                raise
-            return Unresolved(
-                SECRET_FORBIDDEN_REASON,
-                forbidden_secret(namespace, name, self.operator_account, context),
-                Awaited.SECRET,
-            )
+            secret = await self.access.get_or_none(self.secrets, name, namespace, context)
+        except SecretForbidden as refused:
+            return Unresolved(SECRET_FORBIDDEN_REASON, str(refused), Awaited.SECRET)
         if secret is None:
             return Unresolved(
                 "SpecInvalid",

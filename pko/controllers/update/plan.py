@@ -15,7 +15,7 @@ Nothing here does I/O: each function is a function of what was read and the time
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
@@ -23,7 +23,7 @@ from pko.api.generated.pko.agent import v1 as pb
 from pko.api.meta import parse_go_duration
 from pko.api.update import CONDITION_COMPLETE
 from pko.controllers.resources import STACK_FINALIZER
-from pko.controllers.secretaccess import SECRET_FORBIDDEN_REASON, forbidden_secret
+from pko.controllers.secretaccess import SECRET_FORBIDDEN_REASON, SecretAccess
 from pko.controllers.update import status as us
 from pko.machinery.conditions import get_condition, is_true, parse_time
 from pko.machinery.controller import Result
@@ -130,8 +130,8 @@ class Observed:
     stack_recorded: bool = True
     watch_running: bool = False
     plan_source: Obj | None = None
-    # The operator's ServiceAccount, "<namespace>/<name>": named when a Secret is refused it.
-    operator_account: str = ""
+    # The operator's ServiceAccount and the role to bind: named when a Secret is refused it.
+    access: SecretAccess = field(default_factory=SecretAccess)
 
 
 def key_of(obj: Obj) -> str:
@@ -549,9 +549,7 @@ def refused(observed: Observed, write: Write, failure: Failure, now: datetime) -
             # The secrets-per-namespace install, not bound in this namespace: the outcome is kept
             # (held pending) and recorded once the binding lets the Secret be created.
             meta = write.secret.get("metadata") or {}
-            message = forbidden_secret(
-                meta.get("namespace"), str(meta.get("name")), observed.operator_account, verb="create"
-            )
+            message = observed.access.forbidden(meta.get("namespace"), str(meta.get("name")), verb="create")
             emit = Emit("Warning", SECRET_FORBIDDEN_REASON, message)
             log = Log("outputs secret refused", {"update": observed.key, "reason": SECRET_FORBIDDEN_REASON})
             return Plan([emit, log], Result.requeue_after(SECRET_FORBIDDEN_RETRY))

@@ -57,6 +57,7 @@ from pko.controllers.resources import (
     WORKSPACES,
     index_updates_by_workspace,
 )
+from pko.controllers.secretaccess import SecretAccess
 from pko.controllers.update import status as us
 from pko.controllers.update.plan import (
     CancelGone,
@@ -175,6 +176,8 @@ class UpdateReconciler:
         connect_timeout: float = 10.0,
     ) -> None:
         self.options = options = options or ControllerOptions()
+        # Who the operator is and the role to bind: a refused outputs Secret's message.
+        self.access = SecretAccess.of(options)
         self.api = manager.api
         self.updates = manager.informer(UPDATES, indexers={WORKSPACE_INDEX: index_updates_by_workspace})
         self.workspaces = manager.informer(WORKSPACES)
@@ -233,7 +236,7 @@ class UpdateReconciler:
             stack_recorded=stack_recorded(update, stack),
             watch_running=self.watches.running(key, uid_of(update)),
             plan_source=plan_source,
-            operator_account=f"{self.options.operator_namespace}/{self.options.operator_service_account}",
+            access=self.access,
         )
 
     # --- acting: the one place an Update reconcile writes ----------------------------------------
