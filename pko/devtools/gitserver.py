@@ -11,7 +11,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from socketserver import ThreadingMixIn
@@ -21,12 +21,13 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from dulwich.objects import Blob, Commit, ObjectID, Tag, Tree
 from dulwich.refs import Ref
 from dulwich.repo import Repo
-from dulwich.server import BackendRepo, DictBackend
+from dulwich.server import BackendRepo, DictBackend, UploadPackHandler
 from dulwich.web import make_wsgi_chain
 
 __all__ = [
     "SameName",
     "ServerTLS",
+    "git_app",
     "git_commit",
     "same_name_repository",
     "serve_git",
@@ -114,13 +115,30 @@ def serve_wsgi(app: Any, host: str = "127.0.0.1", tls: ServerTLS | None = None) 
         server.server_close()
 
 
+class _UploadPack(UploadPackHandler):
+    """dulwich's upload-pack, serving any client as git's does: dulwich's requires the client to ask
+    for side-band-64k, thin-pack and ofs-delta, which go-git (the Go operator's fetch, through the
+    Automation API's clone) does not, and refuses it ("Client does not support required capability");
+    without side-band it sends the pack as it is, as git does."""
+
+    @classmethod
+    def required_capabilities(cls) -> tuple[bytes, ...]:
+        return ()
+
+
+def git_app(repos: Mapping[str, BackendRepo]) -> Any:
+    """A WSGI app serving ``repos`` (path -> repository) over git's smart HTTP, to git's clients,
+    dulwich's (pko's) and go-git (the Go operator's)."""
+    return make_wsgi_chain(DictBackend(dict(repos)), handlers={b"git-upload-pack": _UploadPack})
+
+
 @contextlib.contextmanager
 def serve_git(
     repo: Repo, path: str = "/repo.git", host: str = "127.0.0.1", tls: ServerTLS | None = None
 ) -> Iterator[str]:
-    """``repo`` served over git's smart HTTP (HTTPS with ``tls``) at ``path``: its URL."""
-    repos: dict[str, BackendRepo] = {path: repo}
-    with serve_wsgi(make_wsgi_chain(DictBackend(repos)), host, tls) as base:
+    """``repo`` served over git's smart HTTP (HTTPS with ``tls``) at ``path`` (:func:`git_app`): its
+    URL."""
+    with serve_wsgi(git_app({path: repo}), host, tls) as base:
         yield base + path
 
 
