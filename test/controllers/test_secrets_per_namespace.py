@@ -12,6 +12,9 @@ that says what to bind, to whom, where; no hot loop. Once the RoleBinding is the
 (its gitAuth read, its Update's outputs Secret written and read), and a namespace without the binding
 stays closed. A Stack that names no Secret runs its Update, whose outputs Secret the operator may not
 create: a Warning Event on the Update names the binding, and the outcome is recorded once it exists.
+An outputs Secret the operator wrote but may not read back (a platform team's own Role, without
+``get``) is named the same way, by a Warning Event on the Stack, whose Update stays unrecorded until
+the operator may read it.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ CLUSTER_ROLE_BINDINGS = Resource(
     "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
 )
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
 # The component's ClusterRole as installed here: renamed, as the chart renames it (fullnameOverride).
 ROLE = f"team-pko-{STACK_SECRETS_ROLE}"
 OPERATOR_OPTIONS = {**RIGHTS_OPTIONS, "stack_secrets_role": ROLE}
@@ -227,3 +231,56 @@ async def test_the_stack_says_what_to_bind_until_the_binding_is_there(env: Env, 
         await ResourceClient(operator_api, SECRETS, "kube-system").get_or_none("anything")
     assert elsewhere.value.status == 403
 
+
+async def test_an_outputs_secret_the_operator_may_not_read_back_is_named_on_the_stack(env: Env) -> None:
+    """The Stack reads its Update's outputs Secret before deciding; a refused read (403) is worded as
+    every refused Secret is (pko.controllers.secretaccess), not left to the generic reconcile error."""
+    bindings, roles = ResourceClient(env.api, ROLE_BINDINGS, env.ns), ResourceClient(env.api, ROLES, env.ns)
+    binding = example_binding(env)
+    if await bindings.get_or_none(binding["metadata"]["name"]) is not None:  # the test above bound it
+        await bindings.delete(binding["metadata"]["name"])
+    # A platform team's own Role: the operator may create Secrets here, not read them.
+    writer: Obj = {"metadata": {"name": "outputs-writer"}}
+    rules = [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}]
+    await roles.create({**writer, "rules": rules})
+    await bindings.create(
+        {
+            **writer,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "outputs-writer"},
+            "subjects": binding["subjects"],
+        }
+    )
+    here = ("secrets", "-n", env.ns)
+    await wait_until(
+        "create but not get", lambda: can_i(env, "create", *here) and not can_i(env, "get", *here), within=30
+    )
+
+    await env.create_program("unread", {"outputs": {"greeting": "hello again"}})
+    await env.create_stack("unread", {"programRef": {"name": "unread"}})
+
+    events = await env.events_for("unread", reason="SecretForbidden", within=240)
+    warning = next(e for e in events if e.get("reason") == "SecretForbidden")
+    assert warning["involvedObject"]["kind"] == "Stack"
+    stack = await env.stacks.get("unread")
+    update = stack["status"]["currentUpdate"]["name"]
+    account = f"{env.operator.namespace}/{env.operator.service_account}"
+    assert warning["type"] == "Warning"
+    assert warning["message"] == (
+        f"the operator may not read Secret {env.ns}/{update}-stack-outputs (403 Forbidden): bind "
+        f"ClusterRole {ROLE} to ServiceAccount {account} in namespace {env.ns} with a RoleBinding "
+        "(docs/install.md, Secrets per namespace)"
+    )
+    # The Update completed and wrote its Secret; the Stack records nothing it could not read.
+    assert not is_true((stack.get("status") or {}).get("conditions"), "Ready")
+    assert "outputs" not in stack["status"]
+    before = stack["metadata"]["resourceVersion"]
+    await asyncio.sleep(5.0)  # waiting on the Secret timer, not looping
+    assert (await env.stacks.get("unread"))["metadata"]["resourceVersion"] == before
+
+    # Bound: the next look reads the Secret and records the Update with its outputs.
+    await bindings.create(binding)
+    await wait_until("the binding in force", lambda: can_i(env, "get", *here), within=30)
+    request = {"metadata": {"annotations": {RECONCILIATION_REQUEST_ANNOTATION: "bound"}}}
+    await env.stacks.patch("unread", request)
+    done = await env.condition("unread", "Ready", "ProcessingCompleted", within=120)
+    assert done["status"]["outputs"] == {"greeting": "hello again"}

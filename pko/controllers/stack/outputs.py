@@ -21,6 +21,11 @@ Invariants:
   ``pulumi.com/secret-outputs-omitted`` annotation (docs/stacks.md says why this, not a stall);
 * keys are the per-Update Secret's (sanitised output names); a string output is its value as is
   (what an environment variable or a mounted file wants), any other the same JSON as there.
+
+The reconciler reads the Update's outputs Secret and the object of ``spec.outputs`` before deciding;
+a read the apiserver refuses (403: the secrets-per-namespace install, not bound in the Stack's
+namespace) decides nothing: :func:`unreadable` plans a Warning Event that says what to bind
+(:class:`~pko.controllers.secretaccess.SecretAccess`) and a look again on the Secret timer.
 """
 
 from __future__ import annotations
@@ -39,9 +44,11 @@ from pko.api.stackterms import (
     SECRET_OUTPUTS_OMITTED_ANNOTATION,
 )
 from pko.controllers.resources import SECRETS_ANNOTATION
+from pko.controllers.secretaccess import SECRET_FORBIDDEN_REASON
 from pko.controllers.stack.kinds import recorded_kind
 from pko.controllers.stack.steps import (
     Emit,
+    Log,
     Observed,
     Plan,
     UpdateOutputs,
@@ -62,6 +69,7 @@ __all__ = [
     "publish",
     "publishing_update",
     "recheck",
+    "unreadable",
     "update_outputs",
 ]
 
@@ -254,3 +262,14 @@ def recheck(plan: Plan) -> Plan:
         return plan
     plan.result = after(OUTPUTS_RECHECK)
     return plan
+
+
+def unreadable(obj: Obj, refused: str, requeue: float | None) -> Plan:
+    """The reconcile of Stack ``obj`` when a read before deciding was refused (``refused``: what to
+    bind, :class:`~pko.controllers.secretaccess.SecretForbidden`): a Warning Event, as a refused
+    gitAuth Secret's Stalled condition words it, and a look again in ``requeue`` seconds (the
+    Secret timer: RBAC is not watched); nothing else is written, the Update in flight stays named."""
+    meta = obj.get("metadata") or {}
+    fields = {"stack": f"{meta.get('namespace')}/{meta.get('name')}", "reason": SECRET_FORBIDDEN_REASON}
+    said = Log("a Secret the Stack needs was refused", fields)
+    return Plan([Emit("Warning", SECRET_FORBIDDEN_REASON, refused), said], after(requeue))

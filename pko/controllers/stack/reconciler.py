@@ -27,7 +27,8 @@ is over: :mod:`pko.controllers.stack.refresh`), a due drift check
 Each reconcile observes, decides, then acts, as the Workspace and Update reconciles do:
 ``_observe`` reads (the caches; then what no cache holds: the Update in flight when the cache lacks
 it, its outputs Secret; the source with its Secrets and branch head only when a decision asks for
-it, :mod:`pko.controllers.stack.sources`), the pure :func:`pko.controllers.stack.plan.decide` plans
+it, :mod:`pko.controllers.stack.sources`; a Secret or ConfigMap read refused, 403, decides nothing:
+:func:`~pko.controllers.stack.outputs.unreadable`), the pure :func:`pko.controllers.stack.plan.decide` plans
 the Stack's status, the ordered writes and the ``Result`` (a Stack that cannot be processed as
 written is a planned ``Stalled`` status), and ``_act`` is the one place that writes, and the one
 place the Stack's status is written (:class:`~pko.machinery.writes.StatusWriter`: skipped when
@@ -64,10 +65,10 @@ from pko.controllers.resources import (
     WORKSPACES,
 )
 from pko.controllers.retrysettings import RetrySettings
-from pko.controllers.secretaccess import SecretAccess
+from pko.controllers.secretaccess import SecretAccess, SecretForbidden
 from pko.controllers.sharding import recheck_foreign_update
 from pko.controllers.stack.branchpoll import BranchResolver
-from pko.controllers.stack.outputs import publishing_update, update_outputs
+from pko.controllers.stack.outputs import publishing_update, unreadable, update_outputs
 from pko.controllers.stack.plan import decide, refused
 from pko.controllers.stack.sources import SourceResolver
 from pko.controllers.stack.status import (
@@ -235,6 +236,8 @@ class StackReconciler:
             self.workspaces, FIELD_MANAGER, client=manager.client(WORKSPACES), force=True
         )
         allow_insecure = self.options.allow_insecure_git_credentials
+        # Who the operator is and the role to bind: every refused Secret or ConfigMap read's message.
+        self.access = SecretAccess.of(self.options)
         self.sources = SourceResolver(
             manager,
             self.programs,
@@ -242,7 +245,7 @@ class StackReconciler:
             self.branches,
             allow_insecure_git_credentials=allow_insecure,
             program_server=self.options.program_fs_adv_addr,
-            access=SecretAccess.of(self.options),
+            access=self.access,
         )
         self.events = manager.events
         self.metrics = StackMetrics(manager)
@@ -263,7 +266,13 @@ class StackReconciler:
         if obj is None:
             self.workspace_applier.forget(key)  # its Workspace (same name) goes with it
             return Result.done()
-        observed = await self._observe(obj)
+        try:
+            observed = await self._observe(obj)
+        except SecretForbidden as refused_read:
+            plan = unreadable(obj, str(refused_read), self.settings.requeue(Awaited.SECRET))
+            for write in plan.writes:  # none expected to fail, no decision after them
+                await self._carry_out(obj, write)
+            return plan.result
         return self._foreign_update_recheck(observed, await self._act(observed, decide(observed)))
 
     def _foreign_update_recheck(self, observed: Observed, result: Result) -> Result:
@@ -299,7 +308,7 @@ class StackReconciler:
         secret_name = ((current or {}).get("status") or {}).get("outputs")
         secret: Obj | None = None
         if current is not None and update_complete(current) and secret_name:
-            secret = await self._secrets.get_or_none(str(secret_name), namespace)
+            secret = await self.access.get_or_none(self._secrets, str(secret_name), namespace)
             outputs = outputs_from_secret(secret) if secret is not None else None
         published, target = await self._observe_published(obj, stack, current, secret)
         workspace = self.workspaces.indexer.get_by_key(object_key(namespace, name))
@@ -335,12 +344,12 @@ class StackReconciler:
         if update is None or stack is None or stack.spec.outputs is None:
             return None, None
         if update is not current:
-            secret = await self._secrets.get_or_none(str(update["status"]["outputs"]), namespace)
+            secret = await self.access.get_or_none(self._secrets, str(update["status"]["outputs"]), namespace)
         if secret is None:
             return None, None
         spec = stack.spec.outputs
         client = self._config_maps if spec.kind == "ConfigMap" else self._secrets
-        target = await client.get_or_none(spec.name, namespace)
+        target = await self.access.get_or_none(client, spec.name, namespace, "spec.outputs: ")
         return update_outputs(str(metadata_of(update).get("name")), secret), target
 
     def _templates(self, stack: Stack) -> Templates:
