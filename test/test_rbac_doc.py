@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from pko.controllers.secretaccess import STACK_SECRETS_ROLE
 from pko.devtools import gen_rbac
 
 
@@ -42,3 +43,24 @@ def test_the_operator_rows_say_where_each_rule_holds() -> None:
     secrets = [r for r in rows if "`secrets`" in r]
     assert secrets and all("cluster-wide" not in r for r in secrets)
     assert any("`tokenreviews`" in r and r.endswith("cluster-wide |") for r in rows)
+
+
+def test_the_secrets_per_namespace_component_moves_its_rules_out_of_the_cluster_wide_rights() -> None:
+    """Its table: the rules the component's ClusterRole grants where bound, which the operator's
+    cluster-wide roles no longer hold; a component that left them cluster-wide too is refused."""
+    default = gen_rbac.build("kubectl", "default")
+    component = gen_rbac.build("kubectl", gen_rbac.SECRETS_PER_NAMESPACE)
+    role, rules = gen_rbac.moved_rules(default, component)
+    assert role == STACK_SECRETS_ROLE
+    assert rules == [
+        {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": ["get", "create", "update"]}
+    ]
+    assert not [r for r in gen_rbac.operator_rows(component) if "`secrets`" in r]
+    page = gen_rbac.PAGE.read_text()
+    assert (
+        '| `""` (core) | `secrets`, `configmaps` | `get`, `create`, `update` | each namespace where bound |'
+        in page
+    )
+    added = next(o for o in component if o["kind"] == "ClusterRole" and o["metadata"]["name"] == role)
+    with pytest.raises(SystemExit, match="change nothing else"):
+        gen_rbac.moved_rules(default, [*default, added])
