@@ -50,6 +50,7 @@ import asyncio
 import contextlib
 import copy
 import json
+import marshal
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ from pko.agentclient import AgentClient, AgentError, audience, resolve_address
 from pko.api.generated.google.protobuf import Value
 from pko.api.generated.pko.agent import v1 as pb
 from pko.api.update import CONDITION_COMPLETE
+from pko.api.workspace import WorkspaceSpec
 from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import (
     FIELD_MANAGER,
@@ -106,6 +108,9 @@ CONTROLLER_NAME: Final = "workspace-controller"
 # The Go operator's timing: connect within 5 s.
 CONNECT_TIMEOUT: Final = 5.0
 MEMORY_ENTRIES: Final = 4096  # StatefulSet apply times kept (_remember)
+# The last Workspaces' desired Service and StatefulSet, encoded (_desired_objects): a Workspace is
+# reconciled a dozen times while its pod starts, for pod and StatefulSet changes, its own unchanged.
+DESIRED_ENTRIES: Final = 256
 # The status fields this controller owns.
 STATUS_FIELDS: Final = ("observedGeneration", "conditions", "address", "pulumiVersion")
 # Per call to the agent once connected (SelectStack, SetAllConfig...); Install may fetch plugins.
@@ -220,6 +225,8 @@ class WorkspaceReconciler:
         self.request_timeout = manager.options.kube_api_timeout
         # When this controller last applied each Workspace's StatefulSet (by Workspace uid).
         self._sts_applied: OrderedDict[str, float] = OrderedDict()
+        # By Workspace uid: (what the desired objects are built from, the objects), both marshalled.
+        self._desired: OrderedDict[str, tuple[bytes, bytes]] = OrderedDict()
         self.status_writer = StatusWriter(
             self.workspaces,
             FIELD_MANAGER_WORKSPACE_STATUS,
@@ -251,8 +258,7 @@ class WorkspaceReconciler:
         name, namespace = str(meta["name"]), str(meta["namespace"])
         try:
             spec = parse_spec(ws)
-            desired_svc = desired_service(ws, spec)
-            desired_sts = desired_statefulset(ws, spec, self.options)
+            desired_svc, desired_sts = self._desired_objects(ws, spec)
         except SpecInvalid as exc:
             return Observed(ws, invalid=str(exc))
         objects = object_key(namespace, statefulset_name(name))
@@ -289,6 +295,26 @@ class WorkspaceReconciler:
                 )
             ),
         )
+
+    def _desired_objects(self, ws: Obj, spec: WorkspaceSpec) -> tuple[Obj, Obj]:
+        """:func:`desired_service` and :func:`desired_statefulset` of ``ws`` (fresh objects), built
+        again only when what they read of it changed: its identity, labels and spec (the options are
+        fixed); otherwise decoded from what the last build left."""
+        meta = ws["metadata"]
+        uid = str(meta.get("uid"))
+        identity = (ws.get("apiVersion"), ws.get("kind"), meta.get("name"), meta.get("namespace"), uid)
+        try:
+            inputs = marshal.dumps((identity, meta.get("labels"), ws.get("spec")))
+        except ValueError:  # not decoded JSON: not kept
+            return desired_service(ws, spec), desired_statefulset(ws, spec, self.options)
+        kept = self._desired.get(uid)
+        if kept is not None and kept[0] == inputs:
+            self._desired.move_to_end(uid)
+            service, statefulset = marshal.loads(kept[1])
+            return service, statefulset
+        service, statefulset = desired_service(ws, spec), desired_statefulset(ws, spec, self.options)
+        _remember(self._desired, uid, (inputs, marshal.dumps((service, statefulset))), DESIRED_ENTRIES)
+        return service, statefulset
 
     # --- acting: the one place that writes -----------------------------------------------------
 
@@ -454,11 +480,11 @@ class WorkspaceReconciler:
         )
 
 
-def _remember(memory: OrderedDict[str, Any], key: str, value: Any) -> None:
-    """Bounded: a forgotten entry costs one redundant write at most."""
+def _remember(memory: OrderedDict[str, Any], key: str, value: Any, entries: int = MEMORY_ENTRIES) -> None:
+    """Bounded: a forgotten entry costs one redundant write (or build) at most."""
     memory[key] = value
     memory.move_to_end(key)
-    while len(memory) > MEMORY_ENTRIES:
+    while len(memory) > entries:
         memory.popitem(last=False)
 
 
