@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from pko.api.stack import StackOutputs
 
+from pko.controllers.secretaccess import SecretAccess
 from pko.controllers.stack.outputs import (
     OUTPUTS_RECHECK,
     outputs_body,
@@ -21,7 +23,18 @@ from pko.controllers.stack.outputs import (
 from pko.controllers.stack.plan import Emit, Failure, WriteOutputs, decide, refused
 from pko.controllers.stack.steps import OutputsWritten, UpdateOutputs
 
-from .test_stack_plan import DONE_UP, SOURCE, condition, kinds, observed, parsed, stack, statuses, update
+from .test_stack_plan import (
+    DONE_UP,
+    SETTINGS,
+    SOURCE,
+    condition,
+    kinds,
+    observed,
+    parsed,
+    stack,
+    statuses,
+    update,
+)
 
 Obj = dict[str, Any]
 SPEC = {"outputs": {"name": "app-config"}}
@@ -230,8 +243,34 @@ def test_a_refused_write_is_a_condition_and_the_update_is_recorded(status: int) 
     assert rest is not None
     held = condition(statuses(rest)[0], "OutputsNotWritten")
     assert held is not None and held[:2] == ("True", "OutputsWriteFailed")
-    assert f"(HTTP {status}): secrets is forbidden ({status}); tried again every 120s" in held[2]
+    if status == 403:  # the secrets-per-namespace install, not bound in the Stack's namespace
+        assert (
+            "could not be written to Secret app-config: the operator may not create Secret ns/app-config "
+            "(403 Forbidden): bind ClusterRole pko-stack-secrets to the operator's ServiceAccount in "
+            "namespace ns with a RoleBinding (docs/install.md, Secrets per namespace); tried again every 120s"
+        ) in held[2]
+    else:
+        assert f"(HTTP {status}): secrets is forbidden ({status}); tried again every 120s" in held[2]
     assert statuses(rest)[0]["lastUpdate"]["name"] == "s-2"
+
+
+def test_a_refused_update_in_place_names_the_verb_the_kind_and_the_role_the_operator_was_told() -> None:
+    told = replace(SETTINGS, access=SecretAccess("ops/pko", "team-pko-secrets"))
+    owned = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app-config", "namespace": "ns"}}
+    seen = completed(CONFIGMAP_SPEC)
+    owned["metadata"]["ownerReferences"] = [{"uid": seen.obj["metadata"]["uid"]}]
+    seen = replace(seen, settings=told, outputs_object=owned)
+    plan = decide(seen)
+    write = plan.writes[0]
+    assert isinstance(write, WriteOutputs) and write.existing
+    rest = refused(seen, plan, write, Failure(403, "forbidden"))
+    assert rest is not None
+    held = condition(statuses(rest)[0], "OutputsNotWritten")
+    assert held is not None
+    assert (
+        "the operator may not update ConfigMap ns/app-config (403 Forbidden): bind ClusterRole "
+        "team-pko-secrets to ServiceAccount ops/pko in namespace ns"
+    ) in held[2]
     assert rest.result.kind == "requeue_after" and rest.result.delay <= OUTPUTS_RECHECK
 
 

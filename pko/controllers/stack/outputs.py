@@ -189,10 +189,14 @@ def publish(observed: Observed, stack: Stack, status: Obj) -> WriteOutputs | lis
     written, outputs = observed.outputs_written, observed.update_outputs
     if written is not None:
         if written.failure is not None:
-            why = _api_message(written.failure.message)
+            why = f"(HTTP {written.failure.status}): {_api_message(written.failure.message)}"
+            if written.failure.status == 403:  # secrets-per-namespace, not bound here: what to bind
+                verb = "update" if observed.outputs_object is not None else "create"
+                namespace = (obj.get("metadata") or {}).get("namespace")
+                why = observed.settings.access.forbidden(namespace, spec.name, verb=verb, kind=spec.kind)
             message = (
                 f"the outputs of Update {outputs.update if outputs else '?'} could not be written to "
-                f"{where} (HTTP {written.failure.status}): {why}; tried again every {OUTPUTS_RECHECK:.0f}s"
+                f"{where}: {why}; tried again every {OUTPUTS_RECHECK:.0f}s"
             )
             return _not_written(status, False, message, generation, observed)
         _clear(status)

@@ -253,7 +253,7 @@ class StackReconciler:
         # the Secret row's timer is the one setting of it (waits_with(secret_recheck=...): Secrets are
         # never watched); hack/bench/idlewaits.py gives the Program wait a timer again.
         self.settings = Settings(
-            self.retry, self.options.workspace_image, OWNED_STATUS, allow_insecure, waits
+            self.retry, self.options.workspace_image, OWNED_STATUS, allow_insecure, waits, self.access
         )
         self.default_template = default_template_key(
             self.options.default_workspace_template, self.options.operator_namespace

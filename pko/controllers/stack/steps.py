@@ -15,6 +15,7 @@ from typing import Any
 
 from pko.api.stack import PolicyPack, Stack
 from pko.controllers.retrysettings import RetrySettings
+from pko.controllers.secretaccess import SecretAccess
 from pko.controllers.stack.refresh import RefreshWait
 from pko.controllers.stack.templates import Templates
 from pko.controllers.stack.updateobject import Run
@@ -274,14 +275,16 @@ class Observed:
 @dataclass(frozen=True, slots=True)
 class Settings:
     """The operator's settings a decision uses: the retry rules, the default workspace image by
-    security profile, whether git credentials may go over plain HTTP, and the waits table (when a
-    waiting Stack looks again: :mod:`~pko.controllers.stack.waits`)."""
+    security profile, whether git credentials may go over plain HTTP, the waits table (when a
+    waiting Stack looks again: :mod:`~pko.controllers.stack.waits`) and who the operator is with
+    the role to bind, for a refused write of a Secret or ConfigMap (``access``)."""
 
     retry: RetrySettings
     workspace_image: Callable[[str | None], str]
     owned_status: tuple[str, ...] = ()
     allow_insecure_git_credentials: bool = False
     waits: Mapping[Awaited, Wait] = field(default_factory=lambda: WAITS)
+    access: SecretAccess = field(default_factory=SecretAccess)
 
     def requeue(self, awaited: Awaited) -> float | None:
         """When a Stack waiting for ``awaited`` looks again without an event (None: only an event
