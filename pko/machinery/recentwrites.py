@@ -47,7 +47,8 @@ class RecentWrites:
         if cached is None or written is None or not newer(written, cached):
             self._objects.pop(key, None)
             return cached
-        return clone(written)
+        copied: Obj = clone(written)
+        return copied
 
     def caught_up(self, cached: Obj, *, gone: bool = False) -> None:
         """Forget the write of ``cached``'s object once the cache holds it (or the object is gone):
