@@ -391,13 +391,17 @@ class UpdateReconciler:
                         if event.result is not None:
                             self._conclude(key, Outcome(uid, result=event.result))
                             return
-                        if event.engine_event is not None and event.sequence >= start:
-                            engine_log.log(
-                                self._engine_level,
-                                "engine event",
-                                engine_event=event.engine_event.to_dict(),
-                                sequence=event.sequence,
+                        if event.engine_event_data is not None and event.sequence >= start:
+                            engine = (
+                                event.engine_event if engine_log.is_enabled_for(self._engine_level) else None
                             )
+                            if engine is not None:  # decoded only to be logged
+                                engine_log.log(
+                                    self._engine_level,
+                                    "engine event",
+                                    engine_event=engine.to_dict(),
+                                    sequence=event.sequence,
+                                )
                             self.watches.set_sequence(uid, event.sequence)
                 last_error = "the agent ended the watch without a result"
             except AgentError as exc:
