@@ -130,16 +130,21 @@ func main() {
 }
 """
 
+# Go's caches on the Stack's state claim, so a new pod reuses them (docs/workspaces.md: Go build cache).
+GO_CACHES = {"GOCACHE": "/state/go-build", "GOMODCACHE": "/state/go-mod"}
+
+
 def stack_manifest(name: str, language: str, sources: dict[str, str], image: str | None) -> str:
     """The Stack ``name`` of the language's folder in the served repository (``sources["git"]``), its
-    Go modules from ``sources["goproxy"]``, its state on a claim of its own, a ``greeting`` config value;
-    ``image``: its workspace image (else the operator's default): the e2e suite's Stack (claimed_stack)."""
+    Go modules from ``sources["goproxy"]`` and Go's caches on its state claim (:data:`GO_CACHES`), its
+    state on a claim of its own, a ``greeting`` config value; ``image``: its workspace image (else the
+    operator's default): the e2e suite's Stack (claimed_stack)."""
     return claimed_stack(
         name,
         f"projectRepo: {sources['git']}\n  branch: main\n  repoDir: {language}",
         passphrase="bench",
         config={"greeting": "hello"},
-        env={"GOPROXY": sources["goproxy"], "GOSUMDB": "off"},
+        env={"GOPROXY": sources["goproxy"], "GOSUMDB": "off", **GO_CACHES},
         workspace={"image": image} if image else None,
     )
 
@@ -230,8 +235,35 @@ def serving_seconds(name: str) -> float:
     return listening[-1] - created
 
 
+async def change_config(name: str, greeting: str) -> tuple[float, float]:
+    """A config change applied -> the Stack Ready at its generation: (wall seconds, its `pulumi up`)."""
+    t0 = time.time()
+    change = json.dumps({"spec": {"config": {"greeting": greeting}}})
+    patched = json.loads(kubectl("patch", "stack", name, "--type=merge", "-o", "json", "-p", change))
+    stack = await until_ready(name, int(patched["metadata"]["generation"]))
+    wall = time.time() - t0
+    assert stack["status"]["outputs"] == {"greeting": greeting}, stack["status"]
+    return wall, up_seconds(stack)
+
+
+async def new_pod(name: str) -> None:
+    """The workspace pod deleted -> a new pod (another uid) whose agent is ready (its readiness probe)."""
+    pod = f"{name}-workspace-0"
+    old = (get("pod", pod) or {})["metadata"]["uid"]
+    kubectl("delete", "pod", pod, "--wait=false")
+
+    async def serving() -> bool:
+        new = get("pod", pod) or {}
+        if new.get("metadata", {}).get("uid") in (None, old):
+            return False
+        statuses = (new.get("status") or {}).get("containerStatuses") or []
+        return any(c.get("name") == "pulumi" and c.get("ready") for c in statuses)
+
+    await wait_until(f"a new {pod} serving", serving, within=600, interval=POLL)
+
+
 async def run_language(
-    language: str, sources: dict[str, str], updates: int, image: str | None
+    language: str, sources: dict[str, str], updates: int, image: str | None, new_pod_update: bool
 ) -> dict[str, Any]:
     name = f"bench-{language}" + ("-core" if image else "")
     t0 = time.time()
@@ -244,15 +276,14 @@ async def run_language(
     }
     walls, ups = [], []
     for i in range(updates):
-        t0 = time.time()
-        change = json.dumps({"spec": {"config": {"greeting": f"hello {i + 1}"}}})
-        patched = json.loads(kubectl("patch", "stack", name, "--type=merge", "-o", "json", "-p", change))
-        stack = await until_ready(name, int(patched["metadata"]["generation"]))
-        walls.append(time.time() - t0)
-        ups.append(up_seconds(stack))
-        assert stack["status"]["outputs"] == {"greeting": f"hello {i + 1}"}, stack["status"]
+        wall, up = await change_config(name, f"hello {i + 1}")
+        walls.append(wall)
+        ups.append(up)
     if updates:
         row["update"], row["update_up"] = statistics.median(walls), statistics.median(ups)
+    if new_pod_update:
+        await new_pod(name)
+        row["new_pod_update"], row["new_pod_update_up"] = await change_config(name, "in a new pod")
     log(f"  {name}: " + ", ".join(f"{k} {v:.1f}s" for k, v in row.items()))
     kubectl("delete", "stack", name, "--wait=false")
 
@@ -309,10 +340,10 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         rows: dict[str, dict[str, Any]] = {}
         for language in languages:
             log(f"{language}")
-            rows[language] = await run_language(language, sources, args.updates, None)
+            rows[language] = await run_language(language, sources, args.updates, None, args.new_pod)
         if core is not None:
             log("yaml on the core image")
-            rows["yaml (core image)"] = await run_language("yaml", sources, 0, CORE_IMAGE)
+            rows["yaml (core image)"] = await run_language("yaml", sources, 0, CORE_IMAGE, False)
     images = []
     if core is not None:
         full = cache_dir() / "images" / "pko-workspace.oci.tar"
@@ -330,11 +361,18 @@ def print_tables(figures: dict[str, Any]) -> None:
     print("# The same ConfigMap in every language, on the local node, real Pulumi engine\n")
     print(f"One run, {figures['updates_per_language']} config update(s) per language (medians); seconds.\n")
     print("| program | apply -> Ready (first deploy) | its `pulumi up` | pod created -> agent serving "
-          "| config change -> Ready | its `pulumi up` |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|")
+          "| config change -> Ready | its `pulumi up` | in a new pod: config change -> Ready "
+          "| its `pulumi up` |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+
+    def pair(r: dict[str, Any], key: str) -> str:
+        return f"{r[key]:.1f} | {r[key + '_up']:.1f}" if key in r else "- | -"
+
     for language, r in figures["programs"].items():
-        update = f"{r['update']:.1f} | {r['update_up']:.1f}" if "update" in r else "- | -"
-        print(f"| {language} | {r['first']:.1f} | {r['first_up']:.1f} | {r['serving']:.1f} | {update} |")
+        print(
+            f"| {language} | {r['first']:.1f} | {r['first_up']:.1f} | {r['serving']:.1f} "
+            f"| {pair(r, 'update')} | {pair(r, 'new_pod_update')} |"
+        )
     if figures["images"]:
         print("\n## Workspace images\n")
         print("| workspace image | archive (pulled) | unpacked |")
@@ -354,6 +392,9 @@ def main() -> int:
         "--languages", default=",".join(LANGUAGES), help="comma-separated, of " + ",".join(LANGUAGES)
     )
     p.add_argument("--no-core", dest="core", action="store_false", help="skip the core image's run")
+    p.add_argument(
+        "--no-new-pod", dest="new_pod", action="store_false", help="skip the config change in a new pod"
+    )
     p.add_argument("--json", type=Path, help="write every printed figure and the run's record here")
     args = p.parse_args()
     if not KUBECONFIG.exists():
