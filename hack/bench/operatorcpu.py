@@ -301,8 +301,7 @@ def render(session: Path, out: Path) -> list[tuple[str, float, int]]:
     """Write the session as ``out`` asks (by suffix) and return the heaviest functions by own time
     (function, seconds, samples' share in per mille of the whole)."""
     script = f"""
-import sys, json
-sys.path.insert(0, {str(PYINSTRUMENT_DIR)!r})
+import json
 from pyinstrument.session import Session
 from pyinstrument import renderers
 s = Session.load({str(session)!r})
@@ -328,7 +327,8 @@ top = sorted(own.items(), key=lambda kv: -kv[1])[:40]
 print(json.dumps([[k, v] for k, v in top] + [["__total__", s.root_frame().time]]))
 """
     out.parent.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    env = {**os.environ, "PYTHONPATH": str(PYINSTRUMENT_DIR)}  # pyinstrument, never a dependency
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
     if done.returncode:
         raise RuntimeError(f"rendering {session} failed:\n{done.stderr}")
     rows = json.loads(done.stdout)
