@@ -32,6 +32,7 @@ import yaml
 
 from pko.devtools import kubectl
 from pko.devtools.builds import built
+from pko.devtools.gitserver import ServerTLS, server_tls
 from pko.devtools.gitssh import fixed_host_key, known_hosts_line
 from pko.devtools.localcluster import ensure_binaries
 from pko.devtools.localnode.images import wait_late_import
@@ -157,6 +158,76 @@ def with_git_ssh_known_hosts(manifest: str) -> str:
     return yaml.safe_dump_all(docs)
 
 
+# The suite's git servers over HTTPS on NODE_IP (git_tls) present a certificate of a CA of the suite's own,
+# which both operators trust as docs/stacks.md ("A git server with a private CA") tells users to: the
+# CA in a ConfigMap that SSL_CERT_FILE names (Go's crypto/x509 and OpenSSL both read it), in the
+# operator's pod (with_git_ca: the install) and in each workspace pod (trusting_git_ca: the Stack's pod
+# template, the `fetch` and `pulumi` containers, which merge by name into either operator's).
+GIT_CA_CONFIGMAP = "git-ca"
+GIT_CA_DIR = "/etc/git-ca"
+
+
+def _git_ca_configmap(namespace: str, ca_pem: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": GIT_CA_CONFIGMAP, "namespace": namespace},
+        "data": {"ca.crt": ca_pem},
+    }
+
+
+def _trusting(container: dict[str, Any]) -> None:
+    container.setdefault("env", []).append({"name": "SSL_CERT_FILE", "value": f"{GIT_CA_DIR}/ca.crt"})
+    mount = {"name": GIT_CA_CONFIGMAP, "mountPath": GIT_CA_DIR, "readOnly": True}
+    container.setdefault("volumeMounts", []).append(mount)
+
+
+def _named(containers: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    found = [c for c in containers if c.get("name") == name]
+    if not found:
+        containers.append({"name": name})
+        return containers[-1]
+    return found[0]
+
+
+def with_git_ca(manifest: str, ca_pem: str) -> str:
+    """An operator's install (pko's or the Go operator's: both a Deployment ``controller-manager``
+    with a container ``manager``) with the manager trusting ``ca_pem`` for its branch lookups."""
+    docs = [d for d in yaml.safe_load_all(manifest) if d]
+    for doc in docs:
+        if doc.get("kind") == "Deployment" and doc["metadata"]["name"] == "controller-manager":
+            pod = doc["spec"]["template"]["spec"]
+            _trusting(_named(pod["containers"], "manager"))
+            pod.setdefault("volumes", []).append(
+                {"name": GIT_CA_CONFIGMAP, "configMap": {"name": GIT_CA_CONFIGMAP}}
+            )
+    docs.append(_git_ca_configmap(OPERATOR_NS, ca_pem))
+    return yaml.safe_dump_all(docs)
+
+
+def trusting_git_ca(manifest: str) -> str:
+    """Each Stack in ``manifest`` with its workspace pods trusting the suite's git CA (the ConfigMap the
+    ``kube`` fixture makes in the workspaces' namespace): its fetch and its program."""
+    docs = [d for d in yaml.safe_load_all(manifest) if d]
+    for doc in docs:
+        if doc.get("kind") == "Stack":
+            template = doc["spec"].setdefault("workspaceTemplate", {}).setdefault("spec", {})
+            pod = template.setdefault("podTemplate", {}).setdefault("spec", {})
+            _trusting(_named(pod.setdefault("initContainers", []), "fetch"))
+            _trusting(_named(pod.setdefault("containers", []), "pulumi"))
+            pod.setdefault("volumes", []).append(
+                {"name": GIT_CA_CONFIGMAP, "configMap": {"name": GIT_CA_CONFIGMAP}}
+            )
+    return yaml.safe_dump_all(docs)
+
+
+@pytest.fixture(scope="session")
+def git_tls(tmp_path_factory: pytest.TempPathFactory) -> ServerTLS:
+    """The certificate the suite's HTTPS git servers on NODE_IP present (``serve_git(..., tls=)``),
+    and its CA, which the operator trusts from its install on and workspace pods by trusting_git_ca."""
+    return server_tls(tmp_path_factory.mktemp("git-tls"), NODE_IP)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "pko_only(why): a pko feature the Go operator lacks (skipped there)")
 
@@ -194,12 +265,12 @@ def go_operator_quickstart() -> Path:
     return dist / "config" / "quickstart"
 
 
-def _install_go_operator(k: Kube) -> None:
+def _install_go_operator(k: Kube, git_ca: str) -> None:
     """The Go operator from its own quickstart manifests and image, as its users install it, in place of
-    pko (the two serve the same CRD groups)."""
-    quickstart = str(go_operator_quickstart())
+    pko (the two serve the same CRD groups), its manager trusting the suite's git CA."""
+    quickstart = with_git_ca(k.run("kustomize", str(go_operator_quickstart())), git_ca)
     k.run("delete", "--ignore-not-found", "-k", str(REPO / "config" / "local"), timeout=600)
-    k.run("apply", "--server-side", "--force-conflicts", "-k", quickstart, timeout=300)
+    k.run("apply", "--server-side", "--force-conflicts", "-f", "-", input=quickstart, timeout=300)
 
 
 @pytest.fixture(scope="session")
@@ -212,7 +283,7 @@ def seaweedfs_image() -> None:
 
 
 @pytest.fixture(scope="session")
-def kube() -> Iterator[Kube]:
+def kube(git_tls: ServerTLS) -> Iterator[Kube]:
     reason = _cannot_run_a_node()
     if reason:
         if os.environ.get("PKO_E2E_REQUIRE") == "1":
@@ -238,16 +309,13 @@ def kube() -> Iterator[Kube]:
             WORKSPACE_NS,
             *(f"{key}={value}" for key, value in RESTRICTED.items()),
         )
+        git_ca = git_tls.ca.read_text()
         if OPERATOR == "go":
-            _install_go_operator(k)
+            _install_go_operator(k, git_ca)
         else:
-            k.run(
-                "apply",
-                "--server-side",
-                "-f",
-                "-",
-                input=with_git_ssh_known_hosts(k.run("kustomize", str(REPO / "config" / "local"))),
-            )
+            pko = with_git_ssh_known_hosts(k.run("kustomize", str(REPO / "config" / "local")))
+            k.run("apply", "--server-side", "-f", "-", input=with_git_ca(pko, git_ca))
+        k.apply(yaml.safe_dump(_git_ca_configmap(WORKSPACE_NS, git_ca)), WORKSPACE_NS)
         for crd in (
             "stacks.pulumi.com",
             "programs.pulumi.com",

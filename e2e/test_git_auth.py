@@ -1,12 +1,15 @@
-"""A Stack whose projectRepo needs credentials, end to end on the node: a git smart-HTTP server that
-refuses anonymous requests, credentials from a Kubernetes Secret through ``spec.gitAuth`` (as users write
-it for the Pulumi Kubernetes Operator), the operator's branch lookup (from the operator pod) and the
-agent's fetch (from the workspace pod) both authenticating, a pushed commit picked up by the branch poll,
-and wrong credentials reported without the secret value ever showing."""
+"""A Stack whose projectRepo needs credentials, end to end on the node: a git smart-HTTPS server (its
+certificate from the suite's own CA, which the operator and the workspace pods trust as
+docs/stacks.md says: e2e/conftest.py's git_tls) that refuses anonymous requests, credentials from a
+Kubernetes Secret through ``spec.gitAuth`` (as users write it for the Pulumi Kubernetes Operator), the
+operator's branch lookup (from the operator pod) and the agent's fetch (from the workspace pod) both
+authenticating, a pushed commit picked up by the branch poll, and wrong credentials reported without
+the secret value ever showing. Against either operator (``PKO_E2E_OPERATOR``)."""
 
 from __future__ import annotations
 
 import base64
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
@@ -15,18 +18,14 @@ from typing import Any
 
 import pytest
 from dulwich.repo import Repo
-from dulwich.server import DictBackend
-from dulwich.web import make_wsgi_chain
 
-from pko.devtools.gitserver import serve_wsgi
+from pko.devtools.gitserver import ServerTLS, git_app, serve_wsgi
 
-from .conftest import NODE_IP, OPERATOR_NS, Kube
-from .stacks import bare_repository, gitops_commit, gone, ready, stack
+from .conftest import NODE_IP, OPERATOR, OPERATOR_NS, Kube, trusting_git_ca
+from .stacks import bare_repository, gitops_commit, gone, ready
+from .stacks import stack as claimed
 
-pytestmark = [
-    pytest.mark.timeout(1800),
-    pytest.mark.pko_only("its git server is plain HTTP, which the Go operator refuses (docs/differences.md)"),
-]
+pytestmark = pytest.mark.timeout(1800)
 
 USER = "e2e-user"
 PASSWORD = "e2e-git-passw0rd-9c2e"  # must never show in an object or a log line
@@ -47,12 +46,13 @@ class Request:
 
 @dataclass
 class AuthGit:
-    """A WSGI app: the dulwich smart-HTTP app behind HTTP basic auth, recording every request."""
+    """A WSGI app: the smart-HTTP app (git_app) behind HTTP basic auth, recording every request."""
 
     app: Callable[..., Iterable[bytes]]
     accounts: set[tuple[str, str]]
     url: str = ""
     repo: Repo | None = None
+    ca: str = ""  # the PEM file of the CA that signed the server's certificate
     seen: list[Request] = field(default_factory=list)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -89,23 +89,31 @@ class AuthGit:
 
 
 @pytest.fixture
-def auth_git_server(tmp_path: Any) -> Iterator[AuthGit]:
-    """Like test_walkthrough's git_server (the node's own address, which pods reach), but only for
-    ``e2e-user`` with PASSWORD, or a token (TOKEN) sent as the password of the user ``git``."""
+def auth_git_server(tmp_path: Any, git_tls: ServerTLS) -> Iterator[AuthGit]:
+    """Like test_walkthrough's git_server (the node's own address, which pods reach), but over HTTPS
+    and only for ``e2e-user`` with PASSWORD, or a token (TOKEN) sent as the password of the user
+    ``git``."""
     repo = bare_repository(tmp_path)
-    git = AuthGit(make_wsgi_chain(DictBackend({"/repo.git": repo})), {(USER, PASSWORD), ("git", TOKEN)})
-    with serve_wsgi(git, host=NODE_IP) as base:
-        git.url, git.repo = f"{base}/repo.git", repo
+    # two path segments (org/repo): the Go operator refuses a URL with one (docs/differences.md)
+    git = AuthGit(git_app({"/e2e/repo.git": repo}), {(USER, PASSWORD), ("git", TOKEN)})
+    with serve_wsgi(git, host=NODE_IP, tls=git_tls) as base:
+        git.url, git.repo, git.ca = f"{base}/e2e/repo.git", repo, str(git_tls.ca)
         yield git
 
 
-def _status_of(url: str, user: str | None = None, password: str = "") -> tuple[int, str]:
-    request = urllib.request.Request(f"{url}/info/refs?service=git-upload-pack")
+def stack(name: str, source: str) -> str:
+    """The suite's Stack (e2e/stacks.py), its workspace pods trusting the git server's CA."""
+    return trusting_git_ca(claimed(name, source))
+
+
+def _status_of(git: AuthGit, user: str | None = None, password: str = "") -> tuple[int, str]:
+    request = urllib.request.Request(f"{git.url}/info/refs?service=git-upload-pack")
     if user is not None:
         basic = base64.b64encode(f"{user}:{password}".encode()).decode()
         request.add_header("Authorization", f"Basic {basic}")
     try:
-        with urllib.request.urlopen(request, timeout=10) as r:
+        trusting = ssl.create_default_context(cafile=git.ca)
+        with urllib.request.urlopen(request, timeout=10, context=trusting) as r:
             return r.status, ""
     except urllib.error.HTTPError as e:
         return e.code, e.headers.get("WWW-Authenticate") or ""
@@ -189,11 +197,12 @@ def test_git_stack_with_basic_auth_tracks_its_branch(kube: Kube, auth_git_server
     k, git = kube, auth_git_server
     assert git.repo is not None
     # the server: anonymous and wrong credentials refused with a Basic challenge, the right ones served
-    assert _status_of(git.url) == (401, 'Basic realm="e2e git"')
-    assert _status_of(git.url, USER, WRONG_PASSWORD)[0] == 401
-    assert _status_of(git.url, "git", WRONG_TOKEN)[0] == 401
-    assert _status_of(git.url, USER, PASSWORD) == (200, "")
-    assert _status_of(git.url, "git", TOKEN) == (200, "")
+    assert git.url.startswith("https://"), git.url
+    assert _status_of(git) == (401, 'Basic realm="e2e git"')
+    assert _status_of(git, USER, WRONG_PASSWORD)[0] == 401
+    assert _status_of(git, "git", WRONG_TOKEN)[0] == 401
+    assert _status_of(git, USER, PASSWORD) == (200, "")
+    assert _status_of(git, "git", TOKEN) == (200, "")
     git.seen.clear()
 
     k.apply(_secret("gitauth-creds", username=USER, password=PASSWORD))
@@ -202,6 +211,7 @@ def test_git_stack_with_basic_auth_tracks_its_branch(kube: Kube, auth_git_server
     s = ready(k, "gitauth")
     assert s["status"]["lastUpdate"]["lastSuccessfulCommit"] == head, s["status"]
     assert s["status"]["outputs"] == {"greeting": "one"}, s["status"]
+    assert k.condition(s, "InsecureTransport") == {}, s["status"]  # HTTPS: nothing to warn of
 
     # Both ends authenticated: the branch lookup (ls-remote) from the operator pod, and the fetch
     # (git-upload-pack) from the workspace pod; neither got in without the Secret's credentials.
@@ -251,10 +261,13 @@ def test_a_wrong_password_stalls_the_branch_lookup_and_is_never_shown(
     s = _stalled(k, "gitauth-wrong", 300)
     assert k.condition(s, "Ready").get("status") == "False", s["status"]
     why = k.condition(s, "Stalled")
-    # e.g. "listing http://10.87.0.1:35607/repo.git: authentication failed: the server rejected the
+    # e.g. "listing https://10.87.0.1:35607/e2e/repo.git: authentication failed: the server rejected the
     # credentials (spec.gitAuth)"
     assert why["reason"] == "SourceUnavailable", why
-    assert git.url in why["message"] and "credentials" in why["message"], why
+    if OPERATOR == "pko":
+        assert git.url in why["message"] and "credentials" in why["message"], why
+    else:  # go-git's words and the server's body, no repository named (docs/differences.md)
+        assert why["message"] == "listing: authentication required: authentication required\n", why
     operator = _operator_ip(k)
     assert any(r.user == USER and not r.accepted for r in git.from_(operator, "GET", "/info/refs")), git.seen
     assert not [r for r in git.seen if r.accepted], "a wrong credential was let in"
@@ -281,28 +294,18 @@ def test_a_wrong_token_refused_at_fetch_is_reported_and_never_shown(
     source = _git_source(git.url, _access_token("gitauth-token"), branch=None, commit=head)
     k.apply(stack("gitauth-pinned", source))
 
-    def fetch_refused() -> dict[str, Any] | None:
-        ws = k.get("workspace", "gitauth-pinned")
-        return ws if k.condition(ws, "Ready").get("reason") == "InitContainerFailed" else None
+    def fetch_refused() -> list[Request] | None:
+        pod = k.get("pod", "gitauth-pinned-workspace-0") or {}
+        ip = (pod.get("status") or {}).get("podIP")
+        refused = [r for r in git.from_(ip, "GET", "/info/refs") if r.user == "git"] if ip else []
+        return refused or None
 
-    ws = k.until("workspace gitauth-pinned InitContainerFailed", fetch_refused, 300)
-    message = k.condition(ws, "Ready")["message"]
-    assert "authentication failed for " + git.url in message, message
-    assert "the server rejected the credentials" in message, message
-    workspace = _pod_ip(k, "gitauth-pinned-workspace-0")
-    refused = git.from_(workspace, "GET", "/info/refs")
-    assert any(r.user == "git" and not r.accepted for r in refused), git.seen
+    k.until("the workspace's fetch refused", fetch_refused, 300)
     assert not [r for r in git.seen if r.accepted], "a wrong credential was let in"
-
-    # The Stack says why once the fetch has failed three times in a row (the Workspace is then Stalled:
-    # only a changed Secret or spec fixes it); until then it is Reconciling, "waiting for workspace
-    # readiness".
-    st = _stalled(k, "gitauth-pinned", 400)
-    assert k.condition(st, "Ready").get("status") == "False", st["status"]
-    why = k.condition(st, "Stalled")
-    assert why["reason"] == "WorkspaceFailed", why
-    assert why["message"].startswith("InitContainerFailed: "), why
-    assert f"authentication failed for {git.url}: the server rejected the credentials" in why["message"]
+    if OPERATOR == "pko":
+        _fetch_refusal_said(k, git)
+    else:  # the Go operator's Workspace waits for its StatefulSet (docs/differences.md)
+        assert k.condition(k.get("stack", "gitauth-pinned"), "Ready").get("status") != "True"
     _assert_never_shown(k, ["gitauth-pinned-workspace-0"])
 
     # Fixing the Secret is all it takes: the fetch container's next start reads the new token.
@@ -312,3 +315,25 @@ def test_a_wrong_token_refused_at_fetch_is_reported_and_never_shown(
     assert any(r.user == "git" and r.accepted for r in git.seen), git.seen
     _assert_never_shown(k, ["gitauth-pinned-workspace-0"])
     _remove(k, "gitauth-pinned", "gitauth-token")
+
+
+def _fetch_refusal_said(k: Kube, git: AuthGit) -> None:
+    """pko: the Workspace says the fetch was refused (InitContainerFailed, in the agent's words), and
+    the Stack says why once the fetch has failed three times in a row (the Workspace is then Stalled:
+    only a changed Secret or spec fixes it); until then it is Reconciling, "waiting for workspace
+    readiness"."""
+
+    def said() -> dict[str, Any] | None:
+        ws = k.get("workspace", "gitauth-pinned")
+        return ws if k.condition(ws, "Ready").get("reason") == "InitContainerFailed" else None
+
+    ws = k.until("workspace gitauth-pinned InitContainerFailed", said, 300)
+    message = k.condition(ws, "Ready")["message"]
+    assert "authentication failed for " + git.url in message, message
+    assert "the server rejected the credentials" in message, message
+    st = _stalled(k, "gitauth-pinned", 400)
+    assert k.condition(st, "Ready").get("status") == "False", st["status"]
+    why = k.condition(st, "Stalled")
+    assert why["reason"] == "WorkspaceFailed", why
+    assert why["message"].startswith("InitContainerFailed: "), why
+    assert f"authentication failed for {git.url}: the server rejected the credentials" in why["message"]
