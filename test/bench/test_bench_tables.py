@@ -195,7 +195,15 @@ def test_nodes_tables_show_the_medians_of_the_recorded_restarts_and_updates(tmp_
 
 def test_languages_tables_show_each_programs_figures_and_each_images_size(tmp_path: Path) -> None:
     programs = {
-        "yaml": {"first": 20.04, "first_up": 3.0, "serving": 2.6, "update": 3.5, "update_up": 2.9},
+        "yaml": {
+            "first": 20.04,
+            "first_up": 3.0,
+            "serving": 2.6,
+            "update": 3.5,
+            "update_up": 2.9,
+            "new_pod_update": 4.1,
+            "new_pod_update_up": 1.8,
+        },
         "yaml (core image)": {"first": 15.0, "first_up": 2.9, "serving": 2.1},
     }
     images = [
@@ -214,8 +222,11 @@ def test_languages_tables_show_each_programs_figures_and_each_images_size(tmp_pa
         "pod created -> agent serving": "2.6",
         "config change -> Ready": "3.5",
         "its `pulumi up` (2)": "2.9",  # the column printed twice: the config change's up
+        "in a new pod: config change -> Ready": "4.1",
+        "its `pulumi up` (3)": "1.8",  # and thrice: the up in the new pod
     }
     assert rows[1]["config change -> Ready"] == "-"
+    assert rows[1]["in a new pod: config change -> Ready"] == "-"
     assert doc["tables"]["Workspace images"] == [
         {
             "workspace image": "core: YAML and Python (--target core)",
