@@ -3,10 +3,10 @@ server, each with the Workspace, StatefulSet, Service and completed Update the o
 made, seeded directly so the operator starts with all of them in its caches.
 
 The objects are built with the operator's own builders (``build_workspace``, ``desired_statefulset``,
-``desired_service``, ``build_update``, ``result_status``) and written with its field managers, so the
+``desired_service``, ``desired_network_policy``, ``build_update``, ``result_status``) and written with its field managers, so the
 operator finds them as it left them. What others would have added is seeded too, as they write it:
 the StatefulSet's status and its Ready pod (kube-controller-manager and a kubelet; the pod carries
-the operator's "initialized" annotation), and the Workspace's Ready status (the operator, once the
+the operator's "initialized" and stacks-hash annotations), and the Workspace's Ready status (the operator, once the
 agent answered). Nothing runs in the pods: a steady fleet needs no agent call.
 """
 
@@ -48,12 +48,15 @@ from pko.controllers.stack.status import mark_ready
 from pko.controllers.stack.updateobject import build_update
 from pko.controllers.stack.workspaceobject import GitRevision, build_workspace
 from pko.controllers.update.status import result_status
+from pko.controllers.workspace.networkpolicy import NETWORK_POLICIES, desired_network_policy
 from pko.controllers.workspace.workloads import (
     ANNOTATION_INITIALIZED,
+    ANNOTATION_STACKS_HASH,
     REVISION_LABEL,
     desired_service,
     desired_statefulset,
     parse_spec,
+    stacks_hash,
 )
 from pko.machinery.conditions import set_condition
 from pko.machinery.resource import PODS, SERVICEACCOUNTS, SERVICES, STATEFULSETS, Obj, ResourceClient
@@ -171,6 +174,7 @@ class Seeded:
     workspaces: int = 0
     statefulsets: int = 0
     services: int = 0
+    networkpolicies: int = 0
     updates: int = 0
     pods: int = 0
 
@@ -198,8 +202,10 @@ def sts_status(sts: Obj) -> Obj:
     }
 
 
-def ready_pod(sts: Obj, index: int) -> tuple[Obj, Obj]:
-    """The StatefulSet's pod as the StatefulSet controller creates it, and the status a kubelet reports."""
+def ready_pod(sts: Obj, index: int, stacks: str) -> tuple[Obj, Obj]:
+    """The StatefulSet's pod as the StatefulSet controller creates it, and the status a kubelet reports;
+    annotated as the operator leaves a pod whose agent it initialized with the Workspace's ``stacks``
+    (their hash: workloads.stacks_hash), else its first pass would try to initialize every agent."""
     template = sts["spec"]["template"]
     meta = sts["metadata"]
     labels = {**(template["metadata"].get("labels") or {}), REVISION_LABEL: _revision(sts)}
@@ -222,6 +228,7 @@ def ready_pod(sts: Obj, index: int) -> tuple[Obj, Obj]:
             "annotations": {
                 **(template["metadata"].get("annotations") or {}),
                 ANNOTATION_INITIALIZED: "true",
+                ANNOTATION_STACKS_HASH: stacks,
             },
             "ownerReferences": [owner],
         },
@@ -291,6 +298,8 @@ async def seed_fleet(
     workspaces = ResourceClient(api, WORKSPACES)
     statefulsets = ResourceClient(api, STATEFULSETS)
     services = ResourceClient(api, SERVICES)
+    policies = ResourceClient(api, NETWORK_POLICIES)
+    metrics = options.workspace_metrics != "off"
     updates = ResourceClient(api, UPDATES)
     pods = ResourceClient(api, PODS)
     service_accounts: dict[str, asyncio.Task[None]] = {}
@@ -325,6 +334,9 @@ async def seed_fleet(
         ws_spec = parse_spec(ws)
         await services.apply(desired_service(ws, ws_spec), field_manager=FIELD_MANAGER, force=True)
         seeded.services += 1
+        policy = desired_network_policy(ws, options.operator_namespace, metrics=metrics)
+        await policies.apply(policy, field_manager=FIELD_MANAGER, force=True)
+        seeded.networkpolicies += 1
         account = ws_spec.service_account_name or "default"
         if account not in service_accounts:  # pods are admitted only with their ServiceAccount
             service_accounts[account] = asyncio.ensure_future(_service_account(api, namespace, account))
@@ -334,7 +346,7 @@ async def seed_fleet(
         )
         await statefulsets.apply_status(sts_status(sts), field_manager=KCM)
         seeded.statefulsets += 1
-        pod, pod_status = ready_pod(sts, i)
+        pod, pod_status = ready_pod(sts, i, stacks_hash(ws["spec"]))
         created = await pods.create(pod)
         await pods.apply_status(
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": created["metadata"]["name"],
