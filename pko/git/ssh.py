@@ -140,7 +140,15 @@ class _ChannelConnection:
         return self._channel.recv_ready()
 
     def write(self, data: bytes) -> None:
-        self._channel.sendall(data)
+        """Send ``data``, unless the server has ended the command: a server that refuses what was asked
+        (a commit no ref points at, for a shallow fetch) says so and hangs up while the client is still
+        writing; what it said is then read next, as git does, instead of the write's ``Socket is
+        closed``, which looked like a transport failure."""
+        try:
+            self._channel.sendall(data)
+        except OSError:
+            if not (self._channel.closed or self._channel.exit_status_ready()):
+                raise
 
     def read(self, n: int | None = None) -> bytes:
         """Read exactly `n` bytes (dulwich's pkt-line reader relies on that) or up to EOF."""
