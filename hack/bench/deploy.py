@@ -108,6 +108,21 @@ PROGRAMS_ROLE: dict[str, Any] = {
 }
 
 
+async def grant_programs_role(api: Any) -> None:
+    """:data:`PROGRAMS_ROLE` bound to the namespace's ``default`` ServiceAccount: pulumi-kubernetes
+    makes the programs' ConfigMaps as the workspace pod's account."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    await rbac.create_namespaced_role(NAMESPACE, PROGRAMS_ROLE)
+    await rbac.create_namespaced_role_binding(
+        NAMESPACE,
+        {
+            "metadata": {"name": "programs"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "programs"},
+            "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": NAMESPACE}],
+        },
+    )
+
+
 class Audit:
     """The operator's writes and Secret reads, read from the apiserver's audit log (one JSON event per
     line)."""
@@ -295,16 +310,7 @@ async def bench(
         )  # fmt: skip
         await create_namespace(api, NAMESPACE)
         await grant_auth_delegator(api, NAMESPACE, "default")
-        rbac = client.RbacAuthorizationV1Api(api)
-        await rbac.create_namespaced_role(NAMESPACE, PROGRAMS_ROLE)
-        await rbac.create_namespaced_role_binding(
-            NAMESPACE,
-            {
-                "metadata": {"name": "programs"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "programs"},
-                "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": NAMESPACE}],
-            },
-        )
+        await grant_programs_role(api)
         options = ControllerOptions(
             operator_namespace=OPERATOR_NAMESPACE, operator_service_account=OPERATOR_SERVICE_ACCOUNT
         )

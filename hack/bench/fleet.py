@@ -3,11 +3,12 @@ server, each with the Workspace, StatefulSet, Service and completed Update the o
 made, seeded directly so the operator starts with all of them in its caches.
 
 The objects are built with the operator's own builders (``build_workspace``, ``desired_statefulset``,
-``desired_service``, ``desired_network_policy``, ``build_update``, ``result_status``) and written with its field managers, so the
-operator finds them as it left them. What others would have added is seeded too, as they write it:
-the StatefulSet's status and its Ready pod (kube-controller-manager and a kubelet; the pod carries
-the operator's "initialized" and stacks-hash annotations), and the Workspace's Ready status (the operator, once the
-agent answered). Nothing runs in the pods: a steady fleet needs no agent call.
+``desired_service``, ``desired_network_policy``, ``build_update``, ``result_status``) and written with
+its field managers, so the operator finds them as it left them. What others would have added is seeded
+too, as they write it: the StatefulSet's status and its Ready pod (kube-controller-manager and a
+kubelet; the pod carries the operator's "initialized" and stacks-hash annotations), and the
+Workspace's Ready status (the operator, once the agent answered). Nothing runs in the pods: a steady
+fleet needs no agent call.
 """
 
 from __future__ import annotations

@@ -53,12 +53,11 @@ from deploy import (
     OPERATOR_NAMESPACE,
     OPERATOR_USER,
     PROGRAM_BODY,
-    PROGRAMS_ROLE,
     caches_synced,
+    grant_programs_role,
     operator_command,
 )
 from driver import bounded, cpu_seconds, create_namespace, exit_on_sigterm, free_port, log, stop_and_keep_log
-from kubernetes_asyncio import client
 from startup import RUN_OPERATOR, Tree, checked_out
 
 from pko.controllers.options import ControllerOptions
@@ -208,16 +207,7 @@ async def one_run(
         await create_namespace(api, NAMESPACE)
         await grant_auth_delegator(api, NAMESPACE, "default")
         if args.engine == "real":  # pulumi-kubernetes makes the ConfigMap as the pod's ServiceAccount
-            rbac = client.RbacAuthorizationV1Api(api)
-            await rbac.create_namespaced_role(NAMESPACE, PROGRAMS_ROLE)
-            await rbac.create_namespaced_role_binding(
-                NAMESPACE,
-                {
-                    "metadata": {"name": "programs"},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "programs"},
-                    "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": NAMESPACE}],
-                },
-            )
+            await grant_programs_role(api)
         options = ControllerOptions(
             operator_namespace=OPERATOR_NAMESPACE, operator_service_account=OPERATOR_SERVICE_ACCOUNT
         )
