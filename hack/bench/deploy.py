@@ -108,6 +108,30 @@ PROGRAMS_ROLE: dict[str, Any] = {
 }
 
 
+async def start_harness(
+    api: Any, cluster: LocalCluster, tmp: Path, engine: Any, *, programs_role: bool = True
+) -> tuple[Operator, PlayKubelet]:
+    """The bench's namespace (its ``default`` account may create TokenReviews, and with
+    ``programs_role`` the programs' ConfigMaps), the operator's ServiceAccount and RBAC
+    (:class:`Operator`'s set-up in ``tmp/operator``) and a started play-kubelet running ``engine``."""
+    await create_namespace(api, NAMESPACE)
+    await grant_auth_delegator(api, NAMESPACE, "default")
+    if programs_role:
+        await grant_programs_role(api)
+    options = ControllerOptions(
+        operator_namespace=OPERATOR_NAMESPACE, operator_service_account=OPERATOR_SERVICE_ACCOUNT
+    )
+    op = Operator(api, cluster, options, rbac=True)
+    (tmp / "operator").mkdir()
+    await op.setup(tmp / "operator")
+    kubelet = PlayKubelet(
+        api, [NAMESPACE], root=tmp / "kubelet", server=cluster.server, ca_file=cluster.ca_file,
+        images=KNOWN_IMAGES, image_config=IMAGE_CONFIG, engine=engine,
+    )  # fmt: skip
+    await kubelet.start()
+    return op, kubelet
+
+
 async def grant_programs_role(api: Any) -> None:
     """:data:`PROGRAMS_ROLE` bound to the namespace's ``default`` ServiceAccount: pulumi-kubernetes
     makes the programs' ConfigMaps as the workspace pod's account."""
@@ -308,20 +332,7 @@ async def bench(
              str(REPO / "config/crd/bases")],
             check=True, stdout=subprocess.DEVNULL,
         )  # fmt: skip
-        await create_namespace(api, NAMESPACE)
-        await grant_auth_delegator(api, NAMESPACE, "default")
-        await grant_programs_role(api)
-        options = ControllerOptions(
-            operator_namespace=OPERATOR_NAMESPACE, operator_service_account=OPERATOR_SERVICE_ACCOUNT
-        )
-        op = Operator(api, cluster, options, rbac=True)
-        (tmp / "operator").mkdir()
-        await op.setup(tmp / "operator")
-        kubelet = PlayKubelet(
-            api, [NAMESPACE], root=tmp / "kubelet", server=cluster.server, ca_file=cluster.ca_file,
-            images=KNOWN_IMAGES, image_config=IMAGE_CONFIG, engine=make_real_pulumi,
-        )  # fmt: skip
-        await kubelet.start()
+        op, kubelet = await start_harness(api, cluster, tmp, make_real_pulumi)
         audit = Audit(audit_path, OPERATOR_USER)
         logf = open(tmp / "operator.log", "w")  # noqa: ASYNC230 - opened once, written by the child
         health_port = free_port()

@@ -50,22 +50,18 @@ from typing import Any
 from common import REPO, api_client
 from deploy import (
     NAMESPACE,
-    OPERATOR_NAMESPACE,
     OPERATOR_USER,
     PROGRAM_BODY,
     caches_synced,
-    grant_programs_role,
     operator_command,
+    start_harness,
 )
-from driver import bounded, cpu_seconds, create_namespace, exit_on_sigterm, free_port, log, stop_and_keep_log
+from driver import bounded, cpu_seconds, exit_on_sigterm, free_port, log, stop_and_keep_log
 from startup import RUN_OPERATOR, Tree, checked_out
 
-from pko.controllers.options import ControllerOptions
 from pko.controllers.resources import PROGRAMS, STACKS
 from pko.devtools.benchrecord import recording
 from pko.devtools.localcluster import LocalCluster
-from pko.devtools.operatorharness import OPERATOR_SERVICE_ACCOUNT, Operator
-from pko.devtools.playkubelet import IMAGE_CONFIG, KNOWN_IMAGES, PlayKubelet, grant_auth_delegator
 from pko.devtools.realpulumi import make_real_pulumi
 from pko.devtools.standin import make_fake_pulumi
 from pko.machinery.conditions import get_condition
@@ -204,22 +200,9 @@ async def one_run(
              str(tree.path / "config/crd/bases")],
             check=True, stdout=subprocess.DEVNULL,
         )  # fmt: skip
-        await create_namespace(api, NAMESPACE)
-        await grant_auth_delegator(api, NAMESPACE, "default")
-        if args.engine == "real":  # pulumi-kubernetes makes the ConfigMap as the pod's ServiceAccount
-            await grant_programs_role(api)
-        options = ControllerOptions(
-            operator_namespace=OPERATOR_NAMESPACE, operator_service_account=OPERATOR_SERVICE_ACCOUNT
-        )
-        op = Operator(api, cluster, options, rbac=True)
-        (tmp / "operator").mkdir()
-        await op.setup(tmp / "operator")
-        kubelet = PlayKubelet(
-            api, [NAMESPACE], root=tmp / "kubelet", server=cluster.server, ca_file=cluster.ca_file,
-            images=KNOWN_IMAGES, image_config=IMAGE_CONFIG,
-            engine=make_real_pulumi if args.engine == "real" else make_fake_pulumi,
-        )  # fmt: skip
-        await kubelet.start()
+        real = args.engine == "real"  # pulumi-kubernetes makes the ConfigMap as the pod's account
+        engine = make_real_pulumi if real else make_fake_pulumi
+        op, kubelet = await start_harness(api, cluster, tmp, engine, programs_role=real)
         health, metrics = free_port(), free_port()
         cmd = operator_command(op, free_port(), metrics, health)
         boot = tree.boot() + (PROFILE_BOOT.format(session=str(session)) if session else "")
