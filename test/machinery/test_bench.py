@@ -187,13 +187,15 @@ def test_deploy_bench_prints_and_records_writes_per_stack_and_the_floor_at_tiny_
 def test_startup_bench_prints_and_records_each_figure_of_head_from_its_own_tree(tmp_path: Path) -> None:
     path = tmp_path / "startup.json"
     table = run(
-        [str(REPO / "hack/bench/startup.py"), "--runs", "1", "--operator-runs", "1", "--json", str(path)], 300
-    )
+        [str(REPO / "hack/bench/startup.py"), "--runs", "1", "--operator-runs", "1", "--idle", "5",
+         "--json", str(path)],
+        300,
+    )  # fmt: skip
     doc = recorded(table, path, "hack/bench/startup.py")
     [revision] = doc["revisions"]
     assert revision["rev"] == "HEAD" and revision["commit"] == doc["commit"]
     label = revision["label"]
-    [imported], [operator] = doc["imports"][label], doc["operator"][label]
+    [imported], [operator, idle] = doc["imports"][label], doc["operator"][label]
     # HEAD ran from a worktree of its own, not from this checkout
     assert imported["pko_file"].endswith("/pko/__init__.py") and not imported["pko_file"].startswith(
         f"{REPO}/"
@@ -201,7 +203,7 @@ def test_startup_bench_prints_and_records_each_figure_of_head_from_its_own_tree(
     assert imported["kubernetes_asyncio_modules"] == imported["cryptography_modules"] == 0
     assert imported["modules"] > 300
     heading = "Start-up: `import pko.__main__` and `python -m pko` with no objects"
-    assert len(doc["tables"][heading]) == 9
+    assert len(doc["tables"][heading]) == 14
     for name, key, measured, digits in (
         ("`import pko.__main__`: import time (s)", "import_s", imported, 2),
         ("`import pko.__main__`: VmRSS after (MB)", "import_vmrss_mb", imported, 0),
@@ -212,7 +214,14 @@ def test_startup_bench_prints_and_records_each_figure_of_head_from_its_own_tree(
         ("`python -m pko`, no objects: spawn -> ready (s)", "ready_s", operator, 2),
         ("`python -m pko`, no objects: VmRSS at ready (MB)", "ready_vmrss_mb", operator, 0),
         ("`python -m pko`, no objects: VmHWM at ready (MB)", "ready_vmhwm_mb", operator, 0),
+        ("`python -m pko`, no objects: CPU at ready (s, children included)", "ready_cpu_s", operator, 2),
+        ("`--idle` Stacks: spawn -> leads (s)", "idle_lease_s", idle, 2),
+        ("`--idle` Stacks: spawn -> every Stack has a status (s)", "idle_first_pass_s", idle, 2),
+        ("`--idle` Stacks: CPU, start-up and first pass (s, children included)", "idle_cpu_s", idle, 2),
+        ("`--idle` Stacks: VmRSS after the first pass (MB)", "idle_vmrss_mb", idle, 0),
     ):
         assert doc["medians"][key][label] == measured[key]  # one run: its median is the run
         assert figure(doc, heading, name)[label] == f"{measured[key]:.{digits}f}"
+    assert 0 < idle["idle_lease_s"] < idle["idle_first_pass_s"]  # it led, then gave each Stack a status
+    assert idle["idle_cpu_s"] > 0 and operator["ready_cpu_s"] > 0  # read from /proc, children included
     assert not Path(imported["pko_file"]).exists()  # the worktree was removed
