@@ -95,7 +95,7 @@ PASS_THROUGH: Final = {
     ),
     ("pko/controllers/workspace/plan.py", "_pod_plan", "Finding"): _FORWARDS,
     ("pko/controllers/workspace/plan.py", "_node_plan", "Finding"): _FORWARDS,
-    ("pko/controllers/workspace/plan.py", "desired_status", "set_condition"): _FORWARDS,
+    ("pko/controllers/workspace/status.py", "desired_status", "set_condition"): _FORWARDS,
     ("pko/controllers/workspace/plan.py", "_unreachable", "Finding"): (
         "Workspace `Ready`: why the workspace agent could not be reached: the agent's gRPC error reason "
         "(pko/agentclient.py) or the token request's (pko/tokens.py)"

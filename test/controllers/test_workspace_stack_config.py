@@ -12,8 +12,8 @@ from .builders import workspace
 
 
 def test_config_items_and_json_detection() -> None:
-    from pko.controllers.workspace.plan import _incompatible, has_json_config
     from pko.controllers.workspace.reconciler import config_items
+    from pko.controllers.workspace.status import has_json_config, incompatible
 
     spec = parse_spec(
         workspace(
@@ -39,10 +39,10 @@ def test_config_items_and_json_detection() -> None:
     assert items[2].value_from is not None and items[2].value_from.env == "X"
     assert items[3].value_from is not None and items[3].value_from.path == "/f" and items[3].value_from.json
     assert has_json_config(spec)
-    assert _incompatible(spec, "3.201.9") is not None
-    assert _incompatible(spec, "v3.202.0") is None
+    assert incompatible(spec, "3.201.9") is not None
+    assert incompatible(spec, "v3.202.0") is None
     plain = parse_spec(workspace({"stacks": [{"name": "dev", "config": [{"key": "k", "value": "v"}]}]}))
-    assert not has_json_config(plain) and _incompatible(plain, "3.0.0") is None
+    assert not has_json_config(plain) and incompatible(plain, "3.0.0") is None
 
 
 def test_path_keys_refuse_structured_values() -> None:

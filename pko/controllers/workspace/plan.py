@@ -13,12 +13,18 @@ and the controller retries with backoff).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from pko.api.workspace import WorkspaceSpec
+from pko.controllers.workspace.status import (
+    JSON_CONFIG_MIN_VERSION,
+    Finding,
+    desired_status,
+    has_json_config,
+    incompatible,
+)
 from pko.controllers.workspace.workloads import (
     ANNOTATION_INITIALIZED,
     ANNOTATION_STACKS_HASH,
@@ -31,7 +37,6 @@ from pko.controllers.workspace.workloads import (
     serves_our_agent,
     statefulset_name,
 )
-from pko.machinery.conditions import ConditionStatus, remove_condition, set_condition
 from pko.machinery.controller import Result
 from pko.machinery.events import Emit
 from pko.machinery.objects import controller_of
@@ -59,12 +64,11 @@ __all__ = [
     "desired_status",
     "has_json_config",
     "refused",
+    "sooner",
 ]
 
-READY: Final = "Ready"
 # Not Ready: the pod's new template waits for the operation running in the old one.
 REASON_UPDATE_RUNNING: Final = "UpdateRunning"
-STALLED: Final = "Stalled"
 # The Go operator's timings: retry an unreachable agent after 5 s, wait 5 s for a migration.
 REQUEUE_CONNECTION: Final = 5.0
 REQUEUE_MIGRATION: Final = 5.0
@@ -79,19 +83,8 @@ POD_CREATION_GRACE: Final = 5.0
 # A live agent busy with an operation is asked again to take new stack settings after this long
 # (the Stack controller changes the Workspace only between Updates, so this is rare).
 REQUEUE_BUSY: Final = 5.0
-JSON_CONFIG_MIN_VERSION: Final = (3, 202, 0)
 MESSAGE_MAX: Final = 4096
 _IMMUTABLE_MESSAGE: Final = "updates to statefulset spec for fields other than"
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """What one reconcile concluded: the Ready condition, and Stalled when only the user can help."""
-
-    reason: str
-    message: str
-    ready: bool = False
-    stalled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +234,13 @@ class Plan:
 def _prepend(writes: list[Write], plan: Plan) -> Plan:
     plan.writes[:0] = writes
     return plan
+
+
+def sooner(result: Result, seconds: float) -> Result:
+    """``result``, or a requeue after ``seconds`` if that comes first."""
+    if result.kind == "requeue" or (result.kind == "requeue_after" and result.delay <= seconds):
+        return result
+    return Result.requeue_after(seconds)
 
 
 def short(message: str) -> str:
@@ -431,10 +431,10 @@ def _initialize(observed: Observed, pod: Obj, address: str, version: str, *, ins
     whose ``stacks`` changed (a config change: the pod did not roll) only has them applied again."""
     spec = observed.spec
     assert spec is not None  # decide() stops at an invalid spec
-    incompatible = _incompatible(spec, version)
-    if incompatible is not None:
+    refusal = incompatible(spec, version)
+    if refusal is not None:
         message = f"Pulumi CLI version {version} is too old for JSON configuration support"
-        return Plan([Emit("Warning", "StackInitializationFailure", message)], incompatible, version=version)
+        return Plan([Emit("Warning", "StackInitializationFailure", message)], refusal, version=version)
     name = pod["metadata"]["name"]
     writes: list[Write] = []
     if install:
@@ -532,68 +532,3 @@ def _unreachable(failure: Failure, version: str | None) -> Plan:
         return Plan(writes, Finding(failure.reason, message), Result.requeue_after(delay), version=version)
     finding = Finding("ConnectionFailed", message)
     return Plan(writes, finding, Result.requeue_after(REQUEUE_CONNECTION), version=version)
-
-
-# --- status ----------------------------------------------------------------------------------
-
-
-def desired_status(
-    ws: Obj,
-    finding: Finding,
-    *,
-    address: str | None = None,
-    version: str | None = None,
-    keep_stalled: bool = False,
-) -> Obj:
-    """The status this controller owns: ``Ready`` from the finding, ``Stalled`` when only the user
-    can help (kept as it is while deleting), the agent's address once Ready, the CLI version."""
-    current: Obj = ws.get("status") or {}
-    generation = int(ws["metadata"].get("generation") or 0)
-    conditions: list[Obj] | None = current.get("conditions")
-    ready: ConditionStatus = "True" if finding.ready else "False"
-    conditions = set_condition(conditions, READY, ready, finding.reason, finding.message, generation)
-    if finding.stalled:
-        conditions = set_condition(conditions, STALLED, "True", finding.reason, finding.message, generation)
-    elif not keep_stalled:
-        conditions = remove_condition(conditions, STALLED)
-    status: Obj = {"observedGeneration": generation, "conditions": conditions}
-    if address:
-        status["address"] = address
-    version = version or current.get("pulumiVersion")
-    if version:
-        status["pulumiVersion"] = version
-    return status
-
-
-# --- the JSON-config version check ------------------------------------------------------------
-
-
-def has_json_config(spec: WorkspaceSpec) -> bool:
-    """Whether a stack uses structured config (needs Pulumi CLI >= 3.202.0), as the Go operator checks."""
-    for stack in spec.stacks or []:
-        for item in stack.config or []:
-            if item.value is not None and not isinstance(item.value, str):
-                return True
-            if item.value_from is not None and item.value_from.json_:
-                return True
-    return False
-
-
-def _version_tuple(version: str) -> tuple[int, ...] | None:
-    match = re.match(r"^v?(\d+)\.(\d+)\.(\d+)", version.strip())
-    return tuple(int(p) for p in match.groups()) if match else None
-
-
-def _incompatible(spec: WorkspaceSpec, version: str) -> Finding | None:
-    if not has_json_config(spec):
-        return None
-    parsed = _version_tuple(version)
-    if parsed is None:
-        return Finding(
-            "IncompatibleConfiguration", f"Failed to parse Pulumi version {version!r}", stalled=True
-        )
-    if parsed < JSON_CONFIG_MIN_VERSION:
-        minimum = ".".join(str(p) for p in JSON_CONFIG_MIN_VERSION)
-        message = f"Pulumi CLI version {version} does not support JSON configuration, require >= v{minimum}"
-        return Finding("IncompatibleConfiguration", message, stalled=True)
-    return None

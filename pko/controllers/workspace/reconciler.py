@@ -78,7 +78,8 @@ from pko.controllers.resources import (
 )
 from pko.controllers.update.status import is_running
 from pko.controllers.workspace import plan as wp
-from pko.controllers.workspace.plan import Failure, Observed, Plan, Write, decide, desired_status, refused
+from pko.controllers.workspace.plan import Failure, Observed, Plan, Write, decide, refused
+from pko.controllers.workspace.status import READY, STATUS_FIELDS, desired_status, held_for
 from pko.controllers.workspace.workloads import (
     ANNOTATION_INITIALIZED,
     ANNOTATION_STACKS_HASH,
@@ -111,8 +112,6 @@ MEMORY_ENTRIES: Final = 4096  # StatefulSet apply times kept (_remember)
 # The last Workspaces' desired Service and StatefulSet, encoded (_desired_objects): a Workspace is
 # reconciled a dozen times while its pod starts, for pod and StatefulSet changes, its own unchanged.
 DESIRED_ENTRIES: Final = 256
-# The status fields this controller owns.
-STATUS_FIELDS: Final = ("observedGeneration", "conditions", "address", "pulumiVersion")
 # Per call to the agent once connected (SelectStack, SetAllConfig...); Install may fetch plugins.
 RPC_TIMEOUT: Final = 60.0
 INSTALL_TIMEOUT: Final = 600.0
@@ -225,6 +224,8 @@ class WorkspaceReconciler:
         self.request_timeout = manager.options.kube_api_timeout
         # When this controller last applied each Workspace's StatefulSet (by Workspace uid).
         self._sts_applied: OrderedDict[str, float] = OrderedDict()
+        # When this controller last wrote each Workspace's status (by uid): status.held_for.
+        self._status_written: OrderedDict[str, float] = OrderedDict()
         # By Workspace uid: (what the desired objects are built from, the objects), both marshalled.
         self._desired: OrderedDict[str, tuple[bytes, bytes]] = OrderedDict()
         self.status_writer = StatusWriter(
@@ -336,6 +337,11 @@ class WorkspaceReconciler:
         status = desired_status(
             ws, plan.finding, address=plan.address, version=plan.version, keep_stalled=plan.keep_stalled
         )
+        written = self._status_written.get(str(ws["metadata"].get("uid")))
+        since = time.monotonic() - written if written is not None else None
+        hold = held_for(ws.get("status") or {}, status, since)
+        if hold > 0:  # a progress message replacing another: written when the hold ends
+            return wp.sooner(plan.result, hold)
         await self._write_status(ws, status)
         return plan.result
 
@@ -471,10 +477,11 @@ class WorkspaceReconciler:
             raise
         if updated is None:
             return  # already there (in the cache, or in our own write not yet watched back)
+        _remember(self._status_written, str(ws["metadata"].get("uid")), time.monotonic())
         # Later writes of this reconcile compare against what was just written.
         ws["status"] = updated.get("status") or status
         meta = ws["metadata"]
-        ready = get_condition(status["conditions"], wp.READY) or {}
+        ready = get_condition(status["conditions"], READY) or {}
         log.info(
             "workspace status", workspace=f"{meta['namespace']}/{meta['name']}", reason=ready.get("reason")
         )
