@@ -1,15 +1,19 @@
 """The Workspace reconcile's cuts of what a starting pod costs (issue 44), as pure decisions: the
-status hold that coalesces progress messages."""
+status hold that coalesces progress messages, and the Node left unread while the pod starts."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
-from pko.controllers.workspace.plan import Finding, desired_status
+from pko.controllers.workspace import plan as wp
+from pko.controllers.workspace.plan import Finding, decide, desired_status
 from pko.controllers.workspace.status import PROGRESS_REASONS, STATUS_HOLD, held_for
+from pko.controllers.workspace.workloads import NODE_CHECK_GRACE, node_check_after
+from pko.machinery.controller import Result
 from pko.machinery.resource import Obj
 
-from .test_workspace_plan import workspace
+from .test_workspace_plan import NOW, lost_node, observed, run, waiting_pod, workspace
 
 WAITING = "Waiting for the workspace pod to be available"
 INIT = 'Waiting for init container "fetch" to complete'
@@ -109,3 +113,46 @@ def test_a_pod_starting_as_in_the_deploy_benchmark_writes_six_statuses_not_eight
     # A pod that waits long on one thing says it, at most a hold late; Ready is never held.
     fast = [timeline[0], timeline[2], (1.0, Finding("Succeeded", "", ready=True))]
     assert [w[1] for w in writes_of(fast)] == ["RollingUpdate", "Succeeded"]
+
+
+# --- the Node of a starting pod ------------------------------------------------------------------
+
+
+def starting_pod(age: float, *, reason: str | None = "ContainersNotReady") -> Obj:
+    """A pod its kubelet is starting, ``age`` seconds after its creation (at NOW)."""
+    pod = waiting_pod()
+    pod["metadata"]["creationTimestamp"] = (NOW - timedelta(seconds=age)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ready = pod["status"]["conditions"][0]
+    if reason is None:
+        pod["status"]["conditions"].remove(ready)
+    else:
+        ready["reason"] = reason
+    return pod
+
+
+def test_a_starting_pods_node_is_read_only_once_the_grace_is_over() -> None:
+    for pod in (starting_pod(10.0), starting_pod(10.0, reason=None)):
+        plan = decide(observed(pod=pod, now=NOW))
+        assert plan.writes == [] and plan.then is None
+        assert plan.finding == Finding("WaitingForReplicas", WAITING)
+        assert plan.result == Result.requeue_after(NODE_CHECK_GRACE - 10.0)
+    late = decide(observed(pod=starting_pod(NODE_CHECK_GRACE + 1), now=NOW))
+    assert late.writes == [wp.CheckNode("node-7")]
+    _, plan = run(late, lost_node())
+    assert plan.finding is not None and plan.finding.reason == "NodeLost"
+
+
+def test_a_lost_node_is_read_at_once_whatever_the_pods_age() -> None:
+    """The node lifecycle controller marks a lost node's pods not ready without a reason; an
+    evicted or replaced pod is terminating: neither waits for the grace."""
+    marked = starting_pod(2.0)
+    del marked["status"]["conditions"][0]["reason"]
+    terminating = starting_pod(2.0)
+    terminating["metadata"]["deletionTimestamp"] = "2026-11-28T11:59:59Z"
+    for pod in (marked, terminating):
+        first = decide(observed(pod=pod, now=NOW))
+        assert first.writes == [wp.CheckNode("node-7")]
+        _, plan = run(first, lost_node())
+        assert plan.finding is not None and (plan.finding.reason, plan.finding.stalled) == ("NodeLost", True)
+    assert node_check_after(starting_pod(2.0), None) == 0.0  # no clock: no grace
+    assert node_check_after(starting_pod(2.0), NOW) == NODE_CHECK_GRACE - 2.0

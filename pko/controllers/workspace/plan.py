@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Final, Literal
 
 from pko.api.workspace import WorkspaceSpec
@@ -34,6 +35,7 @@ from pko.controllers.workspace.workloads import (
     diagnose_node,
     diagnose_pod,
     immutable_fields_changed,
+    node_check_after,
     serves_our_agent,
     statefulset_name,
 )
@@ -104,6 +106,7 @@ class Observed:
     address: str | None = None  # where the pod's agent answers (None: the pod has no IP yet)
     stacks_hash: str = ""  # workloads.stacks_hash of the spec: what the agent must be initialized with
     running_updates: tuple[str, ...] = ()  # the Updates whose operation runs in this pod now
+    now: datetime | None = None  # the wall clock, for the pod's times (None: every grace is over)
 
 
 # --- writes ----------------------------------------------------------------------------------
@@ -380,11 +383,12 @@ def _pod_plan(
         # Parallel it does not wait for an old pod that never became ready (Go issue 801).
         # Unless its node is lost: the old pod is never confirmed deleted.
         plan = Plan([], rolling, waiting, version=version)
-        return _check_node(pod, plan, version) if diagnosis is not None else plan
+        return _check_node(pod, plan, version, observed.now) if diagnosis is not None else plan
     if diagnosis is not None:
         finding = Finding(diagnosis.reason, short(diagnosis.message), stalled=diagnosis.stalled)
         plan = Plan([], finding, Result.done() if diagnosis.stalled else waiting, version=version)
-        return _check_node(pod, plan, version) if diagnosis.reason == "WaitingForReplicas" else plan
+        waits = diagnosis.reason == "WaitingForReplicas"
+        return _check_node(pod, plan, version, observed.now) if waits else plan
     # The pod is Ready: reach its agent.
     address = observed.address
     if address is None:
@@ -401,11 +405,16 @@ def _pod_plan(
     )
 
 
-def _check_node(pod: Obj, plan: Plan, version: str | None) -> Plan:
+def _check_node(pod: Obj, plan: Plan, version: str | None, now: datetime | None) -> Plan:
     """Ask the pod's node whether it is why the pod waits (a pod bound to a node, not ready or
-    terminating); ``plan`` stands when it is not, or cannot be read."""
+    terminating); ``plan`` stands when it is not, or cannot be read, or the pod is still starting
+    (workloads.node_check_after: looked at again when that grace ends)."""
     node = (pod.get("spec") or {}).get("nodeName")
     if not node:
+        return plan
+    starting = node_check_after(pod, now)
+    if starting > 0:
+        plan.result = sooner(plan.result, starting)
         return plan
     return Plan(
         [CheckNode(str(node))],

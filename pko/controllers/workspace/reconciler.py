@@ -288,6 +288,7 @@ class WorkspaceReconciler:
             since_apply=time.monotonic() - applied if applied is not None else None,
             address=address,
             stacks_hash=stacks_hash(ws.get("spec") or {}),
+            now=datetime.now(UTC),
             running_updates=tuple(
                 sorted(
                     str(u["metadata"]["name"])

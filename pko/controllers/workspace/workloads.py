@@ -76,6 +76,7 @@ __all__ = [
     "ANNOTATION_STACKS_HASH",
     "BOOTSTRAP_COPY",
     "INIT_FAILURE_STALL_RESTARTS",
+    "NODE_CHECK_GRACE",
     "NODE_LOST_GRACE",
     "OUT_OF_SERVICE_TAINT",
     "PULUMI_CONTAINER",
@@ -92,6 +93,7 @@ __all__ = [
     "diagnose_pod",
     "immutable_fields_changed",
     "merge_pod_template",
+    "node_check_after",
     "parse_spec",
     "pod_name",
     "revision_hash",
@@ -122,6 +124,9 @@ INIT_FAILURE_STALL_RESTARTS: Final = 3
 # after it, only a person can decide the node is gone (Kubernetes never moves a StatefulSet pod
 # off a node that may still run it).
 NODE_LOST_GRACE: Final = 60.0
+# A pod younger than this whose kubelet says why it is not ready yet is starting: its Node is not
+# read before (node_check_after). Past it, a pod still waiting has its Node read on each reconcile.
+NODE_CHECK_GRACE: Final = 30.0
 # The taint a person puts on a node that is gone (non-graceful node shutdown): the pod GC then
 # force-deletes its pods and the StatefulSet controller starts the workspace pod elsewhere.
 OUT_OF_SERVICE_TAINT: Final = "node.kubernetes.io/out-of-service"
@@ -459,3 +464,26 @@ def diagnose_node(pod: Mapping[str, Any], reading: NodeReading) -> PodDiagnosis 
     if left > 0:
         return PodDiagnosis(reason, message, recheck_after=left)
     return PodDiagnosis(reason, message, stalled=True)
+
+
+def node_check_after(pod: Mapping[str, Any], now: datetime | None) -> float:
+    """Seconds until the Node of a not-ready ``pod`` is worth a GET (0.0: now; ``now`` None: now).
+
+    A pod starting normally has nothing to learn from its node, and it is reconciled several times
+    as it starts (the 20-Stack deploy benchmark: 6.1 Node GETs per Workspace). So the Node waits
+    while the pod is starting: younger than :data:`NODE_CHECK_GRACE`, not terminating, and its
+    Ready condition absent or with the kubelet's reason (``ContainersNotReady``); the reconcile
+    looks again when the grace ends. A lost node shows at once all the same: the node lifecycle
+    controller marks its pods not ready without a reason (the kubelet's own Ready=True has none),
+    and the pods a rollout or an eviction deletes are terminating. A pod whose node is lost while
+    it starts is diagnosed when the grace ends.
+    """
+    meta = pod.get("metadata") or {}
+    created = parse_time(meta.get("creationTimestamp"))
+    if now is None or created is None or meta.get("deletionTimestamp"):
+        return 0.0
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    if ready is not None and not ready.get("reason"):
+        return 0.0
+    return max(0.0, NODE_CHECK_GRACE - (now - created).total_seconds())
