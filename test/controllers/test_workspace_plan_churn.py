@@ -1,5 +1,6 @@
 """The Workspace reconcile's cuts of what a starting pod costs (issue 44), as pure decisions: the
-status hold that coalesces progress messages, and the Node left unread while the pod starts."""
+status hold that coalesces progress messages, the Node left unread while the pod starts, and a pod
+dry run's answer reused for the same StatefulSet."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ from datetime import timedelta
 from typing import Any
 
 from pko.controllers.workspace import plan as wp
-from pko.controllers.workspace.plan import Finding, decide, desired_status
+from pko.controllers.workspace.plan import Finding, PodCheck, decide, desired_status
 from pko.controllers.workspace.status import PROGRESS_REASONS, STATUS_HOLD, held_for
 from pko.controllers.workspace.workloads import NODE_CHECK_GRACE, node_check_after
 from pko.machinery.controller import Result
 from pko.machinery.resource import Obj
 
-from .test_workspace_plan import NOW, lost_node, observed, run, waiting_pod, workspace
+from .test_workspace_plan import NOW, kinds, lost_node, observed, run, waiting_pod, workspace
 
 WAITING = "Waiting for the workspace pod to be available"
 INIT = 'Waiting for init container "fetch" to complete'
@@ -156,3 +157,26 @@ def test_a_lost_node_is_read_at_once_whatever_the_pods_age() -> None:
         assert plan.finding is not None and (plan.finding.reason, plan.finding.stalled) == ("NodeLost", True)
     assert node_check_after(starting_pod(2.0), None) == 0.0  # no clock: no grace
     assert node_check_after(starting_pod(2.0), NOW) == NODE_CHECK_GRACE - 2.0
+
+
+# --- the pod dry run ----------------------------------------------------------------------------
+
+
+def test_a_dry_runs_answer_stands_for_the_same_statefulset_a_while() -> None:
+    obs = observed(pod=None, since_apply=30.0)
+    digest = wp.digest_of(obs.desired_statefulset)
+    assert digest  # the desired StatefulSet is stamped
+    accepted = decide(observed(pod=None, since_apply=30.0, pod_check=PodCheck(digest, 20.0)))
+    assert accepted.writes == [] and accepted.then is None
+    assert accepted.finding == Finding("WaitingForReplicas", WAITING)
+    refusal = (403, 'pods "x" is forbidden: serviceaccount "nope" not found')
+    refused = decide(observed(pod=None, since_apply=30.0, pod_check=PodCheck(digest, 20.0, refusal)))
+    assert refused.writes == [] and refused.finding == Finding("PodCreationFailed", refusal[1])
+    assert refused.result == Result.requeue_after(wp.REQUEUE_WAITING)
+    # Asked again once the answer is as old as the backstop, or for another template.
+    for check in (PodCheck(digest, wp.POD_CHECK_REUSE), PodCheck("other", 1.0)):
+        plan = decide(observed(pod=None, since_apply=30.0, pod_check=check))
+        assert kinds(plan.writes) == ["CheckPod"], check
+    # The dry run before an apply is always made: it decides whether to apply at all.
+    first = decide(observed(apply_statefulset=True, pod_check=PodCheck(digest, 1.0)))
+    assert kinds(first.writes) == ["CheckPod"]

@@ -224,6 +224,8 @@ class WorkspaceReconciler:
         self.request_timeout = manager.options.kube_api_timeout
         # When this controller last applied each Workspace's StatefulSet (by Workspace uid).
         self._sts_applied: OrderedDict[str, float] = OrderedDict()
+        # By Workspace uid: the last dry run of its pod (digest, when, answer): plan.PodCheck.
+        self._pod_checks: OrderedDict[str, tuple[str, float, tuple[int, str] | None]] = OrderedDict()
         # When this controller last wrote each Workspace's status (by uid): status.held_for.
         self._status_written: OrderedDict[str, float] = OrderedDict()
         # By Workspace uid: (what the desired objects are built from, the objects), both marshalled.
@@ -267,6 +269,10 @@ class WorkspaceReconciler:
         sts = self.statefulsets.indexer.get_by_key(objects)
         pod = self.pods.latest(object_key(namespace, pod_name(name)))
         applied = self._sts_applied.get(str(meta.get("uid")))
+        checked = self._pod_checks.get(str(meta.get("uid")))
+        pod_check = None
+        if checked is not None:
+            pod_check = wp.PodCheck(checked[0], time.monotonic() - checked[1], checked[2])
         address = None
         if pod is not None:
             address = resolve_address(
@@ -289,6 +295,7 @@ class WorkspaceReconciler:
             address=address,
             stacks_hash=stacks_hash(ws.get("spec") or {}),
             now=datetime.now(UTC),
+            pod_check=pod_check,
             running_updates=tuple(
                 sorted(
                     str(u["metadata"]["name"])
@@ -355,7 +362,10 @@ class WorkspaceReconciler:
         elif isinstance(write, wp.ApplyService):
             await self.service_applier.apply(write.body)
         elif isinstance(write, wp.CheckPod):
-            return await self._pod_refusal(write.statefulset)
+            refusal = await self._pod_refusal(write.statefulset)
+            checked = (wp.digest_of(write.statefulset), time.monotonic(), refusal)
+            _remember(self._pod_checks, str(ws["metadata"].get("uid")), checked)
+            return refusal
         elif isinstance(write, wp.CheckNode):
             return await self._read_node(write.name)
         elif isinstance(write, wp.ApplyStatefulSet):
