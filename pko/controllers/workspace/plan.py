@@ -1,14 +1,16 @@
 """What one Workspace reconcile decided: the writes to make, in order, the status they lead to and
 when to look again (pure).
 
-The reconciler reads (caches, and how long ago this process applied the StatefulSet) into an
-:class:`Observed`, asks :func:`decide` for a :class:`Plan` and carries it out in one place
-(``WorkspaceReconciler._act``), the only code that writes or calls the agent. Where the rest
+The reconciler reads (caches; this process's memory of when it applied the StatefulSet and of
+its last pod dry run; the clock) into an :class:`Observed`, asks :func:`decide` for a
+:class:`Plan` and carries it out in one place (``WorkspaceReconciler._act``), the only code that
+writes or calls the agent. Where the rest
 depends on a write's answer (the StatefulSet as applied, a dry run's refusal, the agent's Pulumi
 version), a plan ends with ``then``: the pure function that plans the rest from that answer. A
 write that fails in a way the user must hear about becomes a :class:`Failure`, and
 :func:`refused` plans the rest from it (or says it is not ours to handle: the error propagates
-and the controller retries with backoff).
+and the controller retries with backoff). The status a finding leads to, and when it is written,
+are :mod:`pko.controllers.workspace.status`'s.
 """
 
 from __future__ import annotations

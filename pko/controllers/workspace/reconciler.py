@@ -27,7 +27,10 @@ the agent). What it decides:
    node but not ready (or terminating) has its Node read, one GET, never a list or a watch
    (:func:`~pko.controllers.workspace.workloads.diagnose_node`): a node that stopped reporting
    holds a StatefulSet pod forever, so the Workspace says ``NodeLost`` (``NodeNotReady``), Stalled
-   after a minute, with the command that lets Kubernetes start the pod elsewhere.
+   after a minute, with the command that lets Kubernetes start the pod elsewhere. A pod its
+   kubelet is still starting has no Node read for its first 30 s
+   (:func:`~pko.controllers.workspace.workloads.node_check_after`); the dry run's answer stands
+   for the same StatefulSet for a minute (:func:`~pko.controllers.workspace.plan.decide`).
 4. A Ready pod not yet ``auto.pulumi.com/initialized`` is initialized through its agent (token
    audience ``<ws>.<ns>``, a TokenRequest for the operator's own ServiceAccount): PulumiVersion,
    the JSON-config version check, Install, then each of ``spec.stacks`` (SelectStack with the
@@ -40,8 +43,10 @@ the agent). What it decides:
    ``InitializationFailed``, ``IncompatibleConfiguration``, then ``Succeeded``).
 
 Status goes by server-side apply of ``/status`` as ``pulumi-kubernetes-operator/workspace-status``
-and only when it differs from the cached one. ``Stalled`` always reflects this reconcile's finding
-(it goes away as soon as the problem does), except while deleting.
+and only when it differs from the cached one; a starting pod's progress message replacing another
+waits until the one written has stood 5 s (:func:`~pko.controllers.workspace.status.held_for`).
+``Stalled`` always reflects this reconcile's finding (it goes away as soon as the problem does),
+except while deleting.
 """
 
 from __future__ import annotations
@@ -115,6 +120,10 @@ DESIRED_ENTRIES: Final = 256
 # Per call to the agent once connected (SelectStack, SetAllConfig...); Install may fetch plugins.
 RPC_TIMEOUT: Final = 60.0
 INSTALL_TIMEOUT: Final = 600.0
+# A Service or StatefulSet this process applied stands for the cached one, until the informer has it,
+# this long at most: a reconcile in between (the other object's event) would apply it again, and a
+# StatefulSet's apply comes with a pod dry run (the 20-Stack deploy benchmark: 1.1 to 1.3 each).
+UNSEEN_WINDOW: Final = 10.0
 # Read one at a time (CheckNode), never listed nor watched.
 NODES: Final = Resource("", "v1", "nodes", "Node", namespaced=False)
 
@@ -224,6 +233,8 @@ class WorkspaceReconciler:
         self.request_timeout = manager.options.kube_api_timeout
         # When this controller last applied each Workspace's StatefulSet (by Workspace uid).
         self._sts_applied: OrderedDict[str, float] = OrderedDict()
+        # By "<resource>/<Workspace uid>": (when, the object as applied) until its informer has it.
+        self._unseen: OrderedDict[str, tuple[float, Obj]] = OrderedDict()
         # By Workspace uid: the last dry run of its pod (digest, when, answer): plan.PodCheck.
         self._pod_checks: OrderedDict[str, tuple[str, float, tuple[int, str] | None]] = OrderedDict()
         # When this controller last wrote each Workspace's status (by uid): status.held_for.
@@ -265,11 +276,12 @@ class WorkspaceReconciler:
         except SpecInvalid as exc:
             return Observed(ws, invalid=str(exc))
         objects = object_key(namespace, statefulset_name(name))
-        service = self.services.indexer.get_by_key(objects)
-        sts = self.statefulsets.indexer.get_by_key(objects)
+        uid = str(meta.get("uid"))
+        service = self._cached_or_applied(self.services.latest(objects), f"services/{uid}")
+        sts = self._cached_or_applied(self.statefulsets.latest(objects), f"statefulsets/{uid}")
         pod = self.pods.latest(object_key(namespace, pod_name(name)))
-        applied = self._sts_applied.get(str(meta.get("uid")))
-        checked = self._pod_checks.get(str(meta.get("uid")))
+        applied = self._sts_applied.get(uid)
+        checked = self._pod_checks.get(uid)
         pod_check = None
         if checked is not None:
             pod_check = wp.PodCheck(checked[0], time.monotonic() - checked[1], checked[2])
@@ -304,6 +316,16 @@ class WorkspaceReconciler:
                 )
             ),
         )
+
+    def _cached_or_applied(self, cached: Obj | None, slot: str) -> Obj | None:
+        """``cached`` (the informer's, or its own later write of it), or the object as this process
+        created it within :data:`UNSEEN_WINDOW` while the informer has not delivered it yet (the
+        informer's read-your-writes covers only objects it holds)."""
+        if cached is not None:
+            self._unseen.pop(slot, None)
+            return cached
+        kept = self._unseen.get(slot)
+        return kept[1] if kept is not None and time.monotonic() - kept[0] < UNSEEN_WINDOW else None
 
     def _desired_objects(self, ws: Obj, spec: WorkspaceSpec) -> tuple[Obj, Obj]:
         """:func:`desired_service` and :func:`desired_statefulset` of ``ws`` (fresh objects), built
@@ -355,24 +377,28 @@ class WorkspaceReconciler:
 
     async def _carry_out(self, ws: Obj, write: Write, session: _Session) -> Any:
         """One write; its answer (what ``then`` plans from)."""
+        uid = str(ws["metadata"].get("uid"))
         if isinstance(write, wp.WriteStatus):
             await self._write_status(ws, desired_status(ws, write.finding))
         elif isinstance(write, wp.Emit):
             self.events.event(ws, write.type, write.reason, write.message)
         elif isinstance(write, wp.ApplyService):
-            await self.service_applier.apply(write.body)
+            applied = await self.service_applier.apply(write.body)
+            _remember(self._unseen, f"services/{uid}", (time.monotonic(), applied), DESIRED_ENTRIES)
         elif isinstance(write, wp.CheckPod):
             refusal = await self._pod_refusal(write.statefulset)
             checked = (wp.digest_of(write.statefulset), time.monotonic(), refusal)
-            _remember(self._pod_checks, str(ws["metadata"].get("uid")), checked)
+            _remember(self._pod_checks, uid, checked)
             return refusal
         elif isinstance(write, wp.CheckNode):
             return await self._read_node(write.name)
         elif isinstance(write, wp.ApplyStatefulSet):
             applied = await self.statefulset_applier.apply(write.body)
-            _remember(self._sts_applied, str(ws["metadata"].get("uid")), time.monotonic())
+            _remember(self._sts_applied, uid, time.monotonic())
+            _remember(self._unseen, f"statefulsets/{uid}", (time.monotonic(), applied), DESIRED_ENTRIES)
             return applied
         elif isinstance(write, wp.DeleteStatefulSet):
+            self._unseen.pop(f"statefulsets/{uid}", None)
             await self._delete_statefulset(write.statefulset, write.fields)
         elif isinstance(write, wp.AskVersion):
             meta = ws["metadata"]
