@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pko.machinery.store import Obj, clone, meta_namespace_key, resource_version, strip_managed_fields
+from pko.machinery.store import (
+    Obj,
+    clone,
+    meta_namespace_key,
+    resource_version,
+    strip_managed_fields,
+    without_managed_fields,
+)
 
 __all__ = ["RecentWrites", "newer"]
 
@@ -37,8 +44,12 @@ class RecentWrites:
     def wrote(self, obj: Obj) -> Obj:
         """Remember ``obj`` as the API server returned it from a write (shaped by the cache's
         transform); returns ``obj`` untouched."""
-        kept = clone(obj)
-        self._objects[meta_namespace_key(obj)] = self._transform(kept) if self._transform else kept
+        if self._transform is strip_managed_fields:  # the default: the fields dropped before copying
+            kept = clone(without_managed_fields(obj))
+        else:
+            kept = clone(obj)
+            kept = self._transform(kept) if self._transform else kept
+        self._objects[meta_namespace_key(obj)] = kept
         return obj
 
     def latest(self, key: str, cached: Obj | None) -> Obj | None:

@@ -176,6 +176,20 @@ def strip_managed_fields(obj: Obj) -> Obj:
     return obj
 
 
+def without_managed_fields(obj: Obj) -> Obj:
+    """What :func:`strip_managed_fields` leaves of ``obj``, without touching ``obj``: a shallow copy
+    (its metadata and annotations new dicts, everything else shared), so a deep copy of the result
+    does not first copy what the transform drops (a write's answer carries every manager's fields)."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return obj
+    meta = {k: v for k, v in meta.items() if k != "managedFields"}
+    annotations = meta.get("annotations")
+    if annotations and LAST_APPLIED_ANNOTATION in annotations:
+        meta["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED_ANNOTATION}
+    return {**obj, "metadata": meta}
+
+
 def clone(value: Any) -> Any:
     """A deep copy of decoded JSON (dicts, lists, scalars: what the cache holds): :mod:`marshal`'s
     round trip, in C, several times faster than :func:`copy.deepcopy` on such data; a value marshal

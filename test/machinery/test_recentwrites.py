@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from pko.machinery.recentwrites import RecentWrites, newer
+from pko.machinery.store import LAST_APPLIED_ANNOTATION, clone, strip_managed_fields, without_managed_fields
 
 Obj = dict[str, Any]
 
@@ -60,3 +61,32 @@ def test_resource_versions_compare_as_numbers_and_otherwise_the_cache_wins() -> 
     recent = RecentWrites()
     recent.wrote(obj("abc", "written"))
     assert recent.latest("ns/a", obj("1", "cached")) == obj("1", "cached")
+
+
+def test_a_write_is_kept_as_the_default_transform_shapes_it_and_left_untouched() -> None:
+    written = obj("12", "written")
+    written["metadata"]["annotations"] = {LAST_APPLIED_ANNOTATION: "{...}", "other": "x"}
+    before = clone(written)
+    recent = RecentWrites()
+    assert recent.wrote(written) is written
+    assert written == before  # neither managedFields nor the annotation taken from the caller's object
+    latest = recent.latest("ns/a", obj("10", "cached"))
+    assert latest == strip_managed_fields(clone(written))
+    assert latest is not None and latest["metadata"]["annotations"] == {"other": "x"}
+    assert without_managed_fields(written) == strip_managed_fields(clone(written))
+    assert without_managed_fields({"metadata": {"name": "b"}}) == {"metadata": {"name": "b"}}
+    assert without_managed_fields({"kind": "NoMetadata"}) == {"kind": "NoMetadata"}
+
+
+def test_a_write_is_kept_as_another_transform_shapes_it() -> None:
+    def upper_status(o: Obj) -> Obj:
+        o["status"]["phase"] = o["status"]["phase"].upper()
+        return o
+
+    written = obj("12", "written")
+    recent = RecentWrites(upper_status)
+    recent.wrote(written)
+    assert written["status"] == {"phase": "written"}
+    latest = recent.latest("ns/a", obj("10", "cached"))
+    assert latest is not None and latest["status"] == {"phase": "WRITTEN"}
+    assert latest["metadata"]["managedFields"] == [{"manager": "pko"}]  # that transform keeps them
