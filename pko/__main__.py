@@ -25,6 +25,8 @@ from pko.logging import configure_logging
 from pko.machinery.kubeclient import ClientConfig, KubeClient
 from pko.machinery.kubeconfig import load_client_config
 from pko.machinery.manager import LeaderElectionLost, Manager
+from pko.machinery.serving import parse_bind_address
+from pko.machinery.servingcert import start_self_signed
 from pko.settings import Settings, parse_duration, parse_settings
 
 __all__ = ["Settings", "load_client_configuration", "main", "parse_duration", "parse_settings"]
@@ -101,9 +103,23 @@ async def _serve(settings: Settings) -> int:
     return 0
 
 
+def _start_certificate(settings: Settings) -> None:
+    """When ``/metrics`` is to be served over HTTPS with a self-signed certificate, start making it
+    (:func:`pko.machinery.servingcert.start_self_signed`): its child process then runs beside the
+    reconcilers' imports, where it was between them and the campaign for the Lease. The manager
+    takes the pair when it starts serving (and reports a bad address, as before)."""
+    try:
+        serving = parse_bind_address(settings.metrics_bind_address) is not None
+    except ValueError:
+        return
+    if serving and settings.metrics_secure and not settings.metrics_cert_dir:
+        start_self_signed()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``pko`` console script."""
     settings = parse_settings(argv)
+    _start_certificate(settings)
     configure_logging(settings.log_level, cast(Literal["json", "console"], settings.log_format))
     try:
         code = asyncio.run(_serve(settings))

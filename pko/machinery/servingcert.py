@@ -10,13 +10,16 @@ The self-signed pair is made by ``cryptography`` in a short-lived child process 
 pko.machinery.servingcert HOST...``, which writes the PEM certificate and key to a pipe), so the
 library (about 16 MB resident, issue 44) is never loaded into the serving process for a task done
 once at start; a frozen executable (the agent's PyInstaller bundle), which cannot run ``-m``, makes
-it in process. The key never touches a disk: ``ssl`` loads certificates from files only, so the PEM
-is handed over through an anonymous in-memory file (``memfd_create``, Linux), or a private temporary
-directory removed at once where that is missing.
+it in process. The operator starts that child first thing (:func:`start_self_signed`), so it runs
+beside the operator's imports of its reconcilers instead of between them and its campaign for the
+Lease. The key never touches a disk: ``ssl`` loads certificates from files only, so the PEM is handed
+over through an anonymous in-memory file (``memfd_create``, Linux), or a private temporary directory
+removed at once where that is missing.
 """
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 import socket
@@ -32,7 +35,15 @@ from ipaddress import ip_address
 from pathlib import Path
 from typing import Final
 
-__all__ = ["CERT_NAME", "KEY_NAME", "CertSource", "self_signed", "self_signed_apart"]
+__all__ = [
+    "CERT_NAME",
+    "KEY_NAME",
+    "CertSource",
+    "default_hosts",
+    "self_signed",
+    "self_signed_apart",
+    "start_self_signed",
+]
 
 # controller-runtime's names (and those of a kubernetes.io/tls Secret).
 CERT_NAME: Final = "tls.crt"
@@ -81,29 +92,78 @@ def self_signed(hosts: list[str]) -> tuple[bytes, bytes]:
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
+def default_hosts() -> list[str]:
+    """The names a self-signed certificate is for unless told otherwise (:class:`CertSource`'s)."""
+    return ["localhost", socket.gethostname(), "127.0.0.1", "::1"]
+
+
+# Children started ahead by :func:`start_self_signed`, by their hosts, until taken.
+_started: dict[tuple[str, ...], subprocess.Popen[bytes]] = {}
+
+
+def _in_process() -> bool:
+    """A frozen executable (the agent's PyInstaller bundle, whose ``sys.executable`` runs no ``-m``)."""
+    return bool(getattr(sys, "frozen", False)) or not sys.executable
+
+
+def _spawn(hosts: list[str]) -> subprocess.Popen[bytes]:
+    # -P: the working directory is not put on the child's path (no module there shadows pko's).
+    return subprocess.Popen(
+        [sys.executable, "-P", "-m", _MODULE, "--", *hosts],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _reap() -> None:
+    """At exit: stop the children started ahead and never taken."""
+    while _started:
+        _, child = _started.popitem()
+        child.kill()
+        child.wait()
+
+
+atexit.register(_reap)
+
+
+def start_self_signed(hosts: list[str] | None = None) -> None:
+    """Start the child making the pair for ``hosts`` (default :func:`default_hosts`) now, so that it
+    runs beside the rest of the process's start (the operator calls this before importing its
+    reconcilers); :func:`self_signed_apart` for the same hosts then takes its pair. A no-op in a frozen
+    executable, or when the child cannot start (``self_signed_apart`` then tries and says why)."""
+    hosts = default_hosts() if hosts is None else hosts
+    if _in_process() or tuple(hosts) in _started:
+        return
+    try:
+        _started[tuple(hosts)] = _spawn(hosts)
+    except OSError:
+        return
+
+
 def self_signed_apart(hosts: list[str]) -> tuple[bytes, bytes]:
     """:func:`self_signed`, made in a child process (``python -m pko.machinery.servingcert HOST...``)
     that hands the certificate and then the key over a pipe: ``cryptography`` is loaded there and
-    goes with it. In a frozen executable, whose ``sys.executable`` is no Python, made in process."""
-    if getattr(sys, "frozen", False) or not sys.executable:
+    goes with it; the child :func:`start_self_signed` started for these hosts, if any. In a frozen
+    executable, whose ``sys.executable`` is no Python, made in process."""
+    if _in_process():
         return self_signed(hosts)
+    child = _started.pop(tuple(hosts), None)
     try:
-        # -P: the working directory is not put on the child's path (no module there shadows pko's).
-        child = subprocess.run(
-            [sys.executable, "-P", "-m", _MODULE, "--", *hosts],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=CHILD_TIMEOUT,
-            check=False,
-        )
+        if child is None:
+            child = _spawn(hosts)
+        stdout, stderr = child.communicate(timeout=CHILD_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as exc:
+        if child is not None:
+            child.kill()
+            child.wait()
         raise RuntimeError(f"making the self-signed metrics certificate: {exc}") from exc
-    cert, sep, key = child.stdout.partition(_KEY_BEGIN)
+    cert, sep, key = stdout.partition(_KEY_BEGIN)
     if child.returncode != 0 or not sep or not cert.startswith(b"-----BEGIN CERTIFICATE-----"):
-        stderr = child.stderr.decode(errors="replace").strip()[-2000:]
+        error = stderr.decode(errors="replace").strip()[-2000:]
         raise RuntimeError(
             f"making the self-signed metrics certificate: {sys.executable} -m {_MODULE} exited "
-            f"{child.returncode}: {stderr or 'no certificate and key on its output'}"
+            f"{child.returncode}: {error or 'no certificate and key on its output'}"
         )
     return cert, sep + key
 
@@ -145,7 +205,7 @@ class CertSource:
     renewed pair is swapped in per connection (an SNI callback, which runs before the handshake)."""
 
     cert_dir: Path | None = None
-    hosts: list[str] = field(default_factory=lambda: ["localhost", socket.gethostname(), "127.0.0.1", "::1"])
+    hosts: list[str] = field(default_factory=default_hosts)
     _current: ssl.SSLContext | None = None
     _stamp: tuple[float, float] = (0.0, 0.0)
     _lock: threading.Lock = field(default_factory=threading.Lock)

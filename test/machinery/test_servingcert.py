@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from pko.machinery.servingcert import SELF_SIGNED_VALIDITY, self_signed, self_signed_apart
+from pko.machinery.servingcert import SELF_SIGNED_VALIDITY, self_signed, self_signed_apart, start_self_signed
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = ["metrics.example", "127.0.0.1", "::1", "metrics.example"]
@@ -110,3 +111,34 @@ def test_a_frozen_executable_makes_the_pair_in_process() -> None:
 def test_a_child_that_fails_says_why() -> None:
     with pytest.raises(RuntimeError, match=r"-m pko.machinery.servingcert exited 2: usage: "):
         self_signed_apart([])
+
+
+def test_a_pair_started_ahead_is_taken_once() -> None:
+    start_self_signed(HOSTS)
+    start_self_signed(HOSTS)  # one child per hosts
+    ahead = self_signed_apart(HOSTS)
+    assert properties(*ahead) == properties(*self_signed(HOSTS))
+    assert self_signed_apart(HOSTS)[1] != ahead[1]  # the next is made anew
+
+
+def test_a_certificate_source_takes_the_pair_started_for_the_default_hosts() -> None:
+    script = (
+        "import sys\n"
+        "from pko.machinery import servingcert\n"
+        "servingcert.start_self_signed()\n"
+        "child = next(iter(servingcert._started.values()))\n"
+        "servingcert.CertSource().context()\n"
+        "print(child.returncode, len(servingcert._started), 'cryptography' in sys.modules)\n"
+    )
+    assert fresh(script) == "0 0 False"
+
+
+def test_a_pair_started_ahead_and_never_taken_is_stopped_at_exit() -> None:
+    script = (
+        "from pko.machinery import servingcert\n"
+        "servingcert.start_self_signed(['localhost'])\n"
+        "print(next(iter(servingcert._started.values())).pid)\n"
+    )
+    pid = int(fresh(script))
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
