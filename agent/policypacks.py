@@ -45,9 +45,13 @@ _PACK_FAILED = re.compile(
 # A runtime's own error line in a pack's diagnostic: "SyntaxError: Unexpected identifier 'is'",
 # "Error: Cannot find module '@pulumi/policy'", "ModuleNotFoundError: No module named 'pulumi_policy'".
 _RUNTIME_ERROR = re.compile(r"^\s*(?:[A-Z]\w*)?Error: .+")
+# A TypeScript pack's type errors: ts-node's "TSError: \u2a2f Unable to compile TypeScript:" is followed by
+# tsc's diagnostics, "index.ts(27,7): error TS2322: Type 'string' is not assignable to type 'number'."
+# (ts-node's own format: a tsconfig's "pretty", which `pulumi policy new` writes, does not change it).
+_TSC_ERROR = re.compile(r"^\s*\S+\(\d+,\d+\): error TS\d+: .+")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a fetched pack's name: its directory
-_MESSAGE_VIOLATIONS = 3  # violations a failure's message names; the result lists them all
+_MESSAGE_VIOLATIONS = 3  # violations (type errors) a failure's message names; the result lists them all
 
 
 @dataclass(frozen=True)
@@ -210,8 +214,9 @@ def pack_failure(
     policy_dir: Path | None = None,
 ) -> pb.Failure | None:
     """The failure of a run whose policy pack did not load or start, naming the pack and quoting the
-    tool (the runtime's error line, else the engine's), or None when no pack failed. ``launched``: what
-    the CLI was given for each pack (:attr:`PackArgs.paths`: a Python pack's launcher)."""
+    tool (the runtime's error line and tsc's type errors, else the engine's), or None when no pack
+    failed. ``launched``: what the CLI was given for each pack (:attr:`PackArgs.paths`: a Python
+    pack's launcher)."""
     text = _ANSI.sub("", error_text)
     engine = next((line.strip() for line in text.splitlines() if _PACK_FAILED.search(line)), None)
     if engine is None or not packs:
@@ -230,15 +235,26 @@ def pack_failure(
     path = str(pack_path(pack, program_dir, policy_dir))
     # The runtime's words: in the pack's diagnostic when the engine sent one, else on the CLI's stderr.
     sources = [m for m in said if path in m] or [text]
-    tool = [
-        line.strip() for message in sources for line in message.splitlines() if _RUNTIME_ERROR.match(line)
-    ]
-    words = "; ".join(dict.fromkeys(tool)) or engine
+    lines = [line.strip() for message in sources for line in message.splitlines()]
+    tool = list(dict.fromkeys(line for line in lines if _RUNTIME_ERROR.match(line)))
+    tsc = list(dict.fromkeys(line for line in lines if _TSC_ERROR.match(line)))
+    if (more := len(tsc) - _MESSAGE_VIOLATIONS) > 0:  # a pack with many type errors: the first ones
+        tsc = [*tsc[: _MESSAGE_VIOLATIONS - 1], f"{tsc[_MESSAGE_VIOLATIONS - 1]} (and {more} more)"]
+    words = _sentence(tool + tsc) or engine
     return pb.Failure(
         reason=REASON_POLICY_PACK_FAILED,
         message=f"policy pack {pack.name!r} could not be loaded: {words}",
         detail=detail,
     )
+
+
+def _sentence(lines: Sequence[str]) -> str:
+    """A tool's lines in one sentence, "; " between them; a line that ends with a colon (ts-node's
+    "Unable to compile TypeScript:") runs on into the next."""
+    said = ""
+    for line in lines:
+        said += (" " if said.endswith(":") else "; ") + line if said else line
+    return said
 
 
 def failure(

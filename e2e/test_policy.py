@@ -1,15 +1,16 @@
-"""Policy packs (issue 43) on the node with the real engine: a JavaScript pack and a Python pack from a
+"""Policy packs (issue 43) on the node with the real engine: a TypeScript pack and a Python pack from a
 git repository of their own, as a platform team keeps them, with neither ``node_modules`` nor a
-virtualenv committed: the workspace image's ``@pulumi/policy`` and ``/opt/pulumi/policy`` run them
-(docs/policy.md). The program comes from git too, pinned by commit.
+virtualenv committed: the workspace image's ``@pulumi/policy``, TypeScript and ts-node (/node_modules)
+and ``/opt/pulumi/policy`` run them (docs/policy.md). The program comes from git too, pinned by commit.
 
-One Stack names the JavaScript pack and references a WorkspaceTemplate that enforces the Python pack
+One Stack names the TypeScript pack and references a WorkspaceTemplate that enforces the Python pack
 (the namespace's shared settings: the Stack does not name that pack). Its program breaks both packs'
 mandatory policy: nothing is created, the Stack is Stalled ``PolicyViolation`` naming the pack, the
 policy and the resource, with a Warning Event per violated policy, ``kubectl pko why`` and the
 ``pko_policy_violations_total`` metric saying so. Its program fixed in git (the Stack moved to the
 new commit), it is Ready, the packs' advisory policy reported as Warning Events. Beside it, a Stack
-whose pack does not load fails ``PolicyPackFailed`` in Node.js's words, not an engine exit status.
+whose TypeScript pack has a type error fails ``PolicyPackFailed`` in tsc's words, not an engine exit
+status.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ PLUGIN = Path(sys.executable).with_name("kubectl-pko")
 GUARDED, BROKEN, TEMPLATE = "policed", "policed-broken", "platform"
 URN = "urn:pulumi:dev::policed::kubernetes:core/v1:ConfigMap::settings"
 MANDATORY, ADVISORY = "no-forbidden-greeting", "configmaps-name-a-team"
-JS, PY = "pko-e2e-greetings", "pko-e2e-greetings-py"  # the packs' own names (PolicyPack)
+TS, PY = "pko-e2e-greetings", "pko-e2e-greetings-py"  # the packs' own names (PolicyPack)
 
 APP = """\
 name: policed
@@ -53,33 +54,61 @@ resources:
 outputs:
   greeting: ${{settings.data.greeting}}
 """
-JS_PACK = f"""\
-const {{ PolicyPack }} = require("@pulumi/policy");
-const isConfigMap = (args) => args.type === "kubernetes:core/v1:ConfigMap";
-new PolicyPack("{JS}", {{
-  policies: [
-    {{
-      name: "{MANDATORY}",
-      description: "No ConfigMap may greet with 'forbidden'.",
-      enforcementLevel: "mandatory",
-      validateResource: (args, reportViolation) => {{
-        if (isConfigMap(args) && (args.props.data || {{}}).greeting === "forbidden") {{
-          reportViolation("this ConfigMap's greeting is forbidden");
-        }}
-      }},
-    }},
-    {{
-      name: "{ADVISORY}",
-      description: "A ConfigMap should carry a team label.",
-      enforcementLevel: "advisory",
-      validateResource: (args, reportViolation) => {{
-        if (isConfigMap(args) && !((args.props.metadata || {{}}).labels || {{}}).team) {{
-          reportViolation("no team label");
-        }}
-      }},
-    }},
-  ],
+# The TypeScript pack: typed with @pulumi/policy's own types, type-checked (strict) and run by the
+# image's TypeScript and ts-node, as a TypeScript program is.
+TS_PACK = f"""\
+import {{ PolicyPack, ReportViolation, ResourceValidationArgs }} from "@pulumi/policy";
+
+// What the policies read of a ConfigMap.
+interface ConfigMapProps {{
+    metadata?: {{ labels?: Record<string, string> }};
+    data?: Record<string, string>;
+}}
+
+function configMap(args: ResourceValidationArgs): ConfigMapProps | undefined {{
+    return args.type === "kubernetes:core/v1:ConfigMap" ? (args.props as ConfigMapProps) : undefined;
+}}
+
+new PolicyPack("{TS}", {{
+    policies: [
+        {{
+            name: "{MANDATORY}",
+            description: "No ConfigMap may greet with 'forbidden'.",
+            enforcementLevel: "mandatory",
+            validateResource: (args: ResourceValidationArgs, reportViolation: ReportViolation): void => {{
+                if (configMap(args)?.data?.greeting === "forbidden") {{
+                    reportViolation("this ConfigMap's greeting is forbidden");
+                }}
+            }},
+        }},
+        {{
+            name: "{ADVISORY}",
+            description: "A ConfigMap should carry a team label.",
+            enforcementLevel: "advisory",
+            validateResource: (args: ResourceValidationArgs, reportViolation: ReportViolation): void => {{
+                const props = configMap(args);
+                if (props && !props.metadata?.labels?.team) {{
+                    reportViolation("no team label");
+                }}
+            }},
+        }},
+    ],
 }});
+"""
+# The broken pack: the TypeScript pack with a type error, which tsc reports before any policy runs.
+MISTYPED = 'const limit: number = "forbidden";\n'
+TSCONFIG = b"""\
+{
+    "compilerOptions": {
+        "strict": true,
+        "target": "es2016",
+        "module": "commonjs",
+        "moduleResolution": "node",
+        "noImplicitReturns": true,
+        "forceConsistentCasingInFileNames": true
+    },
+    "files": ["index.ts"]
+}
 """
 PY_PACK = f"""\
 from pulumi_policy import EnforcementLevel, PolicyPack, ResourceValidationPolicy
@@ -116,14 +145,16 @@ PolicyPack("{PY}", policies=[
 """
 # The platform team's repository: each pack as `pulumi policy new` lays it out, minus what it installs.
 PACKS = {
-    "packs/js/PulumiPolicy.yaml": b"runtime: nodejs\ndescription: greetings, in JavaScript\n",
-    "packs/js/package.json": f'{{"name": "{JS}", "version": "0.1.0", "main": "index.js"}}\n'.encode(),
-    "packs/js/index.js": JS_PACK.encode(),
+    "packs/ts/PulumiPolicy.yaml": b"runtime: nodejs\ndescription: greetings, in TypeScript\n",
+    "packs/ts/package.json": f'{{"name": "{TS}", "version": "0.1.0"}}\n'.encode(),
+    "packs/ts/tsconfig.json": TSCONFIG,
+    "packs/ts/index.ts": TS_PACK.encode(),
     "packs/py/PulumiPolicy.yaml": b"runtime: python\ndescription: greetings, in Python\nversion: 0.2.0\n",
     "packs/py/__main__.py": PY_PACK.encode(),
-    "packs/broken/PulumiPolicy.yaml": b"runtime: nodejs\ndescription: a pack that does not load\n",
-    "packs/broken/package.json": b'{"name": "broken", "version": "0.1.0", "main": "index.js"}\n',
-    "packs/broken/index.js": JS_PACK.encode() + b"this is not javascript(\n",
+    "packs/broken/PulumiPolicy.yaml": b"runtime: nodejs\ndescription: a pack that does not compile\n",
+    "packs/broken/package.json": b'{"name": "broken", "version": "0.1.0"}\n',
+    "packs/broken/tsconfig.json": TSCONFIG,
+    "packs/broken/index.ts": (TS_PACK + MISTYPED).encode(),
 }
 
 
@@ -156,7 +187,7 @@ def _manifests(app_url: str, commit: str, packs_url: str) -> str:
     )
     source = f"projectRepo: {app_url}\n  commit: {commit}\n  repoDir: app\n"
     guarded = f"{source}  workspaceTemplateRef:\n    name: {TEMPLATE}\n  policyPacks:\n"
-    guarded += _pack("greetings", "packs/js", packs_url)
+    guarded += _pack("greetings", "packs/ts", packs_url)
     broken = f"{source}  policyPacks:\n{_pack('broken', 'packs/broken', packs_url)}"
     return "---\n".join([template, stack(GUARDED, guarded.rstrip()), stack(BROKEN, broken.rstrip())])
 
@@ -205,7 +236,7 @@ def test_packs_from_git_refuse_a_program_until_it_is_fixed_and_a_broken_pack_fai
     # A mandatory violation of either pack: nothing created, Stalled naming the pack, policy and resource.
     s = _stalled(k, GUARDED)
     message = k.condition(s, "Stalled")["message"]
-    for said in (f"{JS}@0.1.0", MANDATORY, URN, "this ConfigMap's greeting is forbidden"):
+    for said in (f"{TS}@0.1.0", MANDATORY, URN, "this ConfigMap's greeting is forbidden"):
         assert said in message, message
     assert k.get("configmap", "policed-settings") is None, "created although a mandatory policy refused it"
     assert s["status"]["lastFailure"]["reason"] == "PolicyViolation", s["status"]["lastFailure"]
@@ -215,17 +246,17 @@ def test_packs_from_git_refuse_a_program_until_it_is_fixed_and_a_broken_pack_fai
         (v["policyPack"], v["policy"], v["enforcementLevel"], v["urn"])
         for v in update["status"]["policyViolations"]
     }
-    assert {(JS, MANDATORY, "mandatory", URN), (PY, MANDATORY, "mandatory", URN)} <= listed, listed
+    assert {(TS, MANDATORY, "mandatory", URN), (PY, MANDATORY, "mandatory", URN)} <= listed, listed
     # The Python pack is the template's: the Stack does not name it, and cannot drop it.
     enforced = update["metadata"]["annotations"]["pulumi.com/enforced-policy-packs"]
     assert enforced == f'{{"greetings-py": "default/{TEMPLATE}"}}', enforced
-    _event(k, GUARDED, f"policy {MANDATORY} of pack {JS}@0.1.0 (mandatory", URN)
+    _event(k, GUARDED, f"policy {MANDATORY} of pack {TS}@0.1.0 (mandatory", URN)
     _event(k, GUARDED, f"policy {MANDATORY} of pack {PY}@0.2.0 (mandatory", URN)
     why = subprocess.run(
         [str(PLUGIN), "why", GUARDED], capture_output=True, text=True, env=k.env, timeout=60, check=False
     )
     assert MANDATORY in why.stdout and "PolicyViolation" in why.stdout, why.stdout + why.stderr
-    labels = {f'pack="{JS}"', f'policy="{MANDATORY}"', 'enforcement="mandatory"'}
+    labels = {f'pack="{TS}"', f'policy="{MANDATORY}"', 'enforcement="mandatory"'}
 
     def counted() -> bool:
         samples = [
@@ -235,7 +266,7 @@ def test_packs_from_git_refuse_a_program_until_it_is_fixed_and_a_broken_pack_fai
 
     k.until(f"pko_policy_violations_total with {labels}", counted, 60)
 
-    # The pack that does not load: its own failure, in Node.js's words, and nothing run.
+    # The pack that does not compile: its own failure, in tsc's words, and nothing run.
     def pack_failed() -> dict[str, Any] | None:
         b = k.get("stack", BROKEN)
         failure = ((b or {}).get("status") or {}).get("lastFailure") or {}
@@ -243,7 +274,10 @@ def test_packs_from_git_refuse_a_program_until_it_is_fixed_and_a_broken_pack_fai
 
     b = k.until(f"stack {BROKEN} failed PolicyPackFailed", pack_failed, 300)
     failure = b["status"]["lastFailure"]["message"]
-    assert "policy pack 'broken'" in failure and "SyntaxError" in failure, failure
+    line = len(TS_PACK.splitlines()) + 1
+    said = f"index.ts({line},7): error TS2322: Type 'string' is not assignable to type 'number'."
+    assert "policy pack 'broken'" in failure and "Unable to compile TypeScript" in failure, failure
+    assert said in failure, failure
     assert k.condition(b, "Ready").get("status") == "False", b["status"]
 
     # The program fixed in git, the Stack moved to that commit: Ready, the advisory policy a Warning.
@@ -256,8 +290,8 @@ def test_packs_from_git_refuse_a_program_until_it_is_fixed_and_a_broken_pack_fai
     listed = {
         (v["policyPack"], v["policy"], v["enforcementLevel"]) for v in update["status"]["policyViolations"]
     }
-    assert listed == {(JS, ADVISORY, "advisory"), (PY, ADVISORY, "advisory")}, listed
-    _event(k, GUARDED, f"policy {ADVISORY} of pack {JS}@0.1.0 (advisory", "no team label")
+    assert listed == {(TS, ADVISORY, "advisory"), (PY, ADVISORY, "advisory")}, listed
+    _event(k, GUARDED, f"policy {ADVISORY} of pack {TS}@0.1.0 (advisory", "no team label")
     _event(k, GUARDED, f"policy {ADVISORY} of pack {PY}@0.2.0 (advisory", "no team label")
 
     for name in (GUARDED, BROKEN):

@@ -1,6 +1,7 @@
 """Policy packs on the real engine (hack/build-pulumi.sh) through the agent's gRPC service: a JavaScript
 pack with a mandatory and an advisory policy over a Pulumi YAML program whose one resource is a
-``command:local:Command`` (pulumi-command from hack/build-sources.sh).
+``command:local:Command`` (pulumi-command from hack/build-sources.sh), and the same pack in TypeScript,
+type-checked by the SDK set's TypeScript (the image's /node_modules).
 
 What this machine provides offline, and how the engine uses it: :mod:`pko.devtools.policypacks`.
 """
@@ -173,3 +174,107 @@ async def test_a_pack_without_node_modules_runs_with_the_images_pulumi_policy(
         ("pko-commands", "0.5.0", *MANDATORY[2:]),
         ("pko-commands", "0.5.0", *ADVISORY[2:]),
     ]
+
+
+# The JavaScript pack in TypeScript, typed with @pulumi/policy's own types, and its tsconfig.json as
+# `pulumi policy new kubernetes-typescript` writes it (strict; its "pretty" does not change ts-node's
+# diagnostics).
+TS_PACK = """\
+import { PolicyPack, ReportViolation, ResourceValidationArgs } from "@pulumi/policy";
+
+// What the policies read of a command:local:Command.
+interface CommandProps {
+    create?: string;
+    delete?: string;
+}
+
+function command(args: ResourceValidationArgs): CommandProps | undefined {
+    return args.type === "command:local:Command" ? (args.props as CommandProps) : undefined;
+}
+
+new PolicyPack("pko-commands", {
+    policies: [
+        {
+            name: "no-forbidden-commands",
+            description: "A command may not say 'forbidden'.",
+            enforcementLevel: "mandatory",
+            validateResource: (args: ResourceValidationArgs, reportViolation: ReportViolation): void => {
+                if (command(args)?.create?.includes("forbidden")) {
+                    reportViolation("this command says 'forbidden'");
+                }
+            },
+        },
+        {
+            name: "commands-have-delete",
+            description: "A command should say how to undo it.",
+            enforcementLevel: "advisory",
+            validateResource: (args: ResourceValidationArgs, reportViolation: ReportViolation): void => {
+                const props = command(args);
+                if (props && !props.delete) {
+                    reportViolation("no delete command");
+                }
+            },
+        },
+    ],
+});
+"""
+TSCONFIG = """\
+{
+    "compilerOptions": {
+        "strict": true,
+        "outDir": "bin",
+        "target": "es2016",
+        "module": "commonjs",
+        "moduleResolution": "node",
+        "sourceMap": true,
+        "experimentalDecorators": true,
+        "pretty": true,
+        "noFallthroughCasesInSwitch": true,
+        "noImplicitReturns": true,
+        "forceConsistentCasingInFileNames": true
+    },
+    "files": ["index.ts"]
+}
+"""
+
+
+async def test_a_typescript_pack_without_node_modules_is_type_checked_by_the_images_typescript(
+    tmp_path: Path, runtimes: Path, agent: RunningAgent
+) -> None:
+    # The image's layout: the SDK set in /node_modules (here a link to it), which Node.js and the
+    # TypeScript compiler both search last, and a pack from git somewhere below, with no node_modules.
+    root = tmp_path / "image"
+    root.mkdir()
+    (root / "node_modules").symlink_to(runtimes / "node_modules")
+    assert (runtimes / "node_modules" / "typescript" / "package.json").is_file()
+    broken = TS_PACK + 'const limit: number = "forbidden";\n'
+    for name, source in (("typed", TS_PACK), ("mistyped", broken)):
+        pack = root / "share" / "policy" / name
+        pack.mkdir(parents=True)
+        (pack / "PulumiPolicy.yaml").write_text("runtime: nodejs\ndescription: a TypeScript pack\n")
+        (pack / "package.json").write_text('{"name": "pko-typed", "version": "0.7.0"}')
+        (pack / "tsconfig.json").write_text(TSCONFIG)
+        (pack / "index.ts").write_text(source)
+    stub = agent.stub(agent.channel())
+    config = [pb.ConfigItem(key="create", value=Value.from_dict("echo forbidden"))]
+    await stub.set_all_config(pb.SetAllConfigRequest(config=config))
+
+    typed = pb.PolicyPack(name="typed", path=str(root / "share" / "policy" / "typed"))
+    _, result = collect(await drain(stub.preview(pb.PreviewRequest(operation_id="p-1", policy_pack=[typed]))))
+    assert result is not None and result.failure.reason == REASON_POLICY_VIOLATION, result
+    assert violations(result) == [
+        ("pko-commands", "0.7.0", *MANDATORY[2:]),
+        ("pko-commands", "0.7.0", *ADVISORY[2:]),
+    ]
+
+    # A type error stops the pack before it runs, in tsc's words (not an engine exit status).
+    mistyped = pb.PolicyPack(name="mistyped", path=str(root / "share" / "policy" / "mistyped"))
+    _, result = collect(
+        await drain(stub.preview(pb.PreviewRequest(operation_id="p-2", policy_pack=[mistyped])))
+    )
+    assert result is not None and result.failure.reason == REASON_POLICY_PACK_FAILED, result
+    line = len(TS_PACK.splitlines()) + 1
+    assert result.failure.message == (
+        "policy pack 'mistyped' could not be loaded: TSError: \u2a2f Unable to compile TypeScript: "
+        f"index.ts({line},7): error TS2322: Type 'string' is not assignable to type 'number'."
+    ), result.failure

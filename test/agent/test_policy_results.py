@@ -96,6 +96,37 @@ def test_a_pack_that_did_not_start_is_named_with_its_runtimes_words() -> None:
     )
 
 
+# A TypeScript pack with type errors (ts-node's TSError, tsc's diagnostics: test_policy_packs.py).
+MISTYPED_STDERR = """\
+error: [runtime] Running program '/w/policies/typed' failed with an unhandled exception:
+
+TSError: \u2a2f Unable to compile TypeScript:
+
+{errors}
+
+error: policy pack not started: could not read policy pack port: io: read/write on closed pipe
+"""
+TYPE_ERROR = "index.ts({line},7): error TS2322: Type 'string' is not assignable to type 'number'."
+
+
+def test_a_typescript_pack_that_does_not_compile_is_named_with_tscs_words() -> None:
+    packs = [pb.PolicyPack(name="typed", path="policies/typed")]
+    text = MISTYPED_STDERR.format(errors=TYPE_ERROR.format(line=38))
+    failure = policypacks.pack_failure(text, [], packs, Path("/w"), "")
+    assert failure is not None and failure.reason == "PolicyPackFailed"
+    assert failure.message == (
+        "policy pack 'typed' could not be loaded: TSError: \u2a2f Unable to compile TypeScript: "
+        "index.ts(38,7): error TS2322: Type 'string' is not assignable to type 'number'."
+    )
+    # Many type errors: the first three, and how many more.
+    text = MISTYPED_STDERR.format(errors="\n".join(TYPE_ERROR.format(line=n) for n in range(40, 45)))
+    failure = policypacks.pack_failure(text, [], packs, Path("/w"), "")
+    assert failure is not None
+    said = failure.message.removeprefix("policy pack 'typed' could not be loaded: TSError: ")
+    assert said.count("error TS2322") == 3 and said.endswith("'number'. (and 2 more)"), said
+    assert "index.ts(40,7)" in said and "index.ts(42,7)" in said and "index.ts(43,7)" not in said, said
+
+
 def test_a_pack_directory_without_a_project_is_named_with_the_engines_words() -> None:
     text = (
         'error: failed to load Pulumi policy project located at "/w/missing": '
