@@ -1,18 +1,21 @@
-"""What a policy pack costs (issue 43): a preview and an up with no pack, with a JavaScript pack and with
-a Python pack, side by side in one run, through the agent's gRPC service on the real engine.
+"""What a policy pack costs (issue 43): a preview and an up with no pack, with a JavaScript pack, with a
+TypeScript pack and with a Python pack, side by side in one run, through the agent's gRPC service on the
+real engine.
 
-    .venv/bin/python hack/bench/policy.py                  # 7 rounds (~2 min on 2 cores)
+    .venv/bin/python hack/bench/policy.py                  # 7 rounds (~2.5 min on 2 cores)
     .venv/bin/python hack/bench/policy.py --rounds 1       # smoke
 
-No cluster: three agents run in this process (pko.devtools.agents, as test/agent/test_policy_packs*.py
-run them), each with a workspace of its own holding the same Pulumi YAML program (one
-``command:local:Command``, pulumi-command from hack/build-sources.sh) and its own file backend. One
-agent runs its operations with no pack, one with the JavaScript pack, one with the Python pack; both
-packs hold the same two policies (a mandatory one the program keeps, an advisory one it breaks, so each
-operation reports one violation). A round is, for each agent in turn, a preview then an up of a new
-command (a replace), so every agent does the same work; the first round warms the caches and is not
-counted. Each figure is the time from the request to its result, as the operator waits for it; the
-table shows each median and what the pack adds to the no-pack median of the same run.
+No cluster: four agents run in this process (pko.devtools.agents, as test/agent/test_policy_packs*.py run
+them), each with a workspace of its own holding the same Pulumi YAML program (one
+``command:local:Command``, pulumi-command from hack/build-sources.sh) and its own file backend. One agent
+runs its operations with no pack, one with the JavaScript pack, one with the TypeScript pack (as a git
+repository holds it: no node_modules, type-checked and run by the SDK set's TypeScript and ts-node, as in
+the workspace image), one with the Python pack; the packs hold the same two policies (a mandatory one the
+program keeps, an advisory one it breaks, so each operation reports one violation). A round is, for each
+agent in turn, a preview then an up of a new command (a replace), so every agent does the same work; the
+first round warms the caches and is not counted. Each figure is the time from the request to its result,
+as the operator waits for it; the table shows each median and what the pack adds to the no-pack median of
+the same run.
 
 Prints a Markdown table; writes every timing with the run's record (pko.devtools.benchrecord: the date, the
 git commit, the machine, the load average at start and end, the command) as JSON to ``--json`` (default
@@ -40,17 +43,24 @@ from pko.devtools.policypacks import (
     JS_PACK,
     POLICED_PROGRAM,
     PYTHON_PACK,
+    TS_PACK,
     engine_env,
     policy_sdk,
     python_policy_env,
     write_pack,
     write_python_pack,
+    write_typescript_pack,
 )
 from pko.devtools.realpulumi import install_command_provider, make_real_pulumi
 from pko.logging import configure_logging
 
-VARIANTS = ("none", "javascript", "python")
-LABELS = {"none": "no pack", "javascript": "JavaScript pack", "python": "Python pack"}
+VARIANTS = ("none", "javascript", "typescript", "python")
+LABELS = {
+    "none": "no pack",
+    "javascript": "JavaScript pack",
+    "typescript": "TypeScript pack",
+    "python": "Python pack",
+}
 OPERATIONS = ("preview", "up")
 
 
@@ -67,10 +77,16 @@ async def start(
     if variant == "javascript":
         write_pack(work / "policies" / "commands", policy_sdk(runtimes), JS_PACK, "pko-commands")
         packs = [pb.PolicyPack(name="commands", path="policies/commands")]
+    elif variant == "typescript":
+        # The image's layout: the SDK set in a node_modules above the pack (the image's /node_modules),
+        # where ts-node finds TypeScript and tsc finds @pulumi/policy's types.
+        (base / "node_modules").symlink_to(runtimes / "node_modules")
+        write_typescript_pack(work / "policies" / "commands", TS_PACK, "pko-commands")
+        packs = [pb.PolicyPack(name="commands", path="policies/commands")]
     elif variant == "python":
         write_python_pack(work / "policies" / "commands", PYTHON_PACK, venv)
         packs = [pb.PolicyPack(name="commands", path="policies/commands")]
-    # Every agent gets the JavaScript pack's environment, so only the pack differs.
+    # Every agent gets the Node.js packs' environment, so only the pack differs.
     env = {**real.env, **engine_env(real.env["PATH"], runtimes)}
     agent = await start_agent(work, base / "journal", env=env, pulumi_root=real.root, stack="dev")
     return agent, packs

@@ -1,6 +1,7 @@
 """Policy packs for tests on the real engine (issue 43): the pinned ``@pulumi/policy`` npm package,
-fetched once into the pko cache, and JavaScript packs made from it (no compile); and Python packs, with
-a virtualenv of the pinned ``pulumi-policy`` made once into the pko cache (:func:`python_policy_env`).
+fetched once into the pko cache, and JavaScript packs made from it (no compile); TypeScript packs as a git
+repository holds them, with no node_modules (:func:`write_typescript_pack`); and Python packs, with a
+virtualenv of the pinned ``pulumi-policy`` made once into the pko cache (:func:`python_policy_env`).
 
 What the engine needs to run such a pack, offline: pulumi v3.274 runs a pack directory through its
 language host (``pulumi-language-nodejs``, built by hack/build-sources.sh, starts
@@ -35,6 +36,8 @@ __all__ = [
     "POLICY_SDK_INTEGRITY",
     "PYTHON_PACK",
     "PYTHON_POLICY_LOCK",
+    "TSCONFIG",
+    "TS_PACK",
     "engine_dirs",
     "engine_env",
     "policy_sdk",
@@ -42,6 +45,7 @@ __all__ = [
     "python_policy_wheels",
     "write_pack",
     "write_python_pack",
+    "write_typescript_pack",
 ]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -189,9 +193,25 @@ def write_python_pack(
     (directory / "__main__.py").write_text(source)
 
 
+def write_typescript_pack(
+    directory: Path, source: str, name: str = "pko-pack", version: str = "0.1.0"
+) -> None:
+    """A TypeScript pack in ``directory`` as a git repository holds it: ``source`` as its index.ts,
+    :data:`TSCONFIG`, a package.json of ``name`` and ``version``, no node_modules. The engine's Node.js
+    language host type-checks and runs it with the TypeScript and ts-node of the image's SDK set
+    (/node_modules), and tsc looks for @pulumi/policy's types only in a node_modules of the pack's folder
+    or one above it: outside an image, link one above ``directory`` to hack/build-runtimes.sh's."""
+    directory.mkdir(parents=True)
+    (directory / "PulumiPolicy.yaml").write_text("runtime: nodejs\ndescription: a TypeScript pack\n")
+    (directory / "package.json").write_text(json.dumps({"name": name, "version": version}))
+    (directory / "tsconfig.json").write_text(TSCONFIG)
+    (directory / "index.ts").write_text(source)
+
+
 # --- the packs and the program the agent tests and hack/bench/policy.py run -----------------------
-# A Pulumi YAML program of one local command, and two packs (JavaScript, Python) with one mandatory
-# policy (no command saying "forbidden") and one advisory (a command should say how to undo it).
+# A Pulumi YAML program of one local command, and three packs (JavaScript, TypeScript below, Python) with
+# one mandatory policy (no command saying "forbidden") and one advisory (a command should say how to undo
+# it).
 
 COMMAND = "command:local:Command"
 POLICED_PROGRAM = """\
@@ -270,4 +290,65 @@ PolicyPack(
         ),
     ],
 )
+"""
+
+# The JavaScript pack in TypeScript (:func:`write_typescript_pack`), typed with @pulumi/policy's own
+# types, and its tsconfig.json as `pulumi policy new kubernetes-typescript` writes it (strict; its
+# "pretty" does not change ts-node's diagnostics).
+TS_PACK = """\
+import { PolicyPack, ReportViolation, ResourceValidationArgs } from "@pulumi/policy";
+
+// What the policies read of a command:local:Command.
+interface CommandProps {
+    create?: string;
+    delete?: string;
+}
+
+function command(args: ResourceValidationArgs): CommandProps | undefined {
+    return args.type === "command:local:Command" ? (args.props as CommandProps) : undefined;
+}
+
+new PolicyPack("pko-commands", {
+    policies: [
+        {
+            name: "no-forbidden-commands",
+            description: "A command may not say 'forbidden'.",
+            enforcementLevel: "mandatory",
+            validateResource: (args: ResourceValidationArgs, reportViolation: ReportViolation): void => {
+                if (command(args)?.create?.includes("forbidden")) {
+                    reportViolation("this command says 'forbidden'");
+                }
+            },
+        },
+        {
+            name: "commands-have-delete",
+            description: "A command should say how to undo it.",
+            enforcementLevel: "advisory",
+            validateResource: (args: ResourceValidationArgs, reportViolation: ReportViolation): void => {
+                const props = command(args);
+                if (props && !props.delete) {
+                    reportViolation("no delete command");
+                }
+            },
+        },
+    ],
+});
+"""
+TSCONFIG = """\
+{
+    "compilerOptions": {
+        "strict": true,
+        "outDir": "bin",
+        "target": "es2016",
+        "module": "commonjs",
+        "moduleResolution": "node",
+        "sourceMap": true,
+        "experimentalDecorators": true,
+        "pretty": true,
+        "noFallthroughCasesInSwitch": true,
+        "noImplicitReturns": true,
+        "forceConsistentCasingInFileNames": true
+    },
+    "files": ["index.ts"]
+}
 """

@@ -23,9 +23,11 @@ from pko.devtools.policypacks import (
     JS_PACK,
     POLICED_PROGRAM,
     POLICED_URN,
+    TS_PACK,
     engine_env,
     policy_sdk,
     write_pack,
+    write_typescript_pack,
 )
 from pko.devtools.realpulumi import RealPulumi, install_command_provider, make_real_pulumi
 
@@ -176,68 +178,6 @@ async def test_a_pack_without_node_modules_runs_with_the_images_pulumi_policy(
     ]
 
 
-# The JavaScript pack in TypeScript, typed with @pulumi/policy's own types, and its tsconfig.json as
-# `pulumi policy new kubernetes-typescript` writes it (strict; its "pretty" does not change ts-node's
-# diagnostics).
-TS_PACK = """\
-import { PolicyPack, ReportViolation, ResourceValidationArgs } from "@pulumi/policy";
-
-// What the policies read of a command:local:Command.
-interface CommandProps {
-    create?: string;
-    delete?: string;
-}
-
-function command(args: ResourceValidationArgs): CommandProps | undefined {
-    return args.type === "command:local:Command" ? (args.props as CommandProps) : undefined;
-}
-
-new PolicyPack("pko-commands", {
-    policies: [
-        {
-            name: "no-forbidden-commands",
-            description: "A command may not say 'forbidden'.",
-            enforcementLevel: "mandatory",
-            validateResource: (args: ResourceValidationArgs, reportViolation: ReportViolation): void => {
-                if (command(args)?.create?.includes("forbidden")) {
-                    reportViolation("this command says 'forbidden'");
-                }
-            },
-        },
-        {
-            name: "commands-have-delete",
-            description: "A command should say how to undo it.",
-            enforcementLevel: "advisory",
-            validateResource: (args: ResourceValidationArgs, reportViolation: ReportViolation): void => {
-                const props = command(args);
-                if (props && !props.delete) {
-                    reportViolation("no delete command");
-                }
-            },
-        },
-    ],
-});
-"""
-TSCONFIG = """\
-{
-    "compilerOptions": {
-        "strict": true,
-        "outDir": "bin",
-        "target": "es2016",
-        "module": "commonjs",
-        "moduleResolution": "node",
-        "sourceMap": true,
-        "experimentalDecorators": true,
-        "pretty": true,
-        "noFallthroughCasesInSwitch": true,
-        "noImplicitReturns": true,
-        "forceConsistentCasingInFileNames": true
-    },
-    "files": ["index.ts"]
-}
-"""
-
-
 async def test_a_typescript_pack_without_node_modules_is_type_checked_by_the_images_typescript(
     tmp_path: Path, runtimes: Path, agent: RunningAgent
 ) -> None:
@@ -249,12 +189,7 @@ async def test_a_typescript_pack_without_node_modules_is_type_checked_by_the_ima
     assert (runtimes / "node_modules" / "typescript" / "package.json").is_file()
     broken = TS_PACK + 'const limit: number = "forbidden";\n'
     for name, source in (("typed", TS_PACK), ("mistyped", broken)):
-        pack = root / "share" / "policy" / name
-        pack.mkdir(parents=True)
-        (pack / "PulumiPolicy.yaml").write_text("runtime: nodejs\ndescription: a TypeScript pack\n")
-        (pack / "package.json").write_text('{"name": "pko-typed", "version": "0.7.0"}')
-        (pack / "tsconfig.json").write_text(TSCONFIG)
-        (pack / "index.ts").write_text(source)
+        write_typescript_pack(root / "share" / "policy" / name, source, "pko-typed", "0.7.0")
     stub = agent.stub(agent.channel())
     config = [pb.ConfigItem(key="create", value=Value.from_dict("echo forbidden"))]
     await stub.set_all_config(pb.SetAllConfigRequest(config=config))
