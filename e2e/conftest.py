@@ -265,10 +265,21 @@ def go_operator_quickstart() -> Path:
     return dist / "config" / "quickstart"
 
 
+def pko_install(k: Kube, git_ca: str) -> str:
+    """pko's install as the suite applies it (``config/local``), its manager trusting the suite's git
+    servers: their CA (HTTPS) and host key (SSH)."""
+    return with_git_ca(with_git_ssh_known_hosts(k.run("kustomize", str(REPO / "config" / "local"))), git_ca)
+
+
+def go_install(k: Kube, git_ca: str) -> str:
+    """The Go operator's install from its own quickstart manifests (its image imported into the node),
+    as its users install it, its manager trusting the suite's git CA."""
+    return with_git_ca(k.run("kustomize", str(go_operator_quickstart())), git_ca)
+
+
 def _install_go_operator(k: Kube, git_ca: str) -> None:
-    """The Go operator from its own quickstart manifests and image, as its users install it, in place of
-    pko (the two serve the same CRD groups), its manager trusting the suite's git CA."""
-    quickstart = with_git_ca(k.run("kustomize", str(go_operator_quickstart())), git_ca)
+    """The Go operator in place of pko (the two serve the same CRD groups)."""
+    quickstart = go_install(k, git_ca)
     k.run("delete", "--ignore-not-found", "-k", str(REPO / "config" / "local"), timeout=600)
     k.run("apply", "--server-side", "--force-conflicts", "-f", "-", input=quickstart, timeout=300)
 
@@ -313,8 +324,7 @@ def kube(git_tls: ServerTLS) -> Iterator[Kube]:
         if OPERATOR == "go":
             _install_go_operator(k, git_ca)
         else:
-            pko = with_git_ssh_known_hosts(k.run("kustomize", str(REPO / "config" / "local")))
-            k.run("apply", "--server-side", "-f", "-", input=with_git_ca(pko, git_ca))
+            k.run("apply", "--server-side", "-f", "-", input=pko_install(k, git_ca))
         k.apply(yaml.safe_dump(_git_ca_configmap(WORKSPACE_NS, git_ca)), WORKSPACE_NS)
         for crd in (
             "stacks.pulumi.com",
