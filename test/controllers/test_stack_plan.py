@@ -166,6 +166,21 @@ def test_an_invalid_spec_stalls_with_an_event_and_a_never_run_one_is_released() 
     assert kinds(released) == ["RemoveFinalizer"]
 
 
+def test_a_stack_is_decided_from_the_parse_it_is_given_then_too() -> None:
+    """The reconciler parses a Stack once and hands the parse over (``Observed.parsed``): decide
+    uses it, and decides again after the source read with the same one."""
+    good = stack()
+    bad = stack({"programRef": None, "projectRepo": "https://h/r", "commit": "c", "branch": "b"})
+    given = parse_stack(bad)
+    assert given[1]
+    plan = decide(observed(good, parsed=given))
+    assert kinds(plan) == ["Emit", "WriteStatus"] and plan.writes[0] == decide(observed(bad)).writes[0]
+    first = decide(observed(good, parsed=parse_stack(good)))
+    assert first.writes == [ReadSource(parsed(good))] and first.then is not None
+    again, fresh = first.then(SOURCE), decide(observed(good, source=SOURCE))
+    assert (again.writes, again.result, again.status) == (fresh.writes, fresh.result, fresh.status)
+
+
 def test_an_ephemeral_backend_is_a_warning_condition_and_one_event_per_generation() -> None:
     spec = {"backend": "file:///tmp/state"}
     plan = decide(observed(stack(spec), source=SOURCE))

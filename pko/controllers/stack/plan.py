@@ -122,7 +122,7 @@ def decide(observed: Observed) -> Plan:
     status: Obj = {k: v for k, v in (obj.get("status") or {}).items() if k in owned}
     status["observedGeneration"] = generation
     status["observedReconcileRequest"] = reconcile_request(obj)
-    stack, errors = parse_stack(obj)
+    stack, errors = observed.parsed if observed.parsed is not None else parse_stack(obj)
     if stack is None or errors:
         if deleting and not (obj.get("status") or {}).get("lastUpdate"):
             return Plan([*writes, RemoveFinalizer()], Result.done(), status)

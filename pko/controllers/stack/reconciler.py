@@ -299,9 +299,8 @@ class StackReconciler:
         completed. The source (Secrets, the branch head) is read when a decision asks
         (:class:`~pko.controllers.stack.steps.ReadSource`)."""
         namespace, name = namespace_of(obj), str(metadata_of(obj).get("name"))
-        stack, errors = parse_stack(obj)
-        if errors:
-            stack = None  # decided from the errors alone: nothing else to read
+        parsed = parse_stack(obj)  # once per reconcile: the decision is given it (``Observed.parsed``)
+        stack = parsed[0] if not parsed[1] else None  # errors: decided from them alone, nothing else read
         current_name = ((obj.get("status") or {}).get("currentUpdate") or {}).get("name")
         current = await self._current_update(namespace, str(current_name)) if current_name else None
         outputs: Obj | None = None
@@ -328,6 +327,7 @@ class StackReconciler:
             templates=self._templates(stack) if stack is not None else Templates(),
             update_outputs=published,
             outputs_object=target,
+            parsed=parsed,
         )
 
     async def _observe_published(

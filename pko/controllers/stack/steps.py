@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from pko.api.stack import PolicyPack, Stack
+from pko.api.validation import FieldError
 from pko.controllers.retrysettings import RetrySettings
 from pko.controllers.secretaccess import SecretAccess
 from pko.controllers.stack.refresh import RefreshWait
@@ -255,7 +256,10 @@ class Observed:
     time (``now`` to the second for status times, ``created`` precise, naming an Update).
     For ``spec.outputs``: the outputs of the Update the object should hold now (None: none to
     write), the object of that name as read (None: absent, or not read), and how writing it went
-    in this reconcile (None: not written yet)."""
+    in this reconcile (None: not written yet). ``parsed``: ``obj`` as
+    :func:`~pko.api.validation.parse_stack` answered for it when the reader parsed it already
+    (once per reconcile; a decision made again after a read keeps it); None: the decision parses
+    ``obj`` itself."""
 
     obj: Obj
     now: datetime
@@ -270,6 +274,7 @@ class Observed:
     update_outputs: UpdateOutputs | None = None
     outputs_object: Obj | None = None
     outputs_written: OutputsWritten | None = None
+    parsed: tuple[Stack | None, list[FieldError]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
