@@ -25,7 +25,7 @@ program's destroy at deletion), the tests assert what it does (docs/differences.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ import yaml
 from dulwich.repo import Repo
 
 from pko.devtools.examples import EXAMPLES, local_example
-from pko.devtools.fluxsource import GITREPOSITORY_CRD, artifact_status, tarball
+from pko.devtools.fluxsource import GITREPOSITORY_CRD, artifact_app, artifact_status, tarball
 from pko.devtools.gitserver import ServerTLS, git_commit, serve_git, serve_wsgi
 from pko.devtools.gitssh import known_hosts_line, new_ed25519_openssh, serve_git_ssh
 from pko.devtools.goproxy import go_sum, serve_module_cache
@@ -185,26 +185,13 @@ def sources(tmp_path: Path, git_tls: ServerTLS) -> Iterator[dict[str, str]]:
         serve_registry(registry, host=NODE_IP) as npm,
         serve_module_cache(downloads, host=NODE_IP) as goproxy,
         serve_index(index, host=NODE_IP) as pypi,
-        serve_wsgi(_serve_one(path, artifact), host=NODE_IP) as artifacts,
+        serve_wsgi(artifact_app(path, artifact), host=NODE_IP) as artifacts,
     ):
         ssh = f"ssh://git@{NODE_IP}/repo.git"
         yield {
             "git": git, "ssh": ssh, "deploy_key": deploy_key, "npm": npm, "goproxy": goproxy, "pypi": pypi,
             "flux_url": artifacts + path, "flux_digest": digest, "flux_revision": f"main@sha1:{commit}",
         }  # fmt: skip
-
-
-def _serve_one(path: str, body: bytes) -> Callable[..., list[bytes]]:
-    """A WSGI app serving ``body`` at ``path`` (source-controller's artifact server, for one artifact)."""
-
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
-        if environ.get("PATH_INFO") != path:
-            start_response("404 Not Found", [("Content-Type", "text/plain")])
-            return [b"not found\n"]
-        start_response("200 OK", [("Content-Type", "application/gzip"), ("Content-Length", str(len(body)))])
-        return [body]
-
-    return app
 
 
 def _pip(sources: dict[str, str]) -> dict[str, str]:

@@ -11,13 +11,16 @@ Go operator, at once, each Stack creating a ConfigMap recorded by uid:
   appends a line to a log on the state claim), and the switch starts as soon as the Go operator's
   Update for it is ``Progressing``;
 - ``sw-git``: a git Stack, its project in a repository served over HTTPS on the node's address;
+- ``sw-flux``: a Flux Stack, its project in a GitRepository's artifact (no source-controller: the
+  module writes the status it would, pko.devtools.fluxsource, and serves the artifact);
 - ``sw-s3``: a Program Stack whose state is in the S3 backend (config/samples/s3's SeaweedFS);
 - ``sw-stalled``: a Stack whose Program does not exist (``Stalled``, ``SourceUnavailable``).
 
 Switched to pko (the Go Deployment deleted, pko's install applied with ``--force-conflicts``), judged
 from outside: the ConfigMaps keep their uids; every Stack that was Ready is Ready under pko within a
 bound, its workspace pod on pko's agent, never Stalled on the way; each Program Stack with at most one
-new Update (its recorded commit becomes pko's artifact digest), which succeeded and replaced nothing
+new Update (its recorded commit becomes pko's artifact digest), and the Flux Stack too (the Go operator
+records the source's revision, pko the artifact's digest), which succeeded and replaced nothing
 (the busy one's removed the lock the Go agent the switch stopped left, if it had taken one, and says
 so); the git Stack with none (both operators record its commit alike); the Go operator's Update in
 flight ended once (``OperationLost``, its start time the Go operator's), the slow resource ran once
@@ -32,16 +35,20 @@ the object store removed. The module needs SeaweedFS, so it runs with the S3 mod
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import yaml
 from dulwich.repo import Repo
 
-from pko.devtools.gitserver import ServerTLS, git_commit, serve_git
+from pko.devtools.fluxsource import GITREPOSITORY_CRD, artifact_app, artifact_status, tarball
+from pko.devtools.gitserver import ServerTLS, git_commit, serve_git, serve_wsgi
 from pko.devtools.stacks import stack as stack_object
 
 from .conftest import (
@@ -62,30 +69,39 @@ pytestmark = [
     pytest.mark.usefixtures("seaweedfs_image"),
 ]
 
-IDLE, BUSY, STALLED, GIT, S3 = "sw-idle", "sw-busy", "sw-stalled", "sw-git", "sw-s3"
-STACKS = (IDLE, BUSY, STALLED, GIT, S3)
-DEPLOYED = (IDLE, BUSY, GIT, S3)  # the Stacks Ready under each operator, each with a ConfigMap
+IDLE, BUSY, STALLED, GIT, S3, FLUX = "sw-idle", "sw-busy", "sw-stalled", "sw-git", "sw-s3", "sw-flux"
+STACKS = (IDLE, BUSY, STALLED, GIT, S3, FLUX)
+DEPLOYED = (IDLE, BUSY, GIT, S3, FLUX)  # the Stacks Ready under each operator, each with a ConfigMap
 PROGRAMS = (IDLE, BUSY, S3)  # the Program Stacks (and their Programs' names)
 # config/samples/s3's object store (SeaweedFS in the cluster, its keys in a Secret), as that sample's
 # Stack names it: sw-s3 keeps its state there.
 S3_SAMPLE = REPO / "config" / "samples" / "s3"
 S3_BACKEND = yaml.safe_load((S3_SAMPLE / "pulumi_v1_stack.yaml").read_text())["spec"]["backend"]
 # sw-git's project, in a repository of its own served over HTTPS (the suite's CA, which both operators'
-# installs and the Stack's pods trust): a ConfigMap, as the Programs make.
-GIT_PROJECT = f"""\
-name: {GIT}
+# installs and the Stack's pods trust), and sw-flux's, in a Flux GitRepository's artifact (the stand-in
+# for source-controller, pko.devtools.fluxsource, as e2e/test_languages.py serves examples/flux-source):
+# a ConfigMap each, as the Programs make.
+PROJECT = """\
+name: {name}
 runtime: yaml
 resources:
   settings:
     type: kubernetes:core/v1:ConfigMap
     properties:
       metadata:
-        name: {GIT}-settings
+        name: {name}-settings
       data:
-        greeting: hello from git
+        greeting: hello from {name}
 outputs:
   greeting: ${{settings.data.greeting}}
 """
+FLUX_SOURCE = f"""\
+fluxSource:
+    sourceRef:
+      apiVersion: source.toolkit.fluxcd.io/v1
+      kind: GitRepository
+      name: {FLUX}
+    dir: app"""
 SLEEP = 20  # the slow resource's seconds: the Go operator's Update for it is still running at the switch
 # The resource added while the Go operator runs: it takes SLEEP seconds, then leaves a line on the claim,
 # so how often its create finished is readable after any pod roll.
@@ -119,7 +135,7 @@ def _s3_stack() -> Obj:
 
 
 def _manifests(busy_program: str, git_url: str) -> str:
-    """The Programs and the five Stacks (state on claims but sw-s3's, the suite's workspace image named,
+    """The Programs and the six Stacks (state on claims but sw-s3's, the suite's workspace image named,
     as the Go operator's default image cannot be pulled here); only ``sw-idle`` destroys on finalize."""
     docs: list[Obj] = [_s3_stack()]
     texts = [
@@ -130,6 +146,7 @@ def _manifests(busy_program: str, git_url: str) -> str:
         stack(BUSY, f"programRef:\n    name: {BUSY}"),
         stack(STALLED, "programRef:\n    name: sw-no-such-program"),
         trusting_git_ca(stack(GIT, f"projectRepo: {git_url}\n  branch: main\n  repoDir: app")),
+        stack(FLUX, FLUX_SOURCE),
     ]
     for text in texts:
         docs.extend(d for d in yaml.safe_load_all(text) if d)
@@ -232,12 +249,47 @@ def _start_operator(k: Kube, install: str) -> None:
 
 @dataclass(frozen=True)
 class Installs:
-    """The two operators' installs as the suite applies them (trusting its git CA), and sw-git's source."""
+    """The two operators' installs as the suite applies them (trusting its git CA), sw-git's source and
+    the revision and digest of sw-flux's artifact."""
 
     go: str
     pko: str
     git_url: str
     git_head: str
+    flux_revision: str
+    flux_digest: str
+
+
+@pytest.fixture(scope="module")
+def flux_source(kube: Kube) -> Iterator[tuple[str, str]]:
+    """The GitRepository ``sw-flux`` (its CRD alone, no source-controller) with the status
+    source-controller writes once it has stored the artifact this fixture serves on the node's
+    address: its revision and digest. The kind is removed at the end."""
+    k = kube
+    artifact, digest = tarball({"app/Pulumi.yaml": PROJECT.format(name=FLUX).encode()})
+    revision = f"main@sha1:{hashlib.sha1(artifact).hexdigest()}"
+    path = f"/gitrepository/default/{FLUX}/{digest[7:19]}.tar.gz"
+    crd = GITREPOSITORY_CRD["metadata"]["name"]
+    k.apply(yaml.safe_dump(GITREPOSITORY_CRD))
+    try:
+        established = lambda: k.condition(k.get("crd", crd, ""), "Established").get("status") == "True"  # noqa: E731
+        k.until(f"CRD {crd} established", established, 60, 1)
+        source = {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "GitRepository",
+            "metadata": {"name": FLUX},
+            "spec": {"interval": "5m", "ref": {"branch": "main"}},
+        }
+        k.apply(yaml.safe_dump(source))
+        with serve_wsgi(artifact_app(path, artifact), host=NODE_IP) as base:
+            generation = int((k.get("gitrepository", FLUX) or {})["metadata"]["generation"])
+            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            status = artifact_status(base + path, digest, revision, generation, now)
+            patch = json.dumps({"status": status})
+            k.run("patch", "gitrepository", FLUX, "--subresource=status", "--type=merge", "-p", patch)
+            yield revision, digest
+    finally:
+        k.run("delete", "crd", crd, "--ignore-not-found", "--wait=false", check=False)
 
 
 @pytest.fixture(scope="module")
@@ -257,12 +309,16 @@ def object_store(kube: Kube) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def installs(
-    kube: Kube, git_tls: ServerTLS, object_store: None, tmp_path_factory: pytest.TempPathFactory
+    kube: Kube,
+    git_tls: ServerTLS,
+    object_store: None,
+    flux_source: tuple[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Installs]:
     """The Go operator running in place of the suite's pko, sw-git's repository served; pko back as the
-    suite installed it after (the Stacks left by a failed run taken away first, the store after)."""
+    suite installed it after (the Stacks left by a failed run taken away first, the sources after)."""
     repo = Repo.init_bare(str(tmp_path_factory.mktemp("switch-git") / "app.git"), mkdir=True)
-    head = git_commit(repo, {"app/Pulumi.yaml": GIT_PROJECT.encode()}, b"sw-git")
+    head = git_commit(repo, {"app/Pulumi.yaml": PROJECT.format(name=GIT).encode()}, b"sw-git")
     repo.refs.set_symbolic_ref(b"HEAD", b"refs/heads/main")
     ca = git_tls.ca.read_text()
     pko = pko_install(kube, ca)
@@ -271,7 +327,7 @@ def installs(
         try:
             go = go_install(kube, ca)
             _start_operator(kube, go)
-            yield Installs(go, pko, url, head)
+            yield Installs(go, pko, url, head, *flux_source)
         finally:
             _stop_operator(kube)
             _start_operator(kube, pko)
@@ -361,6 +417,7 @@ def test_go_operator_to_pko_and_back_without_touching_a_resource(kube: Kube, ins
     # Stack's commit is the branch's head for both.
     assert not any(go_commits[n].startswith("sha256:") for n in PROGRAMS), go_commits
     assert go_commits[GIT] == installs.git_head, go_commits
+    assert go_commits[FLUX] == installs.flux_revision, go_commits  # pko records the digest (below)
     assert not any(_on_pko_agent(k, n) for n in DEPLOYED)
 
     # --- An update in flight: sw-busy's Program gains the slow resource; the switch starts once it runs.
@@ -391,8 +448,11 @@ def test_go_operator_to_pko_and_back_without_touching_a_resource(kube: Kube, ins
                 stalled_on_the_way[n].add(reason)
 
     def under_pko(ss: dict[str, Obj]) -> set[str]:
-        """Settled with pko's records: a Program's digest; a git Stack's head, in a pod on pko's agent."""
+        """Settled with pko's records: a Program's digest, the Flux artifact's digest; a git Stack's
+        head, in a pod on pko's agent."""
         done = {n for n in PROGRAMS if _settled(k, ss.get(n), lambda c: c.startswith("sha256:"))}
+        if _settled(k, ss.get(FLUX), installs.flux_digest.__eq__):
+            done.add(FLUX)
         if _settled(k, ss.get(GIT), git_commit_is) and _on_pko_agent(k, GIT):
             done.add(GIT)
         return done
@@ -455,7 +515,8 @@ def test_go_operator_to_pko_and_back_without_touching_a_resource(kube: Kube, ins
     # The Go operator never rewrites a Workspace naming a digest it does not serve (pko's: its fetch
     # fails "computed digest doesn't match" for good); it makes a deleted one again from its Stack, from
     # the Program's status as it finds it: cleared, it waits until it has packed the Program itself.
-    # A git Stack's Workspace names the repository and commit, which the Go operator serves alike: kept.
+    # A git or Flux Stack's Workspace names the repository and commit, or the artifact's URL and digest,
+    # which the Go operator writes alike: kept.
     for name in PROGRAMS:
         clear = '[{"op":"remove","path":"/status"}]'
         k.run("patch", "program", name, "--subresource=status", "--type=json", "-p", clear)
@@ -468,6 +529,8 @@ def test_go_operator_to_pko_and_back_without_touching_a_resource(kube: Kube, ins
         done = {n for n in PROGRAMS if _settled(k, ss.get(n), lambda c: not c.startswith("sha256:"))}
         if _settled(k, ss.get(GIT), git_commit_is) and _on_pko_agent(k, GIT) is False:
             done.add(GIT)
+        if _settled(k, ss.get(FLUX), installs.flux_revision.__eq__) and _on_pko_agent(k, FLUX) is False:
+            done.add(FLUX)
         return done
 
     go_again = _until_all(k, "every Stack Ready under the Go operator again", under_go, set(DEPLOYED), 420)
@@ -489,7 +552,7 @@ def test_go_operator_to_pko_and_back_without_touching_a_resource(kube: Kube, ins
     k.until("the Stacks deleted by the Go operator", lambda: not _stacks(k), 300, 0.5)
     clock.mark("Go operator: Stacks deleted", gone_start)
     assert k.get("configmap", f"{IDLE}-settings") is None  # destroyed
-    for name in (BUSY, GIT, S3):  # no destroyOnFinalize: left as it was
+    for name in (BUSY, GIT, S3, FLUX):  # no destroyOnFinalize: left as it was
         kept = k.get("configmap", f"{name}-settings")
         assert kept is not None and kept["metadata"]["uid"] == uids[name], name
     clock.mark("module (before pko is put back)")

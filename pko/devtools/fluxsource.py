@@ -10,10 +10,10 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-__all__ = ["GITREPOSITORY_CRD", "artifact_status", "tarball"]
+__all__ = ["GITREPOSITORY_CRD", "artifact_app", "artifact_status", "tarball"]
 
 GITREPOSITORY_CRD: Final[dict[str, Any]] = {
     "apiVersion": "apiextensions.k8s.io/v1",
@@ -73,3 +73,17 @@ def artifact_status(url: str, digest: str, revision: str, generation: int, now: 
         ],
         "artifact": {"url": url, "digest": digest, "revision": revision, "lastUpdateTime": now},
     }
+
+
+def artifact_app(path: str, body: bytes) -> Callable[..., list[bytes]]:
+    """A WSGI app serving ``body`` at ``path`` (source-controller's artifact server, for one artifact);
+    serve it with :func:`pko.devtools.gitserver.serve_wsgi`."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        if environ.get("PATH_INFO") != path:
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found\n"]
+        start_response("200 OK", [("Content-Type", "application/gzip"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
