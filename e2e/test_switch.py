@@ -80,21 +80,7 @@ S3_BACKEND = yaml.safe_load((S3_SAMPLE / "pulumi_v1_stack.yaml").read_text())["s
 # sw-git's project, in a repository of its own served over HTTPS (the suite's CA, which both operators'
 # installs and the Stack's pods trust), and sw-flux's, in a Flux GitRepository's artifact (the stand-in
 # for source-controller, pko.devtools.fluxsource, as e2e/test_languages.py serves examples/flux-source):
-# a ConfigMap each, as the Programs make.
-PROJECT = """\
-name: {name}
-runtime: yaml
-resources:
-  settings:
-    type: kubernetes:core/v1:ConfigMap
-    properties:
-      metadata:
-        name: {name}-settings
-      data:
-        greeting: hello from {name}
-outputs:
-  greeting: ${{settings.data.greeting}}
-"""
+# each the suite's Program (a ConfigMap) as a project of its own (_project).
 FLUX_SOURCE = f"""\
 fluxSource:
     sourceRef:
@@ -114,6 +100,12 @@ SLOW = """\
 Obj = dict[str, Any]
 # The engine's steps that delete or replace a resource (an Update's status.resourceChanges keys).
 REPLACING = {"delete", "replace", "create-replacement", "delete-replaced", "discard", "discard-replaced"}
+
+
+def _project(name: str) -> bytes:
+    """The suite's Program ``name`` (e2e/stacks.py) as a Pulumi YAML project's ``Pulumi.yaml``."""
+    body = yaml.safe_load(program(name))["program"]
+    return yaml.safe_dump({"name": name, "runtime": "yaml", **body}).encode()
 
 
 def _s3_stack() -> Obj:
@@ -266,7 +258,7 @@ def flux_source(kube: Kube) -> Iterator[tuple[str, str]]:
     source-controller writes once it has stored the artifact this fixture serves on the node's
     address: its revision and digest. The kind is removed at the end."""
     k = kube
-    artifact, digest = tarball({"app/Pulumi.yaml": PROJECT.format(name=FLUX).encode()})
+    artifact, digest = tarball({"app/Pulumi.yaml": _project(FLUX)})
     revision = f"main@sha1:{hashlib.sha1(artifact).hexdigest()}"
     path = f"/gitrepository/default/{FLUX}/{digest[7:19]}.tar.gz"
     crd = GITREPOSITORY_CRD["metadata"]["name"]
@@ -318,7 +310,7 @@ def installs(
     """The Go operator running in place of the suite's pko, sw-git's repository served; pko back as the
     suite installed it after (the Stacks left by a failed run taken away first, the sources after)."""
     repo = Repo.init_bare(str(tmp_path_factory.mktemp("switch-git") / "app.git"), mkdir=True)
-    head = git_commit(repo, {"app/Pulumi.yaml": PROJECT.format(name=GIT).encode()}, b"sw-git")
+    head = git_commit(repo, {"app/Pulumi.yaml": _project(GIT)}, b"sw-git")
     repo.refs.set_symbolic_ref(b"HEAD", b"refs/heads/main")
     ca = git_tls.ca.read_text()
     pko = pko_install(kube, ca)
