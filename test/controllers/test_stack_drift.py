@@ -176,6 +176,41 @@ def test_the_drift_gauges_follow_the_last_check_and_go_with_the_stack() -> None:
     assert manager.registry.get_sample_value("pko_stack_last_drift_check_timestamp_seconds", labels) is None
 
 
+def test_the_failure_gauges_follow_each_change_of_the_stack() -> None:
+    """An event that changes nothing the gauges export sets nothing; each change still shows, a
+    retry time cleared goes, and a Stack seen again after it was forgotten is set afresh."""
+    manager = _Manager()
+    metrics = StackMetrics(manager)  # type: ignore[arg-type]
+    labels = {"namespace": "ns", "name": "s"}
+    sample = manager.registry.get_sample_value
+    in_60 = (NOW + timedelta(seconds=60)).timestamp()
+    failed = {**DONE_UP, "state": "failed"}
+    obj = stack(WATCHED, {"lastUpdate": failed, "nextRetryTime": at(60)})
+    for _ in range(2):  # the second, unchanged: the same values
+        metrics.observe(obj)
+        assert sample("stacks_failing", labels) == 1 and sample("stacks_active") == 1
+        assert sample("stacks_next_retry_timestamp_seconds", labels) == in_60
+    obj["status"]["nextRetryTime"] = at(120)
+    metrics.observe(obj)
+    assert sample("stacks_next_retry_timestamp_seconds", labels) == in_60 + 60
+    obj["status"]["conditions"] = [{"type": "Reconciling", "status": "True", "reason": "r", "message": ""}]
+    metrics.observe(obj)
+    assert sample("stacks_reconciling", labels) == 1
+    obj["status"]["lastUpdate"] = {**DONE_UP, "state": "running"}  # neither: failing left as it is
+    metrics.observe(obj)
+    assert sample("stacks_failing", labels) == 1
+    assert sample("stacks_next_retry_timestamp_seconds", labels) is None
+    obj["status"] = {"lastUpdate": DONE_UP}
+    metrics.observe(obj)
+    assert sample("stacks_failing", labels) == 0 and sample("stacks_reconciling", labels) == 0
+    metrics.forget(obj)
+    assert sample("stacks_active") == 0
+    obj["status"] = {"lastUpdate": failed, "nextRetryTime": at(60)}
+    metrics.observe(obj)
+    assert sample("stacks_failing", labels) == 1 and sample("stacks_active") == 1
+    assert sample("stacks_next_retry_timestamp_seconds", labels) == in_60
+
+
 def test_the_request_annotations_wake_the_stack() -> None:
     for name in ("pulumi.com/approved-plan", REFRESH_REQUEST_ANNOTATION, CANCEL_REQUEST_ANNOTATION):
         old = stack()
