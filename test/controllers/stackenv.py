@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any, Final
@@ -333,6 +334,23 @@ async def serve_flux_crd(crds: ResourceClient, sources: ResourceClient) -> None:
         return True
 
     await wait_until("the GitRepository CRD served", served, within=30.0)
+
+
+async def remove_flux_crd(crds: ResourceClient) -> None:
+    """Delete the GitRepository CRD and wait until it is gone: a CRD is deleted asynchronously, and a
+    module after this one on the same apiserver may rely on Flux's kind not being served."""
+    name = FLUX_CRD["metadata"]["name"]
+    with contextlib.suppress(ApiException):
+        await crds.delete(name)
+
+    async def gone() -> bool:
+        try:
+            await crds.get(name)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    await wait_until("the Flux CRD removed", gone, within=120.0)
 
 
 async def create_source(sources: ResourceClient, name: str) -> None:

@@ -10,7 +10,6 @@ Flux source (the test plays source-controller) is fetched by the agent and a new
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import io
 import json
@@ -33,7 +32,7 @@ from pko.machinery.conditions import get_condition
 from pko.machinery.resource import ResourceClient
 
 from .conftest import operator_env
-from .stackenv import CRDS, FLUX_CRD, GITREPOSITORIES
+from .stackenv import CRDS, FLUX_CRD, GITREPOSITORIES, remove_flux_crd
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -353,17 +352,7 @@ async def test_flux_source_is_fetched_deployed_and_a_new_digest_redeploys(
         assert stack["status"]["outputs"] == {"greeting": "two"}
     finally:
         await env.stacks.delete("fluxed")
-        with contextlib.suppress(ApiException):
-            await crds.delete(FLUX_CRD["metadata"]["name"])
-
-        async def crd_gone() -> bool:
-            try:
-                await crds.get(FLUX_CRD["metadata"]["name"])
-            except ApiException as exc:
-                return exc.status == 404
-            return False
-
-        await wait_until("the Flux CRD removed", crd_gone, within=120)
+        await remove_flux_crd(crds)
 
 
 async def _served(env: Env) -> bool:

@@ -18,6 +18,7 @@ from .stackenv import (
     STORED,
     Env,
     create_source,
+    remove_flux_crd,
     serve_flux_crd,
     source_artifact_url,
     stack_env,
@@ -100,4 +101,4 @@ async def test_a_packs_flux_source_is_awaited_then_fetched_at_its_digest_and_a_n
 
         await wait_until("the new pack digest recorded", recorded_anew, within=30.0)
     finally:
-        await crds.delete("gitrepositories.source.toolkit.fluxcd.io")
+        await remove_flux_crd(crds)

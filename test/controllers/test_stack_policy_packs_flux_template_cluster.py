@@ -15,10 +15,10 @@ from pko.machinery.resource import ResourceClient
 
 from .stackenv import (
     CRDS,
-    FLUX_CRD,
     GITREPOSITORIES,
     Env,
     create_source,
+    remove_flux_crd,
     serve_flux_crd,
     stack_env,
     write_source_status,
@@ -86,4 +86,4 @@ async def test_a_templates_pack_source_wakes_the_stacks_built_with_it_with_no_ti
         await env.complete(await env.next_update("enforced", seen))
         await env.wait_condition("enforced", "Ready", "ProcessingCompleted")
     finally:
-        await crds.delete(FLUX_CRD["metadata"]["name"])
+        await remove_flux_crd(crds)

@@ -22,6 +22,7 @@ from .stackenv import (
     Env,
     FakeClock,
     create_source,
+    remove_flux_crd,
     serve_flux_crd,
     source_artifact_url,
     stack_env,
@@ -187,4 +188,4 @@ async def test_flux_source_artifact_is_deployed_and_a_new_revision_redeploys(
         update = await env.next_update("fluxed", seen)
         assert update["spec"]["message"] == f'New commit detected: "sha256:{"bbbb" * 16}"'
     finally:
-        await crds.delete("gitrepositories.source.toolkit.fluxcd.io")
+        await remove_flux_crd(crds)
