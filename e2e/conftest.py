@@ -45,8 +45,9 @@ WORKSPACE_NS = "default"
 OPERATOR = os.environ.get("PKO_E2E_OPERATOR", "pko")
 NODE_IP = "10.87.0.1"  # hack/localnode.py: the node's own veth address, where tests serve what pods reach
 # The git server over SSH that test_languages.py runs on NODE_IP (port 22) for examples/git-ssh: its host
-# key is the same in every run, so the operator trusts it from install (GIT_SSH_KNOWN_HOSTS) and
-# examples/components/local-node writes it in the example's known_hosts, as data.
+# key is the same in every run, so the operator trusts it from install (pko: GIT_SSH_KNOWN_HOSTS; the Go
+# operator: a known_hosts file, with_git_ssh_known_hosts_file) and examples/components/local-node writes
+# it in the example's known_hosts, as data.
 GIT_SSH_HOST_KEY = fixed_host_key("e2e git-ssh")
 LOCAL_WORKSPACE_IMAGE = "pko-workspace:dev"  # the real engine, built by hack/build-images.sh
 RESTRICTED = {
@@ -100,6 +101,15 @@ class Kube:
         except NotReached as e:
             raise NotReached(f"{e}\n{self.diagnose()}") from None
 
+    def established(self, crd: str, within: float = 60) -> None:
+        """Wait until CustomResourceDefinition ``crd`` is Established (its kind is served)."""
+        self.until(
+            f"CRD {crd} established",
+            lambda: self.condition(self.get("crd", crd, ""), "Established").get("status") == "True",
+            within,
+            1,
+        )
+
     def delete_stack_watching(self, name: str, within: float = 600) -> tuple[set[str], set[int]]:
         """``kubectl delete stack`` and wait until it is gone, noting every uid its workspace pod had
         and every generation its Workspace had meanwhile (a destroy that replaced the pod shows two)."""
@@ -148,7 +158,7 @@ def with_local_workspace_image(manifest: str) -> str:
 
 def with_git_ssh_known_hosts(manifest: str) -> str:
     """``manifest`` (pko's install) with the operator trusting the suite's git server over SSH, as
-    docs/stacks.md tells users to give the operator its known_hosts."""
+    docs/stacks.md tells users to give the operator its known_hosts: the contents in GIT_SSH_KNOWN_HOSTS."""
     docs = [d for d in yaml.safe_load_all(manifest) if d]
     for doc in docs:
         if doc.get("kind") == "Deployment" and doc["metadata"]["name"] == "controller-manager":
@@ -165,21 +175,36 @@ def with_git_ssh_known_hosts(manifest: str) -> str:
 # template, the `fetch` and `pulumi` containers, which merge by name into either operator's).
 GIT_CA_CONFIGMAP = "git-ca"
 GIT_CA_DIR = "/etc/git-ca"
+# The Go operator's manager trusts the suite's git server over SSH as go-git finds known_hosts (v2.9.0's
+# branch lookup, go-git v5, and its agent's fetch, go-git v6, alike): a file named by SSH_KNOWN_HOSTS,
+# else ~/.ssh/known_hosts and /etc/ssh/ssh_known_hosts; no contents from the environment. So the line
+# is a ConfigMap mounted into its pod (with_git_ssh_known_hosts_file), as its users give it one.
+GIT_SSH_CONFIGMAP = "git-ssh-known-hosts"
+GIT_SSH_DIR = "/etc/git-ssh"
 
 
-def _git_ca_configmap(namespace: str, ca_pem: str) -> dict[str, Any]:
+def _configmap(namespace: str, name: str, data: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": GIT_CA_CONFIGMAP, "namespace": namespace},
-        "data": {"ca.crt": ca_pem},
+        "metadata": {"name": name, "namespace": namespace},
+        "data": data,
     }
 
 
-def _trusting(container: dict[str, Any]) -> None:
-    container.setdefault("env", []).append({"name": "SSL_CERT_FILE", "value": f"{GIT_CA_DIR}/ca.crt"})
-    mount = {"name": GIT_CA_CONFIGMAP, "mountPath": GIT_CA_DIR, "readOnly": True}
+def _git_ca_configmap(namespace: str, ca_pem: str) -> dict[str, Any]:
+    return _configmap(namespace, GIT_CA_CONFIGMAP, {"ca.crt": ca_pem})
+
+
+def _mount(container: dict[str, Any], configmap: str, directory: str, env: str, value: str) -> None:
+    """``container`` with ConfigMap volume ``configmap`` at ``directory`` and ``env`` set to ``value``."""
+    container.setdefault("env", []).append({"name": env, "value": value})
+    mount = {"name": configmap, "mountPath": directory, "readOnly": True}
     container.setdefault("volumeMounts", []).append(mount)
+
+
+def _trusting(container: dict[str, Any]) -> None:
+    _mount(container, GIT_CA_CONFIGMAP, GIT_CA_DIR, "SSL_CERT_FILE", f"{GIT_CA_DIR}/ca.crt")
 
 
 def _named(containers: list[dict[str, Any]], name: str) -> dict[str, Any]:
@@ -190,19 +215,32 @@ def _named(containers: list[dict[str, Any]], name: str) -> dict[str, Any]:
     return found[0]
 
 
-def with_git_ca(manifest: str, ca_pem: str) -> str:
-    """An operator's install (pko's or the Go operator's: both a Deployment ``controller-manager``
-    with a container ``manager``) with the manager trusting ``ca_pem`` for its branch lookups."""
+def _with_manager_file(manifest: str, configmap: str, directory: str, env: str, file: str, text: str) -> str:
+    """An operator's install (pko's or the Go operator's: both a Deployment ``controller-manager`` with a
+    container ``manager``) with ``text`` as ``file`` of ConfigMap ``configmap`` (made in the operator's
+    namespace), mounted at ``directory`` in the manager, whose ``env`` names that file."""
     docs = [d for d in yaml.safe_load_all(manifest) if d]
     for doc in docs:
         if doc.get("kind") == "Deployment" and doc["metadata"]["name"] == "controller-manager":
             pod = doc["spec"]["template"]["spec"]
-            _trusting(_named(pod["containers"], "manager"))
-            pod.setdefault("volumes", []).append(
-                {"name": GIT_CA_CONFIGMAP, "configMap": {"name": GIT_CA_CONFIGMAP}}
-            )
-    docs.append(_git_ca_configmap(OPERATOR_NS, ca_pem))
+            _mount(_named(pod["containers"], "manager"), configmap, directory, env, f"{directory}/{file}")
+            pod.setdefault("volumes", []).append({"name": configmap, "configMap": {"name": configmap}})
+    docs.append(_configmap(OPERATOR_NS, configmap, {file: text}))
     return yaml.safe_dump_all(docs)
+
+
+def with_git_ssh_known_hosts_file(manifest: str) -> str:
+    """``manifest`` (the Go operator's install) with the manager trusting the suite's git server over
+    SSH: its known_hosts line in a file SSH_KNOWN_HOSTS names (go-git's way; docs/differences.md)."""
+    line = known_hosts_line(NODE_IP, 22, GIT_SSH_HOST_KEY)
+    env = "SSH_KNOWN_HOSTS"
+    return _with_manager_file(manifest, GIT_SSH_CONFIGMAP, GIT_SSH_DIR, env, "known_hosts", line)
+
+
+def with_git_ca(manifest: str, ca_pem: str) -> str:
+    """An operator's install (pko's or the Go operator's) with the manager trusting ``ca_pem`` for its
+    branch lookups."""
+    return _with_manager_file(manifest, GIT_CA_CONFIGMAP, GIT_CA_DIR, "SSL_CERT_FILE", "ca.crt", ca_pem)
 
 
 def trusting_git_ca(manifest: str) -> str:
@@ -273,8 +311,10 @@ def pko_install(k: Kube, git_ca: str) -> str:
 
 def go_install(k: Kube, git_ca: str) -> str:
     """The Go operator's install from its own quickstart manifests (its image imported into the node),
-    as its users install it, its manager trusting the suite's git CA."""
-    return with_git_ca(k.run("kustomize", str(go_operator_quickstart())), git_ca)
+    as its users install it, its manager trusting the suite's git servers: their CA (HTTPS) and host
+    key (SSH, as a known_hosts file: with_git_ssh_known_hosts_file)."""
+    quickstart = k.run("kustomize", str(go_operator_quickstart()))
+    return with_git_ca(with_git_ssh_known_hosts_file(quickstart), git_ca)
 
 
 def _install_go_operator(k: Kube, git_ca: str) -> None:
@@ -332,12 +372,7 @@ def kube(git_tls: ServerTLS) -> Iterator[Kube]:
             "workspaces.auto.pulumi.com",
             "updates.auto.pulumi.com",
         ):
-            k.until(
-                f"CRD {crd} established",
-                lambda crd=crd: k.condition(k.get("crd", crd, ""), "Established").get("status") == "True",
-                60,
-                1,
-            )  # type: ignore[misc]
+            k.established(crd)
         k.run(
             "-n",
             OPERATOR_NS,

@@ -1,17 +1,21 @@
 """What the e2e modules build and wait for: the suite's Program and Stack manifests (the Stack is
 pko.devtools.stacks.claimed_stack: state on a claim of the Stack's own, the passphrase as a literal), a
-broken and a slow Program, Ready and gone, the operator's metrics as a metrics-reader scrapes them, and
-the gitops project's bare repository."""
+broken and a slow Program, Ready and gone, the operator's metrics as a metrics-reader scrapes them, the
+gitops project's bare repository, and a Flux source Ready with an artifact the test serves."""
 
 from __future__ import annotations
 
+import json
 import ssl
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
 from dulwich.repo import Repo
 
+from pko.devtools.fluxsource import GITREPOSITORY_CRD, artifact_status
 from pko.devtools.gitserver import git_commit
 from pko.devtools.stacks import claimed_stack
 
@@ -159,3 +163,17 @@ def bare_repository(root: Path) -> Repo:
     gitops_commit(repo, "one")
     repo.refs.set_symbolic_ref(b"HEAD", b"refs/heads/main")
     return repo
+
+
+def flux_source_ready(k: Kube, manifest: str, name: str, url: str, digest: str, revision: str) -> None:
+    """A stand-in for Flux's source-controller (pko.devtools.fluxsource): the GitRepository kind (its CRD
+    alone, no controller) applied and Established, then ``manifest`` (which holds GitRepository
+    ``name``), then the status source-controller writes on ``name`` once it has stored the artifact at
+    ``url`` (``digest``, ``revision``), which the caller serves. The caller deletes the CRD."""
+    k.apply(yaml.safe_dump(GITREPOSITORY_CRD))
+    k.established(GITREPOSITORY_CRD["metadata"]["name"])
+    k.apply(manifest)
+    generation = int((k.get("gitrepository", name) or {})["metadata"]["generation"])
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    patch = json.dumps({"status": artifact_status(url, digest, revision, generation, now)})
+    k.run("patch", "gitrepository", name, "--subresource=status", "--type=merge", "-p", patch)

@@ -16,26 +16,27 @@ the Go example's go.sum must be what they resolve to) and a Python package index
 wheel the test makes). The git server serves the examples' program folders at their paths in this
 repository, over HTTPS with a certificate of the suite's own CA, which the operator and the workspace
 pods trust as docs/stacks.md says (e2e/conftest.py's git_tls), so either operator fetches it
-(``PKO_E2E_OPERATOR``). What a program does not install itself (@pulumi/pulumi, the providers' SDKs,
-TypeScript) the image has in /node_modules; the Python SDK is in the image's Python, and a virtualenv
-gets it and pip's own tools from the image's wheelhouse. Where the Go operator differs (a Flux source's
-recorded revision, a Python program's requirements, a missing language host's words, a Node.js or Go
-program's destroy at deletion), the tests assert what it does (docs/differences.md)."""
+(``PKO_E2E_OPERATOR``); and over SSH on port 22 for examples/git-ssh, whose host key each operator's
+install trusts (pko's in GIT_SSH_KNOWN_HOSTS, the Go operator's in a file SSH_KNOWN_HOSTS names) and
+the example's known_hosts holds for the workspace's fetch. What a program does not install itself
+(@pulumi/pulumi, the providers' SDKs, TypeScript) the image has in /node_modules; the Python SDK is in
+the image's Python, and a virtualenv gets it and pip's own tools from the image's wheelhouse. Where the
+Go operator differs (a Flux source's recorded revision, a Python program's requirements, a missing
+language host's words, a Node.js or Go program's destroy at deletion), the tests assert what it does
+(docs/differences.md)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from dulwich.repo import Repo
 
 from pko.devtools.examples import EXAMPLES, local_example
-from pko.devtools.fluxsource import GITREPOSITORY_CRD, artifact_app, artifact_status, tarball
+from pko.devtools.fluxsource import GITREPOSITORY_CRD, artifact_app, tarball
 from pko.devtools.gitserver import ServerTLS, git_commit, serve_git, serve_wsgi
 from pko.devtools.gitssh import known_hosts_line, new_ed25519_openssh, serve_git_ssh
 from pko.devtools.goproxy import go_sum, serve_module_cache
@@ -44,7 +45,7 @@ from pko.devtools.pypiindex import Index, make_wheel, serve_index
 from pko.devtools.versions import cache_dir, versions
 
 from .conftest import GIT_SSH_HOST_KEY, NODE_IP, OPERATOR, Kube, trusting_git_ca
-from .stacks import gone, ready
+from .stacks import flux_source_ready, gone, ready
 from .stacks import stack as claimed
 
 pytestmark = pytest.mark.timeout(1800)
@@ -133,6 +134,11 @@ def stack(name: str, source: str, env: dict[str, str] | None = None) -> str:
     return trusting_git_ca(claimed(name, source, env))
 
 
+# The repository's path on the git server over SSH: two segments, as for HTTPS (the Go operator refuses
+# one: docs/differences.md).
+SSH_PATH = "/e2e/programs.git"
+
+
 @pytest.fixture
 def sources(tmp_path: Path, git_tls: ServerTLS) -> Iterator[dict[str, str]]:
     """The programs' git repository (over HTTPS, and over SSH on port 22 with a deploy key), npm
@@ -181,13 +187,13 @@ def sources(tmp_path: Path, git_tls: ServerTLS) -> Iterator[dict[str, str]]:
     deploy_key = new_ed25519_openssh()
     with (
         serve_git(repo, "/e2e/programs.git", NODE_IP, git_tls) as git,  # the Go operator wants org/repo
-        serve_git_ssh({"/repo.git": repo}, deploy_key, host=NODE_IP, port=22, host_key=GIT_SSH_HOST_KEY),
+        serve_git_ssh({SSH_PATH: repo}, deploy_key, host=NODE_IP, port=22, host_key=GIT_SSH_HOST_KEY),
         serve_registry(registry, host=NODE_IP) as npm,
         serve_module_cache(downloads, host=NODE_IP) as goproxy,
         serve_index(index, host=NODE_IP) as pypi,
         serve_wsgi(artifact_app(path, artifact), host=NODE_IP) as artifacts,
     ):
-        ssh = f"ssh://git@{NODE_IP}/repo.git"
+        ssh = f"ssh://git@{NODE_IP}{SSH_PATH}"
         yield {
             "git": git, "ssh": ssh, "deploy_key": deploy_key, "npm": npm, "goproxy": goproxy, "pypi": pypi,
             "flux_url": artifacts + path, "flux_digest": digest, "flux_revision": f"main@sha1:{commit}",
@@ -228,20 +234,10 @@ def _flux_source_example(k: Kube, folder: Path, sources: dict[str, str], env: di
     (pko.devtools.fluxsource: the GitRepository kind alone, no controller): the folder applied, then the
     status source-controller writes once it has stored the repository's artifact, which the test
     serves on the node's address. pko reads nothing of a Flux source but that status."""
-    crd = GITREPOSITORY_CRD["metadata"]["name"]
-    k.apply(yaml.safe_dump(GITREPOSITORY_CRD))
-    established = lambda: k.condition(k.get("crd", crd, ""), "Established").get("status") == "True"  # noqa: E731
-    k.until(f"CRD {crd} established", established, 60, 1)
-    k.apply(k.run("kustomize", str(local_example("flux-source", folder / "flux-source", _env_ops(env)))))
-    generation = int((k.get("gitrepository", "pko-examples") or {})["metadata"]["generation"])
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    status = artifact_status(
-        sources["flux_url"], sources["flux_digest"], sources["flux_revision"], generation, now
+    example = k.run("kustomize", str(local_example("flux-source", folder / "flux-source", _env_ops(env))))
+    flux_source_ready(
+        k, example, "pko-examples", sources["flux_url"], sources["flux_digest"], sources["flux_revision"]
     )
-    k.run(
-        "patch", "gitrepository", "pko-examples", "--subresource=status", "--type=merge",
-        "-p", json.dumps({"status": status}),
-    )  # fmt: skip
 
 
 def _git_ssh_example(k: Kube, folder: Path, sources: dict[str, str], env: dict[str, str]) -> None:
@@ -259,6 +255,7 @@ def _git_ssh_example(k: Kube, folder: Path, sources: dict[str, str], env: dict[s
 GO_UNDESTROYED = {
     "nginx": "npm error",
     "javascript": "npm error",
+    "git-ssh": "npm error",
     "flux-source": "npm error",
     "golang": "go.mod file not found",
 }
@@ -310,9 +307,7 @@ def test_the_seed_typescript_nginx_javascript_and_go_examples_deploy(
     _example(k, tmp_path, "nginx", sources, npm)
     _example(k, tmp_path, "javascript", sources, npm)
     _example(k, tmp_path, "go", sources, go)
-    over_ssh = OPERATOR == "pko"  # the operator's known_hosts: set by this suite's install of pko only
-    if over_ssh:
-        _git_ssh_example(k, tmp_path, sources, npm)
+    _git_ssh_example(k, tmp_path, sources, npm)
     _flux_source_example(k, tmp_path, sources, npm)
 
     # TypeScript: the seed's program, its dependencies installed from its lockfile, compiled by ts-node;
@@ -346,19 +341,18 @@ def test_the_seed_typescript_nginx_javascript_and_go_examples_deploy(
     assert settings is not None and settings["data"] == {"greeting": "hello from javascript"}
 
     # git-ssh: the same program over SSH with the deploy key, the server trusted by known_hosts alone
-    # (the operator's branch lookup and the workspace's fetch).
-    if over_ssh:
-        known = k.get("configmap", "known-hosts") or {}
-        assert known["data"]["known_hosts"].strip() == known_hosts_line(NODE_IP, 22, GIT_SSH_HOST_KEY).strip()
-        s = ready(k, "git-ssh", within=600)
-        ssh_greeting = s["status"]["outputs"]
-        assert ssh_greeting["greeting"] == "hello over ssh", ssh_greeting
-        settings = k.get("configmap", ssh_greeting["name"])
-        assert settings is not None and settings["data"] == {"greeting": "hello over ssh"}
-        _finish(k, "git-ssh")
-        gone(k, "configmap", ssh_greeting["name"])
-        k.run("delete", "secret", "git-deploy-key")
-        k.run("delete", "configmap", "known-hosts")
+    # (the operator's branch lookup and the workspace's fetch; each operator's install trusts it:
+    # e2e/conftest.py).
+    known = k.get("configmap", "known-hosts") or {}
+    assert known["data"]["known_hosts"].strip() == known_hosts_line(NODE_IP, 22, GIT_SSH_HOST_KEY).strip()
+    s = ready(k, "git-ssh", within=600)
+    ssh_greeting = s["status"]["outputs"]
+    assert ssh_greeting["greeting"] == "hello over ssh", ssh_greeting
+    settings = k.get("configmap", ssh_greeting["name"])
+    assert settings is not None and settings["data"] == {"greeting": "hello over ssh"}
+    _finish(k, "git-ssh", made=(("configmap", ssh_greeting["name"]),))
+    k.run("delete", "secret", "git-deploy-key")
+    k.run("delete", "configmap", "known-hosts")
 
     # flux-source: the same program from the Flux source's artifact, its digest the deployed revision
     # (the Go operator records the source's revision, branch@sha1:commit: docs/differences.md).

@@ -36,18 +36,16 @@ the object store removed. The module needs SeaweedFS, so it runs with the S3 mod
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import yaml
 from dulwich.repo import Repo
 
-from pko.devtools.fluxsource import GITREPOSITORY_CRD, artifact_app, artifact_status, tarball
+from pko.devtools.fluxsource import GITREPOSITORY_CRD, artifact_app, tarball
 from pko.devtools.gitserver import ServerTLS, git_commit, serve_git, serve_wsgi
 from pko.devtools.stacks import stack as stack_object
 
@@ -61,7 +59,7 @@ from .conftest import (
     trusting_git_ca,
     with_local_workspace_image,
 )
-from .stacks import PROGRAM, program, stack
+from .stacks import PROGRAM, flux_source_ready, program, stack
 
 pytestmark = [
     pytest.mark.timeout(900),
@@ -261,26 +259,18 @@ def flux_source(kube: Kube) -> Iterator[tuple[str, str]]:
     artifact, digest = tarball({"app/Pulumi.yaml": _project(FLUX)})
     revision = f"main@sha1:{hashlib.sha1(artifact).hexdigest()}"
     path = f"/gitrepository/default/{FLUX}/{digest[7:19]}.tar.gz"
-    crd = GITREPOSITORY_CRD["metadata"]["name"]
-    k.apply(yaml.safe_dump(GITREPOSITORY_CRD))
+    source = {
+        "apiVersion": "source.toolkit.fluxcd.io/v1",
+        "kind": "GitRepository",
+        "metadata": {"name": FLUX},
+        "spec": {"interval": "5m", "ref": {"branch": "main"}},
+    }
     try:
-        established = lambda: k.condition(k.get("crd", crd, ""), "Established").get("status") == "True"  # noqa: E731
-        k.until(f"CRD {crd} established", established, 60, 1)
-        source = {
-            "apiVersion": "source.toolkit.fluxcd.io/v1",
-            "kind": "GitRepository",
-            "metadata": {"name": FLUX},
-            "spec": {"interval": "5m", "ref": {"branch": "main"}},
-        }
-        k.apply(yaml.safe_dump(source))
         with serve_wsgi(artifact_app(path, artifact), host=NODE_IP) as base:
-            generation = int((k.get("gitrepository", FLUX) or {})["metadata"]["generation"])
-            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            status = artifact_status(base + path, digest, revision, generation, now)
-            patch = json.dumps({"status": status})
-            k.run("patch", "gitrepository", FLUX, "--subresource=status", "--type=merge", "-p", patch)
+            flux_source_ready(k, yaml.safe_dump(source), FLUX, base + path, digest, revision)
             yield revision, digest
     finally:
+        crd = GITREPOSITORY_CRD["metadata"]["name"]
         k.run("delete", "crd", crd, "--ignore-not-found", "--wait=false", check=False)
 
 

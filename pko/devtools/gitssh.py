@@ -23,13 +23,17 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from dulwich.protocol import Protocol
 from dulwich.repo import Repo
-from dulwich.server import BackendRepo, DictBackend, UploadPackHandler
+from dulwich.server import BackendRepo, DictBackend
 from paramiko.common import (
     AUTH_FAILED,
     AUTH_SUCCESSFUL,
     OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED,
     OPEN_SUCCEEDED,
 )
+
+# git's upload-pack as the suite's HTTPS servers serve it: to clients that ask for no side-band too
+# (go-git's clone: the Go operator's fetch), which dulwich's own refuses.
+from pko.devtools.gitserver import _UploadPack
 
 __all__ = ["GitSSH", "fixed_host_key", "new_ed25519_openssh", "serve_git_ssh"]
 
@@ -105,7 +109,7 @@ class _GitSSHInterface(paramiko.ServerInterface):
         with contextlib.suppress(EOFError, OSError, paramiko.SSHException):
             try:
                 proto = Protocol(_read_exact(channel), channel.sendall)
-                UploadPackHandler(self._backend, [path], proto).handle()
+                _UploadPack(self._backend, [path], proto).handle()
                 channel.send_exit_status(0)
             except (EOFError, OSError, paramiko.SSHException):
                 raise
