@@ -2,8 +2,11 @@
 # The test command: venv, lint (ruff + mypy --strict), the whole pytest suite against a real control
 # plane that the tests start themselves (or $KUBECONFIG), and beside it the end-to-end suite (e2e/) on a
 # real node this machine runs (hack/localnode.py; skipped, with the reason, where a node cannot run).
-# Extra args go to the first pytest run. Each run ends with its 25 slowest steps (CI's budget, issue 45). PKO_SKIP_E2E=1 skips the e2e suite.
+# Extra args go to the first pytest run. Each run ends with its 25 slowest steps. PKO_SKIP_E2E=1 skips the e2e suite.
 set -euo pipefail
+case "${1:-}" in -h|--help)  # before the venv and lint, which the first run would otherwise start
+  sed -n '2,5p' "$0" | cut -c3-; exit 0 ;;
+esac
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$REPO"
 PY="$(bash hack/venv.sh)"
