@@ -229,6 +229,7 @@ class SharedInformer:
             for scope in scopes
         ]
         self._metrics = ReflectorMetrics.for_registry(metrics_registry) if metrics_registry else None
+        self._event_counters: dict[str, Counter] = {}  # watch event type -> its labelled counter
         self.stats = ReflectorStats()
         self._handlers: list[EventHandler] = []
         self._synced = asyncio.Event()
@@ -354,7 +355,10 @@ class SharedInformer:
     def count_event(self, etype: str) -> None:
         self.stats.events[etype] += 1
         if self._metrics is not None:
-            self._metrics.events.labels(self.resource.name, etype).inc()
+            counter = self._event_counters.get(etype)
+            if counter is None:  # looked up once per type: ``labels`` costs more than the count
+                counter = self._event_counters[etype] = self._metrics.events.labels(self.resource.name, etype)
+            counter.inc()
 
     def replace(
         self, entries: list[StoredObject], list_rv: str, *, streamed: bool, namespace: str | None

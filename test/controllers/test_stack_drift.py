@@ -18,6 +18,7 @@ from pko.controllers.stack.retry import retry_delay
 from pko.controllers.stack.watches import STACK_PREDICATE, StackMetrics
 from pko.machinery.conditions import format_time
 from pko.machinery.controller import Result
+from pko.machinery.store import clone
 
 from .test_stack_plan import (
     DONE_UP,
@@ -209,6 +210,25 @@ def test_the_failure_gauges_follow_each_change_of_the_stack() -> None:
     metrics.observe(obj)
     assert sample("stacks_failing", labels) == 1 and sample("stacks_active") == 1
     assert sample("stacks_next_retry_timestamp_seconds", labels) == in_60
+
+
+def test_an_event_that_changes_nothing_the_gauges_show_sets_nothing() -> None:
+    """A Stack's first pass brings four looks at one status (its first event, its finalizer's and its
+    status's, the status write's answer): the gauges are set from the first only."""
+    manager = _Manager()
+    metrics = StackMetrics(manager)  # type: ignore[arg-type]
+    obj = stack(WATCHED, {"lastUpdate": {**DONE_UP, "state": "failed"}, "nextRetryTime": at(60)})
+    metrics.observe(obj)
+    for gauge in (metrics.failing, metrics.reconciling, metrics.next_retry):
+        gauge.labels("ns", "s").set(-1)  # a value observe would never set: it shows whether it set again
+    metrics.observe(clone(obj) | {"metadata": {**obj["metadata"], "resourceVersion": "2"}})
+    sample = manager.registry.get_sample_value
+    labels = {"namespace": "ns", "name": "s"}
+    assert sample("stacks_failing", labels) == sample("stacks_reconciling", labels) == -1
+    assert sample("stacks_next_retry_timestamp_seconds", labels) == -1
+    obj["status"]["conditions"] = [{"type": "Reconciling", "status": "True", "reason": "r", "message": ""}]
+    metrics.observe(obj)  # only what changed is set
+    assert sample("stacks_reconciling", labels) == 1 and sample("stacks_failing", labels) == -1
 
 
 def test_the_request_annotations_wake_the_stack() -> None:

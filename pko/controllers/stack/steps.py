@@ -7,7 +7,6 @@ that writes); :mod:`pko.controllers.stack.plan` decides them.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,6 +24,7 @@ from pko.controllers.stack.workspaceobject import PackRevision, ResolvedSource
 from pko.machinery.controller import Result
 from pko.machinery.events import Emit, Log
 from pko.machinery.resource import Obj
+from pko.machinery.store import clone
 
 __all__ = [
     "SOURCE_UNAVAILABLE_REQUEUE",
@@ -181,7 +181,7 @@ class Plan:
 
 def write_status(status: Obj, recorded: Obj | None = None) -> WriteStatus:
     """A status write of ``status`` as it is now (later decisions may change the dict)."""
-    return WriteStatus(copy.deepcopy(status), recorded)
+    return WriteStatus(clone(status), recorded)
 
 
 def annotation(obj: Obj, name: str) -> str:

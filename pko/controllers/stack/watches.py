@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from prometheus_client import Gauge
 
@@ -338,54 +338,82 @@ class StackMetrics:
             ["namespace", "name"],
             registry=registry,
         )
-        self._keys: set[str] = set()
+        # What the gauges show of each Stack tracked (its key: namespace/name): an event that changes
+        # none of it sets nothing (issue 44: a Stack's first pass brings four, its first event, its
+        # finalizer's and its status's, and the status write's answer, which mostly show the same).
+        self._shown: dict[str, _Shown] = {}
 
     def observe(self, obj: Obj) -> None:
-        key = object_key(namespace_of(obj), str(metadata_of(obj).get("name")))
-        self._keys.add(key)
-        self.active.set(len(self._keys))
-        labels = {"namespace": namespace_of(obj) or "", "name": str(metadata_of(obj).get("name"))}
+        namespace, name = namespace_of(obj), str(metadata_of(obj).get("name"))
+        key = object_key(namespace, name)
         status = obj.get("status") or {}
         state = (status.get("lastUpdate") or {}).get("state")
-        if state == "failed":
-            self.failing.labels(**labels).set(1)
-        elif state == "succeeded":
-            self.failing.labels(**labels).set(0)
-        self.reconciling.labels(**labels).set(1 if is_true(status.get("conditions"), "Reconciling") else 0)
-        retry = status.get("nextRetryTime")
-        when = datetime.fromisoformat(str(retry).replace("Z", "+00:00")) if retry else None
-        if when is not None and state == "failed":
-            self.next_retry.labels(**labels).set(when.timestamp())
-        else:
-            self._remove(self.next_retry, labels)
         drift = status.get("drift") or {}
         checked = drift.get("lastCheckTime")
-        if checked:
+        shown = _Shown(
+            state,
+            is_true(status.get("conditions"), "Reconciling"),
+            status.get("nextRetryTime") if state == "failed" else None,
             # ``count``: all of them (``resources`` lists the first: pko.api.limits).
-            self.drift_resources.labels(**labels).set(drift.get("count") or len(drift.get("resources") or []))
-            when = datetime.fromisoformat(str(checked).replace("Z", "+00:00"))
-            self.last_drift_check.labels(**labels).set(when.timestamp())
-        else:
-            self._remove(self.drift_resources, labels)
-            self._remove(self.last_drift_check, labels)
+            (drift.get("count") or len(drift.get("resources") or []), str(checked)) if checked else None,
+        )
+        last = self._shown.get(key)
+        if last == shown:
+            return
+        labels = (namespace or "", name)
+        if last is None or last.state != state:
+            if state == "failed":
+                self.failing.labels(*labels).set(1)
+            elif state == "succeeded":
+                self.failing.labels(*labels).set(0)
+        if last is None or last.reconciling != shown.reconciling:
+            self.reconciling.labels(*labels).set(1 if shown.reconciling else 0)
+        if last is None or last.retry != shown.retry:
+            if shown.retry:
+                when = datetime.fromisoformat(str(shown.retry).replace("Z", "+00:00"))
+                self.next_retry.labels(*labels).set(when.timestamp())
+            elif last is not None and last.retry:
+                self._remove(self.next_retry, labels)
+        if last is None or last.drift != shown.drift:
+            if shown.drift is not None:
+                count, at = shown.drift
+                self.drift_resources.labels(*labels).set(count)
+                when = datetime.fromisoformat(at.replace("Z", "+00:00"))
+                self.last_drift_check.labels(*labels).set(when.timestamp())
+            elif last is not None and last.drift is not None:
+                self._remove(self.drift_resources, labels)
+                self._remove(self.last_drift_check, labels)
+        self._shown[key] = shown
+        if last is None:
+            self.active.set(len(self._shown))
 
     def forget(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         if isinstance(obj, DeletedFinalStateUnknown):
             namespace, name = split_key(obj.key)
         else:
             namespace, name = namespace_of(obj), str(metadata_of(obj).get("name"))
-        self._keys.discard(object_key(namespace, name))
-        self.active.set(len(self._keys))
-        labels = {"namespace": namespace or "", "name": name}
-        self.failing.labels(**labels).set(0)
-        self.reconciling.labels(**labels).set(0)
+        self._shown.pop(object_key(namespace, name), None)
+        self.active.set(len(self._shown))
+        labels = (namespace or "", name)
+        self.failing.labels(*labels).set(0)
+        self.reconciling.labels(*labels).set(0)
         self._remove(self.next_retry, labels)
         self._remove(self.drift_resources, labels)
         self._remove(self.last_drift_check, labels)
 
     @staticmethod
-    def _remove(gauge: Gauge, labels: dict[str, str]) -> None:
+    def _remove(gauge: Gauge, labels: tuple[str, str]) -> None:
         try:
-            gauge.remove(labels["namespace"], labels["name"])
+            gauge.remove(*labels)
         except KeyError:
             pass
+
+
+class _Shown(NamedTuple):
+    """What :class:`StackMetrics` shows of one Stack: its last update's state, whether it is
+    Reconciling, its next retry time (when failed), its drift (resources, last check)."""
+
+    state: object
+    reconciling: bool
+    retry: object
+    drift: tuple[int, str] | None
