@@ -115,7 +115,7 @@ def serve_wsgi(app: Any, host: str = "127.0.0.1", tls: ServerTLS | None = None) 
         server.server_close()
 
 
-class _UploadPack(UploadPackHandler):
+class UploadPack(UploadPackHandler):
     """dulwich's upload-pack, serving any client as git's does: dulwich's requires the client to ask
     for side-band-64k, thin-pack and ofs-delta, which go-git (the Go operator's fetch, through the
     Automation API's clone) does not, and refuses it ("Client does not support required capability");
@@ -129,7 +129,7 @@ class _UploadPack(UploadPackHandler):
 def git_app(repos: Mapping[str, BackendRepo]) -> Any:
     """A WSGI app serving ``repos`` (path -> repository) over git's smart HTTP, to git's clients,
     dulwich's (pko's) and go-git (the Go operator's)."""
-    return make_wsgi_chain(DictBackend(dict(repos)), handlers={b"git-upload-pack": _UploadPack})
+    return make_wsgi_chain(DictBackend(dict(repos)), handlers={b"git-upload-pack": UploadPack})
 
 
 @contextlib.contextmanager

@@ -33,7 +33,7 @@ from paramiko.common import (
 
 # git's upload-pack as the suite's HTTPS servers serve it: to clients that ask for no side-band too
 # (go-git's clone: the Go operator's fetch), which dulwich's own refuses.
-from pko.devtools.gitserver import _UploadPack
+from pko.devtools.gitserver import UploadPack
 
 __all__ = ["GitSSH", "fixed_host_key", "new_ed25519_openssh", "serve_git_ssh"]
 
@@ -109,7 +109,7 @@ class _GitSSHInterface(paramiko.ServerInterface):
         with contextlib.suppress(EOFError, OSError, paramiko.SSHException):
             try:
                 proto = Protocol(_read_exact(channel), channel.sendall)
-                _UploadPack(self._backend, [path], proto).handle()
+                UploadPack(self._backend, [path], proto).handle()
                 channel.send_exit_status(0)
             except (EOFError, OSError, paramiko.SSHException):
                 raise
